@@ -1,0 +1,67 @@
+"""Our own transformer stacks, one module per family, all built on ``attnviz.attention``.
+
+A family module provides:
+    MODEL_TYPES  config.json ``model_type`` values it reads
+    PREFIXES     checkpoint name prefixes to strip ("bert.", "model.", ...)
+    RULES        (regex, replacement) pairs from checkpoint names to our module names
+    build(config: dict) -> AttnModel
+    convert(tensors: dict, config: dict) -> dict   (optional: transposes, splits, ties)
+
+torch + safetensors only: nothing here imports transformers.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ..errors import UnsupportedArchitectureError
+from .base import AttnModel, ForwardOutput, load_into, read_config, read_weights, rename
+
+__all__ = ["AttnModel", "ForwardOutput", "load", "supported_model_types", "read_config"]
+
+# model_type -> module in this package. Import is lazy: one family per run.
+_FAMILIES: dict[str, str] = {
+    "bert": "bert",
+}
+
+
+def supported_model_types() -> list[str]:
+    return sorted(_FAMILIES)
+
+
+def family(config: dict[str, Any]) -> ModuleType:
+    model_type = config.get("model_type")
+    if model_type not in _FAMILIES:
+        raise UnsupportedArchitectureError(
+            f"--engine own does not implement model_type {model_type!r} "
+            f"(it implements: {', '.join(supported_model_types())})",
+            hint="use --engine hf for any other architecture",
+        )
+    return importlib.import_module(f"{__name__}.{_FAMILIES[model_type]}")
+
+
+def load(model_dir: Path, config: dict[str, Any] | None = None, device: Any = "cpu", dtype: Any = None) -> AttnModel:
+    """Build the family's model for ``model_dir`` and fill it with the checkpoint's weights.
+
+    The model is built on the meta device and takes the checkpoint tensors as they
+    are, so nothing is randomly initialised only to be overwritten.
+    """
+    import torch
+
+    config = read_config(model_dir) if config is None else config
+    module = family(config)
+    with torch.device("meta"):
+        try:
+            model: AttnModel = module.build(config)
+        except (TypeError, ValueError) as exc:
+            from ..errors import ModelLoadError
+
+            raise ModelLoadError(f"{model_dir}/config.json: {exc}", hint="the config is invalid") from exc
+    tensors = rename(read_weights(model_dir), module.RULES, module.PREFIXES)
+    if hasattr(module, "convert"):
+        tensors = module.convert(tensors, config)
+    load_into(model, tensors, model_dir)
+    return model.to(device=device, dtype=dtype or torch.float32).eval()

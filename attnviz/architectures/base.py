@@ -1,0 +1,192 @@
+"""What every from-scratch model family shares: the output type, the model base
+class, activations, and reading a checkpoint's weights into our own module names.
+
+torch + safetensors only: nothing here imports transformers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import ModelLoadError, UnsupportedArchitectureError
+
+
+@dataclass
+class ForwardOutput:
+    """One forward pass.
+
+    Attributes:
+        hidden_states: (B, S, E) output of the last layer computed.
+        attentions: one (B, H, S, S) tensor per layer computed, first layer first.
+    """
+
+    hidden_states: Tensor
+    attentions: list[Tensor]
+
+
+class AttnModel(nn.Module):
+    """Base class of our transformer stacks. Subclasses set the attributes below
+    in ``__init__`` and implement ``forward``."""
+
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    causal: bool
+    max_positions: int | None
+
+    def forward(  # pragma: no cover - interface
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, max_layer: int | None = None
+    ) -> ForwardOutput:
+        """input_ids (B, S), attention_mask (B, S) of 1/0; stop after layer ``max_layer``."""
+        raise NotImplementedError
+
+
+# --- activations ---------------------------------------------------------------
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GPT-2's ``gelu_new``: the tanh approximation of GELU."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "gelu": nn.functional.gelu,  # exact, erf-based: BERT's
+    "gelu_new": gelu_tanh,
+    "gelu_pytorch_tanh": lambda x: nn.functional.gelu(x, approximate="tanh"),
+    "gelu_fast": lambda x: 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x))),
+    "relu": nn.functional.relu,
+    "silu": nn.functional.silu,
+    "swish": nn.functional.silu,
+}
+
+
+def activation(name: str) -> Callable[[Tensor], Tensor]:
+    try:
+        return ACTIVATIONS[name]
+    except KeyError:
+        raise UnsupportedArchitectureError(
+            f"activation {name!r} is not implemented by --engine own",
+            hint="use --engine hf",
+        ) from None
+
+
+# --- checkpoint reading --------------------------------------------------------
+
+
+def read_config(model_dir: Path) -> dict[str, Any]:
+    path = model_dir / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelLoadError(f"{model_dir} has no config.json", hint="a checkpoint directory needs config.json") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc}", hint="the file is corrupt; re-download or re-save it") from exc
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{path} is not a JSON object", hint="the file is corrupt; re-download or re-save it")
+    return config
+
+
+def weight_files(model_dir: Path) -> list[Path]:
+    """The checkpoint's weight files, safetensors first (single file or shards),
+    then PyTorch .bin (read with ``weights_only=True``)."""
+    for single, index in (
+        ("model.safetensors", "model.safetensors.index.json"),
+        ("pytorch_model.bin", "pytorch_model.bin.index.json"),
+    ):
+        if (model_dir / single).is_file():
+            return [model_dir / single]
+        if (model_dir / index).is_file():
+            try:
+                shards = json.loads((model_dir / index).read_text(encoding="utf-8"))["weight_map"].values()
+            except (OSError, ValueError, KeyError, AttributeError) as exc:
+                raise ModelLoadError(f"cannot read {model_dir / index}: {exc}", hint="the index is corrupt") from exc
+            return [model_dir / name for name in sorted(set(shards))]
+    raise ModelLoadError(
+        f"{model_dir} has no weights (model.safetensors or pytorch_model.bin)",
+        hint="save the model with model.save_pretrained(DIR)",
+    )
+
+
+def read_weights(model_dir: Path) -> dict[str, Tensor]:
+    """All tensors of the checkpoint, by their names in the file."""
+    tensors: dict[str, Tensor] = {}
+    for path in weight_files(model_dir):
+        try:
+            if path.suffix == ".safetensors":
+                from safetensors.torch import load_file
+
+                tensors.update(load_file(str(path)))
+            else:
+                tensors.update(torch.load(path, map_location="cpu", weights_only=True))
+        except FileNotFoundError:
+            raise ModelLoadError(f"weight file {path} is missing", hint="re-download the checkpoint") from None
+        except Exception as exc:  # safetensors and torch raise assorted errors on bad bytes
+            raise ModelLoadError(
+                f"cannot read weights from {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                hint="the file is corrupt or truncated; re-download or re-save the checkpoint",
+            ) from exc
+    return tensors
+
+
+Rules = Iterable[tuple[str, str]]
+
+
+def rename(tensors: Mapping[str, Tensor], rules: Rules, prefixes: Iterable[str] = ()) -> dict[str, Tensor]:
+    """Map checkpoint names to our module names.
+
+    Each name first loses any of ``prefixes`` (``bert.``, ``model.``, ...), then the
+    first matching ``(regex, replacement)`` rule renames it (``re.fullmatch``).
+    Names no rule matches (pooler, LM heads, buffers) are dropped.
+    """
+    compiled = [(re.compile(pattern), repl) for pattern, repl in rules]
+    prefixes = tuple(prefixes)
+    out: dict[str, Tensor] = {}
+    for name, tensor in tensors.items():
+        for prefix in prefixes:
+            if name.startswith(prefix):
+                name = name[len(prefix) :]
+                break
+        # Old TF-converted checkpoints call LayerNorm parameters gamma/beta.
+        name = re.sub(r"\.gamma$", ".weight", re.sub(r"\.beta$", ".bias", name))
+        for pattern, repl in compiled:
+            if pattern.fullmatch(name):
+                out[pattern.sub(repl, name)] = tensor
+                break
+    return out
+
+
+def load_into(model: nn.Module, tensors: dict[str, Tensor], model_dir: Path) -> None:
+    """Load renamed tensors into a model built on the meta device (``assign=True``
+    takes the tensors as they are: no random init, no copy)."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(tensors))
+    if missing:
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise ModelLoadError(
+            f"{model_dir} lacks weights the model needs: {shown}",
+            hint="the checkpoint is incomplete, or not the architecture its config.json claims",
+        )
+    for name, param in expected.items():
+        if tuple(tensors[name].shape) != tuple(param.shape):
+            raise ModelLoadError(
+                f"weight {name} has shape {tuple(tensors[name].shape)}, the config implies {tuple(param.shape)}",
+                hint="config.json and the weights disagree: the checkpoint is corrupt or mixed up",
+            )
+    model.load_state_dict({k: tensors[k] for k in expected}, strict=True, assign=True)
+
+
+def config_value(config: Mapping[str, Any], *names: str, default: Any = None) -> Any:
+    """The first of ``names`` present in ``config`` (families name the same thing differently)."""
+    for name in names:
+        if config.get(name) is not None:
+            return config[name]
+    return default

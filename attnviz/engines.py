@@ -1,0 +1,281 @@
+"""Two engines behind one interface: tokens in, per-head attention out.
+
+    own  our transformer stacks (attnviz.architectures) on attnviz.attention;
+         never imports transformers.
+    hf   the transformers model itself, loaded with eager attention so that
+         ``output_attentions=True`` returns real weights.
+
+``inspect()`` runs one forward pass and packs the asked-for layers and query
+rows into an ``Attention``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .errors import DeviceError, EngineError, ModelLoadError, UsageError
+from .models import ModelFiles, resolve
+from .result import Attention, Provenance
+from .tokens import Tokens, load_tokenizer, tokenize
+
+if TYPE_CHECKING:
+    import torch
+
+    from .architectures.base import ForwardOutput
+
+ENGINES = ("own", "hf")
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """'auto' picks CUDA, then Apple's MPS, then the CPU; an explicit device must exist.
+
+    Raises:
+        DeviceError: the device is not on this machine.
+        UsageError: the name is not a device.
+    """
+    import torch
+
+    name = name.strip().lower()
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"unknown device {name!r}", hint="use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError("CUDA is not available on this machine", hint="use --device cpu (or auto)")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise DeviceError(f"there is no {name}: this machine has {count} CUDA device(s)", hint="use --device cuda")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise DeviceError("Apple MPS is not available on this machine", hint="use --device cpu (or auto)")
+    elif device.type != "cpu":
+        raise UsageError(f"unsupported device {name!r}", hint="use auto, cpu, cuda, cuda:N or mps")
+    return device
+
+
+class Engine(Protocol):
+    """What both engines provide."""
+
+    name: str
+    files: ModelFiles
+    device: torch.device
+    dtype: torch.dtype
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    causal: bool
+
+    def tokenize(self, sentence: str) -> Tokens: ...
+
+    def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput: ...
+
+
+class _Base:
+    name = "?"
+    max_positions: int | None = None
+
+    def __init__(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
+        self.files, self.device, self.dtype = files, device, dtype
+        self.tokenizer = load_tokenizer(files.path)
+
+    def tokenize(self, sentence: str) -> Tokens:
+        return tokenize(self.tokenizer, sentence, self.max_positions)
+
+    def _ids(self, tokens: Tokens) -> torch.Tensor:
+        import torch
+
+        return torch.tensor([tokens.ids], dtype=torch.long, device=self.device)  # (1, S)
+
+
+class OwnEngine(_Base):
+    """Our from-scratch stacks: attnviz.architectures on attnviz.attention."""
+
+    name = "own"
+
+    def __init__(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
+        from . import architectures
+
+        super().__init__(files, device, dtype)
+        self.model = architectures.load(files.path, files.config, device=device, dtype=dtype)
+        self.num_layers = self.model.num_layers
+        self.num_heads = self.model.num_heads
+        self.num_kv_heads = self.model.num_kv_heads
+        self.causal = self.model.causal
+        self.max_positions = self.model.max_positions
+
+    def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput:
+        import torch
+
+        with torch.inference_mode():
+            return self.model(self._ids(tokens), max_layer=max_layer)
+
+
+class HFEngine(_Base):
+    """The transformers model's own heads (eager attention, ``output_attentions=True``)."""
+
+    name = "hf"
+
+    def __init__(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
+        super().__init__(files, device, dtype)
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        from transformers import AutoModel
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        try:
+            # transformers prints load reports to stdout; keep stdout for results.
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.model: Any = AutoModel.from_pretrained(
+                    str(files.path), attn_implementation="eager", dtype=dtype
+                )
+        except Exception as exc:
+            raise ModelLoadError(
+                f"transformers cannot load {str(files.path)!r}: {_first_line(exc)}",
+                hint="check that the directory is a complete transformers checkpoint",
+            ) from exc
+        self.model.to(device).eval()
+        cfg = self.model.config
+        text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        self.num_layers = int(_cfg(text_cfg, "num_hidden_layers", "n_layer", "num_layers"))
+        self.num_heads = int(_cfg(text_cfg, "num_attention_heads", "n_head", "num_heads"))
+        self.num_kv_heads = int(_cfg(text_cfg, "num_key_value_heads", default=self.num_heads))
+        self.causal = bool(getattr(text_cfg, "is_decoder", False)) or files.model_type in _DECODER_TYPES
+        limit = _cfg(text_cfg, "max_position_embeddings", "n_positions", default=None)
+        self.max_positions = int(limit) if limit else None
+
+    def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput:
+        import torch
+
+        from .architectures.base import ForwardOutput
+
+        ids = self._ids(tokens)
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
+        attentions = getattr(out, "attentions", None)
+        if not attentions or any(a is None for a in attentions):
+            raise EngineError(
+                "transformers returned no attention weights for this model",
+                hint="its attention implementation does not expose weights; try --engine own",
+            )
+        hidden = getattr(out, "last_hidden_state", None)
+        return ForwardOutput(hidden_states=hidden, attentions=list(attentions))
+
+
+_DECODER_TYPES = {"gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "phi3", "gpt_neox", "opt"}
+
+
+def _cfg(config: Any, *names: str, default: Any = ...) -> Any:
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    if default is ...:
+        raise ModelLoadError(f"the model config has none of {names}", hint="use a standard transformers config")
+    return default
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def load_engine(
+    name: str = "own", model: str | ModelFiles | None = None, device: str = "auto", dtype: str = "float32"
+) -> Engine:
+    """Resolve the model and build the engine on the device.
+
+    Raises:
+        UsageError: unknown engine or dtype; DeviceError, ModelNotFoundError, ModelLoadError,
+        UnsupportedArchitectureError as their names say.
+    """
+    import torch
+
+    if name not in ENGINES:
+        raise UsageError(f"unknown engine {name!r}", hint="use --engine own or --engine hf")
+    torch_dtype = getattr(torch, dtype, None)
+    if not isinstance(torch_dtype, torch.dtype) or not torch_dtype.is_floating_point:
+        raise UsageError(f"unknown dtype {dtype!r}", hint="use float32, float16 or bfloat16")
+    dev = pick_device(device)
+    files = model if isinstance(model, ModelFiles) else resolve(model)
+    engine: Engine = OwnEngine(files, dev, torch_dtype) if name == "own" else HFEngine(files, dev, torch_dtype)
+    return engine
+
+
+def parse_layers(spec: str | int | Sequence[int] | None, num_layers: int) -> tuple[int, ...]:
+    """'all' / None -> every layer; 'N' or 'N,M' or 'A-B' -> those (0-based; negative from the end).
+
+    Raises:
+        UsageError: a layer out of range or a spec we cannot read.
+    """
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("all", "")):
+        return tuple(range(num_layers))
+    items: list[int] = []
+    parts: Sequence[Any] = [spec] if isinstance(spec, int) else spec.split(",") if isinstance(spec, str) else spec
+    for part in parts:
+        text = str(part).strip()
+        span = re.fullmatch(r"(-?\d+)\s*-\s*(-?\d+)", text)
+        if span:
+            items.extend(range(int(span[1]), int(span[2]) + 1))
+        elif re.fullmatch(r"-?\d+", text):
+            items.append(int(text))
+        else:
+            raise UsageError(f"cannot read layer {text!r}", hint="use --layer N, N,M, A-B or all")
+    out: list[int] = []
+    for layer in items:
+        if not -num_layers <= layer < num_layers:
+            raise UsageError(
+                f"layer {layer} is out of range: this model has {num_layers} layers (0..{num_layers - 1})",
+                hint=f"use --layer 0..{num_layers - 1} or --layer all",
+            )
+        if layer % num_layers not in out:
+            out.append(layer % num_layers)
+    return tuple(out)
+
+
+def inspect(
+    sentence: str | Tokens,
+    engine: Engine,
+    layers: str | int | Sequence[int] | None = None,
+    queries: Sequence[int] | None = None,
+) -> Attention:
+    """One forward pass -> the weights of ``layers`` (default all) for ``queries``
+    (token positions; default all), as an ``Attention``."""
+    import numpy as np
+    import torch
+
+    from . import __version__
+
+    tokens = engine.tokenize(sentence) if isinstance(sentence, str) else sentence
+    chosen = parse_layers(layers, engine.num_layers)
+    rows = tuple(range(len(tokens))) if queries is None else tuple(queries)
+    out = engine.forward(tokens, max_layer=max(chosen))
+    stacked = torch.stack([out.attentions[i][0] for i in chosen])  # (N, H, S, S)
+    picked = stacked[:, :, list(rows), :]  # (N, H, Q, S)
+    weights = picked.to(device="cpu", dtype=torch.float32).numpy().astype(np.float32, copy=False)
+    provenance = Provenance(
+        model=engine.files.spec,
+        model_path=str(engine.files.path),
+        architecture=engine.files.model_type,
+        engine=engine.name,
+        device=str(engine.device),
+        dtype=str(engine.dtype).removeprefix("torch."),
+        num_layers=engine.num_layers,
+        num_heads=engine.num_heads,
+        num_kv_heads=engine.num_kv_heads,
+        causal=engine.causal,
+        attnviz_version=__version__,
+    )
+    return Attention(tokens=tokens, weights=weights, layers=chosen, queries=rows, provenance=provenance)

@@ -1,0 +1,228 @@
+"""The result of one forward pass: per-head attention weights plus where they came from.
+
+Everything downstream (metrics, terminal and image renderers, JSON/NPZ export)
+takes an ``Attention`` and never touches a model. numpy + stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import OutputError, UsageError
+from .tokens import Tokens
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Which model, engine and hardware produced the weights."""
+
+    model: str  # the spec the user gave (name, directory or hub id)
+    model_path: str  # the directory the weights were read from
+    architecture: str  # model_type from config.json: "bert", "gpt2", "llama", ...
+    engine: str  # "own" or "hf"
+    device: str  # "cpu", "cuda:0", ...
+    dtype: str  # "float32", ...
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int  # < num_heads for grouped-query attention
+    causal: bool  # decoder: a token sees only itself and earlier tokens
+    attnviz_version: str = ""
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Per-head attention weights of some query tokens, in some layers.
+
+    Shape legend: N kept layers, H heads, Q kept query positions, S tokens.
+
+    Attributes:
+        tokens: the tokenized sentence (S tokens).
+        weights: float32 array (N, H, Q, S); ``weights[n, h, q]`` is the attention
+            distribution of token ``queries[q]`` in layer ``layers[n]``, head ``h``.
+            Each row sums to 1 (up to rounding). Never averaged over heads.
+        layers: model layer index (0-based) of each ``weights[n]``.
+        queries: token position of each ``weights[:, :, q]``.
+        provenance: where the weights came from.
+    """
+
+    tokens: Tokens
+    weights: np.ndarray
+    layers: tuple[int, ...]
+    queries: tuple[int, ...]
+    provenance: Provenance
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n, h, q, s = self.weights.shape
+        if n != len(self.layers) or q != len(self.queries) or s != len(self.tokens):
+            raise ValueError(
+                f"weights {self.weights.shape} do not match layers={len(self.layers)}, "
+                f"queries={len(self.queries)}, tokens={len(self.tokens)}"
+            )
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.weights.shape[1])
+
+    def layer_slot(self, layer: int) -> int:
+        """Position of model layer ``layer`` in ``weights``."""
+        try:
+            return self.layers.index(layer)
+        except ValueError:
+            raise UsageError(f"layer {layer} was not computed (have {list(self.layers)})") from None
+
+    def query_slot(self, query: int) -> int:
+        """Position of token ``query`` in ``weights``' query axis."""
+        try:
+            return self.queries.index(query)
+        except ValueError:
+            raise UsageError(f"token {query} was not kept as a query (have {list(self.queries)})") from None
+
+    def rows(self, query: int) -> np.ndarray:
+        """(N, H, S): every kept layer's and head's attention row for token ``query``."""
+        return self.weights[:, :, self.query_slot(query), :]
+
+    def matrix(self, layer: int) -> np.ndarray:
+        """(H, Q, S): one layer's weights for every kept query."""
+        return self.weights[self.layer_slot(layer)]
+
+    # --- export -------------------------------------------------------------
+
+    def to_dict(self, query: int | None = None) -> dict[str, Any]:
+        """JSON-ready dict. With ``query``, ``weights`` is that token's rows
+        (layers × heads × tokens); without, the full (layers × heads × queries × tokens)."""
+        p = self.provenance
+        out: dict[str, Any] = {
+            "tokens": list(self.tokens.labels),
+            "pieces": list(self.tokens.pieces),
+            "special": list(self.tokens.special),
+            "text": self.tokens.text,
+            "layers": list(self.layers),
+            "queries": list(self.queries),
+        }
+        if query is not None:
+            out["query_index"] = query
+            out["query_token"] = self.tokens.labels[query]
+            out["weights"] = _rounded(self.rows(query))
+        else:
+            out["weights"] = _rounded(self.weights)
+        out.update(
+            model=p.model,
+            engine=p.engine,
+            device=p.device,
+            dtype=p.dtype,
+            provenance=asdict(p),
+        )
+        out.update(self.extra)
+        return out
+
+    def to_json(self, query: int | None = None) -> str:
+        return json.dumps(self.to_dict(query), ensure_ascii=False)
+
+    def save_npz(self, path: Path) -> None:
+        """Write weights and metadata to ``path`` (.npz), atomically."""
+        meta = json.dumps(
+            {
+                "text": self.tokens.text,
+                "ids": list(self.tokens.ids),
+                "pieces": list(self.tokens.pieces),
+                "offsets": [list(o) for o in self.tokens.offsets],
+                "special": list(self.tokens.special),
+                "layers": list(self.layers),
+                "queries": list(self.queries),
+                "provenance": asdict(self.provenance),
+                "extra": self.extra,
+            }
+        )
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as fh:
+                np.savez_compressed(fh, weights=self.weights, meta=np.array(meta))
+
+        atomic_write(path, write)
+
+    @classmethod
+    def load_npz(cls, path: Path) -> Attention:
+        with np.load(path, allow_pickle=False) as data:
+            weights = data["weights"]
+            meta = json.loads(str(data["meta"]))
+        tokens = Tokens(
+            text=meta["text"],
+            ids=tuple(meta["ids"]),
+            pieces=tuple(meta["pieces"]),
+            offsets=tuple((a, b) for a, b in meta["offsets"]),
+            special=tuple(meta["special"]),
+        )
+        return cls(
+            tokens=tokens,
+            weights=weights,
+            layers=tuple(meta["layers"]),
+            queries=tuple(meta["queries"]),
+            provenance=Provenance(**meta["provenance"]),
+            extra=meta.get("extra", {}),
+        )
+
+
+def _rounded(a: np.ndarray, digits: int = 6) -> Any:
+    # Six decimals keep float32's precision and halve the JSON.
+    return np.round(a.astype(np.float64), digits).tolist()
+
+
+def check_writable(path: Path, suffixes: tuple[str, ...] | None = None) -> Path:
+    """Fail early (before any model work) if ``path`` cannot be written.
+
+    Raises:
+        OutputError: unknown extension, missing directory, a directory in the way,
+            or no permission to create files there.
+    """
+    path = Path(path)
+    if suffixes is not None and path.suffix.lower() not in suffixes:
+        raise OutputError(
+            f"cannot tell the format of {str(path)!r} from its extension",
+            hint="use one of " + ", ".join(suffixes),
+        )
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(f"cannot write {str(path)!r}: directory {str(parent)!r} does not exist", hint="create it first")
+    if path.is_dir():
+        raise OutputError(f"cannot write {str(path)!r}: it is a directory", hint="give a file name")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise OutputError(f"cannot write {str(path)!r}: permission denied", hint="choose another location")
+    return path
+
+
+def atomic_write(path: Path, write: Any) -> None:
+    """Call ``write(tmp_path)`` on a temporary file beside ``path``, then rename it over
+    ``path``. A failure leaves neither a partial file nor a damaged old one."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    except OSError as exc:
+        raise OutputError(f"cannot write {str(path)!r}: {exc.strerror}", hint="choose another location") from exc
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        # mkstemp makes the file 0600; give it the permissions a plain open() would.
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"cannot write {str(path)!r}: {exc.strerror or exc}", hint="choose another location") from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

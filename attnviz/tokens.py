@@ -1,0 +1,225 @@
+"""Tokenization, and finding a word's tokens in a sentence.
+
+Words are found in the *text* and mapped to tokens through the tokenizer's
+character offsets, so the same code works for WordPiece (``##ing``), byte-level
+BPE (``Ġit``) and SentencePiece (``▁it``) without knowing their marker
+conventions. A word split into pieces comes back as all of its pieces.
+
+Uses the ``tokenizers`` library on the checkpoint's ``tokenizer.json``; only a
+checkpoint without one falls back to transformers' tokenizer classes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import ModelLoadError, TokenNotFoundError, UsageError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A tokenized sentence.
+
+    Attributes:
+        text: the sentence as given.
+        ids: token ids, length S.
+        pieces: the tokenizer's own token strings (``[CLS]``, ``##al``, ``Ġit``).
+        offsets: (start, end) character span of each token in ``text``;
+            (0, 0) for special tokens.
+        special: True for tokens the tokenizer added ([CLS], [SEP], <s>, ...).
+    """
+
+    text: str
+    ids: tuple[int, ...]
+    pieces: tuple[str, ...]
+    offsets: tuple[tuple[int, int], ...]
+    special: tuple[bool, ...]
+
+    def __post_init__(self) -> None:
+        n = len(self.ids)
+        if not (len(self.pieces) == len(self.offsets) == len(self.special) == n):
+            raise ValueError(
+                f"ids ({n}), pieces ({len(self.pieces)}), offsets ({len(self.offsets)}) "
+                f"and special ({len(self.special)}) must have one entry per token"
+            )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @cached_property
+    def labels(self) -> tuple[str, ...]:
+        """Readable labels: the word text of each token, ``##``-prefixed when it
+        continues the previous token inside one word; special tokens as they are."""
+        out: list[str] = []
+        prev_end = -1
+        for piece, (start, end), special in zip(self.pieces, self.offsets, self.special):
+            if special or end <= start:
+                out.append(piece)
+                prev_end = -1
+                continue
+            raw = self.text[start:end]
+            label = raw.strip() or raw
+            continues = start == prev_end and not raw[:1].isspace() and start > 0
+            continues = continues and not self.text[start - 1].isspace()
+            # Punctuation is its own word for a reader, even when glued on ("it." -> "it" ".").
+            if continues and label[:1].isalnum() and self.text[start - 1].isalnum():
+                label = "##" + label
+            out.append(label)
+            prev_end = end
+        return tuple(out)
+
+    def describe(self, limit: int = 40) -> str:
+        """'0:[CLS] 1:the 2:animal ...' for error messages (long sentences are cut)."""
+        items = [f"{i}:{label}" for i, label in enumerate(self.labels)]
+        if len(items) > limit:
+            items = items[: limit - 1] + [f"... ({len(items) - limit + 1} more)"]
+        return " ".join(items)
+
+
+def load_tokenizer(model_dir: Path) -> Tokenizer:
+    """The checkpoint's fast tokenizer with padding and truncation switched off.
+
+    (all-MiniLM-L6-v2's tokenizer.json pads and truncates to 128 tokens: left on,
+    the sentence would grow [PAD]s or silently lose its end.)
+    """
+    from tokenizers import Tokenizer
+
+    path = model_dir / "tokenizer.json"
+    if path.is_file():
+        try:
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
+            raise ModelLoadError(
+                f"cannot read {path}: {str(exc).splitlines()[0]}",
+                hint="the file is corrupt; re-download or re-save the tokenizer",
+            ) from exc
+    else:
+        tokenizer = _tokenizer_from_transformers(model_dir)
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
+
+
+def _tokenizer_from_transformers(model_dir: Path) -> Tokenizer:
+    # Slow path for checkpoints that ship vocab.txt / vocab.json+merges.txt only:
+    # transformers converts them to a fast tokenizer.
+    try:
+        from transformers import AutoTokenizer
+
+        hf: Any = AutoTokenizer.from_pretrained(str(model_dir), use_fast=True)
+        backend = hf.backend_tokenizer
+    except Exception as exc:
+        raise ModelLoadError(
+            f"no usable tokenizer in {model_dir}",
+            hint="save one with tokenizer.save_pretrained(DIR) so that DIR/tokenizer.json exists",
+        ) from exc
+    return backend  # type: ignore[no-any-return]
+
+
+def tokenize(tokenizer: Tokenizer, sentence: str, max_length: int | None = None) -> Tokens:
+    """Encode one sentence, special tokens included.
+
+    Raises:
+        UsageError: the sentence is empty, or longer than the model's ``max_length``.
+    """
+    if not sentence.strip():
+        raise UsageError("the sentence is empty", hint='give some text, e.g. attnviz show "The cat sat" --token cat')
+    enc = tokenizer.encode(sentence)
+    if max_length is not None and len(enc.ids) > max_length:
+        raise UsageError(
+            f"the sentence has {len(enc.ids)} tokens; this model reads at most {max_length}",
+            hint="shorten the sentence",
+        )
+    return Tokens(
+        text=sentence,
+        ids=tuple(enc.ids),
+        pieces=tuple(enc.tokens),
+        offsets=tuple((int(a), int(b)) for a, b in enc.offsets),
+        special=tuple(bool(s) for s in enc.special_tokens_mask),
+    )
+
+
+def word_occurrences(tokens: Tokens, word: str) -> list[tuple[int, ...]]:
+    """Every occurrence of ``word`` in the sentence, as the token positions covering it.
+
+    Matching is on the text, case-insensitive, on whole words ("it" does not match
+    "with"); a word split into several tokens gives all of them. When the text has
+    no match, the tokens' own strings are tried (``[SEP]``, ``##al``, ``Ġit``).
+    """
+    needle = word.strip()
+    if not needle:
+        return []
+    pattern = re.escape(needle)
+    if re.match(r"\w", needle):
+        pattern = r"(?<!\w)" + pattern
+    if re.search(r"\w$", needle):
+        pattern = pattern + r"(?!\w)"
+    found: list[tuple[int, ...]] = []
+    for m in re.finditer(pattern, tokens.text, flags=re.IGNORECASE):
+        covering = tuple(
+            i
+            for i, ((start, end), special) in enumerate(zip(tokens.offsets, tokens.special))
+            if not special and end > start and start < m.end() and end > m.start()
+        )
+        if covering and covering not in found:
+            found.append(covering)
+    if found:
+        return found
+    lowered = needle.lower()
+    return [
+        (i,)
+        for i, (piece, label) in enumerate(zip(tokens.pieces, tokens.labels))
+        if piece.lower() == lowered or label.lower() == lowered
+    ]
+
+
+def find_word(tokens: Tokens, word: str, occurrence: int | None = None) -> tuple[int, ...]:
+    """The token positions of one occurrence of ``word`` (1-based ``occurrence``).
+
+    Raises:
+        TokenNotFoundError: not in the sentence, or repeated and no occurrence given,
+            or the occurrence is out of range. The message lists what is there.
+    """
+    matches = word_occurrences(tokens, word)
+    if not matches:
+        raise TokenNotFoundError(
+            f"{word!r} is not in the sentence; its tokens are: {tokens.describe()}",
+            hint="pick a word from that list, or a raw position with --index K",
+        )
+    where = ", ".join(_positions(m) for m in matches)
+    if occurrence is None:
+        if len(matches) > 1:
+            raise TokenNotFoundError(
+                f"{word!r} occurs {len(matches)} times (at token {where})",
+                hint=f"choose one with --occurrence 1..{len(matches)}",
+            )
+        return matches[0]
+    if not 1 <= occurrence <= len(matches):
+        times = "once" if len(matches) == 1 else f"{len(matches)} times"
+        raise TokenNotFoundError(
+            f"--occurrence {occurrence} is out of range: {word!r} occurs {times} (at token {where})",
+            hint=f"use --occurrence 1..{len(matches)}",
+        )
+    return matches[occurrence - 1]
+
+
+def check_index(tokens: Tokens, index: int) -> int:
+    """Validate a raw token position (negative counts from the end, as in Python)."""
+    n = len(tokens)
+    if not -n <= index < n:
+        raise TokenNotFoundError(
+            f"--index {index} is out of range: the sentence has {n} tokens (0..{n - 1}): {tokens.describe()}",
+            hint=f"use --index 0..{n - 1}",
+        )
+    return index % n
+
+
+def _positions(indices: tuple[int, ...]) -> str:
+    return str(indices[0]) if len(indices) == 1 else f"{indices[0]}-{indices[-1]}"
