@@ -41,7 +41,8 @@ def inspect(
     ``index`` (a raw token position), only that token's rows are kept; otherwise the
     full query × key matrices. ``layers``: None/"all", an int, or a list (0-based).
     """
-    from .engines import inspect as run, load_engine
+    from .engines import inspect as run
+    from .engines import load_engine
     from .tokens import check_index, find_word
 
     eng = load_engine(engine, model, device)

@@ -138,9 +138,7 @@ class HFEngine(_Base):
         try:
             # transformers prints load reports to stdout; keep stdout for results.
             with contextlib.redirect_stdout(io.StringIO()):
-                self.model: Any = AutoModel.from_pretrained(
-                    str(files.path), attn_implementation="eager", dtype=dtype
-                )
+                self.model: Any = AutoModel.from_pretrained(str(files.path), attn_implementation="eager", dtype=dtype)
         except Exception as exc:
             raise ModelLoadError(
                 f"transformers cannot load {str(files.path)!r}: {_first_line(exc)}",
@@ -170,7 +168,7 @@ class HFEngine(_Base):
                 "transformers returned no attention weights for this model",
                 hint="its attention implementation does not expose weights; try --engine own",
             )
-        hidden = getattr(out, "last_hidden_state", None)
+        hidden: torch.Tensor = out.last_hidden_state
         return ForwardOutput(hidden_states=hidden, attentions=list(attentions))
 
 

@@ -72,7 +72,9 @@ def resolve(spec: str | None = None) -> ModelFiles:
             )
         path = local.resolve()
     elif _looks_like_path(name) or not _HUB_ID.match(name):
-        raise ModelNotFoundError(f"no model directory at {name!r}", hint="check the path, or give a Hub id like org/name")
+        raise ModelNotFoundError(
+            f"no model directory at {name!r}", hint="check the path, or give a Hub id like org/name"
+        )
     else:
         path = _hub_snapshot(name)
     if not (path / "config.json").is_file():
@@ -92,7 +94,9 @@ def _hub_snapshot(repo_id: str) -> Path:
     try:
         from huggingface_hub import snapshot_download
     except ImportError as exc:  # pragma: no cover - huggingface_hub comes with transformers
-        raise ModelNotFoundError(f"no model directory at {repo_id!r}", hint="pass a local checkpoint directory") from exc
+        raise ModelNotFoundError(
+            f"no model directory at {repo_id!r}", hint="pass a local checkpoint directory"
+        ) from exc
     patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken"]
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))

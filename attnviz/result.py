@@ -190,7 +190,9 @@ def check_writable(path: Path, suffixes: tuple[str, ...] | None = None) -> Path:
         )
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise OutputError(f"cannot write {str(path)!r}: directory {str(parent)!r} does not exist", hint="create it first")
+        raise OutputError(
+            f"cannot write {str(path)!r}: directory {str(parent)!r} does not exist", hint="create it first"
+        )
     if path.is_dir():
         raise OutputError(f"cannot write {str(path)!r}: it is a directory", hint="give a file name")
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):

@@ -120,7 +120,7 @@ def _tokenizer_from_transformers(model_dir: Path) -> Tokenizer:
             f"no usable tokenizer in {model_dir}",
             hint="save one with tokenizer.save_pretrained(DIR) so that DIR/tokenizer.json exists",
         ) from exc
-    return backend  # type: ignore[no-any-return]
+    return backend
 
 
 def tokenize(tokenizer: Tokenizer, sentence: str, max_length: int | None = None) -> Tokens:

@@ -12,7 +12,9 @@ torch + safetensors only: nothing here imports transformers.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -53,7 +55,7 @@ def load(model_dir: Path, config: dict[str, Any] | None = None, device: Any = "c
 
     config = read_config(model_dir) if config is None else config
     module = family(config)
-    with torch.device("meta"):
+    with torch.device("meta"), _skip_init():
         try:
             model: AttnModel = module.build(config)
         except (TypeError, ValueError) as exc:
@@ -65,3 +67,21 @@ def load(model_dir: Path, config: dict[str, Any] | None = None, device: Any = "c
         tensors = module.convert(tensors, config)
     load_into(model, tensors, model_dir)
     return model.to(device=device, dtype=dtype or torch.float32).eval()
+
+
+@contextlib.contextmanager
+def _skip_init() -> Iterator[None]:
+    """No random initialisation while building: every parameter is about to be replaced
+    by the checkpoint's. (On the meta device the init calls would still cost: they pull
+    in torch._dynamo, most of a second of start-up.)"""
+    from torch.nn import init
+
+    names = [n for n in dir(init) if n.endswith("_") and not n.startswith("_") and callable(getattr(init, n))]
+    saved = {n: getattr(init, n) for n in names}
+    try:
+        for n in names:
+            setattr(init, n, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for n, fn in saved.items():
+            setattr(init, n, fn)

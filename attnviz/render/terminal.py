@@ -1,0 +1,185 @@
+"""Terminal views built with rich: per-head heatmap grids of one token's attention.
+
+Renderers take data (an ``Attention``), never models, and return rich renderables;
+test them with ``Console(record=True)``. Colour is a perceptually uniform ramp
+(viridis) on an absolute 0..1 scale, so shades mean the same in every layer; without
+colour (NO_COLOR, a pipe) the cells fall back to shade glyphs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+from rich.console import Console, Group, RenderableType
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+
+from ..result import Attention
+
+# viridis at 9 stops (matplotlib's values), interpolated linearly between them.
+_VIRIDIS = np.array(
+    [
+        (68, 1, 84),
+        (71, 44, 122),
+        (59, 81, 139),
+        (44, 113, 142),
+        (33, 144, 141),
+        (39, 173, 129),
+        (92, 200, 99),
+        (170, 220, 50),
+        (253, 231, 37),
+    ],
+    dtype=float,
+)
+_SHADES = " ·░▒▓█"
+MARK = "◆"
+
+
+def colour(weight: float) -> str:
+    """'#rrggbb' of ``weight`` (0..1) on the viridis ramp."""
+    x = min(max(float(weight), 0.0), 1.0) * (len(_VIRIDIS) - 1)
+    i = min(int(x), len(_VIRIDIS) - 2)
+    r, g, b = _VIRIDIS[i] + (x - i) * (_VIRIDIS[i + 1] - _VIRIDIS[i])
+    return f"#{round(r):02x}{round(g):02x}{round(b):02x}"
+
+
+def shade(weight: float) -> str:
+    """A glyph for ``weight`` (0..1) when there is no colour."""
+    if weight <= 0.0:
+        return " "
+    return _SHADES[min(1 + int(weight * (len(_SHADES) - 1)), len(_SHADES) - 1)]
+
+
+def head_label(head: int, num_heads: int, num_kv_heads: int) -> str:
+    """'h5', or 'h5 kv2' when heads share key/value heads (grouped-query attention)."""
+    if num_kv_heads and num_kv_heads < num_heads:
+        return f"h{head} kv{head // (num_heads // num_kv_heads)}"
+    return f"h{head}"
+
+
+def _cell(weight: float, width: int, *, strongest: bool, values: bool, color: bool, masked: bool) -> Text:
+    if masked:
+        return Text("·".center(width), style="dim")
+    if values:
+        body = f"{weight:.2f}".lstrip("0") if weight < 1 else "1.0"
+        body = (body + MARK) if strongest else body
+    else:
+        body = MARK if strongest else ("" if color else shade(weight) * 3)
+    text = body.center(width)
+    if not color:
+        return Text(text, style="bold" if strongest else "")
+    fg = "black" if weight > 0.55 else "white"
+    return Text(text, style=Style(color=fg, bgcolor=colour(weight), bold=strongest))
+
+
+def _chunks(widths: list[int], room: int) -> Iterator[range]:
+    """Split token columns into runs that fit ``room`` terminal columns."""
+    start, used = 0, 0
+    for i, w in enumerate(widths):
+        if i > start and used + w + 1 > room:
+            yield range(start, i)
+            start, used = i, 0
+        used += w + 1
+    yield range(start, len(widths))
+
+
+def token_heatmap(
+    att: Attention,
+    query: int,
+    layer: int,
+    *,
+    values: bool = False,
+    color: bool = True,
+    width: int = 120,
+) -> RenderableType:
+    """One layer: rows = heads, columns = tokens, cell = weight of ``query`` -> token.
+
+    The strongest target of each head is marked with ◆ and named in the last column.
+    For causal models, tokens after the query cannot be attended to and show as ·.
+    """
+    rows = att.rows(query)[att.layer_slot(layer)]  # (H, S)
+    labels = att.tokens.labels
+    p = att.provenance
+    cell_w = 5 if values else 3
+    widths = [max(cell_w, min(len(label), 8)) for label in labels]
+    head_w = max(len(head_label(h, p.num_heads, p.num_kv_heads)) for h in range(rows.shape[0]))
+    top_w = 16
+    title = f"layer {layer} · {labels[query]!r} (token {query}) → each token"
+    if p.causal:
+        title += " · causal: later tokens (·) are masked"
+    tables: list[RenderableType] = []
+    for cols in _chunks(widths, max(width - head_w - top_w - 6, 20)):
+        last = cols.stop == len(labels)
+        table = Table(
+            title=title if cols.start == 0 else None,
+            title_justify="left",
+            box=None,
+            padding=(0, 0),
+            pad_edge=False,
+            collapse_padding=True,
+            show_edge=False,
+        )
+        table.add_column("", justify="right", no_wrap=True, width=head_w + 1)
+        for i in cols:
+            label = labels[i] if len(labels[i]) <= widths[i] else labels[i][: widths[i] - 1] + "…"
+            style = "bold" if i == query else ("dim" if att.tokens.special[i] else "")
+            table.add_column(Text(label, style=style), justify="center", no_wrap=True, width=widths[i] + 1)
+        if last:
+            table.add_column("strongest", no_wrap=True, width=top_w)
+        for h, row in enumerate(rows):
+            best = int(np.argmax(row))
+            cells: list[RenderableType] = [Text(head_label(h, p.num_heads, p.num_kv_heads) + " ", style="dim")]
+            for i in cols:
+                masked = p.causal and i > query
+                cells.append(
+                    _cell(float(row[i]), widths[i], strongest=i == best, values=values, color=color, masked=masked)
+                )
+            if last:
+                cells.append(Text(f" {labels[best][:9]} {row[best]:.2f}"))
+            table.add_row(*cells)
+        tables.append(table)
+    return Group(*tables, Text(""))
+
+
+def legend(color: bool = True) -> Text:
+    """'weight 0 ▕colours▏ 1   ◆ strongest target of the head'."""
+    text = Text("weight 0 ")
+    for w in np.linspace(0, 1, 11):
+        text.append("  " if color else shade(float(w)) * 2, style=Style(bgcolor=colour(float(w))) if color else "")
+    text.append(" 1    ")
+    text.append(MARK, style="bold")
+    text.append(" strongest target of each head")
+    return text
+
+
+def summary(att: Attention, query: int) -> Text:
+    """The single strongest link from ``query`` to a non-special token, over all shown heads."""
+    rows = att.rows(query).copy()  # (N, H, S)
+    special = np.array(att.tokens.special)
+    rows[:, :, special] = -1.0
+    rows[:, :, query] = -1.0
+    n, h, s = np.unravel_index(int(np.argmax(rows)), rows.shape)
+    labels = att.tokens.labels
+    text = Text("strongest link to another word: ")
+    text.append(f"layer {att.layers[n]} head {h}", style="bold")
+    text.append(f"  {labels[query]!r} → {labels[s]!r}  {rows[n, h, s]:.2f}")
+    return text
+
+
+def render_show(att: Attention, queries: tuple[int, ...], console: Console, *, values: bool = False) -> None:
+    """Print every kept layer's heatmap for each query token, then a legend and summary."""
+    color = console.color_system is not None
+    p = att.provenance
+    header = Text(f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads")
+    console.print(header, style="dim")
+    if len(queries) > 1:
+        pieces = " + ".join(repr(att.tokens.labels[q]) for q in queries)
+        console.print(Text(f"the word is split into {len(queries)} tokens ({pieces}); each is shown", style="dim"))
+    for q in queries:
+        for layer in att.layers:
+            console.print(token_heatmap(att, q, layer, values=values, color=color, width=console.width))
+    console.print(legend(color))
+    for q in queries:
+        console.print(summary(att, q))
