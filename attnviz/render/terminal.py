@@ -46,8 +46,9 @@ def colour(weight: float) -> str:
 
 
 def shade(weight: float) -> str:
-    """A glyph for ``weight`` (0..1) when there is no colour."""
-    if weight <= 0.0:
+    """A glyph for ``weight`` (0..1) when there is no colour: blank below 0.05,
+    then · ░ ▒ ▓ █ in steps of 0.2."""
+    if weight < 0.05:
         return " "
     return _SHADES[min(1 + int(weight * (len(_SHADES) - 1)), len(_SHADES) - 1)]
 
@@ -105,15 +106,16 @@ def token_heatmap(
     cell_w = 5 if values else 3
     widths = [max(cell_w, min(len(label), 8)) for label in labels]
     head_w = max(len(head_label(h, p.num_heads, p.num_kv_heads)) for h in range(rows.shape[0]))
-    top_w = 16
+    tops = [f" {labels[int(np.argmax(row))][:10]} {row.max():.2f}" for row in rows]
+    top_w = max(len(t) for t in tops) + 1
     title = f"layer {layer} · {labels[query]!r} (token {query}) → each token"
     if p.causal:
         title += " · causal: later tokens (·) are masked"
     tables: list[RenderableType] = []
-    for cols in _chunks(widths, max(width - head_w - top_w - 6, 20)):
-        last = cols.stop == len(labels)
+    for cols in _chunks(widths, max(width - head_w - top_w - 2, 20)):
+        first = cols.start == 0
         table = Table(
-            title=title if cols.start == 0 else None,
+            title=title if first else None,
             title_justify="left",
             box=None,
             padding=(0, 0),
@@ -122,22 +124,22 @@ def token_heatmap(
             show_edge=False,
         )
         table.add_column("", justify="right", no_wrap=True, width=head_w + 1)
+        if first:  # the answer first, the detail after
+            table.add_column("strongest", no_wrap=True, width=top_w)
         for i in cols:
             label = labels[i] if len(labels[i]) <= widths[i] else labels[i][: widths[i] - 1] + "…"
             style = "bold" if i == query else ("dim" if att.tokens.special[i] else "")
             table.add_column(Text(label, style=style), justify="center", no_wrap=True, width=widths[i] + 1)
-        if last:
-            table.add_column("strongest", no_wrap=True, width=top_w)
         for h, row in enumerate(rows):
             best = int(np.argmax(row))
             cells: list[RenderableType] = [Text(head_label(h, p.num_heads, p.num_kv_heads) + " ", style="dim")]
+            if first:
+                cells.append(Text(tops[h]))
             for i in cols:
                 masked = p.causal and i > query
                 cells.append(
                     _cell(float(row[i]), widths[i], strongest=i == best, values=values, color=color, masked=masked)
                 )
-            if last:
-                cells.append(Text(f" {labels[best][:9]} {row[best]:.2f}"))
             table.add_row(*cells)
         tables.append(table)
     return Group(*tables, Text(""))
@@ -155,16 +157,26 @@ def legend(color: bool = True) -> Text:
 
 
 def summary(att: Attention, query: int) -> Text:
-    """The single strongest link from ``query`` to a non-special token, over all shown heads."""
+    """The strongest link from ``query`` to another (non-special) token over all shown
+    heads; when that is a neighbour (positional heads are common), also the strongest
+    link that reaches further."""
     rows = att.rows(query).copy()  # (N, H, S)
-    special = np.array(att.tokens.special)
-    rows[:, :, special] = -1.0
+    rows[:, :, np.array(att.tokens.special)] = -1.0
     rows[:, :, query] = -1.0
-    n, h, s = np.unravel_index(int(np.argmax(rows)), rows.shape)
-    labels = att.tokens.labels
-    text = Text("strongest link to another word: ")
-    text.append(f"layer {att.layers[n]} head {h}", style="bold")
-    text.append(f"  {labels[query]!r} → {labels[s]!r}  {rows[n, h, s]:.2f}")
+    text = Text()
+    for lead, exclude in (("strongest link to another word", ()), ("beyond the neighbours", (query - 1, query + 1))):
+        candidates = rows.copy()
+        for i in exclude:
+            if 0 <= i < candidates.shape[-1]:
+                candidates[:, :, i] = -1.0
+        n, h, s = np.unravel_index(int(np.argmax(candidates)), candidates.shape)
+        if candidates[n, h, s] < 0:
+            break
+        text.append(f"{lead}: " if not exclude else f"\n{lead}: ")
+        text.append(f"layer {att.layers[n]} head {h}", style="bold")
+        text.append(f"  {att.tokens.labels[query]!r} → {att.tokens.labels[s]!r}  {candidates[n, h, s]:.2f}")
+        if abs(int(s) - query) > 1:
+            break  # the strongest link already reaches past the neighbours
     return text
 
 

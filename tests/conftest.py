@@ -1,0 +1,34 @@
+"""Shared fixtures: the packaged default model, loaded once per session, and tiny
+randomly initialised checkpoints saved into temporary directories."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Tests never touch the network: a Hub id must fail fast, not hang on a timeout.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    from attnviz.models import packaged_model_dir
+
+    return packaged_model_dir()
+
+
+@pytest.fixture(scope="session")
+def own_engine():
+    from attnviz.engines import load_engine
+
+    return load_engine("own", None, "cpu")
+
+
+@pytest.fixture(scope="session")
+def hf_engine():
+    from attnviz.engines import load_engine
+
+    return load_engine("hf", None, "cpu")

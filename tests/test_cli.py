@@ -1,0 +1,220 @@
+"""The attnviz command line, through typer's CliRunner and one real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from attnviz.cli import app
+
+from .helpers import EXAMPLE, save_tiny_bert
+
+runner = CliRunner()
+
+
+def run(*args: str, **env: str):
+    return runner.invoke(app, list(args), env={"NO_COLOR": "1", "COLUMNS": "200", **env})
+
+
+def one_error_line(result, code: int) -> str:
+    assert result.exit_code == code, result.output
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("attnviz: error: ")
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def test_show_prints_every_layer_and_head() -> None:
+    result = run("show", EXAMPLE, "--token", "it")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for layer in range(6):
+        assert f"layer {layer} · 'it' (token 10)" in out
+    assert out.count(" h11 ") == 6
+    # Layer 3, head 1 sends most of "it"'s attention to "animal".
+    layer3 = out.split("layer 3 ·")[1].split("layer 4 ·")[0]
+    h1 = next(line for line in layer3.splitlines() if line.strip().startswith("h1 "))
+    assert "animal 0.64" in h1
+    # The summary names the single strongest link to another word, over all 72 heads.
+    data = json.loads(run("show", EXAMPLE, "--token", "it", "--json").stdout)
+    best = max(
+        (w, layer, head, data["tokens"][i])
+        for layer, heads in enumerate(data["weights"])
+        for head, row in enumerate(heads)
+        for i, w in enumerate(row)
+        if not data["special"][i] and i != data["query_index"]
+    )
+    assert f"strongest link to another word: layer {best[1]} head {best[2]}  'it' → '{best[3]}'  {best[0]:.2f}" in out
+
+
+def test_show_values_prints_numbers(own_engine) -> None:
+    from attnviz.engines import inspect
+
+    result = run("show", EXAMPLE, "--token", "it", "--layer", "3", "--values")
+    assert result.exit_code == 0, result.output
+    assert "layer 4" not in result.stdout
+    tokens = own_engine.tokenize(EXAMPLE)
+    weight = inspect(tokens, own_engine, 3, (10,)).rows(10)[0, 1, 2]
+    assert f"{weight:.2f}".lstrip("0") + "◆" in result.stdout
+
+
+def test_show_json_schema() -> None:
+    result = run("show", EXAMPLE, "--token", "it", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["tokens"][data["query_index"]] == "it"
+    assert data["query_index"] == 10
+    assert (data["model"], data["engine"], data["device"]) == ("all-MiniLM-L6-v2", "own", "cpu")
+    weights = data["weights"]
+    assert len(weights) == 6 and all(len(layer) == 12 for layer in weights)
+    assert all(len(row) == len(data["tokens"]) for layer in weights for row in layer)
+    assert all(abs(sum(row) - 1) < 1e-4 for layer in weights for row in layer)
+    assert weights[3][1][data["tokens"].index("animal")] > 0.6
+
+
+def test_json_engines_agree() -> None:
+    own = json.loads(run("show", EXAMPLE, "--token", "it", "--json").stdout)
+    hf = json.loads(run("show", EXAMPLE, "--token", "it", "--json", "--engine", "hf").stdout)
+    assert hf["engine"] == "hf"
+    diff = max(
+        abs(a - b) for la, lb in zip(own["weights"], hf["weights"]) for ra, rb in zip(la, lb) for a, b in zip(ra, rb)
+    )
+    assert diff <= 1e-5
+
+
+def test_split_word_shows_each_piece() -> None:
+    result = run(
+        "show",
+        "Antidisestablishmentarianism is long",
+        "--token",
+        "antidisestablishmentarianism",
+        "--layer",
+        "0",
+        "--json",
+    )
+    data = json.loads(result.stdout)
+    assert len(data["query_indices"]) > 1
+    assert len(data["pieces_weights"]) == len(data["query_indices"])
+    text = run(
+        "show", "Antidisestablishmentarianism is long", "--token", "antidisestablishmentarianism", "--layer", "0"
+    ).stdout
+    assert f"split into {len(data['query_indices'])} tokens" in text
+
+
+def test_index_and_occurrence() -> None:
+    by_index = json.loads(run("show", "the cat saw the dog", "--index", "4", "--layer", "0", "--json").stdout)
+    by_occurrence = json.loads(
+        run("show", "the cat saw the dog", "--token", "the", "-n", "2", "--layer", "0", "--json").stdout
+    )
+    assert by_index["query_index"] == by_occurrence["query_index"] == 4
+    assert by_index["weights"] == by_occurrence["weights"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["show", "", "--token", "it"], "the sentence is empty"),
+        (["show", EXAMPLE, "--token", "cat"], "'cat' is not in the sentence; its tokens are: 0:[CLS] 1:The"),
+        (["show", "the cat saw the dog", "--token", "the"], "occurs 2 times"),
+        (["show", EXAMPLE, "--token", "it", "--layer", "6"], "layer 6 is out of range: this model has 6 layers"),
+        (["show", EXAMPLE, "--token", "it", "--layer", "two"], "cannot read layer 'two'"),
+        (["show", EXAMPLE, "--index", "99"], "--index 99 is out of range"),
+        (["show", EXAMPLE], "say which token to inspect"),
+        (["show", EXAMPLE, "--token", "it", "--index", "2"], "not both"),
+        (["show", EXAMPLE, "--token", "it", "--engine", "fast"], "unknown engine 'fast'"),
+        (["show", EXAMPLE, "--token", "it", "--device", "tpu"], "device"),
+        (["show", EXAMPLE, "--token", "it", "--model", "/no/such/dir"], "no model directory at '/no/such/dir'"),
+        (["show", EXAMPLE, "--token", "it", "--model", "nobody-xyz/no-such-model"], "could not be downloaded"),
+        (["show", EXAMPLE, "--token", "it", "--bogus"], "No such option: --bogus"),
+        (["show"], "Missing argument"),
+        (["nosuchcommand"], "No such command"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
+    line = one_error_line(run(*args), 2)
+    assert needle in line
+    assert "hint:" in line
+
+
+def test_missing_cuda_is_a_clear_error() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    line = one_error_line(run("show", EXAMPLE, "--token", "it", "--device", "cuda"), 2)
+    assert "CUDA is not available" in line
+
+
+def test_corrupt_models(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "has no config.json" in one_error_line(run("show", EXAMPLE, "-t", "it", "-m", str(empty)), 2)
+
+    bad_json = save_tiny_bert(tmp_path / "bad_json")
+    (bad_json / "config.json").write_text("{not json")
+    assert "cannot read" in one_error_line(run("show", EXAMPLE, "-t", "it", "-m", str(bad_json)), 2)
+
+    truncated = save_tiny_bert(tmp_path / "truncated")
+    weights = truncated / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    for engine in ("own", "hf"):
+        line = one_error_line(run("show", EXAMPLE, "-t", "it", "-m", str(truncated), "-e", engine), 2)
+        assert "truncated" in line or "cannot load" in line
+
+    no_weights = save_tiny_bert(tmp_path / "no_weights")
+    weights = no_weights / "model.safetensors"
+    weights.unlink()
+    assert "has no weights" in one_error_line(run("show", EXAMPLE, "-t", "it", "-m", str(no_weights)), 2)
+
+    bad_tokenizer = save_tiny_bert(tmp_path / "bad_tokenizer")
+    (bad_tokenizer / "tokenizer.json").write_text("[]")
+    assert "tokenizer" in one_error_line(run("show", EXAMPLE, "-t", "it", "-m", str(bad_tokenizer)), 2)
+
+
+def test_tiny_model_directory_works(tmp_path: Path) -> None:
+    save_tiny_bert(tmp_path)
+    result = run("show", EXAMPLE, "--token", "it", "--model", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "2 layers × 3 heads" in result.stdout
+    assert "layer 1 ·" in result.stdout and "layer 2 ·" not in result.stdout
+
+
+def test_debug_shows_the_traceback() -> None:
+    result = run("show", EXAMPLE, "--token", "cat", "--debug")
+    assert result.exit_code != 0
+    assert result.exception is not None and type(result.exception).__name__ == "TokenNotFoundError"
+
+
+def test_version_and_help() -> None:
+    from attnviz import __version__
+
+    assert run("--version").stdout.strip() == f"attnviz {__version__}"
+    assert "--token" in run("show", "--help").stdout
+
+
+def test_installed_entry_point_smoke() -> None:
+    """The console script a user runs, as a real process."""
+    exe = Path(sys.executable).with_name("attnviz")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "attnviz"]
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "160"}
+    done = subprocess.run(
+        [*cmd, "show", EXAMPLE, "--token", "it", "--layer", "3"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "animal 0.64" in done.stdout
+    failed = subprocess.run(
+        [*cmd, "show", EXAMPLE, "--token", "zebra"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert failed.returncode == 2
+    assert failed.stdout == ""
+    assert failed.stderr.count("\n") == 1 and "'zebra' is not in the sentence" in failed.stderr
+    module = subprocess.run([sys.executable, "-m", "attnviz", "--version"], capture_output=True, text=True, timeout=60)
+    assert module.returncode == 0 and module.stdout.startswith("attnviz ")

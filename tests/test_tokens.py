@@ -1,0 +1,106 @@
+"""Finding a word's tokens through the tokenizer's offsets."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnviz.errors import TokenNotFoundError, UsageError
+from attnviz.tokens import Tokens, check_index, find_word, load_tokenizer, tokenize, word_occurrences
+
+from .helpers import EXAMPLE
+
+
+@pytest.fixture(scope="module")
+def tok(minilm_dir):
+    return load_tokenizer(minilm_dir)
+
+
+def test_no_padding_or_truncation(tok) -> None:
+    tokens = tokenize(tok, EXAMPLE)
+    assert tokens.pieces[0] == "[CLS]" and tokens.pieces[-1] == "[SEP]"
+    assert "[PAD]" not in tokens.pieces
+    long = tokenize(tok, "word " * 300)
+    assert len(long) == 302  # the shipped tokenizer.json would have cut this at 128
+
+
+def test_word_is_found_case_insensitively_and_whole(tok) -> None:
+    tokens = tokenize(tok, "With IT, it was It.")
+    # "it" inside "With" is not a match; the three whole-word "it"s are.
+    occurrences = word_occurrences(tokens, "it")
+    assert [tokens.labels[i] for (i,) in occurrences] == ["IT", "it", "It"]
+    assert find_word(tokens, "it", occurrence=2) == occurrences[1]
+
+
+def test_split_word_gives_all_its_pieces(tok) -> None:
+    tokens = tokenize(tok, "Tokenization of antidisestablishmentarianism")
+    pieces = find_word(tokens, "antidisestablishmentarianism")
+    assert len(pieces) > 1
+    assert pieces == tuple(range(pieces[0], pieces[-1] + 1))
+    assert "".join(tokens.labels[i].removeprefix("##") for i in pieces) == "antidisestablishmentarianism"
+    assert all(tokens.labels[i].startswith("##") for i in pieces[1:])
+
+
+def test_repeated_word_needs_an_occurrence(tok) -> None:
+    tokens = tokenize(tok, "the cat saw the dog")
+    with pytest.raises(TokenNotFoundError, match=r"occurs 2 times \(at token 1, 4\)") as info:
+        find_word(tokens, "the")
+    assert "--occurrence 1..2" in (info.value.hint or "")
+    assert find_word(tokens, "the", occurrence=2) == (4,)
+    with pytest.raises(TokenNotFoundError, match="out of range"):
+        find_word(tokens, "the", occurrence=3)
+
+
+def test_missing_word_lists_the_tokens(tok) -> None:
+    tokens = tokenize(tok, "the cat sat")
+    with pytest.raises(TokenNotFoundError) as info:
+        find_word(tokens, "dog")
+    assert "0:[CLS] 1:the 2:cat 3:sat 4:[SEP]" in info.value.message
+
+
+def test_special_and_subword_tokens_by_their_strings(tok) -> None:
+    tokens = tokenize(tok, "the cat sat")
+    assert find_word(tokens, "[SEP]") == (4,)
+    assert find_word(tokens, "[cls]") == (0,)
+
+
+def test_multiword_target(tok) -> None:
+    tokens = tokenize(tok, EXAMPLE)
+    assert [tokens.labels[i] for i in find_word(tokens, "the street")] == ["the", "street"]
+
+
+def test_empty_inputs(tok) -> None:
+    with pytest.raises(UsageError, match="empty"):
+        tokenize(tok, "   ")
+    tokens = tokenize(tok, "the cat")
+    with pytest.raises(TokenNotFoundError):
+        find_word(tokens, "  ")
+
+
+def test_too_long_for_the_model(tok) -> None:
+    with pytest.raises(UsageError, match="reads at most 16"):
+        tokenize(tok, "word " * 20, max_length=16)
+
+
+def test_check_index(tok) -> None:
+    tokens = tokenize(tok, "the cat")
+    assert check_index(tokens, -1) == 3
+    with pytest.raises(TokenNotFoundError, match=r"0\.\.3"):
+        check_index(tokens, 4)
+
+
+def test_labels_mark_word_continuations() -> None:
+    tokens = Tokens(
+        text="unbelievable, it",
+        ids=(1, 2, 3, 4, 5, 6),
+        pieces=("<s>", "un", "believable", ",", "Ġit", "</s>"),
+        offsets=((0, 0), (0, 2), (2, 12), (12, 13), (13, 16), (0, 0)),
+        special=(True, False, False, False, False, True),
+    )
+    assert tokens.labels == ("<s>", "un", "##believable", ",", "it", "</s>")
+    assert find_word(tokens, "it") == (4,)
+    assert find_word(tokens, "unbelievable") == (1, 2)
+
+
+def test_tokens_validate_lengths() -> None:
+    with pytest.raises(ValueError, match="one entry per token"):
+        Tokens(text="a", ids=(1, 2), pieces=("a",), offsets=((0, 1),), special=(False,))
