@@ -218,3 +218,22 @@ def test_installed_entry_point_smoke() -> None:
     assert failed.stderr.count("\n") == 1 and "'zebra' is not in the sentence" in failed.stderr
     module = subprocess.run([sys.executable, "-m", "attnviz", "--version"], capture_output=True, text=True, timeout=60)
     assert module.returncode == 0 and module.stdout.startswith("attnviz ")
+
+
+def test_interrupt_exits_130(capsys: pytest.CaptureFixture[str]) -> None:
+    from attnviz.cli import errors
+
+    with pytest.raises(SystemExit) as info, errors(debug=False):
+        raise KeyboardInterrupt
+    assert info.value.code == 130
+    assert capsys.readouterr().err == "attnviz: error: interrupted\n"
+
+
+def test_unexpected_errors_are_one_line_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    from attnviz.cli import errors
+
+    with pytest.raises(SystemExit) as info, errors(debug=False):
+        raise RuntimeError("CUDA out of memory\nmore detail")
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "RuntimeError: CUDA out of memory" in err and "--debug" in err

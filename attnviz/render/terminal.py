@@ -122,6 +122,7 @@ def token_heatmap(
             pad_edge=False,
             collapse_padding=True,
             show_edge=False,
+            header_style="",  # so the query token (bold) and specials (dim) stand out
         )
         table.add_column("", justify="right", no_wrap=True, width=head_w + 1)
         if first:  # the answer first, the detail after
