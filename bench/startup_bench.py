@@ -1,0 +1,52 @@
+"""How long `attnviz show` takes as a whole process, against `python -c "import torch"`.
+
+The issue's target: the example runs "in about the time it takes Python to import torch".
+Both commands run interleaved in one session (these machines are noisy), several times
+each; we print the medians and their ratio. The hf engine is timed too, for contrast.
+
+    python bench/startup_bench.py [--runs 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+EXAMPLE = "The animal didn't cross the street because it was too tired"
+ATTNVIZ = str(Path(sys.executable).with_name("attnviz"))
+
+COMMANDS = {
+    "import torch": [sys.executable, "-c", "import torch"],
+    "attnviz show (own)": [ATTNVIZ, "show", EXAMPLE, "--token", "it"],
+    "attnviz show (hf)": [ATTNVIZ, "show", EXAMPLE, "--token", "it", "--engine", "hf"],
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    env = {**os.environ, "NO_COLOR": "1", "HF_HUB_OFFLINE": "1"}
+    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    for name, cmd in COMMANDS.items():  # warm the page cache once
+        subprocess.run(cmd, env=env, capture_output=True, check=True)
+    for _ in range(args.runs):
+        for name, cmd in COMMANDS.items():
+            start = time.perf_counter()
+            subprocess.run(cmd, env=env, capture_output=True, check=True)
+            times[name].append(time.perf_counter() - start)
+    med = {name: statistics.median(ts) for name, ts in times.items()}
+    for name, m in med.items():
+        print(f"{name:22s} median {m:6.3f} s  (min {min(times[name]):.3f}, n={args.runs})")
+    base = med["import torch"]
+    print(f"ratio attnviz show (own) / import torch: {med['attnviz show (own)'] / base:.2f}")
+    print(f"ratio attnviz show (hf)  / import torch: {med['attnviz show (hf)'] / base:.2f}")
+
+
+if __name__ == "__main__":
+    main()
