@@ -144,7 +144,7 @@ def test_unsupported_model_type_names_the_supported_families(tmp_path: Path) -> 
         load_engine("own", str(directory), "cpu")
     message = str(info.value)
     assert "'t5'" in message and "--engine hf" in message
-    for model_type in ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra"):
+    for model_type in ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "gpt2"):
         assert model_type in message
 
 
@@ -154,6 +154,7 @@ def test_unsupported_model_type_names_the_supported_families(tmp_path: Path) -> 
         ("albert", {"inner_group_num": 2}),
         ("bert", {"is_decoder": True}),
         ("bert", {"position_embedding_type": "relative_key"}),
+        ("gpt2", {"add_cross_attention": True}),
         ("bert", {"hidden_act": "some_new_activation"}),
     ],
 )

@@ -80,6 +80,17 @@ def _distilbert() -> Any:
     )
 
 
+def _gpt2(**extra: Any) -> Callable[[], Any]:
+    def make() -> Any:
+        from transformers import GPT2Config
+
+        return GPT2Config(
+            vocab_size=VOCAB_SIZE, n_positions=64, n_embd=48, n_layer=2, n_head=3, initializer_range=0.2, **extra
+        )
+
+    return make
+
+
 SPECS: tuple[Spec, ...] = (
     Spec("bert", "bert", _encoder("BertConfig"), "masked", "bert"),
     Spec(
@@ -104,6 +115,14 @@ SPECS: tuple[Spec, ...] = (
         "bert",
     ),
     Spec("electra", "electra", _encoder("ElectraConfig", embedding_size=20), "masked", "bert"),
+    Spec("gpt2", "gpt2", _gpt2(), "causal", "gpt2"),
+    Spec(
+        "gpt2-scaled",
+        "gpt2",
+        _gpt2(scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True, activation_function="gelu"),
+        "causal",
+        "gpt2",
+    ),
 )
 
 SPECS_BY_NAME = {spec.name: spec for spec in SPECS}

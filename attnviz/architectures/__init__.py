@@ -30,6 +30,7 @@ _FAMILIES: dict[str, str] = {
     "distilbert": "distilbert",
     "albert": "albert",
     "electra": "electra",
+    "gpt2": "gpt2",
 }
 
 
