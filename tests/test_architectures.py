@@ -92,6 +92,28 @@ def test_causal_structure(spec: Spec, engines: dict[str, tuple[Engine, Engine]])
             assert float(weights[..., above].min()) > 0
 
 
+@pytest.mark.parametrize("name", ["mistral", "qwen2"])
+def test_sliding_window_hides_old_tokens(name: str, engines: dict[str, tuple[Engine, Engine]]) -> None:
+    own, _ = engines[name]
+    out = own.forward(own.tokenize(SENTENCES[0]))
+    length = out.attentions[0].shape[-1]
+    old = torch.ones(length, length, dtype=torch.bool).tril(-4)  # key j <= i - 4: outside a window of 4
+    windowed = [layer for layer, w in enumerate(own.model.windows) if w is not None]
+    # mistral: every layer; qwen2: layers from max_window_layers=1 on.
+    assert windowed == ([0, 1] if name == "mistral" else [1])
+    for layer, weights in enumerate(out.attentions):
+        hidden = weights[..., old]
+        assert bool((hidden == 0).all()) is (layer in windowed)
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "qwen2"])
+def test_grouped_query_heads(name: str, engines: dict[str, tuple[Engine, Engine]]) -> None:
+    own, hf = engines[name]
+    assert (own.num_heads, own.num_kv_heads) == (hf.num_heads, hf.num_kv_heads) == (4, 2)
+    attn = own.model.blocks[0].attn
+    assert attn.k_proj.out_features == 2 * attn.head_dim  # two key/value heads are stored, not four
+
+
 def test_albert_shares_one_block_across_layers(engines: dict[str, tuple[Engine, Engine]]) -> None:
     model: Any = engines["albert"][0].model
     assert len(model.blocks) == 1 and model.num_layers == 3
@@ -144,13 +166,15 @@ def test_unsupported_model_type_names_the_supported_families(tmp_path: Path) -> 
         load_engine("own", str(directory), "cpu")
     message = str(info.value)
     assert "'t5'" in message and "--engine hf" in message
-    for model_type in ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "gpt2"):
+    for model_type in ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "gpt2", "llama", "qwen2"):
         assert model_type in message
 
 
 @pytest.mark.parametrize(
     ("name", "change"),
     [
+        ("llama", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}}),
+        ("llama", {"rope_parameters": None, "rope_scaling": {"type": "linear", "factor": 2.0}}),
         ("albert", {"inner_group_num": 2}),
         ("bert", {"is_decoder": True}),
         ("bert", {"position_embedding_type": "relative_key"}),
@@ -165,6 +189,14 @@ def test_options_we_do_not_implement_are_refused(
     with pytest.raises(UnsupportedArchitectureError) as info:
         architectures.load(saved[name], config)
     assert "--engine hf" in str(info.value)
+
+
+def test_rope_theta_from_an_older_config_layout(saved: dict[str, Path]) -> None:
+    """transformers 4 wrote rope_theta at the top level; it must mean the same θ."""
+    config = json.loads((saved["llama"] / "config.json").read_text(encoding="utf-8"))
+    theta = config.pop("rope_parameters")["rope_theta"]
+    model: Any = architectures.load(saved["llama"], {**config, "rope_theta": theta, "rope_scaling": None})
+    assert model.config.rope_theta == 500.0
 
 
 def test_architectures_never_import_transformers() -> None:

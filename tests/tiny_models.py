@@ -91,6 +91,29 @@ def _gpt2(**extra: Any) -> Callable[[], Any]:
     return make
 
 
+def _llama_like(cls_name: str, **extra: Any) -> Callable[[], Any]:
+    def make() -> Any:
+        import transformers
+
+        cfg = dict(
+            vocab_size=VOCAB_SIZE,
+            hidden_size=48,
+            intermediate_size=37,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            initializer_range=0.2,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=None,
+        )
+        cfg.update(extra)
+        return getattr(transformers, cls_name)(**cfg)
+
+    return make
+
+
 SPECS: tuple[Spec, ...] = (
     Spec("bert", "bert", _encoder("BertConfig"), "masked", "bert"),
     Spec(
@@ -122,6 +145,30 @@ SPECS: tuple[Spec, ...] = (
         _gpt2(scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True, activation_function="gelu"),
         "causal",
         "gpt2",
+    ),
+    # head_dim 16 != 48 / 4, biases on every projection and the MLP, a non-default θ.
+    Spec(
+        "llama",
+        "llama",
+        _llama_like(
+            "LlamaConfig",
+            head_dim=16,
+            attention_bias=True,
+            mlp_bias=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+        ),
+        "causal",
+        "llama",
+    ),
+    # Sliding window of 4 tokens on every layer.
+    Spec("mistral", "mistral", _llama_like("MistralConfig", sliding_window=4), "causal", "llama"),
+    # q/k/v biases; sliding window of 4 on layer 1 only (max_window_layers=1).
+    Spec(
+        "qwen2",
+        "qwen2",
+        _llama_like("Qwen2Config", use_sliding_window=True, sliding_window=4, max_window_layers=1),
+        "causal",
+        "llama",
     ),
 )
 

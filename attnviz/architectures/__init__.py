@@ -31,6 +31,9 @@ _FAMILIES: dict[str, str] = {
     "albert": "albert",
     "electra": "electra",
     "gpt2": "gpt2",
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "llama",
 }
 
 
