@@ -32,9 +32,5 @@ def structure_notes(causal: bool, num_heads: int, num_kv_heads: int) -> list[str
     if causal:
         notes.append("causal (decoder): each token attends only to itself and earlier tokens")
     if num_kv_heads != num_heads:
-        group = num_heads // num_kv_heads
-        notes.append(
-            f"grouped-query attention: {num_heads} query heads share {num_kv_heads} key/value heads "
-            f"({group} per group, shown as kvN)"
-        )
+        notes.append(f"grouped-query attention: {num_heads} query heads share {num_kv_heads} key/value heads")
     return notes

@@ -19,7 +19,7 @@ from tiny_models import SENTENCES, SPECS, Spec, build_tokenizer, save_tiny
 
 from attnviz import architectures
 from attnviz.architectures import supported_model_types
-from attnviz.engines import _DECODER_TYPES, Engine, load_engine
+from attnviz.engines import _DECODER_TYPES, Engine, inspect, load_engine
 from attnviz.errors import UnsupportedArchitectureError
 
 TOL = 1e-5
@@ -90,6 +90,19 @@ def test_causal_structure(spec: Spec, engines: dict[str, tuple[Engine, Engine]])
             assert bool((weights[..., above] == 0).all())
         else:
             assert float(weights[..., above].min()) > 0
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_inspect_provenance_tells_views_the_structure(spec: Spec, engines: dict[str, tuple[Engine, Engine]]) -> None:
+    """What ``attnviz show --model DIR`` renders from: one Attention with its provenance."""
+    own, _ = engines[spec.name]
+    att = inspect(SENTENCES[0], own, layers="all", queries=[2])
+    p = att.provenance
+    assert (p.architecture, p.engine, p.causal) == (spec.model_type, "own", spec.head == "causal")
+    assert (p.num_heads, p.num_kv_heads) == (own.num_heads, own.num_kv_heads)
+    assert att.weights.shape == (own.num_layers, own.num_heads, 1, len(att.tokens))
+    if p.causal:
+        assert (att.weights[..., 3:] == 0).all()  # token 2 sees tokens 0..2 only
 
 
 @pytest.mark.parametrize("name", ["mistral", "qwen2"])

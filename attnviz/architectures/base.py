@@ -87,9 +87,13 @@ def read_config(model_dir: Path) -> dict[str, Any]:
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ModelLoadError(f"{model_dir} has no config.json", hint="a checkpoint directory needs config.json") from None
+        raise ModelLoadError(
+            f"{model_dir} has no config.json", hint="a checkpoint directory needs config.json"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelLoadError(f"cannot read {path}: {exc}", hint="the file is corrupt; re-download or re-save it") from exc
+        raise ModelLoadError(
+            f"cannot read {path}: {exc}", hint="the file is corrupt; re-download or re-save it"
+        ) from exc
     if not isinstance(config, dict):
         raise ModelLoadError(f"{path} is not a JSON object", hint="the file is corrupt; re-download or re-save it")
     return config
