@@ -68,9 +68,18 @@ def scaled_dot_product_attention(
     return weights @ v, weights  # (B, H, L, Dv), (B, H, L, S)
 
 
-def causal_mask(length: int, device: torch.device | str | None = None) -> Tensor:
-    """(L, L) boolean lower-triangular mask: query i may attend to keys 0..i."""
-    return torch.ones(length, length, dtype=torch.bool, device=device).tril()
+def causal_mask(length: int, device: torch.device | str | None = None, window: int | None = None) -> Tensor:
+    """(L, L) boolean lower-triangular mask: query i may attend to keys 0..i.
+
+    With ``window`` (sliding-window attention, Mistral/Qwen2), only to the last
+    ``window`` keys: i-window < j <= i.
+    """
+    mask = torch.ones(length, length, dtype=torch.bool, device=device).tril()  # (L, L)
+    if window is not None:
+        if window < 1:
+            raise ValueError(f"window={window} must be at least 1")
+        mask = mask.triu(-(window - 1))  # (L, L)
+    return mask
 
 
 def padding_mask(attention_mask: Tensor) -> Tensor:

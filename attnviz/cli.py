@@ -10,6 +10,7 @@ Results go to stdout; errors and diagnostics to stderr, one line each.
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -222,9 +223,37 @@ def show(
         render_show(att, queries, stdout_console(), values=values)
 
 
-def _show_json(att: Any, queries: Sequence[int]) -> str:
-    import json
+@app.command()
+def check(
+    model: ModelOpt = None,
+    sentence: Annotated[
+        list[str] | None, typer.Option("--sentence", "-s", help="Also compare on this sentence (repeatable).")
+    ] = None,
+    device: DeviceOpt = "auto",
+    json_out: JsonOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Prove our multi-head attention exact on a model: run --engine own and transformers
+    on a few sentences and print, per layer, the largest difference of the attention
+    weights (exit status 1 if any exceeds 1e-5)."""
+    with errors(debug):
+        from .check import DEFAULT_SENTENCES, compare_engines
 
+        sentences = (*DEFAULT_SENTENCES, *(sentence or ()))
+        err = stderr_console()
+        if err.is_terminal:  # progress is for people watching, not for logs
+            err.print(f"comparing --engine own with transformers on {len(sentences)} sentences...", style="dim")
+        result = compare_engines(model, sentences, device)
+        if json_out:
+            typer.echo(json.dumps(result.to_dict(), ensure_ascii=False))
+        else:
+            from .render.check_table import render_check
+
+            stdout_console().print(render_check(result))
+    raise typer.Exit(0 if result.passed else 1)
+
+
+def _show_json(att: Any, queries: Sequence[int]) -> str:
     out = att.to_dict(queries[0])
     out["query_indices"] = list(queries)
     if len(queries) > 1:

@@ -168,11 +168,23 @@ class HFEngine(_Base):
                 "transformers returned no attention weights for this model",
                 hint="its attention implementation does not expose weights; try --engine own",
             )
-        hidden: torch.Tensor = out.last_hidden_state
+        hidden = getattr(out, "last_hidden_state", None)
+        if hidden is None:
+            raise EngineError(
+                "transformers returned no last_hidden_state for this model",
+                hint="its base model is not a plain encoder or decoder; try --engine own",
+            )
         return ForwardOutput(hidden_states=hidden, attentions=list(attentions))
 
 
-_DECODER_TYPES = {"gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "phi3", "gpt_neox", "opt"}
+# model_types whose base model is causal, for --engine hf's ``causal`` flag (--engine own
+# reads it from our model). Every causal family of attnviz.architectures must be here:
+# tests/test_architectures.py checks that both engines agree.
+_DECODER_TYPES = {
+    "gpt2", "gpt_neo", "gptj", "gpt_bigcode", "gpt_neox", "codegen", "opt", "bloom", "falcon",
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+    "gemma", "gemma2", "phi", "phi3", "olmo", "olmo2", "starcoder2", "stablelm", "cohere", "granite",
+}  # fmt: skip
 
 
 def _cfg(config: Any, *names: str, default: Any = ...) -> Any:

@@ -237,3 +237,21 @@ def test_unexpected_errors_are_one_line_exit_1(capsys: pytest.CaptureFixture[str
     assert info.value.code == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "RuntimeError: CUDA out of memory" in err and "--debug" in err
+
+
+def test_show_on_a_grouped_query_decoder(tmp_path: Path) -> None:
+    """Decoders say they are causal and mask later tokens; GQA heads name their kv group."""
+    from .tiny_models import SPECS_BY_NAME, save_tiny
+
+    save_tiny(SPECS_BY_NAME["qwen2"], tmp_path)
+    result = run("show", EXAMPLE, "--token", "it", "--model", str(tmp_path), "--layer", "1")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "causal (decoder)" in out and "4 query heads share 2 key/value heads" in out
+    assert "h1 (kv0)" in out and "h2 (kv1)" in out
+    data = json.loads(run("show", EXAMPLE, "--token", "it", "--model", str(tmp_path), "--json").stdout)
+    q = data["query_index"]
+    assert all(w == 0.0 for layer in data["weights"] for row in layer for w in row[q + 1 :])
+    assert data["provenance"]["causal"] is True and data["provenance"]["num_kv_heads"] == 2
+    h0 = next(line for line in out.splitlines() if line.strip().startswith("h0 (kv0)"))
+    assert h0.rstrip().endswith("-")  # the last tokens come after "it": masked

@@ -27,6 +27,15 @@ __all__ = ["AttnModel", "ForwardOutput", "load", "supported_model_types", "read_
 # model_type -> module in this package. Import is lazy: one family per run.
 _FAMILIES: dict[str, str] = {
     "bert": "bert",
+    "roberta": "roberta",
+    "xlm-roberta": "roberta",
+    "distilbert": "distilbert",
+    "albert": "albert",
+    "electra": "electra",
+    "gpt2": "gpt2",
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "llama",
 }
 
 
@@ -58,10 +67,11 @@ def load(model_dir: Path, config: dict[str, Any] | None = None, device: Any = "c
     with torch.device("meta"), _skip_init():
         try:
             model: AttnModel = module.build(config)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, KeyError) as exc:
             from ..errors import ModelLoadError
 
-            raise ModelLoadError(f"{model_dir}/config.json: {exc}", hint="the config is invalid") from exc
+            reason = f"lacks {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise ModelLoadError(f"{model_dir}/config.json: {reason}", hint="the config is invalid") from exc
     tensors = rename(read_weights(model_dir), module.RULES, module.PREFIXES)
     if hasattr(module, "convert"):
         tensors = module.convert(tensors, config)

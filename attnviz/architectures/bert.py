@@ -1,13 +1,21 @@
-"""BERT-family encoder (BERT, MiniLM, ...) built on ``attnviz.attention``.
+"""BERT-family encoder (BERT, MiniLM, ...) built on ``attnviz.attention``, and the
+pieces every BERT-like family reuses (RoBERTa, XLM-R, DistilBERT, ALBERT, ELECTRA).
 
 Post-LayerNorm blocks, as in the original paper:
 
     x = LayerNorm(x + MultiHeadAttention(x))
     x = LayerNorm(x + W_2 · GELU(W_1 · x))
 
-Embeddings are the sum of token, absolute position and token-type embeddings,
-then a LayerNorm. torch only; reads the checkpoint's config.json and weights
-without transformers.
+Embeddings are the sum of token, token-type and absolute position embeddings,
+then a LayerNorm. The families differ only at the edges, and each difference is
+one switch here:
+
+    embedding_size  ALBERT/ELECTRA embed narrower than the blocks, then project up
+    type_vocab_size 0 for DistilBERT, which has no token types
+    position_ids()  RoBERTa counts positions from past its padding index
+    block_index()   ALBERT runs one shared block for every layer
+
+torch only; reads the checkpoint's config.json and weights without transformers.
 """
 
 from __future__ import annotations
@@ -35,9 +43,13 @@ class BertConfig:
     intermediate_size: int = 3072
     hidden_act: str = "gelu"
     max_position_embeddings: int = 512
-    type_vocab_size: int = 2
+    type_vocab_size: int = 2  # 0: no token-type embeddings (DistilBERT)
     layer_norm_eps: float = 1e-12
     position_embedding_type: str = "absolute"
+    embedding_size: int | None = None  # None: embeddings are hidden_size wide
+    pad_token_id: int | None = None
+    is_decoder: bool = False
+    add_cross_attention: bool = False
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_attention_heads:
@@ -49,25 +61,47 @@ class BertConfig:
                 f"position_embedding_type={self.position_embedding_type!r} is not implemented by --engine own",
                 hint="use --engine hf",
             )
+        # A BERT-like stack saved as a decoder (RobertaForCausalLM, ...) masks the future
+        # and may cross-attend; we implement only the encoder.
+        if self.is_decoder or self.add_cross_attention:
+            raise UnsupportedArchitectureError(
+                "this BERT-like checkpoint is configured as a decoder (is_decoder/add_cross_attention), "
+                "which --engine own does not implement",
+                hint="use --engine hf",
+            )
+
+    @property
+    def embedding_width(self) -> int:
+        return self.embedding_size or self.hidden_size
 
     @classmethod
-    def from_dict(cls, config: dict[str, Any]) -> BertConfig:
+    def from_dict(cls, config: dict[str, Any], **overrides: Any) -> BertConfig:
+        """Keep the config.json keys we know; ``overrides`` win (families that name things differently)."""
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in config.items() if k in names and v is not None})
+        values = {k: v for k, v in config.items() if k in names and v is not None}
+        return cls(**{**values, **overrides})
 
 
 class Embeddings(nn.Module):
     def __init__(self, c: BertConfig) -> None:
         super().__init__()
-        self.tokens = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.positions = nn.Embedding(c.max_position_embeddings, c.hidden_size)
-        self.token_types = nn.Embedding(c.type_vocab_size, c.hidden_size)
-        self.norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        width = c.embedding_width
+        self.tokens = nn.Embedding(c.vocab_size, width)
+        self.positions = nn.Embedding(c.max_position_embeddings, width)
+        self.token_types = nn.Embedding(c.type_vocab_size, width) if c.type_vocab_size else None
+        self.norm = nn.LayerNorm(width, eps=c.layer_norm_eps)
+
+    def position_ids(self, input_ids: Tensor) -> Tensor:
+        """(B, S) or broadcastable: absolute positions 0..S-1."""
+        return torch.arange(input_ids.size(1), device=input_ids.device)  # (S,)
 
     def forward(self, input_ids: Tensor) -> Tensor:
-        positions = torch.arange(input_ids.size(1), device=input_ids.device)  # (S,)
-        # A single sentence is segment 0 throughout.
-        x = self.tokens(input_ids) + self.positions(positions) + self.token_types(torch.zeros_like(input_ids))
+        x = self.tokens(input_ids)  # (B, S, E)
+        if self.token_types is not None:
+            # A single sentence is segment 0 throughout.
+            x = x + self.token_types(torch.zeros_like(input_ids))
+        # Summed in transformers' order (tokens, types, positions) so rounding matches too.
+        x = x + self.positions(self.position_ids(input_ids))
         return self.norm(x)  # (B, S, E)
 
 
@@ -76,7 +110,9 @@ class Block(nn.Module):
 
     def __init__(self, c: BertConfig) -> None:
         super().__init__()
-        self.attn = MultiHeadAttention(c.hidden_size, c.num_attention_heads)
+        # head_dim**-0.5, exactly as transformers computes it, so the scores round alike.
+        head_dim = c.hidden_size // c.num_attention_heads
+        self.attn = MultiHeadAttention(c.hidden_size, c.num_attention_heads, scale=head_dim**-0.5)
         self.attn_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.ffn_in = nn.Linear(c.hidden_size, c.intermediate_size)
         self.ffn_out = nn.Linear(c.intermediate_size, c.hidden_size)
@@ -93,24 +129,45 @@ class Block(nn.Module):
 
 
 class BertEncoder(AttnModel):
-    def __init__(self, c: BertConfig) -> None:
+    """Embeddings, an optional projection up to ``hidden_size``, and post-LN blocks.
+
+    Args:
+        c: the config.
+        embed: the embedding module (default: ``Embeddings(c)``).
+        project: put a Linear(embedding_size -> hidden_size) after the embeddings.
+        num_blocks: how many distinct blocks hold weights (default: one per layer).
+    """
+
+    def __init__(
+        self, c: BertConfig, embed: Embeddings | None = None, project: bool = False, num_blocks: int | None = None
+    ) -> None:
         super().__init__()
         self.config = c
         self.num_layers = c.num_hidden_layers
         self.num_heads = self.num_kv_heads = c.num_attention_heads
         self.causal = False
         self.max_positions = c.max_position_embeddings
-        self.embed = Embeddings(c)
-        self.blocks = nn.ModuleList(Block(c) for _ in range(c.num_hidden_layers))
+        self.embed = embed if embed is not None else Embeddings(c)
+        self.project = nn.Linear(c.embedding_width, c.hidden_size) if project else None
+        self.blocks = nn.ModuleList(Block(c) for _ in range(num_blocks or c.num_hidden_layers))
+
+    def block_index(self, layer: int) -> int:
+        """Which of ``self.blocks`` computes layer ``layer``."""
+        return layer
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, max_layer: int | None = None
     ) -> ForwardOutput:
+        # 1. Embeddings (and the projection up to the blocks' width, if any).
         mask = None if attention_mask is None else padding_mask(attention_mask)  # (B, 1, 1, S)
-        x = self.embed(input_ids)
+        x = self.embed(input_ids)  # (B, S, E_emb)
+        if self.project is not None:
+            x = self.project(x)  # (B, S, E)
+        # 2. The layers, each returning its per-head weights.
         attentions: list[Tensor] = []
-        for block in self.blocks[: None if max_layer is None else max_layer + 1]:
-            x, weights = block(x, mask)
+        last = self.num_layers - 1 if max_layer is None else max_layer
+        for layer in range(last + 1):
+            x, weights = self.blocks[self.block_index(layer)](x, mask)
             attentions.append(weights)
         return ForwardOutput(hidden_states=x, attentions=attentions)
 
@@ -119,6 +176,7 @@ def build(config: dict[str, Any]) -> BertEncoder:
     return BertEncoder(BertConfig.from_dict(config))
 
 
+# Names inside one encoder layer, shared by BERT, RoBERTa, XLM-R and ELECTRA.
 RULES = (
     (r"embeddings\.word_embeddings\.(\w+)", r"embed.tokens.\1"),
     (r"embeddings\.position_embeddings\.(\w+)", r"embed.positions.\1"),

@@ -16,6 +16,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from ..heads import head_label, structure_notes
 from ..result import Attention
 
 # viridis at 9 stops (matplotlib's values), interpolated linearly between them.
@@ -35,6 +36,7 @@ _VIRIDIS = np.array(
 )
 _SHADES = " ·░▒▓█"
 MARK = "◆"
+MASKED = "-"  # not "·", which is a shade glyph
 
 
 def colour(weight: float) -> str:
@@ -53,16 +55,9 @@ def shade(weight: float) -> str:
     return _SHADES[min(1 + int(weight * (len(_SHADES) - 1)), len(_SHADES) - 1)]
 
 
-def head_label(head: int, num_heads: int, num_kv_heads: int) -> str:
-    """'h5', or 'h5 kv2' when heads share key/value heads (grouped-query attention)."""
-    if num_kv_heads and num_kv_heads < num_heads:
-        return f"h{head} kv{head // (num_heads // num_kv_heads)}"
-    return f"h{head}"
-
-
 def _cell(weight: float, width: int, *, strongest: bool, values: bool, color: bool, masked: bool) -> Text:
     if masked:
-        return Text("·".center(width), style="dim")
+        return Text(MASKED.center(width), style="dim")
     if values:
         body = f"{weight:.2f}".lstrip("0") if weight < 1 else "1.0"
         body = (body + MARK) if strongest else body
@@ -98,7 +93,7 @@ def token_heatmap(
     """One layer: rows = heads, columns = tokens, cell = weight of ``query`` -> token.
 
     The strongest target of each head is marked with ◆ and named in the last column.
-    For causal models, tokens after the query cannot be attended to and show as ·.
+    For causal models, tokens after the query cannot be attended to and show as -.
     """
     rows = att.rows(query)[att.layer_slot(layer)]  # (H, S)
     labels = att.tokens.labels
@@ -110,7 +105,7 @@ def token_heatmap(
     top_w = max(len(t) for t in tops) + 1
     title = f"layer {layer} · {labels[query]!r} (token {query}) → each token"
     if p.causal:
-        title += " · causal: later tokens (·) are masked"
+        title += f" · causal: later tokens ({MASKED}) are masked"
     tables: list[RenderableType] = []
     for cols in _chunks(widths, max(width - head_w - top_w - 2, 20)):
         first = cols.start == 0
@@ -183,10 +178,14 @@ def summary(att: Attention, query: int) -> Text:
 
 def render_show(att: Attention, queries: tuple[int, ...], console: Console, *, values: bool = False) -> None:
     """Print every kept layer's heatmap for each query token, then a legend and summary."""
-    color = console.color_system is not None
+    # rich keeps a colour system under NO_COLOR but drops background colours, which
+    # would leave blank cells: use the glyph fallback instead.
+    color = console.color_system is not None and not console.no_color
     p = att.provenance
     header = Text(f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads")
     console.print(header, style="dim")
+    for note in structure_notes(p.causal, p.num_heads, p.num_kv_heads):
+        console.print(Text(note, style="dim"))
     if len(queries) > 1:
         pieces = " + ".join(repr(att.tokens.labels[q]) for q in queries)
         console.print(Text(f"the word is split into {len(queries)} tokens ({pieces}); each is shown", style="dim"))

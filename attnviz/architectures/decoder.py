@@ -1,0 +1,86 @@
+"""What the decoder families (GPT-2, Llama/Mistral/Qwen2) share: the pre-norm block
+and the causal stack around it.
+
+    x = x + MultiHeadAttention(Norm_1(x))     (causal: token i sees tokens 0..i)
+    x = x + MLP(Norm_2(x))
+    ...
+    h = Norm_f(x)
+
+The families fill in the norms (LayerNorm / RMSNorm), the MLP (GELU / SwiGLU),
+the embeddings (learned positions / none) and, for rotary models, the q/k transform.
+torch only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import Tensor, nn
+
+from ..attention import MultiHeadAttention, QKTransform, causal_mask, padding_mask
+from .base import AttnModel, ForwardOutput
+
+
+class PreNormBlock(nn.Module):
+    """One pre-norm decoder layer: the norms come before each sub-layer, inside the residual."""
+
+    def __init__(self, attn: MultiHeadAttention, attn_norm: nn.Module, mlp: nn.Module, mlp_norm: nn.Module) -> None:
+        super().__init__()
+        self.attn_norm, self.attn = attn_norm, attn
+        self.mlp_norm, self.mlp = mlp_norm, mlp
+
+    def forward(self, x: Tensor, mask: Tensor, qk_transform: QKTransform | None = None) -> tuple[Tensor, Tensor]:
+        # 1. Self-attention on the normed input, added back to the residual stream.
+        a, weights = self.attn(self.attn_norm(x), mask=mask, qk_transform=qk_transform)  # (B, L, E), (B, H, L, S)
+        x = x + a
+        # 2. The MLP, likewise.
+        x = x + self.mlp(self.mlp_norm(x))
+        return x, weights
+
+
+class DecoderModel(AttnModel):
+    """A causal stack of ``PreNormBlock``s. Subclasses set ``blocks``, ``final_norm``,
+    ``windows`` and the attributes of ``AttnModel``, and implement ``embed``."""
+
+    blocks: nn.ModuleList
+    final_norm: nn.Module
+    windows: Sequence[int | None]  # per layer: sliding-window size, or None for full causal attention
+
+    def embed(self, input_ids: Tensor) -> Tensor:  # pragma: no cover - interface
+        """(B, S) ids -> (B, S, E) input of the first block."""
+        raise NotImplementedError
+
+    def qk_transform(self, input_ids: Tensor, x: Tensor) -> QKTransform | None:
+        """Position information applied to q and k in every layer (rotary models); None here.
+        ``x`` (B, S, E) is the embedded input, for its dtype and device."""
+        return None
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, max_layer: int | None = None
+    ) -> ForwardOutput:
+        """input_ids (B, S), attention_mask (B, S) of 1/0.
+
+        ``hidden_states`` is after the final norm when every layer ran (transformers'
+        ``last_hidden_state``), else the raw output of layer ``max_layer``.
+        """
+        length = input_ids.size(1)
+        # 1. Token (and, for GPT-2, position) embeddings.
+        x = self.embed(input_ids)  # (B, S, E)
+        qk = self.qk_transform(input_ids, x)
+        # 2. One mask per distinct window: causal, limited to the window, and never to padding.
+        masks: dict[int | None, Tensor] = {}
+        for window in set(self.windows):
+            mask = causal_mask(length, input_ids.device, window)[None, None]  # (1, 1, L, S)
+            if attention_mask is not None:
+                mask = mask & padding_mask(attention_mask)  # (B, 1, L, S)
+            masks[window] = mask
+        # 3. The layers, each returning its per-head weights.
+        attentions: list[Tensor] = []
+        last = self.num_layers - 1 if max_layer is None else max_layer
+        for layer in range(last + 1):
+            x, weights = self.blocks[layer](x, masks[self.windows[layer]], qk)
+            attentions.append(weights)
+        # 4. The final norm belongs to the output of the whole stack.
+        if last == self.num_layers - 1:
+            x = self.final_norm(x)
+        return ForwardOutput(hidden_states=x, attentions=attentions)

@@ -1,0 +1,36 @@
+"""Labels for attention heads and the structure notes views show. Stdlib only."""
+
+from __future__ import annotations
+
+
+def kv_group(head: int, num_heads: int, num_kv_heads: int) -> int:
+    """The key/value head that query head ``head`` (0-based) reads under grouped-query
+    attention: query heads g·H/G .. (g+1)·H/G - 1 share key/value head g.
+
+    Raises:
+        ValueError: ``head`` out of range, or G not dividing H.
+    """
+    if num_kv_heads < 1 or num_heads % num_kv_heads:
+        raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
+    if not 0 <= head < num_heads:
+        raise ValueError(f"head {head} is out of range: the model has {num_heads} heads (0..{num_heads - 1})")
+    return head // (num_heads // num_kv_heads)
+
+
+def head_label(head: int, num_heads: int, num_kv_heads: int | None = None) -> str:
+    """'h5' for a head of its own; 'h5 (kv2)' under grouped-query attention, naming the
+    key/value head it shares with the other heads of its group. 0-based, like layers."""
+    if num_kv_heads is None or num_kv_heads == num_heads:
+        kv_group(head, num_heads, num_heads)  # validates the range
+        return f"h{head}"
+    return f"h{head} (kv{kv_group(head, num_heads, num_kv_heads)})"
+
+
+def structure_notes(causal: bool, num_heads: int, num_kv_heads: int) -> list[str]:
+    """One line per structural fact a view of this model's weights should state."""
+    notes: list[str] = []
+    if causal:
+        notes.append("causal (decoder): each token attends only to itself and earlier tokens")
+    if num_kv_heads != num_heads:
+        notes.append(f"grouped-query attention: {num_heads} query heads share {num_kv_heads} key/value heads")
+    return notes

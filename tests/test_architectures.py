@@ -1,0 +1,222 @@
+"""--engine own against transformers, family by family, on tiny saved checkpoints.
+
+Each family's checkpoint is built once per module (tests/tiny_models.py), loaded
+through attnviz's own loading code and through transformers (eager attention), and
+the two must agree on every layer's per-head weights and on the final hidden states.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from attnviz import architectures
+from attnviz.architectures import supported_model_types
+from attnviz.engines import _DECODER_TYPES, Engine, inspect, load_engine
+from attnviz.errors import UnsupportedArchitectureError
+
+from .tiny_models import SENTENCES, SPECS, Spec, build_tokenizer, save_tiny
+
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny")
+    return {spec.name: save_tiny(spec, root / spec.name) for spec in SPECS}
+
+
+@pytest.fixture(scope="module")
+def engines(saved: dict[str, Path]) -> dict[str, tuple[Engine, Engine]]:
+    return {name: (load_engine("own", str(p), "cpu"), load_engine("hf", str(p), "cpu")) for name, p in saved.items()}
+
+
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    assert a.shape == b.shape, f"{tuple(a.shape)} != {tuple(b.shape)}"
+    return float((a.float() - b.float()).abs().max())
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_attention_and_hidden_states_match_transformers(spec: Spec, engines: dict[str, tuple[Engine, Engine]]) -> None:
+    own, hf = engines[spec.name]
+    assert own.files.model_type == spec.model_type
+    assert (own.num_layers, own.num_heads, own.num_kv_heads) == (hf.num_layers, hf.num_heads, hf.num_kv_heads)
+    for sentence in SENTENCES:
+        tokens = own.tokenize(sentence)
+        ours, theirs = own.forward(tokens), hf.forward(tokens)
+        assert len(ours.attentions) == len(theirs.attentions) == own.num_layers
+        for layer, (a, b) in enumerate(zip(ours.attentions, theirs.attentions, strict=True)):
+            assert a.shape == (1, own.num_heads, len(tokens), len(tokens))
+            assert _max_diff(a, b) <= TOL, f"{spec.name} layer {layer}: {sentence!r}"
+        assert _max_diff(ours.hidden_states, theirs.hidden_states) <= TOL, f"{spec.name} hidden: {sentence!r}"
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_padded_batch_matches_transformers(spec: Spec, engines: dict[str, tuple[Engine, Engine]]) -> None:
+    """Two sentences right-padded into one batch: padding masks (and RoBERTa's
+    padding-aware positions) must agree with transformers too."""
+    own, hf = engines[spec.name]
+    rows = [list(own.tokenize(s).ids) for s in SENTENCES[:2]]
+    width = max(map(len, rows))
+    pad = int(own.model.embed.padding_idx) if spec.specials == "roberta" else 0
+    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])  # (2, S)
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])  # (2, S)
+    assert mask.min() == 0, "the sentences must differ in length for this test to mean anything"
+    with torch.inference_mode():
+        ours = own.model(ids, attention_mask=mask)
+        theirs = hf.model(input_ids=ids, attention_mask=mask, output_attentions=True)
+    real = mask.bool()
+    for a, b in zip(ours.attentions, theirs.attentions, strict=True):
+        # Rows of real query tokens; padded queries are not shown by attnviz.
+        assert _max_diff(a.transpose(1, 2)[real], b.transpose(1, 2)[real]) <= TOL
+    assert _max_diff(ours.hidden_states[real], theirs.last_hidden_state[real]) <= TOL
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_causal_structure(spec: Spec, engines: dict[str, tuple[Engine, Engine]]) -> None:
+    own, hf = engines[spec.name]
+    decoder = spec.head == "causal"
+    assert own.causal is hf.causal is decoder
+    out = own.forward(own.tokenize(SENTENCES[0]))
+    above = torch.ones(out.attentions[0].shape[-2:], dtype=torch.bool).triu(1)  # (L, S): keys after the query
+    for weights in out.attentions:
+        if decoder:
+            # Exactly 0, not merely small: a token never sees the future.
+            assert bool((weights[..., above] == 0).all())
+        else:
+            assert float(weights[..., above].min()) > 0
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_inspect_provenance_tells_views_the_structure(spec: Spec, engines: dict[str, tuple[Engine, Engine]]) -> None:
+    """What ``attnviz show --model DIR`` renders from: one Attention with its provenance."""
+    own, _ = engines[spec.name]
+    att = inspect(SENTENCES[0], own, layers="all", queries=[2])
+    p = att.provenance
+    assert (p.architecture, p.engine, p.causal) == (spec.model_type, "own", spec.head == "causal")
+    assert (p.num_heads, p.num_kv_heads) == (own.num_heads, own.num_kv_heads)
+    assert att.weights.shape == (own.num_layers, own.num_heads, 1, len(att.tokens))
+    if p.causal:
+        assert (att.weights[..., 3:] == 0).all()  # token 2 sees tokens 0..2 only
+
+
+@pytest.mark.parametrize("name", ["mistral", "qwen2"])
+def test_sliding_window_hides_old_tokens(name: str, engines: dict[str, tuple[Engine, Engine]]) -> None:
+    own, _ = engines[name]
+    out = own.forward(own.tokenize(SENTENCES[0]))
+    length = out.attentions[0].shape[-1]
+    old = torch.ones(length, length, dtype=torch.bool).tril(-4)  # key j <= i - 4: outside a window of 4
+    windowed = [layer for layer, w in enumerate(own.model.windows) if w is not None]
+    # mistral: every layer; qwen2: layers from max_window_layers=1 on.
+    assert windowed == ([0, 1] if name == "mistral" else [1])
+    for layer, weights in enumerate(out.attentions):
+        hidden = weights[..., old]
+        assert bool((hidden == 0).all()) is (layer in windowed)
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "qwen2"])
+def test_grouped_query_heads(name: str, engines: dict[str, tuple[Engine, Engine]]) -> None:
+    own, hf = engines[name]
+    assert (own.num_heads, own.num_kv_heads) == (hf.num_heads, hf.num_kv_heads) == (4, 2)
+    attn = own.model.blocks[0].attn
+    assert attn.k_proj.out_features == 2 * attn.head_dim  # two key/value heads are stored, not four
+
+
+def test_albert_shares_one_block_across_layers(engines: dict[str, tuple[Engine, Engine]]) -> None:
+    model: Any = engines["albert"][0].model
+    assert len(model.blocks) == 1 and model.num_layers == 3
+    assert [model.block_index(i) for i in range(3)] == [0, 0, 0]
+    assert not any(name.startswith("blocks.1.") for name in model.state_dict())
+    grouped: Any = engines["albert-2groups"][0].model
+    assert len(grouped.blocks) == 2
+    assert [grouped.block_index(i) for i in range(3)] == [0, 0, 1]
+
+
+def test_albert_and_electra_project_narrow_embeddings(engines: dict[str, tuple[Engine, Engine]]) -> None:
+    for name in ("albert", "electra"):
+        model: Any = engines[name][0].model
+        assert model.embed.tokens.embedding_dim == 20
+        assert (model.project.in_features, model.project.out_features) == (20, 48)
+
+
+def test_roberta_reads_positions_past_the_padding_index(engines: dict[str, tuple[Engine, Engine]]) -> None:
+    own, _ = engines["roberta"]
+    model: Any = own.model
+    ids = torch.tensor([[0, 7, 8, 2, 1, 1]])  # <s> w w </s> <pad> <pad>
+    assert model.embed.position_ids(ids).tolist() == [[2, 3, 4, 5, 1, 1]]
+    # 66 position rows, of which the first two are never a real token's.
+    assert own.max_positions == 64
+
+
+def test_decoder_types_cover_our_causal_families() -> None:
+    """engines._DECODER_TYPES decides --engine hf's causal flag; it must agree with ours."""
+    for spec in SPECS:
+        assert (spec.model_type in _DECODER_TYPES) is (spec.head == "causal"), spec.model_type
+
+
+def test_every_registered_family_is_tested() -> None:
+    assert set(supported_model_types()) == {spec.model_type for spec in SPECS}
+
+
+def _config_only_checkpoint(directory: Path, config: dict[str, Any]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    build_tokenizer("bert").save_pretrained(directory)
+    return directory
+
+
+def test_unsupported_model_type_names_the_supported_families(tmp_path: Path) -> None:
+    from transformers import T5Config
+
+    config = T5Config(vocab_size=101, d_model=48, num_layers=2, num_heads=3, d_kv=16, d_ff=37).to_dict()
+    directory = _config_only_checkpoint(tmp_path / "t5", config)
+    with pytest.raises(UnsupportedArchitectureError) as info:
+        load_engine("own", str(directory), "cpu")
+    message = str(info.value)
+    assert "'t5'" in message and "--engine hf" in message
+    for model_type in ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "gpt2", "llama", "qwen2"):
+        assert model_type in message
+
+
+@pytest.mark.parametrize(
+    ("name", "change"),
+    [
+        ("llama", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}}),
+        ("llama", {"rope_parameters": None, "rope_scaling": {"type": "linear", "factor": 2.0}}),
+        ("albert", {"inner_group_num": 2}),
+        ("bert", {"is_decoder": True}),
+        ("bert", {"position_embedding_type": "relative_key"}),
+        ("gpt2", {"add_cross_attention": True}),
+        ("bert", {"hidden_act": "some_new_activation"}),
+    ],
+)
+def test_options_we_do_not_implement_are_refused(
+    name: str, change: dict[str, Any], saved: dict[str, Path], tmp_path: Path
+) -> None:
+    config = {**json.loads((saved[name] / "config.json").read_text(encoding="utf-8")), **change}
+    with pytest.raises(UnsupportedArchitectureError) as info:
+        architectures.load(saved[name], config)
+    assert "--engine hf" in str(info.value)
+
+
+def test_rope_theta_from_an_older_config_layout(saved: dict[str, Path]) -> None:
+    """transformers 4 wrote rope_theta at the top level; it must mean the same θ."""
+    config = json.loads((saved["llama"] / "config.json").read_text(encoding="utf-8"))
+    theta = config.pop("rope_parameters")["rope_theta"]
+    model: Any = architectures.load(saved["llama"], {**config, "rope_theta": theta, "rope_scaling": None})
+    assert model.config.rope_theta == 500.0
+
+
+def test_architectures_never_import_transformers() -> None:
+    from attnviz.architectures import _FAMILIES
+
+    imports = "".join(f"import attnviz.architectures.{m}\n" for m in sorted(set(_FAMILIES.values())))
+    code = "import sys\n" + imports + "print('transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

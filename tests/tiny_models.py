@@ -1,0 +1,236 @@
+"""Tiny, randomly initialised checkpoints of every family --engine own implements.
+
+Each is built with transformers' own config and model classes at odd sizes (hidden
+48, 3 heads, 2 layers; grouped-query models 4 query heads over 2 key/value heads),
+saved with ``save_pretrained`` next to a word-level tokenizer built locally with the
+``tokenizers`` library. Nothing is downloaded. The checkpoints are saved from the
+task-head classes people actually publish (``*ForMaskedLM``, ``*ForCausalLM``), so
+loading also has to strip their prefixes and drop their heads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CORPUS = (
+    "The animal didn't cross the street because it was too tired.",
+    "The cat sat on the mat, and the dog sat by the door.",
+    "A small model can still show where each head looks.",
+    "Attention weights sum to one over the keys.",
+    "She read the book that he gave her yesterday.",
+)
+
+# Sentences for comparing engines: repeated words, punctuation, an unknown word.
+SENTENCES = (
+    "The animal didn't cross the street because it was too tired.",
+    "the cat sat on the mat and the dog sat by the door",
+    "Where does each zebra head look?",
+)
+
+VOCAB_SIZE = 101  # odd on purpose, and larger than the tokenizer's vocabulary
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How to build one tiny checkpoint."""
+
+    name: str  # test id
+    model_type: str
+    make_config: Callable[[], Any]
+    head: str  # "masked" or "causal": which task-head class saves the checkpoint
+    specials: str  # tokenizer style: "bert", "roberta", "gpt2", "llama"
+
+
+def _encoder(cls_name: str, **extra: Any) -> Callable[[], Any]:
+    def make() -> Any:
+        import transformers
+
+        cfg = dict(
+            vocab_size=VOCAB_SIZE,
+            hidden_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=3,
+            intermediate_size=37,
+            max_position_embeddings=64,
+            # Larger than the default 0.02, so heads attend sharply and a wrong
+            # implementation shows up as a large difference, not a rounding error.
+            initializer_range=0.2,
+        )
+        cfg.update(extra)
+        return getattr(transformers, cls_name)(**cfg)
+
+    return make
+
+
+def _distilbert() -> Any:
+    from transformers import DistilBertConfig
+
+    return DistilBertConfig(
+        vocab_size=VOCAB_SIZE,
+        dim=48,
+        n_layers=2,
+        n_heads=3,
+        hidden_dim=37,
+        max_position_embeddings=64,
+        sinusoidal_pos_embds=True,
+        initializer_range=0.2,
+    )
+
+
+def _gpt2(**extra: Any) -> Callable[[], Any]:
+    def make() -> Any:
+        from transformers import GPT2Config
+
+        return GPT2Config(
+            vocab_size=VOCAB_SIZE, n_positions=64, n_embd=48, n_layer=2, n_head=3, initializer_range=0.2, **extra
+        )
+
+    return make
+
+
+def _llama_like(cls_name: str, **extra: Any) -> Callable[[], Any]:
+    def make() -> Any:
+        import transformers
+
+        cfg = dict(
+            vocab_size=VOCAB_SIZE,
+            hidden_size=48,
+            intermediate_size=37,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            initializer_range=0.2,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=None,
+        )
+        cfg.update(extra)
+        return getattr(transformers, cls_name)(**cfg)
+
+    return make
+
+
+SPECS: tuple[Spec, ...] = (
+    Spec("bert", "bert", _encoder("BertConfig"), "masked", "bert"),
+    Spec(
+        "roberta", "roberta", _encoder("RobertaConfig", max_position_embeddings=66, pad_token_id=1), "masked", "roberta"
+    ),
+    Spec(
+        "xlm-roberta",
+        "xlm-roberta",
+        _encoder("XLMRobertaConfig", max_position_embeddings=66, pad_token_id=1, type_vocab_size=1),
+        "masked",
+        "roberta",
+    ),
+    Spec("distilbert", "distilbert", _distilbert, "masked", "bert"),
+    # Three layers over one shared block; embeddings 20 wide, projected up to 48.
+    Spec("albert", "albert", _encoder("AlbertConfig", embedding_size=20, num_hidden_layers=3), "masked", "bert"),
+    # Three layers over two groups: transformers maps layers 0, 1 -> group 0 and 2 -> group 1.
+    Spec(
+        "albert-2groups",
+        "albert",
+        _encoder("AlbertConfig", embedding_size=20, num_hidden_layers=3, num_hidden_groups=2),
+        "masked",
+        "bert",
+    ),
+    Spec("electra", "electra", _encoder("ElectraConfig", embedding_size=20), "masked", "bert"),
+    Spec("gpt2", "gpt2", _gpt2(), "causal", "gpt2"),
+    Spec(
+        "gpt2-scaled",
+        "gpt2",
+        _gpt2(scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True, activation_function="gelu"),
+        "causal",
+        "gpt2",
+    ),
+    # head_dim 16 != 48 / 4, biases on every projection and the MLP, a non-default θ.
+    Spec(
+        "llama",
+        "llama",
+        _llama_like(
+            "LlamaConfig",
+            head_dim=16,
+            attention_bias=True,
+            mlp_bias=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+        ),
+        "causal",
+        "llama",
+    ),
+    # Sliding window of 4 tokens on every layer.
+    Spec("mistral", "mistral", _llama_like("MistralConfig", sliding_window=4), "causal", "llama"),
+    # q/k/v biases; sliding window of 4 on layer 1 only (max_window_layers=1).
+    Spec(
+        "qwen2",
+        "qwen2",
+        _llama_like("Qwen2Config", use_sliding_window=True, sliding_window=4, max_window_layers=1),
+        "causal",
+        "llama",
+    ),
+)
+
+SPECS_BY_NAME = {spec.name: spec for spec in SPECS}
+
+
+def build_tokenizer(specials: str) -> Any:
+    """A word-level ``PreTrainedTokenizerFast`` over CORPUS with the family's special tokens."""
+    from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    tokens: dict[str, list[str]] = {
+        "bert": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+        "roberta": ["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+        "gpt2": ["<|endoftext|>", "<unk>"],
+        "llama": ["<unk>", "<s>", "</s>"],
+    }
+    special = tokens[specials]
+    pre = pre_tokenizers.Whitespace()
+    words: list[str] = []
+    for sentence in CORPUS:
+        for word, _ in pre.pre_tokenize_str(sentence.lower()):
+            if word not in words:
+                words.append(word)
+    vocab = {tok: i for i, tok in enumerate([*special, *words])}
+    unk = next(t for t in special if "unk" in t.lower())
+    tok = Tokenizer(WordLevel(vocab, unk_token=unk))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre
+    tok.add_special_tokens(special)
+    kwargs: dict[str, Any] = {"unk_token": unk}
+    if specials == "bert":
+        tok.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])]
+        )
+        kwargs.update(pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    elif specials == "roberta":
+        tok.post_processor = processors.TemplateProcessing(
+            single="<s> $A </s>", special_tokens=[("<s>", vocab["<s>"]), ("</s>", vocab["</s>"])]
+        )
+        kwargs.update(pad_token="<pad>", bos_token="<s>", eos_token="</s>", mask_token="<mask>")
+    elif specials == "llama":
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
+        kwargs.update(bos_token="<s>", eos_token="</s>")
+    else:  # gpt2: no special tokens added around a sentence
+        kwargs.update(bos_token="<|endoftext|>", eos_token="<|endoftext|>")
+    if len(vocab) > VOCAB_SIZE:
+        raise ValueError(f"the test vocabulary ({len(vocab)}) outgrew VOCAB_SIZE={VOCAB_SIZE}")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, **kwargs)
+
+
+def save_tiny(spec: Spec, directory: Path, seed: int = 0) -> Path:
+    """Build ``spec``'s model with random weights (seeded) and save it with its tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+
+    config = spec.make_config()
+    torch.manual_seed(seed)
+    auto = AutoModelForCausalLM if spec.head == "causal" else AutoModelForMaskedLM
+    model = auto.from_config(config, attn_implementation="eager")
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    build_tokenizer(spec.specials).save_pretrained(directory)
+    return directory
