@@ -249,6 +249,7 @@ def test_pair_table_aligns_targets_by_text() -> None:
     ("module", "forbidden"),
     [
         ("attnviz.metrics", {"torch", "transformers", "rich", "typer", "matplotlib"}),
+        ("attnviz.render.tables", {"torch", "transformers", "typer"}),
     ],
 )
 def test_import_rules(module: str, forbidden: set[str]) -> None:
