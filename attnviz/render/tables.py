@@ -31,8 +31,10 @@ def _weight(value: float, *, color: bool, bold: bool = False) -> Text:
 
 
 def _delta(value: float, *, color: bool) -> Text:
+    if abs(value) < 0.005:
+        return Text("0.00")  # not "-0.00": a sign on a change that rounds away misleads
     text = f"{value:+.2f}"
-    if not color or abs(value) < 0.005:
+    if not color:
         return Text(text)
     return Text(text, style="green" if value > 0 else "red")
 
