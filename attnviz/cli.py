@@ -13,6 +13,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
@@ -221,6 +222,247 @@ def show(
         from .render.terminal import render_show
 
         render_show(att, queries, stdout_console(), values=values)
+
+
+TargetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--target",
+        help="Word to measure the token's attention to (repeatable; pieces summed; every occurrence, "
+        "or WORD:N for the N-th).",
+    ),
+]
+SortOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--sort",
+        "-s",
+        help="weight (first --target, else top weight) | entropy (most focused first) | sink | distance | "
+        "delta (largest change, with --vs) [default: delta with --vs, else weight].",
+        show_default=False,
+    ),
+]
+
+
+PAIRS_LIMIT = 5  # heads shown per pair with --pairs, unless --limit says otherwise
+
+
+@app.command()
+def compare(
+    sentence: Annotated[
+        str | None, typer.Argument(help="The sentence to run through the model.", show_default=False)
+    ] = None,
+    token: TokenOpt = None,
+    target: TargetOpt = None,
+    vs: Annotated[
+        str | None,
+        typer.Option("--vs", help="A second sentence (a minimal pair): per head, the change in each target's weight."),
+    ] = None,
+    pairs: Annotated[
+        Path | None,
+        typer.Option(
+            "--pairs",
+            help="Run every pair of a tab-separated file (sentence_a, sentence_b, token, targets), "
+            f"e.g. samples/minimal_pairs.tsv; {PAIRS_LIMIT} heads each unless --limit.",
+            show_default=False,
+        ),
+    ] = None,
+    occurrence: Occurrence = None,
+    index: IndexOpt = None,
+    top: Annotated[int, typer.Option("--top", "-k", min=1, help="How many strongest targets to list per head.")] = 3,
+    sort: SortOpt = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Show only the first N heads.")] = None,
+    layer: LayerOpt = "all",
+    model: ModelOpt = None,
+    engine: EngineOpt = "own",
+    device: DeviceOpt = "auto",
+    json_out: JsonOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Rank the heads by what one token does: top targets, weight on --target words,
+    entropy, sink, self/prev/next shares, distance; with --vs, the change between two sentences.
+
+    Example: attnviz compare "The animal didn't cross the street because it was too tired" --token it --target animal
+    """
+    with errors(debug):
+        from .metrics import SORT_KEYS
+
+        targets = list(target or [])
+        # Cheap checks first: none of these needs the model.
+        if sort is not None and sort not in SORT_KEYS:
+            raise UsageError(f"cannot sort by {sort!r}", hint="use --sort " + "|".join(SORT_KEYS))
+        if pairs is not None:
+            if sentence is not None or vs is not None or token is not None or targets or index is not None:
+                raise UsageError(
+                    "--pairs takes the sentences, token and targets from the file",
+                    hint="drop the sentence, --vs, --token, --target and --index",
+                )
+            _compare_pairs(pairs, occurrence, top, sort, limit, layer, model, engine, device, json_out)
+            return
+        if sentence is None:
+            raise UsageError("give a sentence (or --pairs FILE)", hint=f'e.g. attnviz compare "{EXAMPLE}" --token it')
+        if vs is not None:
+            if index is not None:
+                raise UsageError("--vs aligns the token by its text", hint="use --token WORD instead of --index")
+            if not targets:
+                raise UsageError("--vs compares the weight on --target words", hint="add --target WORD (repeatable)")
+            if not vs.strip():
+                raise UsageError("the --vs sentence is empty", hint="give the second sentence of the pair")
+        elif sort == "delta":
+            raise UsageError("--sort delta needs two sentences", hint="add --vs SENTENCE, or sort by weight")
+        eng, tokens, queries = prepare(sentence, model, engine, device, token, occurrence, index)
+        if vs is None:
+            from .engines import inspect
+            from .metrics import find_targets, head_table, sort_rows
+
+            find_targets(tokens, targets)  # a missing target fails before the forward pass
+            att = inspect(tokens, eng, layer, queries)
+            rows = sort_rows(head_table(att, queries, targets, top), sort, limit)
+        else:
+            assert token is not None  # prepare() needs --token or --index, and --index was refused
+            att, queries, rows = _pair_rows(eng, tokens, queries, vs, token, occurrence, targets, top, layer)
+            rows = _sorted(rows, sort, limit)
+        if json_out:
+            typer.echo(_compare_json(rows))
+            return
+        _render_compare(stdout_console(), att, queries, rows, sort, vs is not None)
+
+
+def _sorted(rows: list[dict[str, Any]], sort: str | None, limit: int | None) -> list[dict[str, Any]]:
+    from .metrics import sort_rows
+
+    return sort_rows(rows, sort, limit)
+
+
+def _pair_rows(
+    eng: Engine,
+    tokens: Tokens,
+    queries: tuple[int, ...],
+    vs: str,
+    token: str,
+    occurrence: int | None,
+    targets: list[str],
+    top: int,
+    layer: str,
+) -> tuple[Any, tuple[int, ...], list[dict[str, Any]]]:
+    """Both sentences of a minimal pair through one loaded engine -> (A's Attention,
+    A's query positions, unsorted pair rows). Token and targets are found by text in each."""
+    from .engines import inspect
+    from .metrics import find_targets, pair_table
+    from .tokens import find_word
+
+    find_targets(tokens, targets)
+    tokens_vs = eng.tokenize(vs)
+    try:
+        queries_vs = find_word(tokens_vs, token, occurrence)
+    except UsageError as exc:
+        raise type(exc)(exc.message.replace("the sentence", "the --vs sentence"), exc.hint) from None
+    find_targets(tokens_vs, targets, where="the --vs sentence")
+    att = inspect(tokens, eng, layer, queries)
+    att_vs = inspect(tokens_vs, eng, layer, queries_vs)
+    return att, queries, pair_table(att, queries, att_vs, queries_vs, targets, top)
+
+
+def _compare_pairs(
+    path: Path,
+    occurrence: int | None,
+    top: int,
+    sort: str | None,
+    limit: int | None,
+    layer: str,
+    model: str | None,
+    engine: str,
+    device: str,
+    json_out: bool,
+) -> None:
+    """Every pair of a minimal-pairs file through one loaded engine."""
+    from .engines import ENGINES, load_engine
+    from .pairs import read_pairs
+    from .tokens import find_word
+
+    found = read_pairs(path)  # a bad file fails before the model loads
+    if engine not in ENGINES:
+        raise UsageError(f"unknown engine {engine!r}", hint="use --engine own or --engine hf")
+    eng = load_engine(engine, model, device)
+    limit = PAIRS_LIMIT if limit is None else limit
+    everything: list[dict[str, Any]] = []
+    console = None if json_out else stdout_console()
+    for n, pair in enumerate(found, start=1):
+        where = f"{path}:{pair.line}"
+        try:
+            tokens = eng.tokenize(pair.sentence_a)
+            queries = find_word(tokens, pair.token, occurrence)
+            att, queries, rows = _pair_rows(
+                eng, tokens, queries, pair.sentence_b, pair.token, occurrence, list(pair.targets), top, layer
+            )
+        except UsageError as exc:
+            raise type(exc)(f"{where}: {exc.message}", exc.hint) from None
+        rows = _sorted(rows, sort, limit)
+        if console is None:
+            everything += [
+                {"pair": n, "sentence": pair.sentence_a, "sentence_vs": pair.sentence_b, "token": pair.token, **row}
+                for row in rows
+            ]
+            continue
+        from rich.text import Text
+
+        indent = " " * len(f"{n}. ")
+        console.print(Text(f"{n}. A: {pair.sentence_a}\n{indent}B: {pair.sentence_b}", style="bold"))
+        _render_compare(console, att, queries, rows, sort, True, header=n == 1)
+        console.print()
+    if json_out:
+        typer.echo(_compare_json(everything))
+
+
+def _compare_json(rows: Sequence[Any]) -> str:
+    def rounded(value: Any) -> Any:
+        # Six decimals keep float32's precision (as in Attention.to_json).
+        if isinstance(value, float):
+            return round(value, 6)
+        if isinstance(value, dict):
+            return {k: rounded(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [rounded(v) for v in value]
+        return value
+
+    return json.dumps([rounded(row) for row in rows], ensure_ascii=False)
+
+
+def _render_compare(
+    console: Console,
+    att: Any,
+    queries: Sequence[int],
+    rows: Sequence[Any],
+    sort: str | None,
+    pair: bool,
+    header: bool = True,
+) -> None:
+    from rich.text import Text
+
+    from .render.tables import head_rows_table, pair_rows_table
+
+    # NO_COLOR keeps rich's colour system but strips colours: render the plain variant.
+    color = console.color_system is not None and not console.no_color
+    p = att.provenance
+    if header:
+        console.print(
+            Text(f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads"),
+            style="dim",
+        )
+    word = " ".join(att.tokens.labels[q] for q in queries)
+    if len(queries) > 1:
+        console.print(Text(f"{word!r} is split into {len(queries)} tokens: its row is their mean", style="dim"))
+    shown = f"{len(rows)} heads" if len(rows) < len(att.layers) * p.num_heads else "every head"
+    kv = {"num_heads": p.num_heads, "num_kv_heads": p.num_kv_heads, "width": console.width}
+    if pair:
+        title = f"{word!r}: weight on each target in sentence A and B, Δ = B − A, {shown}, largest change first"
+        if sort not in (None, "delta"):
+            title = title.rsplit(",", 1)[0] + f", sorted by {sort}"
+        console.print(pair_rows_table(rows, title=title, color=color, **kv))
+        return
+    by = sort or "weight"
+    title = f"{word!r} → each token, {shown}, sorted by {by}"
+    console.print(head_rows_table(rows, sort_by=by, title=title, color=color, **kv))
 
 
 @app.command()

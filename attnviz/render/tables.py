@@ -1,0 +1,174 @@
+"""Terminal tables of per-head metrics: the rows of ``attnviz.metrics.head_table`` and
+``pair_table`` (plain dicts) in, a rich ``Table`` out. No model, no torch.
+
+Colour is optional (``color=False`` on a pipe or under NO_COLOR): weights then print as
+plain numbers and a change keeps its sign, so nothing is carried by colour alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+
+from .terminal import colour, head_label
+
+
+def _num(value: float, digits: int = 2) -> str:
+    return f"{value:.{digits}f}"
+
+
+def _weight(value: float, *, color: bool, bold: bool = False) -> Text:
+    """A weight in 0..1, on the heatmap's viridis ramp when colour is on."""
+    if not color:
+        return Text(_num(value), style="bold" if bold else "")
+    fg = "black" if value > 0.55 else "white"
+    return Text(_num(value), style=Style(color=fg, bgcolor=colour(value), bold=bold))
+
+
+def _delta(value: float, *, color: bool) -> Text:
+    if abs(value) < 0.005:
+        return Text("0.00")  # not "-0.00": a sign on a change that rounds away misleads
+    text = f"{value:+.2f}"
+    if not color:
+        return Text(text)
+    return Text(text, style="green" if value > 0 else "red")
+
+
+def _top(row: Mapping[str, Any], key: str = "top", stacked: bool = False) -> str:
+    # Stacked (one entry per line) when the line would not fit: rich wraps at any space,
+    # and would split a token from its weight.
+    return ("\n" if stacked else "  ").join(f"{label} {weight:.2f}" for label, weight in row[key])
+
+
+def _stack(
+    rows: Sequence[Mapping[str, Any]], keys: Sequence[str], fixed: int, width: int | None, widest_entry: bool = False
+) -> bool:
+    """Whether the top-k columns (``keys``) overflow ``width`` beside ``fixed`` columns:
+    as one line each, or (``widest_entry``) even with one entry per line."""
+    if width is None or not rows:
+        return False
+    needed = 0
+    for key in keys:
+        cells = [_top(row, key, stacked=widest_entry) for row in rows]
+        needed += max(len(line) for cell in cells for line in cell.split("\n")) + 1
+    return fixed + needed > width
+
+
+def _table() -> Table:
+    # collapse_padding: one space between columns, so the numbers fit beside the top-k
+    # list on an 80-column terminal.
+    return Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
+
+
+def _titled(title: str | None, table: Table, note: str | None = None) -> RenderableType:
+    # Title and note on their own lines: as a Table title/caption they would wrap at the
+    # table's width.
+    parts: list[RenderableType] = [] if title is None else [Text(title, style="italic")]
+    parts.append(table)
+    if note:
+        parts.append(Text(note, style="dim"))
+    return parts[0] if len(parts) == 1 else Group(*parts)
+
+
+def _head(row: Mapping[str, Any], num_heads: int | None, num_kv_heads: int | None) -> str:
+    if num_heads and num_kv_heads:
+        return head_label(int(row["head"]), num_heads, num_kv_heads)
+    return str(row["head"])
+
+
+def head_rows_table(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    sort_by: str | None = None,
+    title: str | None = None,
+    color: bool = True,
+    num_heads: int | None = None,
+    num_kv_heads: int | None = None,
+    width: int | None = None,
+) -> RenderableType:
+    """One line per head: top targets, each --target's weight, entropy and shares.
+
+    ``sort_by`` names the column the rows are ordered by; its header is marked ▼/▲.
+    ``width``: the terminal's; when the top-k list does not fit on one line beside the
+    numbers, its entries go one per line.
+    """
+    targets = list(rows[0]["targets"]) if rows else []
+    k = len(rows[0]["top"]) if rows else 0
+    top_name = f"top {k}" if k > 1 else "top"
+    marks = {"weight": targets[0] if targets else top_name, "entropy": "entropy", "sink": "sink", "distance": "dist"}
+    marked = marks.get(sort_by or "")
+
+    def header(name: str, ascending: bool = False) -> str:
+        return name + (" ▲" if ascending else " ▼") if name == marked else name
+
+    # layer, head, targets, entropy ▲, four shares, dist: each plus one space.
+    fixed = 6 + 5 + sum(max(len(w) + 2, 5) for w in targets) + 10 + 4 * 5 + 6
+    stacked = _stack(rows, ["top"], fixed, width)
+    table = _table()
+    table.add_column("layer", justify="right", no_wrap=True)
+    table.add_column("head", justify="right", no_wrap=True)
+    table.add_column(header(top_name), no_wrap=True)
+    for word in targets:
+        table.add_column(header(word), justify="right", no_wrap=True)
+    table.add_column(header("entropy", ascending=True), justify="right", no_wrap=True)
+    for name in ("sink", "self", "prev", "next"):
+        table.add_column(header(name), justify="right", no_wrap=True)
+    table.add_column(header("dist"), justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(
+            str(row["layer"]),
+            _head(row, num_heads, num_kv_heads),
+            _top(row, stacked=stacked),
+            *(_weight(row["targets"][w], color=color, bold=w == marked) for w in targets),
+            _num(row["entropy"]),
+            *(_num(row[name]) for name in ("sink", "self", "prev", "next")),
+            _num(row["distance"], 1),
+        )
+    return _titled(title, table)
+
+
+def pair_rows_table(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    title: str | None = None,
+    color: bool = True,
+    num_heads: int | None = None,
+    num_kv_heads: int | None = None,
+    width: int | None = None,
+) -> RenderableType:
+    """One line per head of a minimal pair: each target's weight in A and B, the change
+    B - A, and where the token looks in each sentence (stacked when ``width`` is short)."""
+    targets = list(rows[0]["targets"]) if rows else []
+    fixed = 6 + 5 + sum(2 * max(len(w) + 3, 5) + 6 for w in targets)
+    stacked = _stack(rows, ["top", "top_vs"], fixed, width)
+    # Too narrow even stacked: the changes are what this table is for, so the top-k
+    # lists give way (they are in --json, and in the table on a wider terminal).
+    show_top = not (stacked and _stack(rows, ["top", "top_vs"], fixed, width, widest_entry=True))
+    table = _table()
+    table.add_column("layer", justify="right", no_wrap=True)
+    table.add_column("head", justify="right", no_wrap=True)
+    for word in targets:
+        table.add_column(f"{word} A", justify="right", no_wrap=True)
+        table.add_column(f"{word} B", justify="right", no_wrap=True)
+        table.add_column("Δ", justify="right", no_wrap=True)
+    if show_top:
+        table.add_column("top A", no_wrap=True)
+        table.add_column("top B", no_wrap=True)
+    note = None if show_top else "(top targets left out to fit the terminal: widen it, or use --json)"
+    for row in rows:
+        cells: list[Any] = [str(row["layer"]), _head(row, num_heads, num_kv_heads)]
+        for word in targets:
+            cells += [
+                _weight(row["targets"][word], color=color),
+                _weight(row["targets_vs"][word], color=color),
+                _delta(row["delta"][word], color=color),
+            ]
+        if show_top:
+            cells += [_top(row, stacked=stacked), _top(row, "top_vs", stacked=stacked)]
+        table.add_row(*cells)
+    return _titled(title, table, note)

@@ -1,0 +1,169 @@
+"""``attnviz compare`` end to end on the packaged model, checked against transformers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from attnviz.cli import app
+from attnviz.models import resolve
+from attnviz.pairs import read_pairs
+
+TIRED = "The animal didn't cross the street because it was too tired"
+WIDE = "The animal didn't cross the street because it was too wide"
+SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "minimal_pairs.tsv"
+
+runner = CliRunner()
+
+
+def run(*args: str) -> Any:
+    return runner.invoke(app, list(args))
+
+
+def run_json(*args: str) -> list[dict[str, Any]]:
+    result = run(*args, "--json")
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert isinstance(rows, list)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[str, np.ndarray]:
+    """transformers' own it -> word weights per (layer, head), computed without attnviz
+    (beyond locating the packaged checkpoint): positions from the tokenizer's tokens."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    path = str(resolve(None).path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+    out: dict[str, np.ndarray] = {}
+    for name, sentence in (("tired", TIRED), ("wide", WIDE)):
+        enc = tokenizer(sentence, return_tensors="pt")
+        pieces = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
+        with torch.no_grad():
+            attentions = model(**enc, output_attentions=True).attentions
+        weights = torch.stack([a[0] for a in attentions]).numpy()  # (L, H, S, S)
+        it, animal, street = (pieces.index(w) for w in ("it", "animal", "street"))
+        out[f"{name}/animal"] = weights[:, :, it, animal]  # (L, H)
+        out[f"{name}/street"] = weights[:, :, it, street]
+    return out
+
+
+@pytest.mark.parametrize("engine", ["own", "hf"])
+def test_target_ranks_the_strongest_head_first(reference: dict[str, np.ndarray], engine: str) -> None:
+    expected = reference["tired/animal"]
+    layer, head = np.unravel_index(int(np.argmax(expected)), expected.shape)
+    rows = run_json("compare", TIRED, "--token", "it", "--target", "animal", "--engine", engine)
+    assert len(rows) == 6 * 12
+    assert (rows[0]["layer"], rows[0]["head"]) == (layer, head)
+    assert rows[0]["targets"]["animal"] == pytest.approx(float(expected[layer, head]), abs=1e-5)
+    # Every head's weight matches transformers, and the list is sorted by it.
+    for row in rows:
+        assert row["targets"]["animal"] == pytest.approx(float(expected[row["layer"], row["head"]]), abs=1e-5)
+    weights = [row["targets"]["animal"] for row in rows]
+    assert weights == sorted(weights, reverse=True)
+
+
+def test_table_shows_the_top_head(reference: dict[str, np.ndarray]) -> None:
+    expected = reference["tired/animal"]
+    layer, head = np.unravel_index(int(np.argmax(expected)), expected.shape)
+    result = run("compare", TIRED, "--token", "it", "--target", "animal", "--limit", "3")
+    assert result.exit_code == 0, result.stderr
+    assert "\x1b[" not in result.stdout  # not a terminal: no colour codes
+    lines = result.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("layer"))
+    assert "animal ▼" in lines[header] and "entropy" in lines[header] and "sink" in lines[header]
+    first = lines[header + 1].split()
+    assert first[:2] == [str(layer), f"h{head}"]
+    assert f"{expected[layer, head]:.2f}" in lines[header + 1]
+
+
+def test_json_schema_and_options() -> None:
+    rows = run_json("compare", TIRED, "--token", "it", "--layer", "2", "--top", "4", "--sort", "entropy")
+    assert {row["layer"] for row in rows} == {2} and len(rows) == 12
+    for row in rows:
+        assert {"layer", "head", "top", "targets", "entropy", "sink", "self", "prev", "next", "distance"} <= set(row)
+        assert len(row["top"]) == 4
+        assert all(isinstance(t, str) and 0 <= w <= 1 for t, w in row["top"])
+        assert row["targets"] == {}
+        assert 0 <= row["entropy"] <= 1 and 0 <= row["sink"] <= 1
+        assert row["self"] + row["prev"] + row["next"] <= 1 + 1e-6
+    entropies = [row["entropy"] for row in rows]
+    assert entropies == sorted(entropies)
+    limited = run_json("compare", TIRED, "--token", "it", "--limit", "5", "--sort", "sink")
+    assert len(limited) == 5
+    assert [r["sink"] for r in limited] == sorted((r["sink"] for r in limited), reverse=True)
+
+
+def test_vs_deltas_are_the_difference_of_two_runs(reference: dict[str, np.ndarray]) -> None:
+    targets = ["--target", "animal", "--target", "street"]
+    a = {(r["layer"], r["head"]): r for r in run_json("compare", TIRED, "--token", "it", *targets)}
+    b = {(r["layer"], r["head"]): r for r in run_json("compare", WIDE, "--token", "it", *targets)}
+    pair = run_json("compare", TIRED, "--vs", WIDE, "--token", "it", *targets)
+    assert len(pair) == 72
+    for row in pair:
+        key = (row["layer"], row["head"])
+        for word in ("animal", "street"):
+            assert row["targets"][word] == pytest.approx(a[key]["targets"][word], abs=1e-6)
+            assert row["targets_vs"][word] == pytest.approx(b[key]["targets"][word], abs=1e-6)
+            assert row["delta"][word] == pytest.approx(b[key]["targets"][word] - a[key]["targets"][word], abs=2e-6)
+    changes = [max(abs(d) for d in row["delta"].values()) for row in pair]
+    assert changes == sorted(changes, reverse=True)
+    # The largest change, checked against transformers directly.
+    layer, head = pair[0]["layer"], pair[0]["head"]
+    expected = reference["wide/animal"][layer, head] - reference["tired/animal"][layer, head]
+    assert pair[0]["delta"]["animal"] == pytest.approx(float(expected), abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--token", "it", "--target", "zebra"], "target 'zebra' is not in the sentence; its tokens are: 0:[CLS]"),
+        (["--token", "it", "--target", "the:3"], "'the' occurs 2 times"),
+        (["--token", "it", "--vs", "The animal was tired", "--target", "street"], "not in the --vs sentence"),
+        (["--token", "because", "--vs", "The animal was tired", "--target", "animal"], "not in the --vs sentence"),
+        (["--token", "it", "--vs", WIDE], "--vs compares the weight on --target words"),
+        (["--token", "it", "--sort", "size"], "cannot sort by 'size'"),
+        (["--token", "it", "--sort", "delta"], "--sort delta needs two sentences"),
+        (["--index", "9", "--vs", WIDE, "--target", "animal"], "--vs aligns the token by its text"),
+        (["--token", "it", "--pairs", "samples/minimal_pairs.tsv"], "--pairs takes the sentences"),
+    ],
+)
+def test_errors_exit_2_with_one_line(args: list[str], message: str) -> None:
+    result = run("compare", TIRED, *args)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("attnviz: error: ")
+    assert message in result.stderr
+
+
+def test_samples_file_parses_and_every_pair_runs() -> None:
+    pairs = read_pairs(SAMPLES)
+    assert 8 <= len(pairs) <= 12
+    rows = run_json("compare", "--pairs", str(SAMPLES), "--limit", "1", "--layer", "3")
+    assert [row["pair"] for row in rows] == list(range(1, len(pairs) + 1))
+    for row, pair in zip(rows, pairs):
+        assert row["sentence"] == pair.sentence_a and row["sentence_vs"] == pair.sentence_b
+        assert list(row["delta"]) == list(pair.targets)
+    # The first pair of the file is the README's example: same numbers either way.
+    direct = run_json("compare", TIRED, "--vs", WIDE, "--token", "it", "--target", "animal", "--target", "street")
+    first = next(r for r in direct if r["layer"] == 3)
+    assert rows[0]["delta"] == first["delta"]
+
+
+def test_pairs_file_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("sentence_a\tsentence_b\ttoken\ttargets\nonly one column\n")
+    result = run("compare", "--pairs", str(bad))
+    assert result.exit_code == 2 and f"{bad}:2: expected 4 tab-separated columns, found 1" in result.stderr
+    missing = tmp_path / "missing.tsv"
+    missing.write_text(f"sentence_a\tsentence_b\ttoken\ttargets\n{TIRED}\t{WIDE}\tit\tanimal,zebra\n")
+    result = run("compare", "--pairs", str(missing))
+    assert result.exit_code == 2 and f"{missing}:2: target 'zebra' is not in the sentence" in result.stderr

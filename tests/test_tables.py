@@ -1,0 +1,51 @@
+"""attnviz.render.tables on hand-made rows: colour only when asked, fits narrow terminals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from attnviz.render.tables import head_rows_table, pair_rows_table
+
+ROW: dict[str, Any] = {
+    "layer": 5,
+    "head": 11,
+    "top": [["animal", 0.65], ["[CLS]", 0.15], ["tired", 0.04]],
+    "top_index": [2, 0, 13],
+    "targets": {"animal": 0.65, "street": 0.02},
+    "entropy": 0.5,
+    "sink": 0.17,
+    "self": 0.03,
+    "prev": 0.01,
+    "next": 0.01,
+    "distance": 7.4,
+}
+PAIR = {**ROW, "targets_vs": {"animal": 0.5, "street": 0.04}, "delta": {"animal": -0.15, "street": 0.02}}
+PAIR["top_vs"] = [["animal", 0.5], ["[CLS]", 0.23], ["street", 0.04]]
+
+
+def render(renderable: Any, width: int, color: bool) -> str:
+    console = Console(record=True, width=width, force_terminal=color, color_system="truecolor" if color else None)
+    console.print(renderable)
+    return console.export_text(styles=color)
+
+
+def test_colour_only_when_asked() -> None:
+    coloured = render(head_rows_table([ROW], sort_by="weight", color=True), 140, color=True)
+    plain = render(head_rows_table([ROW], sort_by="weight", color=False), 140, color=False)
+    assert "\x1b[" in coloured and "\x1b[" not in plain
+    line = next(line for line in plain.splitlines() if line.lstrip().startswith("5"))
+    assert line.split()[:8] == ["5", "11", "animal", "0.65", "[CLS]", "0.15", "tired", "0.04"]
+    assert "animal ▼" in plain
+
+
+def test_narrow_terminal_stacks_or_drops_top_lists() -> None:
+    narrow = render(head_rows_table([ROW], width=80, color=False), 80, color=False)
+    assert max(len(line.rstrip()) for line in narrow.splitlines()) <= 80
+    assert any(line.strip() == "[CLS] 0.15" for line in narrow.splitlines())  # one entry per line
+    pair = render(pair_rows_table([PAIR], width=80, color=False), 80, color=False)
+    assert "-0.15" in pair and "+0.02" in pair
+    assert "top targets left out" in pair and "top A" not in pair
+    wide = render(pair_rows_table([PAIR], width=160, color=False), 160, color=False)
+    assert "top A" in wide and "animal 0.50  [CLS] 0.23" in wide
