@@ -126,7 +126,7 @@ def test_missing_tensor_is_a_clear_error(tmp_path: Path) -> None:
 
     save_tiny_bert(tmp_path)
     tensors = load_file(tmp_path / "model.safetensors")
-    del tensors["encoder.layer.1.attention.self.key.weight"]
+    del tensors["bert.encoder.layer.1.attention.self.key.weight"]  # saved from BertForMaskedLM
     save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ModelLoadError, match=r"lacks weights.*blocks\.1\.attn\.k_proj\.weight"):
         load_engine("own", str(tmp_path), "cpu")
