@@ -293,7 +293,7 @@ def test_overwrite_replaces_the_file(att: Attention, it: int, tmp_path: Path) ->
 def test_renderer_imports_no_model_or_cli_code() -> None:
     code = (
         "import sys, attnviz.render.image\n"
-        "print(sorted(m for m in ('torch', 'transformers', 'typer') if m in sys.modules))\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'typer', 'rich') if m in sys.modules))\n"
         "print('matplotlib.pyplot' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -33,8 +33,7 @@ from matplotlib.patches import Rectangle
 
 from ..errors import UsageError
 from ..result import Attention, atomic_write
-from . import IMAGE_FORMATS
-from .terminal import head_label
+from . import IMAGE_FORMATS, head_label
 
 FORMATS = IMAGE_FORMATS
 DEFAULT_DPI = 150

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..result import Attention
+from . import head_label  # shared with render.image, which must not pay for importing rich
 
 # viridis at 9 stops (matplotlib's values), interpolated linearly between them.
 _VIRIDIS = np.array(
@@ -50,13 +51,6 @@ def shade(weight: float) -> str:
     if weight <= 0.0:
         return " "
     return _SHADES[min(1 + int(weight * (len(_SHADES) - 1)), len(_SHADES) - 1)]
-
-
-def head_label(head: int, num_heads: int, num_kv_heads: int) -> str:
-    """'h5', or 'h5 kv2' when heads share key/value heads (grouped-query attention)."""
-    if num_kv_heads and num_kv_heads < num_heads:
-        return f"h{head} kv{head // (num_heads // num_kv_heads)}"
-    return f"h{head}"
 
 
 def _cell(weight: float, width: int, *, strongest: bool, values: bool, color: bool, masked: bool) -> Text:
