@@ -32,7 +32,7 @@ from matplotlib.image import AxesImage
 from matplotlib.patches import Rectangle
 
 from ..errors import UsageError
-from ..result import Attention, atomic_write
+from ..result import Attention, atomic_write, check_writable
 from . import IMAGE_FORMATS, head_label
 
 FORMATS = IMAGE_FORMATS
@@ -135,13 +135,12 @@ def token_figure(att: Attention, query: int, layers: Sequence[int] | None = None
         ax = fig.add_axes(grid.rect(i))
         image = _heatmap(ax, data, None if mask is None else np.broadcast_to(mask, data.shape))
         ax.set_title(f"layer {layer}", fontsize=8, pad=3, loc="left")
-        r, c = divmod(i, ncols)
         # Label each grid axis once: tokens under the bottom panel of each column, heads
         # left of the first column.
         bottom_of_column = i + ncols >= len(layers)
         _ticks(ax, "x", short, cell_w, show=bottom_of_column, bold=(query,), dim=att.tokens.special)
-        _ticks(ax, "y", head_names, cell_h, show=c == 0)
-    assert image is not None  # layers is never empty: att.layers has at least one
+        _ticks(ax, "y", head_names, cell_h, show=i % ncols == 0)
+    assert image is not None  # layers is not empty (checked above)
     _colorbar(fig, grid, image)
     return fig
 
@@ -208,8 +207,6 @@ def save_figure(fig: Figure, path: Path, dpi: int = DEFAULT_DPI) -> None:
     Raises:
         OutputError: the extension is not .png/.svg/.pdf, or the file cannot be written.
     """
-    from ..result import check_writable
-
     path = check_writable(Path(path), FORMATS)
     if not 10 <= dpi <= 2400:
         raise UsageError(f"dpi {dpi} is out of range", hint="use a dpi between 10 and 2400 (e.g. 150 or 300)")
