@@ -317,11 +317,9 @@ def _write_token_image(att: Attention, queries: Sequence[int], path: Path, dpi: 
     if len(queries) > 1:
         # One figure per token would multiply files; the first piece is the word's head.
         pieces = " + ".join(repr(att.tokens.labels[q]) for q in queries)
-        stderr_console().print(
+        sys.stderr.write(
             f"note: the word is split into {len(queries)} tokens ({pieces}); the image shows the first "
-            f"(use --index for another)",
-            style="dim",
-            markup=False,
+            "(use --index for another)\n"
         )
     save_figure(token_figure(att, queries[0]), path, dpi)
     _wrote(path)
