@@ -196,3 +196,12 @@ def test_help_does_not_import_matplotlib_or_torch(argv: list[str]) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "LOADED []" in out
     assert "Usage" in out
+
+
+def test_split_word_exports_its_first_piece_and_says_so(runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "u.png"
+    result = runner.invoke(app, ["export", "They walked in unhurried silence", "-t", "unhurried", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    note = [line for line in result.stderr.splitlines() if line.startswith("note:")]
+    assert len(note) == 1 and "'un'" in note[0] and "the first" in note[0]
+    assert out.exists()
