@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from .engines import Engine
+    from .result import Attention
     from .tokens import Tokens
 
 EXAMPLE = "The animal didn't cross the street because it was too tired"
@@ -205,6 +206,9 @@ def show(
     device: DeviceOpt = "auto",
     values: Annotated[bool, typer.Option("--values", help="Print each weight in its cell.")] = False,
     json_out: JsonOpt = False,
+    png: Annotated[
+        Path | None, typer.Option("--png", help="Also write the heatmaps to this PNG file.", show_default=False)
+    ] = None,
     debug: DebugOpt = False,
 ) -> None:
     """Show, head by head, where one token puts its attention.
@@ -213,15 +217,118 @@ def show(
     """
     with errors(debug):
         from .engines import inspect
+        from .result import check_writable
 
+        if png is not None:
+            # Before any model work: a typo in the path should cost nothing.
+            if png.suffix.lower() != ".png":
+                raise UsageError(
+                    f"--png writes PNG, but {str(png)!r} does not end in .png",
+                    hint=f"for SVG or PDF use attnviz export ... -o {png.with_suffix('.svg').name}",
+                )
+            check_writable(png, (".png",))
         eng, tokens, queries = prepare(sentence, model, engine, device, token, occurrence, index)
         att = inspect(tokens, eng, layer, queries)
         if json_out:
             typer.echo(_show_json(att, queries))
-            return
-        from .render.terminal import render_show
+        else:
+            from .render.terminal import render_show
 
-        render_show(att, queries, stdout_console(), values=values)
+            render_show(att, queries, stdout_console(), values=values)
+        if png is not None:
+            _write_token_image(att, queries, png, DPI_DEFAULT)
+
+
+DPI_DEFAULT = 150
+ViewOpt = Annotated[
+    str, typer.Option("--view", help="token: heads × tokens for one token, per layer; matrix: query × key per head.")
+]
+ImageLayerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--layer",
+        "-l",
+        help="Layer(s), 0-based: N, N,M, A-B or all [default: all for --view token; the middle layer for matrix].",
+        show_default=False,
+    ),
+]
+
+
+@app.command()
+def export(
+    sentence: Sentence,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Image file: .png, .svg or .pdf.", show_default=False)],
+    token: TokenOpt = None,
+    occurrence: Occurrence = None,
+    index: IndexOpt = None,
+    view: ViewOpt = "token",
+    layer: ImageLayerOpt = None,
+    dpi: Annotated[int, typer.Option("--dpi", min=10, max=2400, help="Pixels per inch (PNG; images in SVG/PDF).")] = (
+        DPI_DEFAULT
+    ),
+    model: ModelOpt = None,
+    engine: EngineOpt = "own",
+    device: DeviceOpt = "auto",
+    debug: DebugOpt = False,
+) -> None:
+    """Write per-head attention heatmaps to a PNG, SVG or PDF file.
+
+    --view token (default) draws, for the chosen token, heads × tokens in each layer on one
+    colour scale. --view matrix draws the full query × key matrix of each head of ONE layer
+    (default: the middle layer); --token is optional there and outlines that token's row.
+
+    Example: attnviz export "The animal didn't cross the street because it was too tired" --token it -o it.png
+    """
+    with errors(debug):
+        from .engines import inspect, parse_layers
+        from .render import IMAGE_FORMATS
+        from .result import check_writable
+
+        # Everything a user can get wrong without a model is checked before loading one
+        # (and before importing matplotlib).
+        check_writable(output, IMAGE_FORMATS)
+        if view not in ("token", "matrix"):
+            raise UsageError(f"unknown view {view!r}", hint="use --view token or --view matrix")
+        if view == "matrix" and layer is not None and layer.strip().lower() == "all":
+            raise UsageError("the matrix view draws one layer", hint="give --layer N (default: the middle layer)")
+        picked = token is not None or index is not None
+        eng, tokens, queries = prepare(
+            sentence, model, engine, device, token, occurrence, index, need_query=view == "token" or picked
+        )
+        if view == "token":
+            att = inspect(tokens, eng, layer, queries)
+            _write_token_image(att, queries, output, dpi)
+            return
+        chosen = parse_layers(layer, eng.num_layers) if layer is not None else (eng.num_layers // 2,)
+        if len(chosen) != 1:
+            raise UsageError(
+                f"the matrix view draws one layer, not {len(chosen)}",
+                hint="give --layer N, or use --view token for several layers",
+            )
+        from .render.image import matrix_figure, save_figure
+
+        att = inspect(tokens, eng, chosen, None)  # every query row: the whole matrix
+        save_figure(matrix_figure(att, chosen[0], highlight=queries), output, dpi)
+        _wrote(output)
+
+
+def _write_token_image(att: Attention, queries: Sequence[int], path: Path, dpi: int) -> None:
+    from .render.image import save_figure, token_figure
+
+    if len(queries) > 1:
+        # One figure per token would multiply files; the first piece is the word's head.
+        pieces = " + ".join(repr(att.tokens.labels[q]) for q in queries)
+        sys.stderr.write(
+            f"note: the word is split into {len(queries)} tokens ({pieces}); the image shows the first "
+            "(use --index for another)\n"
+        )
+    save_figure(token_figure(att, queries[0]), path, dpi)
+    _wrote(path)
+
+
+def _wrote(path: Path) -> None:
+    # The file is the result; a confirmation is a diagnostic, so stderr (stdout may be --json).
+    sys.stderr.write(f"wrote {path}\n")
 
 
 TargetOpt = Annotated[

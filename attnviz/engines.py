@@ -15,7 +15,7 @@ import contextlib
 import io
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import DeviceError, EngineError, ModelLoadError, UsageError
@@ -255,6 +255,30 @@ def parse_layers(spec: str | int | Sequence[int] | None, num_layers: int) -> tup
     return tuple(out)
 
 
+# Below this many multiply-adds a CPU forward pass runs on one thread: a sentence through a
+# small model (MiniLM: ~0.3 G) takes ~15 ms on one core, while the default thread pool, on a
+# machine whose other cores are busy, was measured to spin for up to 0.5 s.
+_ONE_THREAD_MACS = 2_000_000_000
+
+
+@contextlib.contextmanager
+def _cpu_threads_for(engine: Engine, num_tokens: int) -> Iterator[None]:
+    """Run a small CPU forward pass on one thread; leave everything else as it is."""
+    import torch
+
+    model = getattr(engine, "model", None)
+    params = sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else None
+    if engine.device.type != "cpu" or params is None or params * num_tokens > _ONE_THREAD_MACS:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def inspect(
     sentence: str | Tokens,
     engine: Engine,
@@ -271,7 +295,8 @@ def inspect(
     tokens = engine.tokenize(sentence) if isinstance(sentence, str) else sentence
     chosen = parse_layers(layers, engine.num_layers)
     rows = tuple(range(len(tokens))) if queries is None else tuple(queries)
-    out = engine.forward(tokens, max_layer=max(chosen))
+    with _cpu_threads_for(engine, len(tokens)):
+        out = engine.forward(tokens, max_layer=max(chosen))
     stacked = torch.stack([out.attentions[i][0] for i in chosen])  # (N, H, S, S)
     picked = stacked[:, :, list(rows), :]  # (N, H, Q, S)
     weights = picked.to(device="cpu", dtype=torch.float32).numpy().astype(np.float32, copy=False)

@@ -1,0 +1,54 @@
+"""Small CPU forward passes run on one thread (the export's speed on busy machines
+depends on it), and the process's thread setting is restored afterwards."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+import attnviz.engines as engines
+
+EXAMPLE = "The animal didn't cross the street because it was too tired"
+
+
+@pytest.fixture(scope="module")
+def engine() -> engines.Engine:
+    return engines.load_engine("own", None, "cpu")
+
+
+@pytest.fixture(autouse=True)
+def _keep_thread_setting() -> Iterator[None]:
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def _threads_during_forward(engine: engines.Engine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    seen: list[int] = []
+    real = engine.forward
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "forward", spy)
+    return seen
+
+
+def test_small_pass_uses_one_thread_and_restores(engine: engines.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.set_num_threads(2)
+    seen = _threads_during_forward(engine, monkeypatch)
+    engines.inspect(EXAMPLE, engine)
+    assert seen == [1]
+    assert torch.get_num_threads() == 2
+
+
+def test_large_pass_keeps_the_thread_pool(engine: engines.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.set_num_threads(2)
+    monkeypatch.setattr(engines, "_ONE_THREAD_MACS", 0)
+    seen = _threads_during_forward(engine, monkeypatch)
+    engines.inspect(EXAMPLE, engine)
+    assert seen == [2]

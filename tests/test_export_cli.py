@@ -1,0 +1,207 @@
+"""`attnviz export` and `attnviz show --png`: files written, errors before any model work,
+atomic failure, and no matplotlib for --help."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+from typer.testing import CliRunner
+
+import attnviz.engines
+from attnviz.cli import app
+from attnviz.result import Attention
+
+EXAMPLE = "The animal didn't cross the street because it was too tired"
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def no_model(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records (and refuses) any attempt to load a model."""
+    calls: list[str] = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        calls.append("load_engine")
+        raise RuntimeError("the model must not be loaded for this error")
+
+    monkeypatch.setattr(attnviz.engines, "load_engine", refuse)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("name", "magic"), [("heads.png", b"\x89PNG"), ("heads.svg", b"<?xml"), ("heads.pdf", b"%PDF")]
+)
+def test_export_writes_the_format_of_the_extension(runner: CliRunner, tmp_path: Path, name: str, magic: bytes) -> None:
+    out = tmp_path / name
+    result = runner.invoke(app, ["export", EXAMPLE, "--token", "it", "-o", str(out), "--engine", "own"])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes().startswith(magic)
+    assert result.stdout == ""  # diagnostics go to stderr
+    assert result.stderr.strip() == f"wrote {out}"
+
+
+def test_export_dpi_sets_the_pixel_size(runner: CliRunner, tmp_path: Path) -> None:
+    sizes = []
+    for dpi in ("100", "200"):
+        out = tmp_path / f"d{dpi}.png"
+        assert runner.invoke(app, ["export", EXAMPLE, "-t", "it", "-o", str(out), "--dpi", dpi]).exit_code == 0
+        sizes.append(struct.unpack(">II", out.read_bytes()[16:24]))
+    (w1, h1), (w2, h2) = sizes
+    assert w2 in (2 * w1, 2 * w1 + 1) and h2 in (2 * h1, 2 * h1 + 1)
+
+
+def test_export_one_layer_token_view(runner: CliRunner, tmp_path: Path) -> None:
+    one, every = tmp_path / "one.png", tmp_path / "all.png"
+    assert runner.invoke(app, ["export", EXAMPLE, "-t", "it", "-o", str(one), "--layer", "5"]).exit_code == 0
+    assert runner.invoke(app, ["export", EXAMPLE, "-t", "it", "-o", str(every)]).exit_code == 0
+    # Six panels on a 2 × 3 grid make a taller image than one panel.
+    assert mpimg.imread(every).shape[0] > mpimg.imread(one).shape[0] * 1.5
+
+
+def test_export_matrix_view_defaults_to_the_middle_layer(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn: list[tuple[int, tuple[int, ...], int]] = []
+    import attnviz.render.image as image
+
+    real = image.matrix_figure
+
+    def spy(att: Attention, layer: int, highlight: tuple[int, ...] = ()) -> Figure:
+        drawn.append((layer, tuple(highlight), len(att.queries)))
+        return real(att, layer, highlight)
+
+    monkeypatch.setattr(image, "matrix_figure", spy)
+    out = tmp_path / "m.png"
+    result = runner.invoke(app, ["export", EXAMPLE, "--view", "matrix", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert drawn == [(3, (), 15)]  # 6 layers: layer 3; every one of the 15 query rows
+    result = runner.invoke(app, ["export", EXAMPLE, "--view", "matrix", "-t", "it", "-l", "-1", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert drawn[-1] == (5, (10,), 15)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-o", "{tmp}/missing/heads.png"], "does not exist"),
+        (["-o", "{tmp}/heads.jpg"], "extension"),
+        (["-o", "{tmp}/heads.png", "--view", "cube"], "unknown view"),
+        (["-o", "{tmp}/heads.png", "--view", "matrix", "--layer", "all"], "one layer"),
+    ],
+)
+def test_bad_output_fails_before_loading_a_model(
+    runner: CliRunner, tmp_path: Path, no_model: list[str], args: list[str], message: str
+) -> None:
+    argv = ["export", EXAMPLE, "-t", "it", *[a.replace("{tmp}", str(tmp_path)) for a in args]]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    assert no_model == []
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("attnviz: error:") and message in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_directory_in_the_way_fails_before_loading_a_model(
+    runner: CliRunner, tmp_path: Path, no_model: list[str]
+) -> None:
+    (tmp_path / "heads.png").mkdir()
+    result = runner.invoke(app, ["export", EXAMPLE, "-t", "it", "-o", str(tmp_path / "heads.png")])
+    assert result.exit_code == 2 and "is a directory" in result.stderr and no_model == []
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may write anywhere")
+def test_unwritable_directory_fails_before_loading_a_model(
+    runner: CliRunner, tmp_path: Path, no_model: list[str]
+) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    result = runner.invoke(app, ["export", EXAMPLE, "-t", "it", "-o", str(locked / "a.png")])
+    assert result.exit_code == 2 and "permission denied" in result.stderr and no_model == []
+
+
+def test_show_png_checks_the_path_first(runner: CliRunner, tmp_path: Path, no_model: list[str]) -> None:
+    result = runner.invoke(app, ["show", EXAMPLE, "-t", "it", "--png", str(tmp_path / "heads.svg")])
+    assert result.exit_code == 2 and no_model == []
+    assert "attnviz export" in result.stderr  # the hint says where SVG comes from
+
+
+def test_show_png_writes_the_image_and_the_terminal_view(runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "heads.png"
+    result = runner.invoke(app, ["show", EXAMPLE, "-t", "it", "-l", "0", "--png", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "layer 0" in result.stdout
+    assert out.read_bytes().startswith(b"\x89PNG")
+    assert f"wrote {out}" in result.stderr
+
+
+def test_failed_export_leaves_the_old_file(runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "heads.png"
+    out.write_bytes(b"precious")
+
+    def broken(self: Figure, fname: object, *args: object, **kwargs: object) -> None:
+        Path(str(fname)).write_bytes(b"half")
+        raise RuntimeError("renderer crashed")
+
+    monkeypatch.setattr(Figure, "savefig", broken)
+    result = runner.invoke(app, ["export", EXAMPLE, "-t", "it", "-o", str(out)])
+    assert result.exit_code == 1
+    assert "renderer crashed" in result.stderr
+    assert out.read_bytes() == b"precious"
+    assert list(tmp_path.iterdir()) == [out]
+
+
+def test_exported_token_view_matches_the_json(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """End to end: the weights drawn by `export` are the ones `show --json` reports."""
+    import json
+
+    import attnviz.render.image as image
+
+    figures: list[Figure] = []
+    real = image.token_figure
+
+    def keep(*args: object, **kwargs: object) -> Figure:
+        figures.append(real(*args, **kwargs))  # type: ignore[arg-type]
+        return figures[-1]
+
+    monkeypatch.setattr(image, "token_figure", keep)
+    assert runner.invoke(app, ["export", EXAMPLE, "-t", "it", "-o", str(tmp_path / "a.png")]).exit_code == 0
+    shown = json.loads(runner.invoke(app, ["show", EXAMPLE, "-t", "it", "--json"]).stdout)["weights"]  # (N, H, S)
+    drawn = [np.asarray(ax.images[0].get_array()) for ax in figures[0].axes if ax.images]
+    np.testing.assert_allclose(np.stack(drawn), np.array(shown), atol=1e-6)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["export", "--help"], ["show", "--help"]])
+def test_help_does_not_import_matplotlib_or_torch(argv: list[str]) -> None:
+    code = (
+        "import sys\n"
+        "from attnviz.cli import main\n"
+        f"sys.argv = ['attnviz', *{argv!r}]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('LOADED', sorted(m for m in ('matplotlib', 'torch', 'transformers') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "LOADED []" in out
+    assert "Usage" in out
+
+
+def test_split_word_exports_its_first_piece_and_says_so(runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "u.png"
+    result = runner.invoke(app, ["export", "They walked in unhurried silence", "-t", "unhurried", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    note = [line for line in result.stderr.splitlines() if line.startswith("note:")]
+    assert len(note) == 1 and "'un'" in note[0] and "the first" in note[0]
+    assert out.exists()
