@@ -32,8 +32,9 @@ from matplotlib.image import AxesImage
 from matplotlib.patches import Rectangle
 
 from ..errors import UsageError
+from ..heads import head_label
 from ..result import Attention, atomic_write, check_writable
-from . import IMAGE_FORMATS, head_label
+from . import IMAGE_FORMATS
 
 FORMATS = IMAGE_FORMATS
 DEFAULT_DPI = 150

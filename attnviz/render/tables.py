@@ -15,7 +15,8 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from .terminal import colour, head_label
+from ..heads import head_label
+from .terminal import colour
 
 
 def _num(value: float, digits: int = 2) -> str:

@@ -18,7 +18,6 @@ from rich.text import Text
 
 from ..heads import head_label, structure_notes
 from ..result import Attention
-from . import head_label  # shared with render.image, which must not pay for importing rich
 
 # viridis at 9 stops (matplotlib's values), interpolated linearly between them.
 _VIRIDIS = np.array(
