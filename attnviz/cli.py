@@ -292,6 +292,11 @@ def export(
         if view == "matrix" and layer is not None and layer.strip().lower() == "all":
             raise UsageError("the matrix view draws one layer", hint="give --layer N (default: the middle layer)")
         picked = token is not None or index is not None
+        if view == "token" and not picked:
+            raise UsageError(
+                "say which token to draw",
+                hint="add --token WORD (or --index K), or use --view matrix for whole matrices",
+            )
         eng, tokens, queries = prepare(
             sentence, model, engine, device, token, occurrence, index, need_query=view == "token" or picked
         )

@@ -113,6 +113,14 @@ def test_bad_output_fails_before_loading_a_model(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_token_view_without_a_token_points_to_the_matrix_view(
+    runner: CliRunner, tmp_path: Path, no_model: list[str]
+) -> None:
+    result = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "heads.png")])
+    assert result.exit_code == 2 and no_model == []
+    assert "say which token to draw" in result.stderr and "--view matrix" in result.stderr
+
+
 def test_a_directory_in_the_way_fails_before_loading_a_model(
     runner: CliRunner, tmp_path: Path, no_model: list[str]
 ) -> None:
