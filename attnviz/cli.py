@@ -397,7 +397,7 @@ def compare(
     Example: attnviz compare "The animal didn't cross the street because it was too tired" --token it --target animal
     """
     with errors(debug):
-        from .metrics import SORT_KEYS
+        from .metrics import SORT_KEYS, sort_rows
 
         targets = list(target or [])
         # Cheap checks first: none of these needs the model.
@@ -425,7 +425,7 @@ def compare(
         eng, tokens, queries = prepare(sentence, model, engine, device, token, occurrence, index)
         if vs is None:
             from .engines import inspect
-            from .metrics import find_targets, head_table, sort_rows
+            from .metrics import find_targets, head_table
 
             find_targets(tokens, targets)  # a missing target fails before the forward pass
             att = inspect(tokens, eng, layer, queries)
@@ -433,17 +433,11 @@ def compare(
         else:
             assert token is not None  # prepare() needs --token or --index, and --index was refused
             att, queries, rows = _pair_rows(eng, tokens, queries, vs, token, occurrence, targets, top, layer)
-            rows = _sorted(rows, sort, limit)
+            rows = sort_rows(rows, sort, limit)
         if json_out:
             typer.echo(_compare_json(rows))
             return
         _render_compare(stdout_console(), att, queries, rows, sort, vs is not None)
-
-
-def _sorted(rows: list[dict[str, Any]], sort: str | None, limit: int | None) -> list[dict[str, Any]]:
-    from .metrics import sort_rows
-
-    return sort_rows(rows, sort, limit)
 
 
 def _pair_rows(
@@ -489,6 +483,7 @@ def _compare_pairs(
 ) -> None:
     """Every pair of a minimal-pairs file through one loaded engine."""
     from .engines import ENGINES, load_engine
+    from .metrics import sort_rows
     from .pairs import read_pairs
     from .tokens import find_word
 
@@ -509,7 +504,7 @@ def _compare_pairs(
             )
         except UsageError as exc:
             raise type(exc)(f"{where}: {exc.message}", exc.hint) from None
-        rows = _sorted(rows, sort, limit)
+        rows = sort_rows(rows, sort, limit)
         if console is None:
             everything += [
                 {"pair": n, "sentence": pair.sentence_a, "sentence_vs": pair.sentence_b, "token": pair.token, **row}
