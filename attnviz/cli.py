@@ -154,19 +154,25 @@ def stderr_console() -> Console:
     return Console(stderr=True, highlight=False)
 
 
-def pick_queries(tokens: Tokens, token: str | None, occurrence: int | None, index: int | None) -> tuple[int, ...]:
-    """The token positions the user asked for with --token/--occurrence or --index."""
-    from .tokens import check_index, find_word
-
+def check_query_args(token: str | None, occurrence: int | None, index: int | None, required: bool = True) -> None:
+    """The --token/--occurrence/--index combinations, checked before any model work."""
     if token is not None and index is not None:
         raise UsageError("give --token or --index, not both", hint="--token WORD picks by text, --index K by position")
+    if index is not None and occurrence is not None:
+        raise UsageError("--occurrence goes with --token, not --index", hint="drop --occurrence")
+    if required and token is None and index is None:
+        raise UsageError("say which token to inspect", hint="add --token WORD (or --index K)")
+
+
+def pick_queries(tokens: Tokens, token: str | None, occurrence: int | None, index: int | None) -> tuple[int, ...]:
+    """The token positions asked for with --token/--occurrence or --index (none: ())."""
+    from .tokens import check_index, find_word
+
     if token is not None:
         return find_word(tokens, token, occurrence)
     if index is not None:
-        if occurrence is not None:
-            raise UsageError("--occurrence goes with --token, not --index", hint="drop --occurrence")
         return (check_index(tokens, index),)
-    raise UsageError("say which token to inspect", hint="add --token WORD (or --index K)")
+    return ()
 
 
 def prepare(
@@ -180,17 +186,14 @@ def prepare(
     need_query: bool = True,
 ) -> tuple[Engine, Tokens, tuple[int, ...]]:
     """Validate cheap inputs, load the engine, tokenize, pick the query tokens."""
-    from .engines import ENGINES, load_engine
+    from .engines import load_engine
 
     if not sentence.strip():
         raise UsageError("the sentence is empty", hint=f'give some text, e.g. attnviz show "{EXAMPLE}" --token it')
-    if engine not in ENGINES:
-        raise UsageError(f"unknown engine {engine!r}", hint="use --engine own or --engine hf")
-    if need_query and token is None and index is None:
-        raise UsageError("say which token to inspect", hint="add --token WORD (or --index K)")
+    check_query_args(token, occurrence, index, required=need_query)
     eng = load_engine(engine, model, device)
     tokens = eng.tokenize(sentence)
-    queries = pick_queries(tokens, token, occurrence, index) if need_query else ()
+    queries = pick_queries(tokens, token, occurrence, index)
     return eng, tokens, queries
 
 
@@ -298,7 +301,7 @@ def export(
                 hint="add --token WORD (or --index K), or use --view matrix for whole matrices",
             )
         eng, tokens, queries = prepare(
-            sentence, model, engine, device, token, occurrence, index, need_query=view == "token" or picked
+            sentence, model, engine, device, token, occurrence, index, need_query=view == "token"
         )
         if view == "token":
             att = inspect(tokens, eng, layer, queries)
@@ -482,14 +485,12 @@ def _compare_pairs(
     json_out: bool,
 ) -> None:
     """Every pair of a minimal-pairs file through one loaded engine."""
-    from .engines import ENGINES, load_engine
+    from .engines import load_engine
     from .metrics import sort_rows
     from .pairs import read_pairs
     from .tokens import find_word
 
     found = read_pairs(path)  # a bad file fails before the model loads
-    if engine not in ENGINES:
-        raise UsageError(f"unknown engine {engine!r}", hint="use --engine own or --engine hf")
     eng = load_engine(engine, model, device)
     limit = PAIRS_LIMIT if limit is None else limit
     everything: list[dict[str, Any]] = []
