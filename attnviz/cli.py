@@ -26,6 +26,7 @@ except ImportError:  # pragma: no cover - older typer on top of click
 
 from . import __version__
 from .errors import AttnvizError, UsageError
+from .render import DEFAULT_DPI, IMAGE_FORMATS  # constants only: no matplotlib
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -239,10 +240,9 @@ def show(
 
             render_show(att, queries, stdout_console(), values=values)
         if png is not None:
-            _write_token_image(att, queries, png, DPI_DEFAULT)
+            _write_token_image(att, queries, png, DEFAULT_DPI)
 
 
-DPI_DEFAULT = 150
 ViewOpt = Annotated[
     str, typer.Option("--view", help="token: heads × tokens for one token, per layer; matrix: query × key per head.")
 ]
@@ -267,7 +267,7 @@ def export(
     view: ViewOpt = "token",
     layer: ImageLayerOpt = None,
     dpi: Annotated[int, typer.Option("--dpi", min=10, max=2400, help="Pixels per inch (PNG; images in SVG/PDF).")] = (
-        DPI_DEFAULT
+        DEFAULT_DPI
     ),
     model: ModelOpt = None,
     engine: EngineOpt = "own",
@@ -284,7 +284,6 @@ def export(
     """
     with errors(debug):
         from .engines import inspect, parse_layers
-        from .render import IMAGE_FORMATS
         from .result import check_writable
 
         # Everything a user can get wrong without a model is checked before loading one

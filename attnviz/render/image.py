@@ -34,10 +34,8 @@ from matplotlib.patches import Rectangle
 from ..errors import UsageError
 from ..heads import head_label
 from ..result import Attention, atomic_write, check_writable
-from . import IMAGE_FORMATS
+from . import DEFAULT_DPI, IMAGE_FORMATS
 
-FORMATS = IMAGE_FORMATS
-DEFAULT_DPI = 150
 CMAP = "viridis"  # perceptually uniform and readable with the common colour-vision deficiencies
 MASKED = "#d0d0d0"  # light grey: not on the viridis ramp, so a masked cell never reads as a weight
 
@@ -208,7 +206,7 @@ def save_figure(fig: Figure, path: Path, dpi: int = DEFAULT_DPI) -> None:
     Raises:
         OutputError: the extension is not .png/.svg/.pdf, or the file cannot be written.
     """
-    path = check_writable(Path(path), FORMATS)
+    path = check_writable(Path(path), IMAGE_FORMATS)
     if not 10 <= dpi <= 2400:
         raise UsageError(f"dpi {dpi} is out of range", hint="use a dpi between 10 and 2400 (e.g. 150 or 300)")
     fmt = path.suffix.lower().lstrip(".")
