@@ -111,6 +111,16 @@ class Attention:
             return head_label(slot, p.num_heads, p.num_kv_heads)
         return f"h{slot}"
 
+    def query_span(self, slot: int) -> tuple[int, ...]:
+        """Positions in ``tokens`` that query slot ``slot`` stands for: its own position,
+        or every token (word) whose rows were averaged into it."""
+        if self.query_pieces is None:
+            return (self.queries[slot],)
+        if self.key_pieces is None:
+            return self.query_pieces[slot]
+        word_of = {i: w for w, group in enumerate(self.key_pieces) for i in group}
+        return tuple(sorted({word_of[i] for i in self.query_pieces[slot]}))
+
     def pieces_of_query(self, slot: int) -> tuple[int, ...]:
         """Source token positions averaged into query slot ``slot``."""
         if self.query_pieces is not None:

@@ -338,17 +338,13 @@ def apply(
     4. head aggregates over the transformed per-head rows, then the rollout slot, passed
        through steps 2-3 itself, appended last.
 
-    ``query_groups`` are token positions in ``att.tokens`` (before words). With
-    ``view.rollout``, ``att`` holds full matrices of layers 0..k and ``layers`` and the
-    positions of ``query_groups`` pick what is kept; otherwise ``att`` holds just those.
+    ``query_groups`` are token positions in ``att.tokens`` (before words); they and
+    ``layers`` pick what is kept (None / no groups: everything ``att`` holds). With
+    ``view.rollout``, ``att`` must hold the full matrices of layers 0..k.
     """
     queries: list[int] | None = sorted({int(p) for g in query_groups for p in g}) or None
-    rolled = None
-    if view.rollout:
-        rolled = select(rollout(att), layers, queries)
-        att = select(att, layers, queries)
-    elif layers is not None:
-        att = select(att, layers, None)
+    rolled = select(rollout(att), layers, queries) if view.rollout else None
+    att = select(att, layers, queries)
 
     def reading(a: Attention) -> Attention:
         if view.hide_special:
