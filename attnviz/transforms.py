@@ -49,6 +49,11 @@ ROLLOUT_STEP = "rollout: per layer the head mean A, (A + I)/2 with rows renormal
 # --- words ---------------------------------------------------------------------------
 
 
+def step_tags(att: Attention) -> list[str]:
+    """The short name of each step (the text before its colon), for titles."""
+    return [step.split(":", 1)[0] for step in att.steps]
+
+
 def word_groups(tokens: Tokens) -> tuple[tuple[int, ...], ...]:
     """The tokens of each word, in order (a partition of 0..S-1).
 
@@ -164,7 +169,7 @@ def merge_query(att: Attention, positions: Sequence[int]) -> Attention:
         weights=weights,
         queries=tuple(att.queries[s] for s in keep),
         query_pieces=query_pieces,
-        steps=(*att.steps, f"query {labels!r}: the mean of the rows of its {len(positions)} tokens"),
+        steps=(*att.steps, f"query {labels!r} averaged: the mean of the rows of its {len(positions)} tokens"),
     )
 
 
@@ -183,7 +188,9 @@ def hide_special(att: Attention, renorm: bool = True) -> Attention:
     if renorm:
         total = weights.sum(-1, keepdims=True)
         weights = np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
-    step = "special tokens set aside as keys" + (", rows renormalised over the rest" if renorm else ", raw mass kept")
+    step = "specials set aside: " + (
+        "weight 0 as keys, rows renormalised over the rest" if renorm else "weight 0 as keys, raw mass kept"
+    )
     return dataclasses.replace(
         att,
         weights=weights.astype(np.float32),
@@ -211,7 +218,7 @@ def head_aggregates(att: Attention, kinds: Sequence[str]) -> Attention:
     if not slots:
         return att
     extra = np.stack(slots, axis=1).astype(np.float32)  # (N, K, Q, S)
-    step = " and ".join(f"{k} over the {att.model_heads} heads" for k in kinds) + " per layer, as extra rows"
+    step = f"head {', '.join(kinds)}: over the {att.model_heads} heads of each layer, as extra rows"
     return dataclasses.replace(
         att,
         weights=np.concatenate([att.weights, extra], axis=1),

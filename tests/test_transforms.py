@@ -199,7 +199,7 @@ def test_apply_orders_the_steps() -> None:
     r = r / r.sum(-1, keepdims=True)
     rr = (r[2] + r[3]) / 2
     np.testing.assert_allclose(out.weights[0, 5, 0], [rr[0], rr[1], rr[2] + rr[3], rr[4], rr[5], rr[6]], atol=1e-5)
-    assert out.steps[0].startswith("special tokens") and "rollout" in out.steps[-1]
+    assert out.steps[0].startswith("specials set aside") and "rollout" in out.steps[-1]
 
 
 def test_transformed_attention_survives_npz_and_json(tmp_path) -> None:
