@@ -43,16 +43,22 @@ def test_show_prints_every_layer_and_head() -> None:
     layer3 = out.split("layer 3 ·")[1].split("layer 4 ·")[0]
     h1 = next(line for line in layer3.splitlines() if line.strip().startswith("h1 "))
     assert "animal 0.64" in h1
-    # The summary names the single strongest link to another word, over all 72 heads.
+    # The summary names the five strongest links over all 72 heads, leaving out special
+    # tokens, punctuation, "it" itself and its neighbours; recomputed here from the JSON.
     data = json.loads(run("show", EXAMPLE, "--token", "it", "--json").stdout)
-    best = max(
-        (w, layer, head, data["tokens"][i])
-        for layer, heads in enumerate(data["weights"])
-        for head, row in enumerate(heads)
-        for i, w in enumerate(row)
-        if not data["special"][i] and i != data["query_index"]
-    )
-    assert f"strongest link to another word: layer {best[1]} head {best[2]}  'it' → '{best[3]}'  {best[0]:.2f}" in out
+    q = data["query_index"]
+    best = sorted(
+        ((-w, layer, head, i) for layer, heads in enumerate(data["weights"]) for head, row in enumerate(heads)
+         for i, w in enumerate(row)
+         if not data["special"][i] and abs(i - q) > 1 and any(c.isalnum() for c in data["tokens"][i])),
+    )[:5]  # fmt: skip
+    summary = out.split("strongest links of 'it', not to special tokens, punctuation or neighbours:")[1]
+    lines = [line.split() for line in summary.strip().splitlines()]
+    assert len(lines) == 5
+    for (w, layer, head, i), line in zip(best, lines):
+        assert line == ["layer", str(layer), "head", str(head), "→", repr(data["tokens"][i]), f"{-w:.2f}"]
+    # The example's coreference heads surface without any --target.
+    assert "layer 3 head 1   → 'animal'" in summary and "layer 5 head 11  → 'animal'" in summary
 
 
 def test_show_values_prints_numbers(own_engine) -> None:
