@@ -299,6 +299,32 @@ def select(att: Attention, layers: Sequence[int] | None = None, queries: Sequenc
 # --- the whole view ----------------------------------------------------------------
 
 
+def parse_heads(spec: str | Sequence[str | int] | None) -> tuple[tuple[int, ...] | None, tuple[str, ...]]:
+    """'1,11' -> ((1, 11), ()); 'mean' -> (None, ('mean',)); '1,11,max' -> ((1, 11), ('max',)).
+
+    Head indices (0-based) pick model heads to draw; "mean" and "max" add per-layer
+    aggregates over all of the model's heads. None or "all" -> (None, ()).
+
+    Raises:
+        ValueError: an item that is neither a head index nor an aggregate's name.
+    """
+    if spec is None:
+        return None, ()
+    items = [str(x).strip().lower() for x in (spec.split(",") if isinstance(spec, str) else spec)]
+    heads: list[int] = []
+    kinds: list[str] = []
+    for item in items:
+        if not item or item == "all":
+            continue
+        if item in HEAD_AGGREGATES:
+            kinds.append(item)
+        elif item.isdigit():
+            heads.append(int(item))
+        else:
+            raise ValueError(f"cannot read head {item!r}: give head numbers (0-based) and/or mean, max")
+    return (tuple(dict.fromkeys(heads)) or None), tuple(dict.fromkeys(kinds))
+
+
 @dataclass(frozen=True)
 class View:
     """What to do to the raw weights before showing them (the CLI's reading options).

@@ -250,3 +250,14 @@ def test_words_and_rollout_against_transformers(own_engine, hf_engine) -> None:
     r = _rollout_by_hand(w, 5)[they]
     r = np.concatenate([r[:council], [r[council] + r[council + 1]], r[council + 2 :]])
     np.testing.assert_allclose(out.weights[0, 12, 0], r, atol=1e-5)
+
+
+def test_parse_heads() -> None:
+    assert transforms.parse_heads("1,11") == ((1, 11), ())
+    assert transforms.parse_heads("mean") == (None, ("mean",))
+    assert transforms.parse_heads(" 3, max ,mean,3") == ((3,), ("max", "mean"))
+    assert transforms.parse_heads("all") == (None, ()) and transforms.parse_heads(None) == (None, ())
+    with pytest.raises(ValueError, match="cannot read head 'median'"):
+        transforms.parse_heads("median")
+    with pytest.raises(ValueError, match="cannot read head '-1'"):
+        transforms.parse_heads("-1")
