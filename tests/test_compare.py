@@ -14,7 +14,9 @@ from attnviz.cli import app
 from attnviz.models import resolve
 from attnviz.pairs import read_pairs
 
-TIRED = "The animal didn't cross the street because it was too tired"
+from .conftest import EXAMPLE
+
+TIRED = EXAMPLE
 WIDE = "The animal didn't cross the street because it was too wide"
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "minimal_pairs.tsv"
 

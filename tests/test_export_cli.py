@@ -19,7 +19,7 @@ import attnviz.engines
 from attnviz.cli import app
 from attnviz.result import Attention
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
+from .conftest import EXAMPLE
 
 
 @pytest.fixture

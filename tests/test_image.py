@@ -22,7 +22,8 @@ from attnviz.render.image import MASKED, matrix_figure, save_figure, token_figur
 from attnviz.result import Attention, Provenance
 from attnviz.tokens import Tokens
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
+from .conftest import EXAMPLE
+
 LONG = (
     "When the committee finally published its long-awaited report on the river, the fishermen who had "
     "waited for years read every page, because it described, in careful and unhurried detail, how the "

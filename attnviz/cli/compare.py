@@ -50,7 +50,8 @@ SortOpt = Annotated[
 @app.command()
 def compare(
     sentence: Annotated[
-        str | None, typer.Argument(help="The sentence to run through the model.", show_default=False)
+        str | None,
+        typer.Argument(metavar="SENTENCE", help="The sentence to run through the model.", show_default=False),
     ] = None,
     token: TokenOpt = None,
     target: TargetOpt = None,

@@ -26,7 +26,9 @@ class SortKey(str, Enum):
     delta = "delta"
 
 
-Sentence = Annotated[str, typer.Argument(help="The sentence to run through the model.", show_default=False)]
+Sentence = Annotated[
+    str, typer.Argument(metavar="SENTENCE", help="The sentence to run through the model.", show_default=False)
+]
 TokenOpt = Annotated[
     str | None,
     typer.Option(
