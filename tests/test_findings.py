@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from attnviz import findings, transforms
+from attnviz.heads import ModelShape
 from attnviz.result import Attention, Provenance
 from attnviz.tokens import Tokens
 
@@ -23,7 +24,7 @@ CAT = Tokens(
 
 def make_att(weights: np.ndarray, queries: tuple[int, ...]) -> Attention:
     n, h = weights.shape[:2]
-    prov = Provenance("hand", "/nowhere", "bert", "own", "cpu", "float32", n, h, h, False)
+    prov = Provenance("hand", "/nowhere", "bert", "own", "cpu", "float32", ModelShape(n, h, h, False))
     return Attention(tokens=CAT, weights=weights.astype(np.float32), layers=tuple(range(n)), queries=queries,
                      provenance=prov)  # fmt: skip
 
@@ -91,7 +92,7 @@ def test_links_on_words_name_whole_words() -> None:
     )
     w = np.zeros((1, 1, 5, 5))
     w[0, 0, :, :] = [0.1, 0.3, 0.3, 0.2, 0.1]
-    prov = Provenance("hand", "/nowhere", "bert", "own", "cpu", "float32", 1, 1, 1, False)
+    prov = Provenance("hand", "/nowhere", "bert", "own", "cpu", "float32", ModelShape(1, 1, 1, False))
     att = Attention(tokens=tokens, weights=w.astype(np.float32), layers=(0,), queries=tuple(range(5)), provenance=prov)
     words = transforms.apply(att, transforms.View(words=True), query_groups=[(3,)])
     assert words.query_span(0) == (2,)

@@ -177,6 +177,7 @@ def test_matrix_view_of_words(engine: Engine) -> None:
 
 def synthetic() -> Attention:
     """A fixed 1-layer, 2-head Attention over 5 made-up tokens (no model needed)."""
+    from attnviz.heads import ModelShape
     from attnviz.result import Provenance
     from attnviz.tokens import Tokens
 
@@ -184,7 +185,7 @@ def synthetic() -> Attention:
     tokens = Tokens("a b c d e", tuple(range(5)), labels, tuple((2 * i, 2 * i + 1) for i in range(5)), (False,) * 5)
     w = np.arange(50, dtype=np.float32).reshape(1, 2, 5, 5) + 1
     w = w / w.sum(-1, keepdims=True)
-    prov = Provenance("tiny", "/tmp", "bert", "own", "cpu", "float32", 1, 2, 2, False)
+    prov = Provenance("tiny", "/tmp", "bert", "own", "cpu", "float32", ModelShape(1, 2, 2, False))
     return Attention(tokens, w, (0,), tuple(range(5)), prov)
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from attnviz import transforms
+from attnviz.heads import ModelShape
 from attnviz.result import Attention, Provenance
 from attnviz.tokens import Tokens
 
@@ -24,7 +25,7 @@ GROUPS = ((0,), (1,), (2, 3), (4,), (5,), (6,))
 
 def make_att(weights: np.ndarray, queries: tuple[int, ...] | None = None, causal: bool = False) -> Attention:
     n, h, q, s = weights.shape
-    prov = Provenance("hand", "/nowhere", "bert", "own", "cpu", "float32", n, h, h, causal)
+    prov = Provenance("hand", "/nowhere", "bert", "own", "cpu", "float32", ModelShape(n, h, h, causal))
     return Attention(
         tokens=SPLIT,
         weights=weights.astype(np.float32),

@@ -19,7 +19,6 @@ from rich.table import Table
 from rich.text import Text
 
 from ..findings import DEFAULT_EXCLUDE, Link, strongest_links
-from ..heads import structure_notes
 from ..result import Attention
 
 # viridis at 9 stops (matplotlib's values), interpolated linearly between them.
@@ -231,7 +230,7 @@ def render_show(
     p = att.provenance
     header = Text(f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads")
     console.print(header, style="dim")
-    for note in structure_notes(p.causal, p.num_heads, p.num_kv_heads):
+    for note in p.shape.notes():
         console.print(Text(note, style="dim"))
     for step in att.steps:
         console.print(Text(step, style="dim"))
