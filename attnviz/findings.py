@@ -18,11 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .result import Attention
 from .tokens import Tokens
+
+if TYPE_CHECKING:
+    from .metrics import PairStats
 
 EXCLUDE_KINDS = ("special", "adjacent", "punct")
 DEFAULT_EXCLUDE = EXCLUDE_KINDS
@@ -185,6 +189,26 @@ def bootstrap_mean(values: np.ndarray, n_boot: int = 2000, level: float = 0.95, 
     means = values[idx].mean(axis=1)  # (B, K)
     tail = (1 - level) / 2 * 100
     return np.percentile(means, [tail, 100 - tail], axis=0)
+
+
+def toward_referent(pairs: Sequence[Sequence[PairStats]]) -> tuple[np.ndarray, list[tuple[int, str]]]:
+    """(P, K) ``toward`` values (see ``HeadShift``) from each pair's unsorted rows, and the
+    K (layer, head name) they belong to. The referent is each pair's first target.
+
+    Raises:
+        ValueError: no pairs, or pairs that cover different heads.
+    """
+    if not pairs:
+        raise ValueError("no pairs to summarise")
+    heads = [(row.layer, row.a.name or f"h{row.head}") for row in pairs[0]]
+    values = np.empty((len(pairs), len(heads)))
+    for p, rows in enumerate(pairs):
+        if [(row.layer, row.a.name or f"h{row.head}") for row in rows] != heads:
+            raise ValueError(f"pair {p + 1} covers other heads than pair 1")
+        for k, row in enumerate(rows):
+            referent = next(iter(row.a.targets))
+            values[p, k] = row.a.targets[referent] - row.b.targets[referent]
+    return values, heads
 
 
 def pair_shifts(

@@ -240,14 +240,16 @@ class Attention:
             out["hidden"] = list(self.hidden)
         return out
 
-    def query_dict(self, queries: tuple[int, ...]) -> dict[str, Any]:
-        """The JSON of ``show``: ``to_dict`` of the word's first piece, plus
-        ``query_indices`` and, for a word split into pieces, ``pieces_weights`` (every
-        piece's rows, in order)."""
-        out = self.to_dict(queries[0])
-        out["query_indices"] = list(queries)
-        if len(queries) > 1:
-            out["pieces_weights"] = [jsonable(self.rows(q)) for q in queries]
+    def query_dict(self, query: int) -> dict[str, Any]:
+        """The JSON of ``show`` for one query: ``to_dict(query)`` plus ``query_indices``,
+        the token positions (before any word merge) whose rows were averaged into it,
+        and, when there are several, ``query_rule`` saying so. One rule for a split
+        word in every view: its row is the mean of its pieces' rows."""
+        out = self.to_dict(query)
+        pieces = self.pieces_of_query(self.query_slot(query))
+        out["query_indices"] = list(pieces)
+        if len(pieces) > 1:
+            out["query_rule"] = f"the mean of the rows of its {len(pieces)} tokens (Clark et al. 2019)"
         return out
 
     def to_json(self, query: int | None = None) -> str:

@@ -138,6 +138,15 @@ def merge_words(att: Attention) -> Attention:
     )
 
 
+def positions_in(att: Attention, positions: Sequence[int]) -> tuple[int, ...]:
+    """Token positions (of the tokenization before words were merged) as positions in
+    ``att.tokens``: the words that hold them, or the positions themselves."""
+    if att.key_pieces is None:
+        return tuple(positions)
+    word_of = {i: w for w, group in enumerate(att.key_pieces) for i in group}
+    return tuple(sorted({word_of[int(p)] for p in positions}))
+
+
 def merge_query(att: Attention, positions: Sequence[int]) -> Attention:
     """One query slot for a query that covers several tokens (or words): the mean of their
     rows, at the position of the first. Other query slots are kept as they are.

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -96,23 +97,19 @@ def test_json_engines_agree() -> None:
     assert diff <= 1e-5
 
 
-def test_split_word_shows_each_piece() -> None:
-    result = run(
-        "show",
-        "Antidisestablishmentarianism is long",
-        "--token",
-        "antidisestablishmentarianism",
-        "--layer",
-        "0",
-        "--json",
-    )
-    data = json.loads(result.stdout)
-    assert len(data["query_indices"]) > 1
-    assert len(data["pieces_weights"]) == len(data["query_indices"])
-    text = run(
-        "show", "Antidisestablishmentarianism is long", "--token", "antidisestablishmentarianism", "--layer", "0"
-    ).stdout
-    assert f"split into {len(data['query_indices'])} tokens" in text
+def test_split_word_is_the_mean_of_its_pieces() -> None:
+    """One rule in every view: a word split into pieces is one query, its row the mean of
+    its pieces' rows; checked against each piece's own rows (--index)."""
+    sentence, word = "Antidisestablishmentarianism is long", "antidisestablishmentarianism"
+    data = json.loads(run("show", sentence, "--token", word, "--layer", "0", "--json").stdout)
+    pieces = data["query_indices"]
+    assert len(pieces) > 1 and data["query_index"] == pieces[0] and "mean" in data["query_rule"]
+    rows = [np.array(json.loads(run("show", sentence, "--index", str(i), "--layer", "0", "--json").stdout)["weights"])
+            for i in pieces]  # fmt: skip
+    np.testing.assert_allclose(np.array(data["weights"]), np.mean(rows, axis=0), atol=2e-6)
+    text = run("show", sentence, "--token", word, "--layer", "0").stdout
+    assert f"(tokens {pieces[0]}-{pieces[-1]}, averaged)" in text
+    assert text.count("layer 0 ·") == 1  # one heatmap for the word, not one per piece
 
 
 def test_index_and_occurrence() -> None:
