@@ -151,3 +151,16 @@ def test_compare_reads_words_and_says_so() -> None:
     assert [r["aggregate"] for r in agg["rows"] if r["head"] is None] == ["mean"]
     result = run("compare", EXAMPLE, "--token", "it", "--heads", "1")
     assert result.exit_code == 2 and "compare ranks every head" in result.stderr
+
+
+def test_python_api_reads_the_same_way() -> None:
+    import attnviz
+
+    att = attnviz.inspect(COUNCIL, token=["they", "councilmen"], layers=2, words=True, heads=["max"])
+    assert [att.tokens.labels[q] for q in att.queries] == ["councilmen", "they"]
+    assert att.head_name(att.num_heads - 1) == "max" and att.key_pieces is not None
+    shown = data(
+        "show", COUNCIL, "--token", "they", "--token", "councilmen", "--layer", "2", "--words", "--heads", "max"
+    )
+    for item in shown:
+        np.testing.assert_allclose(item["weights"], att.rows(item["query_index"]), atol=1e-6)
