@@ -99,16 +99,23 @@ class Link:
 
 
 def strongest_links(
-    att: Attention, slot: int, n: int = 5, exclude: Collection[str] = DEFAULT_EXCLUDE, heads_only: bool = True
+    att: Attention,
+    slot: int,
+    n: int = 5,
+    exclude: Collection[str] = DEFAULT_EXCLUDE,
+    heads_only: bool = True,
+    heads: Collection[int] | None = None,
 ) -> list[Link]:
     """The ``n`` largest weights of query slot ``slot`` over every layer and head,
     leaving out the ``exclude`` kinds of target (see ``excluded``), largest first.
-    ``heads_only``: aggregate slots (mean, max, rollout) are not candidates.
-    Ties keep (layer, head, token) order."""
+    ``heads_only``: aggregate slots (mean, max, rollout) are not candidates; ``heads``:
+    only these model heads are. Ties keep (layer, head, token) order."""
     span = att.query_span(slot)
     rows = att.weights[:, :, slot, :].astype(np.float64)  # (N, H, S)
     if heads_only:
         rows = rows[:, : att.model_heads]
+    if heads is not None:
+        rows = np.where(np.isin(np.arange(rows.shape[1]), list(heads))[None, :, None], rows, -np.inf)
     mask = excluded(att.tokens, span, exclude) | np.isin(np.arange(len(att.tokens)), att.hidden)
     candidates = np.where(mask[None, None, :], -np.inf, rows)  # (N, H, S)
     flat = candidates.reshape(-1)

@@ -128,3 +128,11 @@ def test_pair_shifts_summary() -> None:
     # Identical pairs: nothing to resample, the interval is the value itself.
     same = findings.pair_shifts(np.full((4, 1), 0.25), [(1, "h0")])
     assert same[0].low == pytest.approx(0.25) and same[0].high == pytest.approx(0.25)
+
+
+def test_links_of_chosen_heads_only() -> None:
+    w = np.zeros((1, 2, 1, 9))
+    w[0, 0, 0, 2] = 0.9
+    w[0, 1, 0, 3] = 0.4
+    links = findings.strongest_links(make_att(w, (6,)), 0, n=2, heads=[1])
+    assert [(x.head, x.target) for x in links] == [("h1", "sat")]

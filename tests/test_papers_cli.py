@@ -164,3 +164,35 @@ def test_python_api_reads_the_same_way() -> None:
     )
     for item in shown:
         np.testing.assert_allclose(item["weights"], att.rows(item["query_index"]), atol=1e-6)
+
+
+def test_causal_model_stays_causal(tmp_path: Path) -> None:
+    """A tiny Llama (BOS is special): rollout, head max and specials set aside never put
+    weight on a later token, and the rollout matches a direct product of the raw rows."""
+    from .tiny_models import SPECS_BY_NAME, save_tiny
+
+    path = save_tiny(SPECS_BY_NAME["llama"], tmp_path / "llama")
+    sentence = "the cat sat on the mat"
+    raw = data("show", sentence, "--model", str(path), "--all-tokens")
+    w = np.array(raw["weights"], dtype=np.float64)  # (2, 4, S, S)
+    size = w.shape[-1]
+    out = data("show", sentence, "--model", str(path), "--all-tokens", "--rollout", "--heads", "max", "--hide-special")
+    got = np.array(out["weights"])  # (2, 4 + 2, S, S)
+    assert out["heads"][-2:] == ["max", "rollout"] and out["provenance"]["causal"]
+    assert np.abs(np.triu(got, k=1)).max() == 0.0
+    acc = np.eye(size)
+    for layer in range(2):
+        a = (w[layer].mean(0) + np.eye(size)) / 2
+        acc = (a / a.sum(-1, keepdims=True)) @ acc
+        expected = acc.copy()
+        special = np.array(raw["special"])
+        expected[:, special] = 0
+        total = expected.sum(-1, keepdims=True)
+        expected = np.divide(expected, total, out=np.zeros_like(expected), where=total > 0)
+        np.testing.assert_allclose(got[layer, -1], expected, atol=2e-5)
+
+
+def test_no_pager_is_accepted_and_changes_nothing_in_a_pipe() -> None:
+    plain = run("show", EXAMPLE, "--token", "it", "--layer", "3")
+    direct = run("show", EXAMPLE, "--token", "it", "--layer", "3", "--no-pager")
+    assert plain.exit_code == direct.exit_code == 0 and plain.stdout == direct.stdout

@@ -241,7 +241,8 @@ def render_show(
     if links > 0:
         for q in queries:
             slot = att.query_slot(q)
-            console.print(links_text(att, slot, strongest_links(att, slot, links, exclude), exclude))
+            found = strongest_links(att, slot, links, exclude, heads=heads)
+            console.print(links_text(att, slot, found, exclude))
 
 
 @contextlib.contextmanager
