@@ -56,6 +56,7 @@ def test_own_engine_never_imports_transformers() -> None:
         ("attnviz.tokens", ("rich", "matplotlib", "typer", "transformers", "torch")),
         ("attnviz.result", ("rich", "matplotlib", "typer", "transformers", "torch")),
         ("attnviz.transforms", ("rich", "matplotlib", "typer", "transformers", "torch")),
+        ("attnviz.findings", ("rich", "matplotlib", "typer", "transformers", "torch")),
         ("attnviz.models", ("rich", "matplotlib", "typer", "transformers", "torch")),
         ("attnviz.engines", ("rich", "matplotlib", "typer", "transformers", "torch")),
         ("attnviz.render.terminal", ("transformers", "typer", "torch", "matplotlib")),
