@@ -130,13 +130,16 @@ def token_heatmap(
             out.append(f" {_cut(labels[best], cut)} {rows[h, best]:.2f}")
         return out
 
-    # Whole labels when the sentence fits in one block; cut ones otherwise.
+    # Whole labels unless cutting them saves a block (a wrap) on this terminal.
+    layouts = []
     for cut in (_FULL_LABEL, _CUT_LABEL):
         widths = {i: max(cell_w, min(len(labels[i]), cut)) for i in cols}
         tops = tops_for(min(cut, 10) if cut == _CUT_LABEL else cut)
         top_w = max(len(t) for t in tops) + 1
-        if head_w + 1 + top_w + sum(w + 1 for w in widths.values()) <= width:
-            break
+        blocks = len(list(_chunks([widths[i] for i in cols], max(width - head_w - top_w - 2, 20))))
+        layouts.append((blocks, widths, tops, top_w))
+    full, cut_ = layouts
+    _, widths, tops, top_w = full if full[0] <= cut_[0] else cut_
     kind = "word" if att.key_pieces is not None else "token"
     who = " ".join(labels[i] for i in span)
     where = f"{kind} {span[0]}" if len(span) == 1 else f"{kind}s {span[0]}-{span[-1]}, averaged"
