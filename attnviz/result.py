@@ -250,6 +250,10 @@ class Attention:
         out["query_indices"] = list(pieces)
         if len(pieces) > 1:
             out["query_rule"] = f"the mean of the rows of its {len(pieces)} tokens (Clark et al. 2019)"
+            source = self.source or self.tokens
+            start, end = source.offsets[pieces[0]][0], source.offsets[pieces[-1]][1]
+            if end > start:
+                out["query_token"] = source.text[start:end]  # the word, not its first piece
         return out
 
     def to_json(self, query: int | None = None) -> str:

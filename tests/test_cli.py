@@ -104,6 +104,7 @@ def test_split_word_is_the_mean_of_its_pieces() -> None:
     data = json.loads(run("show", sentence, "--token", word, "--layer", "0", "--json").stdout)
     pieces = data["query_indices"]
     assert len(pieces) > 1 and data["query_index"] == pieces[0] and "mean" in data["query_rule"]
+    assert data["query_token"] == "Antidisestablishmentarianism"
     rows = [np.array(json.loads(run("show", sentence, "--index", str(i), "--layer", "0", "--json").stdout)["weights"])
             for i in pieces]  # fmt: skip
     np.testing.assert_allclose(np.array(data["weights"]), np.mean(rows, axis=0), atol=2e-6)
