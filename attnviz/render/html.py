@@ -19,7 +19,8 @@ Everything else is computed in the page from those per-token matrices, with thes
    A word is a run of non-special tokens whose character spans touch with no whitespace
    between them (``word_groups``): "didn't" is one word, "tired." another.
 2. special tokens hidden: their rows and columns are removed and each remaining row is
-   divided by its remaining sum (renormalised to 1).
+   divided by its remaining sum (renormalised to 1). A row with under 1% left is shown
+   empty: scaled up, the 1/65535 rounding steps would read as a confident pattern.
 3. head mean: the mean over the layer's heads of the rows as 1-2 made them.
 
 numpy + stdlib only: renderers never import torch or transformers.
@@ -59,9 +60,7 @@ def page_size(num_layers: int, num_heads: int, num_tokens: int) -> int:
     return 4 * math.ceil(raw / 3) + _PAGE_OVERHEAD + _PER_TOKEN * num_tokens
 
 
-def check_page_size(
-    num_layers: int, num_heads: int, num_tokens: int, budget: int = HTML_BUDGET_BYTES
-) -> int:
+def check_page_size(num_layers: int, num_heads: int, num_tokens: int, budget: int = HTML_BUDGET_BYTES) -> int:
     """The page's estimated size, or an error if it would exceed ``budget`` bytes.
 
     Cheap: call it with the token count before the forward pass.
@@ -150,12 +149,19 @@ def versions(engine: str) -> dict[str, str]:
     return out
 
 
-def page_data(att: Attention) -> dict[str, Any]:
+VIEWS = ("head", "model", "matrix")
+
+
+def page_data(att: Attention, query: int | None = None, view: str = "head", layer: int | None = None) -> dict[str, Any]:
     """Everything the page's JavaScript reads, as one JSON-ready dict.
+
+    ``query`` (a token position) is pinned when the page opens, ``view`` is the view it
+    opens in, ``layer`` (a model layer) the layer it shows (default: the middle kept one).
 
     Raises:
         UsageError: ``att`` does not hold every token as a query (the page needs full
-            matrices: ``inspect(tokens, engine, layers, None)``).
+            matrices: ``inspect(tokens, engine, layers, None)``), or the initial query,
+            view or layer is not in it.
     """
     n_tok = len(att.tokens)
     if tuple(att.queries) != tuple(range(n_tok)):
@@ -163,6 +169,11 @@ def page_data(att: Attention) -> dict[str, Any]:
             f"the HTML view needs every token's row; this Attention holds {len(att.queries)} of {n_tok}",
             hint="compute it with queries=None (all tokens)",
         )
+    if view not in VIEWS:
+        raise UsageError(f"unknown view {view!r}", hint="use one of " + ", ".join(VIEWS))
+    if query is not None and not 0 <= query < n_tok:
+        raise UsageError(f"token {query} is out of range: the sentence has {n_tok} tokens (0..{n_tok - 1})")
+    slot = att.layer_slot(layer) if layer is not None else (len(att.layers) - 1) // 2
     p = att.provenance
     tokens = att.tokens
     groups = word_groups(tokens)
@@ -189,6 +200,7 @@ def page_data(att: Attention) -> dict[str, Any]:
             "num_kv_heads": p.num_kv_heads,
         },
         "versions": versions(p.engine),
+        "initial": {"view": view, "query": query, "slot": slot},
         "weights": encode_weights(att.weights),
     }
 
@@ -207,13 +219,14 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
-def html_page(att: Attention) -> str:
-    """The whole page: markup, inline CSS and JS, the weights as embedded JSON.
+def html_page(att: Attention, query: int | None = None, view: str = "head", layer: int | None = None) -> str:
+    """The whole page: markup, inline CSS and JS, the weights as embedded JSON. The
+    arguments set what the page shows when it opens (see ``page_data``).
 
     Raises:
-        UsageError: ``att`` lacks some query rows (see ``page_data``).
+        UsageError: ``att`` lacks some query rows, or a bad initial state (``page_data``).
     """
-    data = page_data(att)
+    data = page_data(att, query, view, layer)
     title = f"attnviz · {att.tokens.text.strip()[:80]}"
     parts = {
         "TITLE": _escape(title),
@@ -225,16 +238,24 @@ def html_page(att: Attention) -> str:
     return re.sub(r"\{\{(TITLE|CSS|DATA|JS)\}\}", lambda m: parts[m[1]], _asset("page.html"))
 
 
-def save_html(att: Attention, path: Path, budget: int = HTML_BUDGET_BYTES) -> int:
+def save_html(
+    att: Attention,
+    path: Path,
+    query: int | None = None,
+    view: str = "head",
+    layer: int | None = None,
+    budget: int = HTML_BUDGET_BYTES,
+) -> int:
     """Write the page to ``path`` atomically; returns its size in bytes.
 
     Raises:
         OutputError: ``path`` is not .html or cannot be written.
-        UsageError: the page would exceed ``budget`` bytes, or ``att`` lacks rows.
+        UsageError: the page would exceed ``budget`` bytes, ``att`` lacks rows, or a bad
+            initial state (``page_data``).
     """
     path = check_writable(Path(path), HTML_FORMATS)
     check_page_size(len(att.layers), att.num_heads, len(att.tokens), budget)
-    encoded = html_page(att).encode("utf-8")
+    encoded = html_page(att, query, view, layer).encode("utf-8")
 
     def write(tmp: Path) -> None:
         tmp.write_bytes(encoded)

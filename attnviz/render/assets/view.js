@@ -44,7 +44,9 @@
   //   1. words (Clark et al. 2019): M[a][b] = mean over query pieces q of word a of
   //      (sum over key pieces k of word b of A[q][k]). Rows keep summing to 1.
   //   2. special tokens hidden: their rows and columns are dropped and each row is divided by
-  //      its remaining sum (a row with nothing left stays 0).
+  //      its remaining sum. A row with less than MIN_LEFT (1%) left is shown empty (0): the
+  //      stored weights are rounded to 1/65535, and scaling a few such steps up to 1 would
+  //      draw rounding noise as a confident pattern.
   //   3. head mean: the mean over the layer's H heads of the rows that 1-2 produced.
   // Returns a Float32Array (U, U) for the units units(opts).
   function headMatrix(slot, head, opts) {
@@ -65,6 +67,7 @@
     return M;
   }
   var cache = new Map();
+  var MIN_LEFT = 0.01;
 
   function reduce(A, opts) { // A: (S, S) -> (U, U) by rules 1 and 2
     var all = units({ words: opts.words, hideSpecial: false });
@@ -83,10 +86,15 @@
     for (a = 0; a < U; a++) { // 2. specials hidden, rows renormalised
       var total = 0;
       for (b = 0; b < U; b++) total += full[keep[a] * V + keep[b]];
-      var scale = opts.hideSpecial ? (total > 0 ? 1 / total : 0) : 1;
+      var scale = opts.hideSpecial ? (total >= MIN_LEFT ? 1 / total : 0) : 1;
       for (b = 0; b < U; b++) M[a * U + b] = full[keep[a] * V + keep[b]] * scale;
     }
     return M;
+  }
+
+  function emptyRow(M, U, a) {
+    for (var b = 0; b < U; b++) if (M[a * U + b] > 0) return false;
+    return true;
   }
 
   // causal models: unit b is masked for query unit a when all of b comes after all of a.
@@ -125,14 +133,14 @@
 
   // --- state ---------------------------------------------------------------------------
   var state = {
-    view: "head",
-    slot: Math.min(N - 1, Math.floor(N / 2)),
+    view: DATA.initial.view,
+    slot: DATA.initial.slot,
     head: 0, // the matrix view's head
     shown: [], // heads drawn in the head view
     words: false,
     hideSpecial: false,
     mean: false,
-    pinned: null, // token position of the pinned query (first piece of its unit)
+    pinned: DATA.initial.query, // token position of the pinned query (a piece of its unit)
     hover: null, // unit index under the pointer, head view
   };
   for (var h0 = 0; h0 < H; h0++) state.shown.push(true);
@@ -424,8 +432,9 @@
       var b = canvas.getBoundingClientRect(), x = ev.clientX - b.left - left, y = ev.clientY - b.top;
       var c = Math.floor(x / cell), r = Math.floor(y / 14);
       if (c < 0 || c >= U || r < 0 || r >= rows.length) return hideTip();
+      var empty = emptyRow(headMatrix(state.slot, rows[r], opts()).subarray(f * U, (f + 1) * U), U, 0);
       showTip(ev, headName(rows[r]) + ": “" + us[f].label + "” → “" + us[c].label + "” " +
-        (masked(us, f, c) ? "masked" : fmt(values[r * U + c])));
+        (masked(us, f, c) ? "masked" : fmt(values[r * U + c])) + (empty ? " (row empty: over 99% of it was on special tokens)" : ""));
     };
     canvas.onmouseleave = hideTip;
   }
@@ -526,6 +535,8 @@
       ctx.strokeRect(lw + 1, f * cell + 1, U * cell - 2, cell - 2);
     }
     canvas.setAttribute("data-focus", f === null ? "" : us[f].label);
+    canvas.setAttribute("data-left", String(lw)); // where the cells start, for tests
+    canvas.setAttribute("data-cell", String(cell));
     function at(ev) {
       var b = canvas.getBoundingClientRect();
       return [Math.floor((ev.clientY - b.top) / cell), Math.floor((ev.clientX - b.left - lw) / cell)];
@@ -533,7 +544,8 @@
     canvas.onmousemove = function (ev) {
       var p = at(ev), r = p[0], k = p[1];
       if (r < 0 || r >= U || k < 0 || k >= U) return hideTip();
-      showTip(ev, "“" + us[r].label + "” → “" + us[k].label + "”: " + (masked(us, r, k) ? "masked" : fmt(M[r * U + k])));
+      showTip(ev, "“" + us[r].label + "” → “" + us[k].label + "”: " + (masked(us, r, k) ? "masked" : fmt(M[r * U + k])) +
+        (emptyRow(M, U, r) ? " (row empty: over 99% of it was on special tokens)" : ""));
     };
     canvas.onmouseleave = hideTip;
     canvas.onclick = function (ev) {
