@@ -273,7 +273,8 @@ def test_matrix_click_picks_the_query_row(driver: Any, page: Path) -> None:
     before = pixels(driver, "matrix-canvas")
     # Selenium offsets are from the element's centre.
     width, height = canvas.size["width"], canvas.size["height"]
-    x, y = left + 5.5 * cell - width / 2, 10.5 * cell - height / 2
+    top = float(canvas.get_attribute("data-top"))
+    x, y = left + 5.5 * cell - width / 2, top + 10.5 * cell - height / 2
     ActionChains(driver).move_to_element_with_offset(canvas, int(x), int(y)).click().perform()
     assert driver.execute_script("return window.attnviz.state.pinned") == 10
     assert canvas.get_attribute("data-focus") == "it"
@@ -325,10 +326,11 @@ def test_causal_model_masks_the_future(driver: Any, tmp_path: Path) -> None:
     canvas = driver.find_element("id", "matrix-canvas")
     assert canvas.get_attribute("data-focus") == att.tokens.labels[2]
     left, cell = float(canvas.get_attribute("data-left")), float(canvas.get_attribute("data-cell"))
+    top = float(canvas.get_attribute("data-top"))
     ratio = driver.execute_script("return window.devicePixelRatio")
 
     def rgb(row: int, col: int) -> list[int]:
-        x, y = (left + (col + 0.5) * cell) * ratio, (row + 0.5) * cell * ratio
+        x, y = (left + (col + 0.5) * cell) * ratio, (top + (row + 0.5) * cell) * ratio
         return list(
             driver.execute_script(
                 READ + "; return [...readable(document.getElementById('matrix-canvas'))"

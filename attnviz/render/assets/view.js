@@ -186,7 +186,10 @@
       }
     }
     ictx.putImageData(data, 0, 0);
-    ctx.imageSmoothingEnabled = false;
+    // Upscaled: sharp cells. Downscaled (a thumbnail of a long sentence): smoothing averages
+    // the cells that share a pixel instead of dropping all but one.
+    ctx.imageSmoothingEnabled = cw < 1 || ch < 1;
+    ctx.imageSmoothingQuality = "high";
     ctx.drawImage(img, x, y, cols * cw, rows * ch);
   }
 
@@ -205,7 +208,17 @@
 
   // --- header, controls ----------------------------------------------------------------
   function header() {
-    $("sentence").textContent = "“" + DATA.text.trim() + "”";
+    var sentence = $("sentence");
+    sentence.textContent = "“" + DATA.text.trim() + "”";
+    // A long text is clamped to two lines; a click (or Enter) shows it whole.
+    if (DATA.text.length > 160) {
+      sentence.classList.add("clamped");
+      sentence.tabIndex = 0;
+      sentence.title = "click to show the whole text";
+      var expand = function () { sentence.classList.toggle("clamped"); };
+      sentence.addEventListener("click", expand);
+      sentence.addEventListener("keydown", function (e) { if (e.key === "Enter") expand(); });
+    }
     var p = DATA.provenance, v = DATA.versions;
     var parts = [p.model + " (" + p.architecture + ")", "engine " + p.engine, p.dtype, p.device,
       p.num_layers + " layers × " + p.num_heads + " heads" +
@@ -302,6 +315,8 @@
 
   // --- head view -----------------------------------------------------------------------
   var ROW = 22; // px per token row
+  var MAX_FAINT = 1500; // with no token focused: the strongest links drawn
+  var ALPHA_STEPS = 32;
   function headsShown() {
     if (state.mean) return ["mean"];
     var out = [];
@@ -355,26 +370,44 @@
     });
     var rightTok = document.querySelectorAll("#hv-right .tok");
     ctx.clearRect(0, 0, width, U * ROW);
-    ctx.lineWidth = 2;
     // Several heads: each gets a slice of the gap so their lines stay apart (as bertviz).
     var n = Math.max(heads.length, 1);
+    // Links to draw: the focused row's (at least 1%), or with nothing focused every row's,
+    // faintly, but only the MAX_FAINT strongest: all links of a long sentence (218 tokens,
+    // 12 heads) took 9.5 s to rasterise on a software canvas on a busy 2-core machine.
+    // Lines are batched into one path per head and opacity step, not one stroke each.
+    var links = [];
     for (var hi = 0; hi < heads.length; hi++) {
       var M = headMatrix(state.slot, heads[hi], opts());
-      ctx.strokeStyle = headColour(heads[hi]);
-      var x0 = 4 + hi * 3 * Math.min(1, 6 / n), x1 = width - 4;
       for (var a = 0; a < U; a++) {
         if (f !== null && a !== f) continue;
         for (var b = 0; b < U; b++) {
           var w = M[a * U + b];
-          if (w < 0.01) continue; // below 1%: invisible anyway, and it keeps the drawing light
-          ctx.globalAlpha = f === null ? Math.min(1, w) * 0.35 : Math.min(1, w);
-          ctx.beginPath();
-          ctx.moveTo(x0, a * ROW + ROW / 2);
-          ctx.bezierCurveTo(width * 0.45, a * ROW + ROW / 2, width * 0.55, b * ROW + ROW / 2, x1, b * ROW + ROW / 2);
-          ctx.stroke();
+          if (w >= 0.01) links.push([hi, a, b, Math.min(1, w)]);
         }
       }
     }
+    if (f === null && links.length > MAX_FAINT) {
+      links.sort(function (p, q) { return q[3] - p[3]; });
+      links.length = MAX_FAINT;
+    }
+    var paths = heads.map(function () { return []; });
+    for (var li = 0; li < links.length; li++) {
+      var L = links[li], step = Math.max(1, Math.round(L[3] * (f === null ? 0.35 : 1) * ALPHA_STEPS));
+      var x0 = 4 + L[0] * 3 * Math.min(1, 6 / n), x1 = width - 4, ya = L[1] * ROW + ROW / 2, yb = L[2] * ROW + ROW / 2;
+      var path = paths[L[0]][step] || (paths[L[0]][step] = new Path2D());
+      path.moveTo(x0, ya);
+      path.bezierCurveTo(width * 0.45, ya, width * 0.55, yb, x1, yb);
+    }
+    ctx.lineWidth = f === null ? 1 : 2;
+    paths.forEach(function (byStep, hi) {
+      ctx.strokeStyle = headColour(heads[hi]);
+      for (var st = 1; st < byStep.length; st++) {
+        if (!byStep[st]) continue;
+        ctx.globalAlpha = st / ALPHA_STEPS;
+        ctx.stroke(byStep[st]);
+      }
+    });
     ctx.globalAlpha = 1;
     // Key labels tinted by the focused token's weight (mean over the heads drawn).
     for (var k = 0; k < rightTok.length; k++) {
@@ -463,7 +496,8 @@
     if (state.mean) heads.push("mean");
     // Thumbnails as large as the width allows (24..96 px), whole pixels per cell.
     var target = Math.max(24, Math.min(96, Math.floor(((grid.clientWidth || 1200) - 40) / heads.length) - 10));
-    var px = Math.max(1, Math.floor(target / U)), side = px * U;
+    // Whole pixels per cell while they fit; past that, the matrix is scaled down to fit.
+    var px = U <= target ? Math.floor(target / U) : target / U, side = Math.round(px * U);
     grid.textContent = "";
     grid.style.gridTemplateColumns = "max-content repeat(" + heads.length + ", " + (side + 6) + "px)";
     grid.appendChild(document.createElement("span"));
@@ -492,8 +526,8 @@
           if (f !== null) { // the pinned token's row: a tick at each edge
             var tick = Math.max(2, Math.round(side / 16));
             ctx.fillStyle = "#ff3030";
-            ctx.fillRect(0, f * px, tick, Math.max(px, 1));
-            ctx.fillRect(side - tick, f * px, tick, Math.max(px, 1));
+            ctx.fillRect(0, f * px, tick, Math.max(px, 2));
+            ctx.fillRect(side - tick, f * px, tick, Math.max(px, 2));
           }
           b.appendChild(c);
           b.addEventListener("click", function () {
@@ -517,9 +551,12 @@
     var canvas = $("matrix-canvas"), ctx0 = canvas.getContext("2d");
     ctx0.font = FONT;
     var labels = us.map(function (u) { return u.label; }), lw = Math.ceil(textWidth(ctx0, labels)) + 10;
-    var cell = Math.max(6, Math.min(30, Math.floor(640 / U)));
-    var ctx = sized(canvas, lw + U * cell + 8, lw + U * cell + 8);
+    // Cells fill the width (up to 30 px), down to 3 px; the labels thin out below 14 px.
+    var avail = Math.max(320, ($("view-matrix").clientWidth || 960) - lw - 16);
+    var cell = Math.max(3, Math.min(30, Math.floor(avail / U))), top = 8;
+    var ctx = sized(canvas, lw + U * cell + 8, top + lw + U * cell + 8);
     ctx.font = FONT;
+    ctx.translate(0, top); // room for the first row's label
     heatmap(ctx, M, U, U, lw, 0, cell, cell, function (r, k) { return masked(us, r, k); });
     ctx.textAlign = "right"; ctx.textBaseline = "middle";
     var every = Math.max(1, Math.ceil(14 / cell)); // thin the labels when cells are small
@@ -536,10 +573,11 @@
     }
     canvas.setAttribute("data-focus", f === null ? "" : us[f].label);
     canvas.setAttribute("data-left", String(lw)); // where the cells start, for tests
+    canvas.setAttribute("data-top", String(top));
     canvas.setAttribute("data-cell", String(cell));
     function at(ev) {
       var b = canvas.getBoundingClientRect();
-      return [Math.floor((ev.clientY - b.top) / cell), Math.floor((ev.clientX - b.left - lw) / cell)];
+      return [Math.floor((ev.clientY - b.top - top) / cell), Math.floor((ev.clientX - b.left - lw) / cell)];
     }
     canvas.onmousemove = function (ev) {
       var p = at(ev), r = p[0], k = p[1];
