@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - older typer on top of click
 
 from . import __version__
 from .errors import AttnvizError, UsageError
-from .render import DEFAULT_DPI, IMAGE_FORMATS  # constants only: no matplotlib
+from .render import DEFAULT_DPI, EXPORT_FORMATS, HTML_FORMATS  # constants only: no matplotlib
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -251,7 +251,8 @@ ImageLayerOpt = Annotated[
     typer.Option(
         "--layer",
         "-l",
-        help="Layer(s), 0-based: N, N,M, A-B or all [default: all for --view token; the middle layer for matrix].",
+        help="Layer(s), 0-based: N, N,M, A-B or all "
+        "[default: all for --view token and .html; the middle layer for matrix].",
         show_default=False,
     ),
 ]
@@ -260,7 +261,12 @@ ImageLayerOpt = Annotated[
 @app.command()
 def export(
     sentence: Sentence,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Image file: .png, .svg or .pdf.", show_default=False)],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output", "-o", help="Image file (.png, .svg, .pdf) or interactive page (.html).", show_default=False
+        ),
+    ],
     token: TokenOpt = None,
     occurrence: Occurrence = None,
     index: IndexOpt = None,
@@ -274,11 +280,15 @@ def export(
     device: DeviceOpt = "auto",
     debug: DebugOpt = False,
 ) -> None:
-    """Write per-head attention heatmaps to a PNG, SVG or PDF file.
+    """Write per-head attention heatmaps to a PNG, SVG or PDF file, or an interactive HTML page.
 
     --view token (default) draws, for the chosen token, heads × tokens in each layer on one
     colour scale. --view matrix draws the full query × key matrix of each head of ONE layer
     (default: the middle layer); --token is optional there and outlines that token's row.
+
+    -o view.html writes one self-contained page (no network needed) holding every head of
+    the chosen layers (default: all): head view, model view, matrix, words / special tokens /
+    head mean toggles. --token is optional and pins that token; --view matrix opens the matrix.
 
     Example: attnviz export "The animal didn't cross the street because it was too tired" --token it -o it.png
     """
@@ -288,9 +298,12 @@ def export(
 
         # Everything a user can get wrong without a model is checked before loading one
         # (and before importing matplotlib).
-        check_writable(output, IMAGE_FORMATS)
+        check_writable(output, EXPORT_FORMATS)
         if view not in ("token", "matrix"):
             raise UsageError(f"unknown view {view!r}", hint="use --view token or --view matrix")
+        if output.suffix.lower() in HTML_FORMATS:
+            _export_html(sentence, output, token, occurrence, index, view, layer, model, engine, device)
+            return
         if view == "matrix" and layer is not None and layer.strip().lower() == "all":
             raise UsageError("the matrix view draws one layer", hint="give --layer N (default: the middle layer)")
         picked = token is not None or index is not None
@@ -317,6 +330,36 @@ def export(
         att = inspect(tokens, eng, chosen, None)  # every query row: the whole matrix
         save_figure(matrix_figure(att, chosen[0], highlight=queries), output, dpi)
         _wrote(output)
+
+
+def _export_html(
+    sentence: str,
+    output: Path,
+    token: str | None,
+    occurrence: int | None,
+    index: int | None,
+    view: str,
+    layer: str | None,
+    model: str | None,
+    engine: str,
+    device: str,
+) -> None:
+    """The interactive page: every query row of the chosen layers (default all)."""
+    from .engines import inspect, parse_layers
+    from .render.html import check_page_size, layers_that_fit, save_html
+
+    eng, tokens, queries = prepare(sentence, model, engine, device, token, occurrence, index, need_query=False)
+    chosen = parse_layers(layer, eng.num_layers)
+    try:  # from the token count, before the forward pass
+        check_page_size(len(chosen), eng.num_heads, len(tokens))
+    except UsageError as exc:
+        fit = layers_that_fit(eng.num_heads, len(tokens), most=len(chosen))
+        most = "one layer" if fit == 1 else f"at most {fit} layers"
+        hint = f"keep {most}, e.g. --layer {chosen[len(chosen) // 2]}" if fit else exc.hint
+        raise UsageError(exc.message, hint=hint) from None
+    att = inspect(tokens, eng, chosen, None)
+    save_html(att, output, query=queries[0] if queries else None, view="matrix" if view == "matrix" else "head")
+    _wrote(output)
 
 
 def _write_token_image(att: Attention, queries: Sequence[int], path: Path, dpi: int) -> None:

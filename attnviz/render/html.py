@@ -60,6 +60,15 @@ def page_size(num_layers: int, num_heads: int, num_tokens: int) -> int:
     return 4 * math.ceil(raw / 3) + _PAGE_OVERHEAD + _PER_TOKEN * num_tokens
 
 
+def layers_that_fit(num_heads: int, num_tokens: int, budget: int = HTML_BUDGET_BYTES, most: int = 10_000) -> int:
+    """How many layers (up to ``most``) a page of ``num_tokens`` tokens can hold within
+    ``budget`` bytes; 0 when not even one fits."""
+    fit = 0
+    while fit < most and page_size(fit + 1, num_heads, num_tokens) <= budget:
+        fit += 1
+    return fit
+
+
 def check_page_size(num_layers: int, num_heads: int, num_tokens: int, budget: int = HTML_BUDGET_BYTES) -> int:
     """The page's estimated size, or an error if it would exceed ``budget`` bytes.
 
@@ -72,7 +81,7 @@ def check_page_size(num_layers: int, num_heads: int, num_tokens: int, budget: in
     size = page_size(num_layers, num_heads, num_tokens)
     if size <= budget:
         return size
-    fit = max(n for n in range(num_layers + 1) if n == 0 or page_size(n, num_heads, num_tokens) <= budget)
+    fit = layers_that_fit(num_heads, num_tokens, budget, num_layers)
     if fit >= 1:
         hint = f"at most {fit} of the {num_layers} layers fit; pick fewer layers, or a shorter sentence"
     else:
