@@ -2,7 +2,9 @@
 network blocked three ways: every host name resolves to nothing, every request goes to a
 proxy on a closed port, and the DevTools protocol blocks every http(s)/ws URL.
 
-Used by tests/test_html_browser.py and by docs/screenshot_html.py (the README's picture).
+Used by tests/test_html_browser.py, and to take the README's pictures:
+
+    python -m tests.browser view.html docs/images/html-head-view.png [JAVASCRIPT]
 """
 
 from __future__ import annotations
@@ -78,3 +80,12 @@ def screenshot(html: Path, png: Path, width: int = 1280, height: int = 900, scri
         if script:
             driver.execute_script(script)
         driver.save_screenshot(str(png))
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) not in (3, 4) or missing():
+        sys.exit(f"usage: python -m tests.browser PAGE.html OUT.png [JAVASCRIPT]  ({missing() or 'browser found'})")
+    screenshot(Path(sys.argv[1]), Path(sys.argv[2]), script=sys.argv[3] if len(sys.argv) == 4 else "")
+    print(f"wrote {sys.argv[2]}", file=sys.stderr)

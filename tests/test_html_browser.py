@@ -172,6 +172,15 @@ def test_click_on_a_token_changes_the_view(driver: Any, page: Path, att: Attenti
     assert shown == [h == 1 for h in range(12)]
     animal = driver.find_elements("css selector", "#hv-right .tok")[2]
     assert animal.get_attribute("title") == f"it → animal: {att.weights[3, 1, 10, 2]:.3f}"
+    # The page names the strongest link to another non-special token, over every head.
+    rows = att.weights[3, :, 10, :].copy()  # (H, S)
+    rows[:, [i for i, sp in enumerate(att.tokens.special) if sp] + [10]] = -1
+    head, key = np.unravel_index(rows.argmax(), rows.shape)
+    assert driver.find_element("id", "detail-best").text == (
+        f"Strongest link to another token (special tokens aside): h{head} → “{att.tokens.labels[key]}” "
+        f"{rows[head, key]:.3f}."
+    )
+    assert (head, att.tokens.labels[key]) == (1, "animal")
     # A second click releases the token.
     click_token(driver, "it")
     assert driver.execute_script("return window.attnviz.state.pinned") is None

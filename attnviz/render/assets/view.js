@@ -423,6 +423,7 @@
   }
 
   // The focused token: one row per head (+ the mean), one column per unit.
+  var RH = 18; // px per head row
   function drawDetail(us, f) {
     var canvas = $("detail-canvas"), U = us.length;
     var rows = [];
@@ -432,6 +433,7 @@
       $("detail-title").textContent = "Hover or click a token to see its attention in each head of " + layerName(state.slot) + ".";
       sized(canvas, 1, 1);
       canvas.setAttribute("data-focus", "");
+      $("detail-best").textContent = "";
       return;
     }
     $("detail-title").textContent = "“" + us[f].label + "” → each " + (state.words ? "word" : "token") + ", " +
@@ -444,7 +446,7 @@
     var avail = ($("detail").clientWidth || 720) - left - 8;
     var cell = Math.max(12, Math.min(34, Math.floor(avail / U)));
     var bottom = Math.ceil(textWidth(ctx0, labels)) + 10;
-    var width = left + U * cell + 8, height = rows.length * 14 + bottom + 4;
+    var width = left + U * cell + 8, height = rows.length * RH + bottom + 4;
     var ctx = sized(canvas, width, height);
     ctx.font = FONT;
     var values = new Float32Array(rows.length * U);
@@ -452,24 +454,34 @@
       var M = headMatrix(state.slot, h, opts());
       for (var c = 0; c < U; c++) values[r * U + c] = M[f * U + c];
     });
-    heatmap(ctx, values, rows.length, U, left, 0, cell, 14, function (r, c) { return masked(us, f, c); });
+    heatmap(ctx, values, rows.length, U, left, 0, cell, RH, function (r, c) { return masked(us, f, c); });
     ctx.fillStyle = "#333";
     ctx.textBaseline = "middle";
     ctx.textAlign = "right";
     rows.forEach(function (h, r) {
       ctx.fillStyle = h === "mean" ? "#000" : headColour(h);
-      ctx.fillText(headName(h), left - 6, r * 14 + 7);
+      ctx.fillText(headName(h), left - 6, r * RH + RH / 2);
     });
-    verticalLabels(ctx, us, left, rows.length * 14 + 4, cell, f);
+    verticalLabels(ctx, us, left, rows.length * RH + 4, cell, f);
     canvas.onmousemove = function (ev) {
       var b = canvas.getBoundingClientRect(), x = ev.clientX - b.left - left, y = ev.clientY - b.top;
-      var c = Math.floor(x / cell), r = Math.floor(y / 14);
+      var c = Math.floor(x / cell), r = Math.floor(y / RH);
       if (c < 0 || c >= U || r < 0 || r >= rows.length) return hideTip();
       var empty = emptyRow(headMatrix(state.slot, rows[r], opts()).subarray(f * U, (f + 1) * U), U, 0);
       showTip(ev, headName(rows[r]) + ": “" + us[f].label + "” → “" + us[c].label + "” " +
         (masked(us, f, c) ? "masked" : fmt(values[r * U + c])) + (empty ? " (row empty: over 99% of it was on special tokens)" : ""));
     };
     canvas.onmouseleave = hideTip;
+    // The strongest link to another word that is not a special token: the finding, in words.
+    var best = null;
+    rows.forEach(function (h, r) {
+      for (var c = 0; c < U; c++) {
+        if (c === f || us[c].special || masked(us, f, c)) continue;
+        if (best === null || values[r * U + c] > best[2]) best = [h, c, values[r * U + c]];
+      }
+    });
+    $("detail-best").textContent = best === null ? "" : "Strongest link to another " + (state.words ? "word" : "token") +
+      " (special tokens aside): " + headName(best[0]) + " → “" + us[best[1]].label + "” " + fmt(best[2]) + ".";
   }
 
   function verticalLabels(ctx, us, x, y, cell, bold) {
