@@ -231,6 +231,29 @@ def test_page_computes_words_specials_and_mean_like_numpy(
     assert console(driver) == []
 
 
+def test_hover_previews_a_token_and_leaving_returns_to_the_pinned_one(driver: Any, page: Path) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    open_page(driver, page)
+    click_token(driver, "it")
+    canvas = driver.find_element("id", "hv-canvas")
+    animal = [b for b in driver.find_elements("css selector", "#hv-left .tok") if b.text == "animal"][0]
+    ActionChains(driver).move_to_element(animal).perform()
+    next_frame(driver)
+    assert canvas.get_attribute("data-focus") == "animal"
+    assert driver.execute_script("return window.attnviz.state.pinned") == 10  # hovering pins nothing
+    ActionChains(driver).move_to_element(driver.find_element("id", "detail-title")).perform()
+    next_frame(driver)
+    assert canvas.get_attribute("data-focus") == "it"
+    assert console(driver) == []
+
+
+def next_frame(driver: Any) -> None:
+    driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];requestAnimationFrame(() => requestAnimationFrame(() => done()));"
+    )
+
+
 def test_toggles_change_what_is_drawn(driver: Any, page: Path) -> None:
     open_page(driver, page)
     click_token(driver, "didn")

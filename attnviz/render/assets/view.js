@@ -347,8 +347,8 @@
         b.setAttribute("data-unit", String(u));
         b.setAttribute("role", "option");
         b.setAttribute("aria-selected", String(unitOf(us, state.pinned) === u));
-        b.addEventListener("mouseenter", function () { if (state.hover !== u) { state.hover = u; drawHead(); } });
-        b.addEventListener("mouseleave", function () { state.hover = null; drawHead(); });
+        b.addEventListener("mouseenter", function () { if (state.hover !== u) { state.hover = u; drawSoon(); } });
+        b.addEventListener("mouseleave", function () { state.hover = null; drawSoon(); });
         b.addEventListener("click", function () { togglePin(us, u); });
         left.appendChild(b);
         var r = document.createElement("span");
@@ -359,6 +359,14 @@
       })(i);
     }
     drawHead();
+  }
+
+  // Moving from one token to the next fires leave + enter: draw once, on the next frame.
+  var drawPending = false;
+  function drawSoon() {
+    if (drawPending) return;
+    drawPending = true;
+    requestAnimationFrame(function () { drawPending = false; if (state.view === "head") drawHead(); });
   }
 
   function drawHead() { // the lines and the detail heatmap: cheap enough to redo on hover
