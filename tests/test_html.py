@@ -32,6 +32,7 @@ from attnviz.result import Attention
 from attnviz.tokens import Tokens
 
 EXAMPLE = "The animal didn't cross the street because it was too tired"
+COUNCIL = "The councilmen refused the demonstrators a permit because they feared violence."
 
 
 @pytest.fixture(scope="module")
@@ -99,27 +100,25 @@ def test_initial_state_is_checked_and_embedded(att: Attention) -> None:
 # --- words ---------------------------------------------------------------------
 
 
-def test_words_of_the_example(att: Attention) -> None:
-    groups = word_groups(att.tokens)
-    # [CLS] The animal didn ' t cross the street because it was too tired [SEP]
-    assert groups == [(0,), (1,), (2,), (3, 4, 5), *[(i,) for i in range(6, 15)]]
-    data = page_data(att)
-    assert data["word_labels"][3] == "didn't"
-    assert data["word_labels"][0] == "[CLS]"
+def test_words_of_the_example_and_of_a_split_word(att: Attention, engine: Engine) -> None:
+    # [CLS] The animal didn ' t cross ...: "didn", "'", "t" are three words (no letter on
+    # both sides of either joint), as the labels show them.
+    assert word_groups(att.tokens) == [(i,) for i in range(15)]
+    council = engine.tokenize(COUNCIL)
+    assert council.labels[2:4] == ("council", "##men")
+    groups = word_groups(council)
+    assert groups[2] == (2, 3) and all(len(g) == 1 for i, g in enumerate(groups) if i != 2)
+    data = page_data(inspect(council, engine, [0]))
+    assert data["word_labels"][:4] == ["[CLS]", "The", "councilmen", "refused"]
 
 
-def test_words_split_on_whitespace_and_specials_only() -> None:
-    # "tired." is one word (no space before "."); "<s>" and "</s>" stand alone even though
-    # their (0, 0) spans "touch" the first word; a piece whose span includes its leading
-    # space (byte-level BPE) starts a new word.
-    text = "it was tired. ok"
-    spans = [(0, 0), (0, 2), (2, 6), (7, 12), (12, 13), (13, 16), (0, 0)]
+def test_words_join_on_letters_or_digits_only() -> None:
+    # "it." -> "it", "." ; "2024" + "th" -> one word; "<s>" stands alone although its (0, 0)
+    # span "touches" the first word; a piece after a space starts a new word.
+    text = "it. 2024th ok"
+    spans = [(0, 0), (0, 2), (2, 3), (4, 8), (8, 10), (11, 13), (0, 0)]
     tokens = tokens_of(text, spans, [True, False, False, False, False, False, True])
     assert word_groups(tokens) == [(0,), (1,), (2,), (3, 4), (5,), (6,)]
-    # Byte-level pieces of one character share (or overlap) the same span: one word.
-    text = "naïve"
-    tokens = tokens_of(text, [(0, 2), (2, 3), (2, 3), (3, 5)], [False] * 4)
-    assert word_groups(tokens) == [(0, 1, 2, 3)]
 
 
 # --- size ----------------------------------------------------------------------

@@ -11,16 +11,20 @@ value) and base64-encoded: 8/3 bytes per weight. A page grows as
 layers × heads × tokens²; ``check_page_size`` refuses one past a budget from the token
 count alone, before any forward pass.
 
-Everything else is computed in the page from those per-token matrices, with these rules
-(one place documents them for the page: ``assets/view.js``, function ``headMatrix``):
+Everything else is computed in the page from those per-token matrices, with the rules of
+``attnviz.transforms`` (issue 11), in its order (one place documents them for the page:
+``assets/view.js``, function ``reduce``):
 
-1. words (Clark et al. 2019): the attention *to* a word is the sum over its pieces (keys);
-   the attention *of* a word is the mean over its pieces (queries). Rows still sum to 1.
-   A word is a run of non-special tokens whose character spans touch with no whitespace
-   between them (``word_groups``): "didn't" is one word, "tired." another.
-2. special tokens hidden: their rows and columns are removed and each remaining row is
-   divided by its remaining sum (renormalised to 1). A row with under 1% left is shown
-   empty: scaled up, the 1/65535 rounding steps would read as a confident pattern.
+1. special tokens set aside: as keys they get weight 0 and each token's row is divided by
+   what remains (renormalised to 1). The page then also leaves their rows out. A row with
+   under 1% left is shown empty: transforms renormalises any row with something left, but
+   the page holds weights rounded to 1/65535, and scaled up those steps would read as a
+   confident pattern.
+2. words (Clark et al. 2019): the attention *to* a word is the sum over its pieces (keys);
+   the attention *of* a word is the mean of its pieces' rows (queries). A token continues
+   the previous word when neither is special, it starts where that one ends, and the
+   characters on both sides of the joint are letters or digits ("council" + "men", not
+   "didn" + "'"): ``word_groups``, the rule that labels a piece ``##men``.
 3. head mean: the mean over the layer's heads of the rows as 1-2 made them.
 
 numpy + stdlib only: renderers never import torch or transformers.
@@ -96,22 +100,29 @@ def check_page_size(num_layers: int, num_heads: int, num_tokens: int, budget: in
 def word_groups(tokens: Tokens) -> list[tuple[int, ...]]:
     """Token positions of each word, in order; every token is in exactly one group.
 
-    A token continues the previous word when neither is special, both cover text, and it
-    starts where the previous one ends (or inside it, as byte-level pieces of one
-    character do) without whitespace: "didn", "'", "t" -> one word "didn't". A special
-    token is always a word of its own.
+    A token continues the previous word when neither is special, it starts where the
+    previous one ends, and the characters on both sides of that joint are letters or
+    digits ("council" + "##men"; "didn" + "'" + "t" stay three words, as the labels show
+    them). Special tokens are words of their own. The same rule as
+    ``transforms.word_groups`` (issue 11), so the page's words are the CLI's words.
     """
     groups: list[list[int]] = []
     prev_end = -1
     for i, ((start, end), special) in enumerate(zip(tokens.offsets, tokens.special)):
-        covers = end > start and not special
-        joins = covers and groups and prev_end >= 0 and start <= prev_end
-        joins = joins and not tokens.text[start:end][:1].isspace()
+        empty = special or end <= start
+        joins = (
+            not empty
+            and bool(groups)
+            and start == prev_end
+            and start > 0
+            and tokens.text[start - 1].isalnum()
+            and tokens.text[start].isalnum()
+        )
         if joins:
             groups[-1].append(i)
         else:
             groups.append([i])
-        prev_end = end if covers else -1
+        prev_end = -1 if empty else end
     return [tuple(g) for g in groups]
 
 

@@ -40,13 +40,13 @@
     return out;
   }
 
-  // The rules (the footer of the page says them in words):
-  //   1. words (Clark et al. 2019): M[a][b] = mean over query pieces q of word a of
-  //      (sum over key pieces k of word b of A[q][k]). Rows keep summing to 1.
-  //   2. special tokens hidden: their rows and columns are dropped and each row is divided by
-  //      its remaining sum. A row with less than MIN_LEFT (1%) left is shown empty (0): the
-  //      stored weights are rounded to 1/65535, and scaling a few such steps up to 1 would
-  //      draw rounding noise as a confident pattern.
+  // The rules of attnviz.transforms, in its order (the footer of the page says them in words):
+  //   1. special tokens set aside: as keys they get weight 0 and each token's row is divided
+  //      by what remains; their own rows are left out of the view. A row with less than
+  //      MIN_LEFT (1%) left is shown empty (0): the stored weights are rounded to 1/65535,
+  //      and scaling a few such steps up to 1 would draw rounding noise as a pattern.
+  //   2. words (Clark et al. 2019): M[a][b] = mean over the query pieces q of word a of
+  //      (sum over the key pieces k of word b of A[q][k]).
   //   3. head mean: the mean over the layer's H heads of the rows that 1-2 produced.
   // Returns a Float32Array (U, U) for the units units(opts).
   function headMatrix(slot, head, opts) {
@@ -70,24 +70,27 @@
   var MIN_LEFT = 0.01;
 
   function reduce(A, opts) { // A: (S, S) -> (U, U) by rules 1 and 2
-    var all = units({ words: opts.words, hideSpecial: false });
-    var V = all.length, full = new Float64Array(V * V), a, b, i, j;
-    for (a = 0; a < V; a++) { // 1. words (or tokens: one piece each)
-      var qs = all[a].tokens;
-      for (b = 0; b < V; b++) {
-        var ks = all[b].tokens, s = 0;
-        for (i = 0; i < qs.length; i++) for (j = 0; j < ks.length; j++) s += A[qs[i] * S + ks[j]];
-        full[a * V + b] = s / qs.length;
+    var B = A, q, k, a, b, i, j;
+    if (opts.hideSpecial) { // 1. specials set aside, each token's row renormalised
+      B = new Float64Array(S * S);
+      for (q = 0; q < S; q++) {
+        var total = 0;
+        for (k = 0; k < S; k++) if (!DATA.special[k]) total += A[q * S + k];
+        var scale = total >= MIN_LEFT ? 1 / total : 0;
+        for (k = 0; k < S; k++) B[q * S + k] = DATA.special[k] ? 0 : A[q * S + k] * scale;
       }
     }
-    var keep = [];
+    var all = units({ words: opts.words, hideSpecial: false });
+    var V = all.length, keep = [];
     for (a = 0; a < V; a++) if (!(opts.hideSpecial && all[a].special)) keep.push(a);
     var U = keep.length, M = new Float32Array(U * U);
-    for (a = 0; a < U; a++) { // 2. specials hidden, rows renormalised
-      var total = 0;
-      for (b = 0; b < U; b++) total += full[keep[a] * V + keep[b]];
-      var scale = opts.hideSpecial ? (total >= MIN_LEFT ? 1 / total : 0) : 1;
-      for (b = 0; b < U; b++) M[a * U + b] = full[keep[a] * V + keep[b]] * scale;
+    for (a = 0; a < U; a++) { // 2. words (or tokens: one piece each), special units left out
+      var qs = all[keep[a]].tokens;
+      for (b = 0; b < U; b++) {
+        var ks = all[keep[b]].tokens, sum = 0;
+        for (i = 0; i < qs.length; i++) for (j = 0; j < ks.length; j++) sum += B[qs[i] * S + ks[j]];
+        M[a * U + b] = sum / qs.length;
+      }
     }
     return M;
   }
