@@ -148,6 +148,7 @@ def test_budget_error_gives_the_facts_and_what_fits() -> None:
     assert "6 layers × 12 heads × 300² tokens" in err.value.message
     assert f"{page_size(6, 12, 300) / 1e6:.1f} MB" in err.value.message
     assert "at most 2 of the 6 layers" in (err.value.hint or "")
+    assert err.value.facts == {"reason": "page_size", "fit": 2}  # for the CLI's --layer hint
     with pytest.raises(UsageError, match="over the 16 MB budget") as err:
         check_page_size(1, 12, 2000)
     assert "even one layer" in (err.value.hint or "")

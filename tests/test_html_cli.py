@@ -66,13 +66,13 @@ def test_over_the_budget_is_a_usage_error_before_the_forward_pass(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[str] = []
-    real = attnviz.engines.inspect
+    real = attnviz.engines.forward
 
     def recording(*args: Any, **kwargs: Any) -> Any:
-        calls.append("inspect")
+        calls.append("forward")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(attnviz.engines, "inspect", recording)
+    monkeypatch.setattr(attnviz.engines, "forward", recording)
     long = " ".join(["word"] * 400)  # 402 tokens: 6 × 12 × 402² weights ≈ 31 MB of page
     out = tmp_path / "big.html"
     result = runner.invoke(app, ["export", long, "-o", str(out)])
@@ -82,11 +82,11 @@ def test_over_the_budget_is_a_usage_error_before_the_forward_pass(
     line = result.stderr.strip()
     assert "\n" not in line and "Traceback" not in line
     assert "6 layers × 12 heads × 402² tokens" in line and "over the 16 MB budget" in line
-    assert "keep at most 3 layers, e.g. --layer 3" in line
+    assert "(hint: keep at most 3 layers, e.g. --layer 0-2)" in line
     # What the hint says works.
-    result = runner.invoke(app, ["export", long, "--layer", "3", "-o", str(out)])
+    result = runner.invoke(app, ["export", long, "--layer", "0-2", "-o", str(out)])
     assert result.exit_code == 0, result.output
-    assert calls == ["inspect"]
+    assert calls == ["forward"]
     assert out.stat().st_size < 16_000_000
 
 

@@ -94,6 +94,8 @@ def check_page_size(num_layers: int, num_heads: int, num_tokens: int, budget: in
         f"an HTML page of {num_layers} layers × {num_heads} heads × {num_tokens}² tokens would be about "
         f"{size / 1e6:.1f} MB, over the {budget / 1e6:.0f} MB budget (it grows as layers × heads × tokens²)",
         hint=hint,
+        reason="page_size",
+        fit=fit,
     )
 
 
