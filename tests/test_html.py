@@ -219,6 +219,14 @@ def test_provenance_and_versions_are_in_the_page(att: Attention) -> None:
     assert data["labels"] == list(att.tokens.labels)
 
 
+def test_hf_engine_pages_name_the_transformers_version(hf_engine: Engine) -> None:
+    from importlib import metadata
+
+    data = page_data(inspect("The cat sat", hf_engine))
+    assert data["provenance"]["engine"] == "hf"
+    assert data["versions"]["transformers"] == metadata.version("transformers")
+
+
 def test_renderer_imports_no_model_or_drawing_code() -> None:
     code = (
         "import sys, attnviz.render.html\n"

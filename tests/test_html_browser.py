@@ -355,16 +355,21 @@ def test_keyboard_drives_the_page(driver: Any, page: Path) -> None:
     assert console(driver) == []
 
 
-def test_causal_model_masks_the_future(driver: Any, tmp_path: Path) -> None:
+def test_causal_grouped_query_model_masks_the_future(driver: Any, tmp_path: Path) -> None:
     from .tiny_models import SPECS_BY_NAME, save_tiny
 
-    model = save_tiny(SPECS_BY_NAME["gpt2"], tmp_path / "gpt2")
+    # A tiny Llama: causal, 4 query heads over 2 key/value heads.
+    model = save_tiny(SPECS_BY_NAME["llama"], tmp_path / "llama")
     att = inspect("the cat sat on the mat", load_engine("own", str(model), "cpu"))
     path = tmp_path / "causal.html"
     save_html(att, path, query=2, view="matrix")
     open_page(driver, path)
     assert driver.find_element("id", "view-matrix").is_displayed()
     assert driver.find_element("id", "legend-masked").is_displayed()
+    heads = [o.get_attribute("textContent") for o in driver.find_elements("css selector", "#head option")]
+    assert heads == ["h0 (kv0)", "h1 (kv0)", "h2 (kv1)", "h3 (kv1)"]
+    notes = driver.find_element("id", "notes").text
+    assert "causal" in notes and "4 query heads share 2 key/value heads" in notes
     canvas = driver.find_element("id", "matrix-canvas")
     assert canvas.get_attribute("data-focus") == att.tokens.labels[2]
     left, cell = float(canvas.get_attribute("data-left")), float(canvas.get_attribute("data-cell"))
