@@ -570,6 +570,7 @@
     var M = headMatrix(state.slot, h, opts());
     $("matrix-title").textContent = layerName(state.slot) + ", " + (h === "mean" ? "mean of the " + H + " heads" : headName(h)) +
       ": each row is a query " + (state.words ? "word" : "token") + ", each column a key; click a row to pick the query." +
+      (state.hideSpecial ? " Special tokens hidden, rows renormalised." : "") +
       (DATA.causal ? " Grey: masked (a later token)." : "");
     var canvas = $("matrix-canvas"), ctx0 = canvas.getContext("2d");
     ctx0.font = FONT;
