@@ -79,7 +79,12 @@ class Engine(Protocol):
 
     def tokenize(self, sentence: str) -> Tokens: ...
 
-    def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput: ...
+    def forward(
+        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+    ) -> ForwardOutput:
+        """One forward pass. ``attentions[i]`` (1, H, R, S) holds layer ``layers[i]``'s
+        weight rows of ``queries`` (default: every layer, every row)."""
+        ...
 
 
 class _Base:
@@ -115,11 +120,18 @@ class OwnEngine(_Base):
         self.causal = self.model.causal
         self.max_positions = self.model.max_positions
 
-    def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput:
+    def forward(
+        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+    ) -> ForwardOutput:
+        """Fused attention in every layer; exact weights only for ``queries`` of ``layers``,
+        and no layer after the last one asked for."""
         import torch
 
+        chosen = tuple(range(self.num_layers)) if layers is None else tuple(layers)
         with torch.inference_mode():
-            return self.model(self._ids(tokens), max_layer=max_layer)
+            out = self.model(self._ids(tokens), max_layer=max(chosen), layers=set(chosen), queries=queries)
+        out.attentions = [out.attentions[layer] for layer in chosen]
+        return out
 
 
 class HFEngine(_Base):
@@ -154,7 +166,10 @@ class HFEngine(_Base):
         limit = _cfg(text_cfg, "max_position_embeddings", "n_positions", default=None)
         self.max_positions = int(limit) if limit else None
 
-    def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput:
+    def forward(
+        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+    ) -> ForwardOutput:
+        """transformers computes every layer's full eager weights; we keep the asked ones."""
         import torch
 
         from .architectures.base import ForwardOutput
@@ -174,7 +189,9 @@ class HFEngine(_Base):
                 "transformers returned no last_hidden_state for this model",
                 hint="its base model is not a plain encoder or decoder; try --engine own",
             )
-        return ForwardOutput(hidden_states=hidden, attentions=list(attentions))
+        chosen = range(len(attentions)) if layers is None else layers
+        rows = slice(None) if queries is None else list(queries)
+        return ForwardOutput(hidden_states=hidden, attentions=[attentions[layer][:, :, rows] for layer in chosen])
 
 
 # model_types whose base model is causal, for --engine hf's ``causal`` flag (--engine own
@@ -296,9 +313,8 @@ def inspect(
     chosen = parse_layers(layers, engine.num_layers)
     rows = tuple(range(len(tokens))) if queries is None else tuple(queries)
     with _cpu_threads_for(engine, len(tokens)):
-        out = engine.forward(tokens, max_layer=max(chosen))
-    stacked = torch.stack([out.attentions[i][0] for i in chosen])  # (N, H, S, S)
-    picked = stacked[:, :, list(rows), :]  # (N, H, Q, S)
+        out = engine.forward(tokens, chosen, None if queries is None else rows)
+    picked = torch.stack([a[0] for a in out.attentions])  # (N, H, Q, S)
     weights = picked.to(device="cpu", dtype=torch.float32).numpy().astype(np.float32, copy=False)
     provenance = Provenance(
         model=engine.files.spec,
