@@ -34,22 +34,29 @@ def inspect(
     engine: str = "own",
     layers: Any = None,
     device: str = "auto",
+    dtype: str = "float32",
+    max_memory: int | str | None = None,
 ) -> Attention:
     """Run ``sentence`` through ``model`` and return per-head attention weights.
 
     With ``token`` (a word, matched case-insensitively; ``occurrence`` is 1-based) or
     ``index`` (a raw token position), only that token's rows are kept; otherwise the
     full query × key matrices. ``layers``: None/"all", an int, or a list (0-based).
+    ``dtype``: float32, bfloat16 or float16 for the model (the weights are always
+    softmaxed in float32). ``max_memory`` (bytes, or "32GB"): the budget the forward pass
+    is checked against instead of the memory free now.
     """
     from .engines import inspect as run
     from .engines import load_engine
+    from .memory import parse_size
     from .tokens import check_index, find_word
 
-    eng = load_engine(engine, model, device)
+    budget = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
+    eng = load_engine(engine, model, device, dtype)
     tokens = eng.tokenize(sentence)
     queries: tuple[int, ...] | None = None
     if token is not None:
         queries = find_word(tokens, token, occurrence)
     elif index is not None:
         queries = (check_index(tokens, index),)
-    return run(tokens, eng, layers, queries)
+    return run(tokens, eng, layers, queries, max_memory=budget)

@@ -301,17 +301,28 @@ def inspect(
     engine: Engine,
     layers: str | int | Sequence[int] | None = None,
     queries: Sequence[int] | None = None,
+    max_memory: int | None = None,
 ) -> Attention:
     """One forward pass -> the weights of ``layers`` (default all) for ``queries``
-    (token positions; default all), as an ``Attention``."""
+    (token positions; default all), as an ``Attention``.
+
+    Before the pass, its memory is estimated and checked against ``max_memory`` bytes,
+    or against the memory free on the engine's device when None.
+
+    Raises:
+        MemoryBudgetError: the pass would not fit; nothing has been allocated for it.
+    """
     import numpy as np
     import torch
 
-    from . import __version__
+    from . import __version__, memory
 
     tokens = engine.tokenize(sentence) if isinstance(sentence, str) else sentence
     chosen = parse_layers(layers, engine.num_layers)
     rows = tuple(range(len(tokens))) if queries is None else tuple(queries)
+    need = memory.estimate(engine, len(tokens), chosen, None if queries is None else len(rows))
+    free, where = memory.available(engine.device) if max_memory is None else (None, "")
+    memory.check(need, max_memory, free, where)
     with _cpu_threads_for(engine, len(tokens)):
         out = engine.forward(tokens, chosen, None if queries is None else rows)
     picked = torch.stack([a[0] for a in out.attentions])  # (N, H, Q, S)

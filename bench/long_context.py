@@ -141,13 +141,20 @@ def worker(mode: str, n: int, model_dir: str, device: str, reps: int) -> dict[st
     return result
 
 
-def run_worker(mode: str, n: int, model_dir: Path, cap_gb: float, device: str, reps: int) -> dict[str, Any]:
+def run_worker(
+    mode: str, n: int, model_dir: Path, cap_gb: float, device: str, reps: int, threads: int
+) -> dict[str, Any]:
     def limit() -> None:
         cap = int(cap_gb * GB)
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
     cmd = [sys.executable, __file__, "--worker", mode, str(n), str(model_dir), "--device", device, "--reps", str(reps)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=limit, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if threads:
+        # On a busy shared machine a thread pool's barrier waits for a descheduled thread:
+        # one thread each gives the same conditions to every column, and steadier times.
+        env["OMP_NUM_THREADS"] = str(threads)
+    proc = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=limit, env=env)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
         return {"mode": mode, "n": n, "error": f"exit {proc.returncode}: {last[:160]}"}
@@ -241,6 +248,7 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     parser.add_argument("--module-reps", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each column (0: torch's default)")
     parser.add_argument("--reps", type=int, default=3, help="forward passes per column up to 8192 tokens (best kept)")
     args = parser.parse_args()
     if args.worker:
@@ -263,7 +271,7 @@ def main() -> None:
             else:
                 # One pass where a pass takes minutes (and for eager beyond 2048 tokens).
                 reps = 1 if n > 8192 or (mode == "eager" and n > 2048) else args.reps
-                r = run_worker(mode, n, model_dir, args.cap_gb, args.device, reps)
+                r = run_worker(mode, n, model_dir, args.cap_gb, args.device, reps, args.threads)
             results.append(r)
             if "seconds" in r:
                 gpu = f"  gpu {r['peak_gpu_gb']:.2f} GB" if "peak_gpu_gb" in r else ""
@@ -284,6 +292,10 @@ def main() -> None:
                 cells += ["-", "-"]
         print(f"{n:>6} {cells[0]:>8} {cells[1]:>9} {cells[2]:>10} {cells[3]:>11}")
     print("\nMultiHeadAttention alone vs torch.nn.MultiheadAttention(need_weights=True, average_attn_weights=False):")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     module = module_bench((128, 512, 2048), args.module_reps)
     for m in module:
         print(
