@@ -94,8 +94,8 @@ def available(device: Any) -> tuple[int | None, str]:
 
     device = torch.device(device)
     if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free), f"free on {device}"
+        free_gpu, _ = torch.cuda.mem_get_info(device)
+        return int(free_gpu), f"free on {device}"
     if device.type != "cpu":
         return None, str(device)  # MPS shares RAM but does not say how much it may take
     free = _meminfo_available()

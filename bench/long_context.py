@@ -190,10 +190,10 @@ def module_bench(lengths: tuple[int, ...], reps: int) -> list[dict[str, Any]]:
             ours.o_proj.bias.copy_(theirs.out_proj.bias)
         x = torch.randn(1, n, HIDDEN)
 
-        def t_theirs() -> Any:
+        def t_theirs(theirs: Any = theirs, x: Any = x) -> Any:
             return theirs(x, x, x, need_weights=True, average_attn_weights=False)
 
-        def t_ours() -> Any:
+        def t_ours(ours: Any = ours, x: Any = x) -> Any:
             return ours(x)
 
         times: dict[str, list[float]] = {"ours": [], "torch": []}

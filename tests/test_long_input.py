@@ -22,7 +22,7 @@ def test_reads_utf8_and_drops_bom_and_final_newline(tmp_path: Path) -> None:
 
 
 def test_reads_standard_input(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("from a pipe\n".encode())))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"from a pipe\n")))
     assert read_text("-") == "from a pipe"
 
 
