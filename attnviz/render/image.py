@@ -47,6 +47,10 @@ _CHAR_IN = _TICK_PT * 0.62 / 72  # a generous average glyph width (DejaVu Sans)
 _MAX_LABEL = 14  # characters; longer token labels are cut with "…"
 _MAX_GRID_W = 15.0  # the panels' total width never exceeds this
 _MIN_CELL = 0.03
+_MIN_MATRIX_CELL = 0.01  # the matrix view's cells may be smaller: a matrix reads as a texture
+# The largest image drawn: 100 million pixels, a 400 MB RGBA buffer (an unbounded --dpi
+# on a 500-token matrix asked matplotlib for 11 GB).
+MAX_PIXELS = 100_000_000
 _PANEL_TITLE_IN = 0.24
 _COLORBAR_IN = 0.14
 _TITLE_PT = 10.0
@@ -104,20 +108,25 @@ def token_figure(att: Attention, query: int, layers: Sequence[int] | None = None
     # Wide sentences get fewer columns so each panel keeps readable cells.
     ncols = min(len(layers), 3 if n_tok <= 20 else 2 if n_tok <= 40 else 1)
     nrows = math.ceil(len(layers) / ncols)
-    cell_w = _cell(n_tok * ncols)
+    # Longer texts than the width holds at the smallest cell: blocks of tokens, summed.
+    block = math.ceil(n_tok * ncols * _MIN_CELL / _MAX_GRID_W)
+    starts = list(range(0, n_tok, block))
+    cell_w = _cell(len(starts) * ncols)
     cell_h = 0.16
     head_names = [head_label(h, p.num_heads, p.num_kv_heads) for h in range(n_heads)]
-    short = [_short(s) for s in labels]
+    short = [_short(labels[i]) for i in starts]
     subtitle = (
         f"{p.model} · engine {p.engine} · {_layers_text(layers)} · "
         f"token {labels[query]!r} (position {query}) → each token, per head"
     )
+    if block > 1:
+        subtitle += f" · binned: each cell sums the weights of {block} tokens ({n_tok} in all)"
     if p.causal:
         subtitle += " · causal: later tokens masked (grey)"
     grid, head, sub = _layout(
         nrows,
         ncols,
-        panel_w=n_tok * cell_w,
+        panel_w=len(starts) * cell_w,
         panel_h=n_heads * cell_h,
         ylabel_w=_CHAR_IN * max(len(s) for s in head_names) + 0.12,
         xlabel_h=_CHAR_IN * max(len(s) for s in short) + 0.12,
@@ -128,16 +137,18 @@ def token_figure(att: Attention, query: int, layers: Sequence[int] | None = None
     fig = _figure(grid)
     _title(fig, grid, head, sub)
     mask = np.arange(n_tok) > query if p.causal else None  # (S,)
+    dim = _bin_all(np.array(att.tokens.special)[None, :], 1, block)[0]  # a block of specials only
     image: AxesImage | None = None
     for i, layer in enumerate(layers):
-        data = rows[att.layer_slot(layer)]  # (H, S)
+        data = _bin(rows[att.layer_slot(layer)], 1, block)  # (H, S/block)
         ax = fig.add_axes(grid.rect(i))
-        image = _heatmap(ax, data, None if mask is None else np.broadcast_to(mask, data.shape))
+        shown_mask = None if mask is None else np.broadcast_to(_bin_all(mask[None, :], 1, block), data.shape)
+        image = _heatmap(ax, data, shown_mask)
         ax.set_title(f"layer {layer}", fontsize=8, pad=3, loc="left")
         # Label each grid axis once: tokens under the bottom panel of each column, heads
         # left of the first column.
         bottom_of_column = i + ncols >= len(layers)
-        _ticks(ax, "x", short, cell_w, show=bottom_of_column, bold=(query,), dim=att.tokens.special)
+        _ticks(ax, "x", short, cell_w, show=bottom_of_column, bold=(query // block,), dim=tuple(dim))
         _ticks(ax, "y", head_names, cell_h, show=i % ncols == 0)
     assert image is not None  # layers is not empty (checked above)
     _colorbar(fig, grid, image)
@@ -162,18 +173,29 @@ def matrix_figure(att: Attention, layer: int, highlight: Sequence[int] = ()) -> 
     # labels) rather than grow the page past _MAX_GRID_W in either direction.
     ncols = math.ceil(math.sqrt(n_heads))
     nrows = math.ceil(n_heads / ncols)
-    cell = min(0.16, _cell(n_tok * ncols, smallest=0.01), _cell(n_tok * nrows, smallest=0.01))
-    short = [_short(s) for s in labels]
-    q_short = [short[q] for q in att.queries]
-    label_in = _CHAR_IN * max(len(s) for s in short) + 0.12
+    # More tokens than the page holds at the smallest cell: blocks of keys (summed) and
+    # of queries (averaged), so each cell is still a share of one query's attention.
+    kb = math.ceil(n_tok * max(ncols, nrows) * _MIN_MATRIX_CELL / _MAX_GRID_W)
+    qb = math.ceil(n_q * max(ncols, nrows) * _MIN_MATRIX_CELL / _MAX_GRID_W)
+    k_starts, q_starts = list(range(0, n_tok, kb)), list(range(0, n_q, qb))
+    cell = min(
+        0.16,
+        _cell(len(k_starts) * ncols, smallest=_MIN_MATRIX_CELL),
+        _cell(len(k_starts) * nrows, smallest=_MIN_MATRIX_CELL),
+    )
+    short = [_short(labels[i]) for i in k_starts]
+    q_short = [_short(labels[att.queries[i]]) for i in q_starts]
+    label_in = _CHAR_IN * max(len(s) for s in [*short, *q_short]) + 0.12
     subtitle = f"{p.model} · engine {p.engine} · layer {layer} · each head: query (row) → key (column)"
+    if kb > 1 or qb > 1:
+        subtitle += f" · binned: a cell sums {kb} keys' weights, averaged over {qb} queries ({n_q} × {n_tok} in all)"
     if p.causal:
         subtitle += " · causal: the masked (grey) upper triangle is future tokens"
     grid, head, sub = _layout(
         nrows,
         ncols,
-        panel_w=n_tok * cell,
-        panel_h=n_q * cell,
+        panel_w=len(k_starts) * cell,
+        panel_h=len(q_starts) * cell,
         ylabel_w=label_in,
         xlabel_h=label_in,
         hgap=0.1,
@@ -184,16 +206,20 @@ def matrix_figure(att: Attention, layer: int, highlight: Sequence[int] = ()) -> 
     _title(fig, grid, head, sub)
     # (Q, S): True where query queries[q] may not see key s.
     mask = np.arange(n_tok)[None, :] > np.array(att.queries)[:, None] if p.causal else None
-    rows_hl = [att.query_slot(q) for q in highlight]
+    if mask is not None:
+        mask = _bin_all(mask, qb, kb)  # a cell is grey only when every weight in it is masked
+    rows_hl = sorted({att.query_slot(q) // qb for q in highlight})
+    special = np.array(att.tokens.special)
+    dim_k = tuple(_bin_all(special[None, :], 1, kb)[0])
+    dim_q = tuple(_bin_all(special[list(att.queries)][None, :], 1, qb)[0])
     image: AxesImage | None = None
     for h in range(n_heads):
         ax = fig.add_axes(grid.rect(h))
-        image = _heatmap(ax, mats[h], mask)
+        image = _heatmap(ax, _bin(mats[h], qb, kb), mask)
         ax.set_title(head_label(h, p.num_heads, p.num_kv_heads), fontsize=8, pad=3, loc="left")
         for r in rows_hl:
-            ax.add_patch(Rectangle((-0.5, r - 0.5), n_tok, 1, fill=False, edgecolor="#ff3030", linewidth=1.0))
-        _ticks(ax, "x", short, cell, show=h + ncols >= n_heads, dim=att.tokens.special)
-        dim_q = tuple(att.tokens.special[q] for q in att.queries)
+            ax.add_patch(Rectangle((-0.5, r - 0.5), len(k_starts), 1, fill=False, edgecolor="#ff3030", linewidth=1.0))
+        _ticks(ax, "x", short, cell, show=h + ncols >= n_heads, dim=dim_k)
         _ticks(ax, "y", q_short, cell, show=h % ncols == 0, bold=tuple(rows_hl), dim=dim_q)
     assert image is not None  # a model has at least one head
     _colorbar(fig, grid, image)
@@ -205,10 +231,21 @@ def save_figure(fig: Figure, path: Path, dpi: int = DEFAULT_DPI) -> None:
 
     Raises:
         OutputError: the extension is not .png/.svg/.pdf, or the file cannot be written.
+        UsageError: the dpi is out of range, or the figure at that dpi has more than
+            MAX_PIXELS pixels (checked before anything is drawn).
     """
     path = check_writable(Path(path), IMAGE_FORMATS)
     if not 10 <= dpi <= 2400:
         raise UsageError(f"dpi {dpi} is out of range", hint="use a dpi between 10 and 2400 (e.g. 150 or 300)")
+    width, height = fig.get_size_inches()
+    pixels = (width * dpi) * (height * dpi)
+    if pixels > MAX_PIXELS:
+        largest = int(math.sqrt(MAX_PIXELS / (width * height)))
+        raise UsageError(
+            f"at {dpi} dpi the image would be {width * dpi:.0f} × {height * dpi:.0f} pixels "
+            f"({pixels / 1e6:.0f} megapixels; the limit is {MAX_PIXELS / 1e6:.0f})",
+            hint=f"use a dpi of at most {largest}",
+        )
     fmt = path.suffix.lower().lstrip(".")
 
     def write(tmp: Path) -> None:
@@ -218,6 +255,31 @@ def save_figure(fig: Figure, path: Path, dpi: int = DEFAULT_DPI) -> None:
         fig.savefig(tmp, format=fmt, dpi=dpi, metadata=metadata)
 
     atomic_write(path, write)
+
+
+# --- binning long inputs --------------------------------------------------------
+
+
+def _bin(data: np.ndarray, row_block: int, col_block: int) -> np.ndarray:
+    """(R, C) -> (⌈R/row_block⌉, ⌈C/col_block⌉): each block of columns (keys) summed,
+    each block of rows (queries) averaged, so a cell stays a share of one query's
+    attention (0..1) and a row of cells still sums to 1."""
+    if row_block == col_block == 1:
+        return data
+    rows, cols = data.shape
+    summed = np.add.reduceat(data, np.arange(0, cols, col_block), axis=1)  # (R, C')
+    totals = np.add.reduceat(summed, np.arange(0, rows, row_block), axis=0)  # (R', C')
+    counts = np.diff(np.r_[np.arange(0, rows, row_block), rows])  # rows in each block
+    return totals / counts[:, None]
+
+
+def _bin_all(flags: np.ndarray, row_block: int, col_block: int) -> np.ndarray:
+    """(R, C) booleans -> True where every flag in the block is True."""
+    if row_block == col_block == 1:
+        return flags
+    rows, cols = flags.shape
+    by_cols = np.logical_and.reduceat(flags, np.arange(0, cols, col_block), axis=1)
+    return np.logical_and.reduceat(by_cols, np.arange(0, rows, row_block), axis=0)
 
 
 # --- layout helpers -----------------------------------------------------------
