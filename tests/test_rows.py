@@ -256,3 +256,26 @@ def test_inspect_full_matrix_equals_rows(saved: dict[str, Path]) -> None:
     one = inspect(tokens, own, "all", (7,))
     assert full.weights.shape == (own.num_layers, own.num_heads, len(tokens), len(tokens))
     assert float(abs(full.rows(7) - one.rows(7)).max()) <= 1e-6
+
+
+# Measured with bench/dtype_tolerance.py on every tiny family (worst: own 1.2e-2 in
+# bfloat16, 1.3e-3 in float16; transformers in the same dtype: 1.7e-2 and 1.3e-3).
+DTYPE_TOL = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 3e-3}
+
+
+@pytest.mark.parametrize("dtype", list(DTYPE_TOL))
+@pytest.mark.parametrize("name", ["bert", "gpt2", "qwen2"])
+def test_low_precision_models_stay_within_the_documented_tolerance(
+    name: str, dtype: str, saved: dict[str, Path]
+) -> None:
+    ref = load_engine("hf", str(saved[name]), "cpu", "float32")
+    eng = load_engine("own", str(saved[name]), "cpu", dtype)
+    assert next(eng.model.parameters()).dtype == getattr(torch, dtype)  # the model runs in it
+    tokens = ref.tokenize("the cat sat on the mat and the dog sat by the door because it was too tired")
+    q = (len(tokens) - 1, 3)
+    truth = ref.forward(tokens, None, q).attentions
+    rows = eng.forward(tokens, None, q).attentions
+    for a, b in zip(rows, truth, strict=True):
+        assert a.dtype == torch.float32  # softmaxed in float32 whatever the model's dtype
+        torch.testing.assert_close(a.sum(-1), torch.ones(a.shape[:-1]), atol=1e-6, rtol=0)
+        assert _diff(a, b) <= DTYPE_TOL[dtype]
