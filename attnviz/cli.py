@@ -85,7 +85,7 @@ def errors(debug: bool) -> Iterator[None]:
     except AttnvizError as exc:
         if debug:
             raise
-        _fail(exc.message, exc.hint, exc.exit_code)
+        _fail(exc.message, _CLI_HINTS.get(type(exc).__name__, exc.hint), exc.exit_code)
     except KeyboardInterrupt:
         _fail("interrupted", None, 130)
     except BrokenPipeError:
@@ -103,6 +103,12 @@ def errors(debug: bool) -> Iterator[None]:
             "rerun with --debug for the traceback, and report it if it looks like a bug",
             1,
         )
+
+
+# Library errors carry facts; where the way out is a flag, the CLI names it.
+_CLI_HINTS = {
+    "MemoryBudgetError": "use --engine own, fewer --layer, a shorter text, or --max-memory SIZE to override",
+}
 
 
 def _version(value: bool) -> None:
@@ -140,6 +146,23 @@ EngineOpt = Annotated[
 LayerOpt = Annotated[str, typer.Option("--layer", "-l", help="Layer(s), 0-based: N, N,M, A-B or all.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda, cuda:N or mps.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+OptSentence = Annotated[
+    str | None,
+    typer.Argument(help="The text to run through the model ('-': standard input).", show_default=False),
+]
+FileOpt = Annotated[
+    Path | None,
+    typer.Option("--file", "-f", help="Read the text from this UTF-8 file ('-': standard input).", show_default=False),
+]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="The model's dtype: float32, bfloat16 or float16.")]
+MaxMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-memory",
+        help="Memory the forward pass may use (e.g. 32GB) instead of what is free now.",
+        show_default=False,
+    ),
+]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]
 
 
@@ -176,6 +199,25 @@ def pick_queries(tokens: Tokens, token: str | None, occurrence: int | None, inde
     return ()
 
 
+def read_input(sentence: str | None, file: Path | None) -> str:
+    """The text: the argument, or the --file (either may be '-' for standard input)."""
+    from .tokens import read_text
+
+    if sentence is not None and file is not None:
+        raise UsageError("give the text or --file, not both", hint="drop the sentence argument or --file")
+    if file is not None:
+        return read_text(str(file))
+    if sentence is None:
+        raise UsageError("give a text (or --file PATH)", hint=f'e.g. attnviz show "{EXAMPLE}" --token it')
+    return read_text("-") if sentence == "-" else sentence
+
+
+def budget(max_memory: str | None) -> int | None:
+    from .memory import parse_size
+
+    return None if max_memory is None else parse_size(max_memory)
+
+
 def prepare(
     sentence: str,
     model: str | None,
@@ -185,6 +227,7 @@ def prepare(
     occurrence: int | None = None,
     index: int | None = None,
     need_query: bool = True,
+    dtype: str = "float32",
 ) -> tuple[Engine, Tokens, tuple[int, ...]]:
     """Validate cheap inputs, load the engine, tokenize, pick the query tokens."""
     from .engines import load_engine
@@ -192,7 +235,7 @@ def prepare(
     if not sentence.strip():
         raise UsageError("the sentence is empty", hint=f'give some text, e.g. attnviz show "{EXAMPLE}" --token it')
     check_query_args(token, occurrence, index, required=need_query)
-    eng = load_engine(engine, model, device)
+    eng = load_engine(engine, model, device, dtype)
     tokens = eng.tokenize(sentence)
     queries = pick_queries(tokens, token, occurrence, index)
     return eng, tokens, queries
@@ -200,7 +243,8 @@ def prepare(
 
 @app.command()
 def show(
-    sentence: Sentence,
+    sentence: OptSentence = None,
+    file: FileOpt = None,
     token: TokenOpt = None,
     occurrence: Occurrence = None,
     index: IndexOpt = None,
@@ -213,6 +257,8 @@ def show(
     png: Annotated[
         Path | None, typer.Option("--png", help="Also write the heatmaps to this PNG file.", show_default=False)
     ] = None,
+    dtype: DtypeOpt = "float32",
+    max_memory: MaxMemoryOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Show, head by head, where one token puts its attention.
@@ -231,8 +277,10 @@ def show(
                     hint=f"for SVG or PDF use attnviz export ... -o {png.with_suffix('.svg').name}",
                 )
             check_writable(png, (".png",))
-        eng, tokens, queries = prepare(sentence, model, engine, device, token, occurrence, index)
-        att = inspect(tokens, eng, layer, queries)
+        limit = budget(max_memory)
+        text = read_input(sentence, file)
+        eng, tokens, queries = prepare(text, model, engine, device, token, occurrence, index, dtype=dtype)
+        att = inspect(tokens, eng, layer, queries, max_memory=limit)
         if json_out:
             typer.echo(_show_json(att, queries))
         else:
@@ -259,7 +307,9 @@ ImageLayerOpt = Annotated[
 
 @app.command()
 def export(
-    sentence: Sentence,
+    sentence: OptSentence = None,
+    file: FileOpt = None,
+    *,
     output: Annotated[Path, typer.Option("--output", "-o", help="Image file: .png, .svg or .pdf.", show_default=False)],
     token: TokenOpt = None,
     occurrence: Occurrence = None,
@@ -272,6 +322,8 @@ def export(
     model: ModelOpt = None,
     engine: EngineOpt = "own",
     device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "float32",
+    max_memory: MaxMemoryOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Write per-head attention heatmaps to a PNG, SVG or PDF file.
@@ -299,11 +351,13 @@ def export(
                 "say which token to draw",
                 hint="add --token WORD (or --index K), or use --view matrix for whole matrices",
             )
+        limit = budget(max_memory)
+        text = read_input(sentence, file)
         eng, tokens, queries = prepare(
-            sentence, model, engine, device, token, occurrence, index, need_query=view == "token"
+            text, model, engine, device, token, occurrence, index, need_query=view == "token", dtype=dtype
         )
         if view == "token":
-            att = inspect(tokens, eng, layer, queries)
+            att = inspect(tokens, eng, layer, queries, max_memory=limit)
             _write_token_image(att, queries, output, dpi)
             return
         chosen = parse_layers(layer, eng.num_layers) if layer is not None else (eng.num_layers // 2,)
@@ -314,7 +368,7 @@ def export(
             )
         from .render.image import matrix_figure, save_figure
 
-        att = inspect(tokens, eng, chosen, None)  # every query row: the whole matrix
+        att = inspect(tokens, eng, chosen, None, max_memory=limit)  # every query row: the whole matrix
         save_figure(matrix_figure(att, chosen[0], highlight=queries), output, dpi)
         _wrote(output)
 
@@ -363,9 +417,8 @@ PAIRS_LIMIT = 5  # heads shown per pair with --pairs, unless --limit says otherw
 
 @app.command()
 def compare(
-    sentence: Annotated[
-        str | None, typer.Argument(help="The sentence to run through the model.", show_default=False)
-    ] = None,
+    sentence: OptSentence = None,
+    file: FileOpt = None,
     token: TokenOpt = None,
     target: TargetOpt = None,
     vs: Annotated[
@@ -390,6 +443,8 @@ def compare(
     model: ModelOpt = None,
     engine: EngineOpt = "own",
     device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "float32",
+    max_memory: MaxMemoryOpt = None,
     json_out: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> None:
@@ -405,15 +460,23 @@ def compare(
         # Cheap checks first: none of these needs the model.
         if sort is not None and sort not in SORT_KEYS:
             raise UsageError(f"cannot sort by {sort!r}", hint="use --sort " + "|".join(SORT_KEYS))
+        limit_bytes = budget(max_memory)
         if pairs is not None:
-            if sentence is not None or vs is not None or token is not None or targets or index is not None:
+            if (
+                sentence is not None
+                or file is not None
+                or vs is not None
+                or token is not None
+                or targets
+                or index is not None
+            ):
                 raise UsageError(
                     "--pairs takes the sentences, token and targets from the file",
-                    hint="drop the sentence, --vs, --token, --target and --index",
+                    hint="drop the sentence, --file, --vs, --token, --target and --index",
                 )
-            _compare_pairs(pairs, occurrence, top, sort, limit, layer, model, engine, device, json_out)
+            _compare_pairs(pairs, occurrence, top, sort, limit, layer, model, engine, device, json_out, dtype)
             return
-        if sentence is None:
+        if sentence is None and file is None:
             raise UsageError("give a sentence (or --pairs FILE)", hint=f'e.g. attnviz compare "{EXAMPLE}" --token it')
         if vs is not None:
             if index is not None:
@@ -424,17 +487,20 @@ def compare(
                 raise UsageError("the --vs sentence is empty", hint="give the second sentence of the pair")
         elif sort == "delta":
             raise UsageError("--sort delta needs two sentences", hint="add --vs SENTENCE, or sort by weight")
-        eng, tokens, queries = prepare(sentence, model, engine, device, token, occurrence, index)
+        text = read_input(sentence, file)
+        eng, tokens, queries = prepare(text, model, engine, device, token, occurrence, index, dtype=dtype)
         if vs is None:
             from .engines import inspect
             from .metrics import find_targets, head_table
 
             find_targets(tokens, targets)  # a missing target fails before the forward pass
-            att = inspect(tokens, eng, layer, queries)
+            att = inspect(tokens, eng, layer, queries, max_memory=limit_bytes)
             rows = sort_rows(head_table(att, queries, targets, top), sort, limit)
         else:
             assert token is not None  # prepare() needs --token or --index, and --index was refused
-            att, queries, rows = _pair_rows(eng, tokens, queries, vs, token, occurrence, targets, top, layer)
+            att, queries, rows = _pair_rows(
+                eng, tokens, queries, vs, token, occurrence, targets, top, layer, limit_bytes
+            )
             rows = sort_rows(rows, sort, limit)
         if json_out:
             typer.echo(_compare_json(rows))
@@ -452,6 +518,7 @@ def _pair_rows(
     targets: list[str],
     top: int,
     layer: str,
+    max_memory: int | None = None,
 ) -> tuple[Any, tuple[int, ...], list[dict[str, Any]]]:
     """Both sentences of a minimal pair through one loaded engine -> (A's Attention,
     A's query positions, unsorted pair rows). Token and targets are found by text in each."""
@@ -466,8 +533,8 @@ def _pair_rows(
     except UsageError as exc:
         raise type(exc)(exc.message.replace("the sentence", "the --vs sentence"), exc.hint) from None
     find_targets(tokens_vs, targets, where="the --vs sentence")
-    att = inspect(tokens, eng, layer, queries)
-    att_vs = inspect(tokens_vs, eng, layer, queries_vs)
+    att = inspect(tokens, eng, layer, queries, max_memory=max_memory)
+    att_vs = inspect(tokens_vs, eng, layer, queries_vs, max_memory=max_memory)
     return att, queries, pair_table(att, queries, att_vs, queries_vs, targets, top)
 
 
@@ -482,6 +549,7 @@ def _compare_pairs(
     engine: str,
     device: str,
     json_out: bool,
+    dtype: str = "float32",
 ) -> None:
     """Every pair of a minimal-pairs file through one loaded engine."""
     from .engines import load_engine
@@ -490,7 +558,7 @@ def _compare_pairs(
     from .tokens import find_word
 
     found = read_pairs(path)  # a bad file fails before the model loads
-    eng = load_engine(engine, model, device)
+    eng = load_engine(engine, model, device, dtype)
     limit = PAIRS_LIMIT if limit is None else limit
     everything: list[dict[str, Any]] = []
     console = None if json_out else stdout_console()

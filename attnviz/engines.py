@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from .architectures.base import ForwardOutput
 
 ENGINES = ("own", "hf")
+# The model's dtype; attention rows are softmaxed in float32 whatever it is.
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -232,9 +234,9 @@ def load_engine(
 
     if name not in ENGINES:
         raise UsageError(f"unknown engine {name!r}", hint="use --engine own or --engine hf")
-    torch_dtype = getattr(torch, dtype, None)
-    if not isinstance(torch_dtype, torch.dtype) or not torch_dtype.is_floating_point:
-        raise UsageError(f"unknown dtype {dtype!r}", hint="use float32, float16 or bfloat16")
+    if dtype not in DTYPES:
+        raise UsageError(f"unknown dtype {dtype!r}", hint="use float32, bfloat16 or float16")
+    torch_dtype = getattr(torch, dtype)
     dev = pick_device(device)
     files = model if isinstance(model, ModelFiles) else resolve(model)
     engine: Engine = OwnEngine(files, dev, torch_dtype) if name == "own" else HFEngine(files, dev, torch_dtype)
