@@ -83,3 +83,21 @@ def test_an_over_budget_run_stops_before_the_forward_pass(llama_dir: Path, monke
     # Free memory (the default) is far more than this tiny pass needs.
     assert inspect(tokens, eng, "all", (2,)).weights.shape[2] == 1
     assert calls == [1]
+
+
+def test_cuda_free_memory_is_asked_of_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU here: the call torch makes is stood in for, to check what is done with it."""
+    import torch
+
+    asked: list[torch.device] = []
+
+    def mem_get_info(device: torch.device) -> tuple[int, int]:
+        asked.append(device)
+        return 3 * 1024**3, 80 * 1024**3
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    assert memory.available("cuda:1") == (3 * 1024**3, "free on cuda:1")
+    assert asked == [torch.device("cuda:1")]
+    free, where = memory.available("cpu")
+    assert free is not None and free > 0
+    assert "RAM" in where or "container" in where
