@@ -107,7 +107,10 @@ def errors(debug: bool) -> Iterator[None]:
 
 # Library errors carry facts; where the way out is a flag, the CLI names it.
 _CLI_HINTS = {
-    "MemoryBudgetError": "use --engine own, fewer --layer, a shorter text, or --max-memory SIZE to override",
+    "MemoryBudgetError": (
+        "ask for one token (--token/--index) with --engine own, fewer --layer or a shorter text; "
+        "--max-memory SIZE overrides"
+    ),
 }
 
 

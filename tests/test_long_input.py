@@ -133,7 +133,7 @@ def test_a_text_longer_than_the_positions_is_exit_2(qwen: Path, tmp_path: Path) 
 def test_the_memory_guard_stops_the_run_with_the_way_out(qwen: Path) -> None:
     line = one_error_line(run("show", TEXT, "--model", str(qwen), "--index", "-1", "--max-memory", "1KB"), 2)
     assert "needs about" in line and "more than the budget of 1.0 KB" in line
-    assert "--engine own" in line and "--max-memory SIZE" in line
+    assert "--engine own" in line and "--max-memory SIZE overrides" in line
 
 
 def test_dtype_runs_the_model_in_it(qwen: Path) -> None:
