@@ -70,7 +70,7 @@ def estimate(engine: Engine, num_tokens: int, layers: Sequence[int], num_queries
         [m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)] if params else [4096],
         default=4096,
     )
-    s, h, n = num_tokens, engine.num_heads, len(layers)
+    s, h, n = num_tokens, engine.shape.num_heads, len(layers)
     # x, its norm, the residual, q/k/v and the MLP's two or three widest tensors: ~8 (S, widest).
     activations = 8 * s * widest * size
     rows = s if num_queries is None else num_queries

@@ -126,15 +126,15 @@ def test_index_and_occurrence() -> None:
         (["show", "the cat saw the dog", "--token", "the"], "occurs 2 times"),
         (["show", EXAMPLE, "--token", "it", "--layer", "6"], "layer 6 is out of range: this model has 6 layers"),
         (["show", EXAMPLE, "--token", "it", "--layer", "two"], "cannot read layer 'two'"),
-        (["show", EXAMPLE, "--index", "99"], "--index 99 is out of range"),
+        (["show", EXAMPLE, "--index", "99"], "token index 99 is out of range"),
         (["show", EXAMPLE], "say which token to inspect"),
         (["show", EXAMPLE, "--token", "it", "--index", "2"], "not both"),
-        (["show", EXAMPLE, "--token", "it", "--engine", "fast"], "unknown engine 'fast'"),
+        (["show", EXAMPLE, "--token", "it", "--engine", "fast"], "'fast' is not one of 'own', 'hf'"),
         (["show", EXAMPLE, "--token", "it", "--device", "tpu"], "device"),
         (["show", EXAMPLE, "--token", "it", "--model", "/no/such/dir"], "no model directory at '/no/such/dir'"),
         (["show", EXAMPLE, "--token", "it", "--model", "nobody-xyz/no-such-model"], "could not be downloaded"),
         (["show", EXAMPLE, "--token", "it", "--bogus"], "No such option: --bogus"),
-        (["show"], "give a text (or --file PATH)"),  # the text may come from --file
+        (["show"], "say which token to inspect"),  # the text may come from --file, so it is not required
         (["nosuchcommand"], "No such command"),
     ],
 )

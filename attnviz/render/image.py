@@ -32,7 +32,6 @@ from matplotlib.image import AxesImage
 from matplotlib.patches import Rectangle
 
 from ..errors import UsageError
-from ..heads import head_label
 from ..result import Attention, atomic_write, check_writable
 from . import DEFAULT_DPI, IMAGE_FORMATS
 
@@ -113,7 +112,7 @@ def token_figure(att: Attention, query: int, layers: Sequence[int] | None = None
     starts = list(range(0, n_tok, block))
     cell_w = _cell(len(starts) * ncols)
     cell_h = 0.16
-    head_names = [head_label(h, p.num_heads, p.num_kv_heads) for h in range(n_heads)]
+    head_names = [p.shape.head_label(h) for h in range(n_heads)]
     short = [_short(labels[i]) for i in starts]
     subtitle = (
         f"{p.model} · engine {p.engine} · {_layers_text(layers)} · "
@@ -216,7 +215,7 @@ def matrix_figure(att: Attention, layer: int, highlight: Sequence[int] = ()) -> 
     for h in range(n_heads):
         ax = fig.add_axes(grid.rect(h))
         image = _heatmap(ax, _bin(mats[h], qb, kb), mask)
-        ax.set_title(head_label(h, p.num_heads, p.num_kv_heads), fontsize=8, pad=3, loc="left")
+        ax.set_title(p.shape.head_label(h), fontsize=8, pad=3, loc="left")
         for r in rows_hl:
             ax.add_patch(Rectangle((-0.5, r - 0.5), len(k_starts), 1, fill=False, edgecolor="#ff3030", linewidth=1.0))
         _ticks(ax, "x", short, cell, show=h + ncols >= n_heads, dim=dim_k)

@@ -16,7 +16,6 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from ..heads import head_label, structure_notes
 from ..result import Attention
 
 # viridis at 9 stops (matplotlib's values), interpolated linearly between them.
@@ -100,7 +99,7 @@ def token_heatmap(
     p = att.provenance
     cell_w = 5 if values else 3
     widths = [max(cell_w, min(len(label), 8)) for label in labels]
-    head_w = max(len(head_label(h, p.num_heads, p.num_kv_heads)) for h in range(rows.shape[0]))
+    head_w = max(len(p.shape.head_label(h)) for h in range(rows.shape[0]))
     tops = [f" {labels[int(np.argmax(row))][:10]} {row.max():.2f}" for row in rows]
     top_w = max(len(t) for t in tops) + 1
     title = f"layer {layer} · {labels[query]!r} (token {query}) → each token"
@@ -128,7 +127,7 @@ def token_heatmap(
             table.add_column(Text(label, style=style), justify="center", no_wrap=True, width=widths[i] + 1)
         for h, row in enumerate(rows):
             best = int(np.argmax(row))
-            cells: list[RenderableType] = [Text(head_label(h, p.num_heads, p.num_kv_heads) + " ", style="dim")]
+            cells: list[RenderableType] = [Text(p.shape.head_label(h) + " ", style="dim")]
             if first:
                 cells.append(Text(tops[h]))
             for i in cols:
@@ -184,7 +183,7 @@ def render_show(att: Attention, queries: tuple[int, ...], console: Console, *, v
     p = att.provenance
     header = Text(f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads")
     console.print(header, style="dim")
-    for note in structure_notes(p.causal, p.num_heads, p.num_kv_heads):
+    for note in p.shape.notes():
         console.print(Text(note, style="dim"))
     if len(queries) > 1:
         pieces = " + ".join(repr(att.tokens.labels[q]) for q in queries)
