@@ -19,20 +19,24 @@ from ..render import (  # stdlib only: no matplotlib
     parse_vmax,
 )
 from . import app, errors
-from .common import check_heads, load, query_from, view_from, wrote
+from .common import budget, check_heads, load, query_from, read_input, view_from, wrote
 from .options import (
     DebugOpt,
     DeviceOpt,
+    DType,
+    DtypeOpt,
     EngineName,
     EngineOpt,
+    FileOpt,
     HeadsOpt,
     HideSpecialOpt,
     IndexOpt,
+    MaxMemoryOpt,
     ModelOpt,
     NoRenormOpt,
     Occurrence,
     RolloutOpt,
-    Sentence,
+    TextArg,
     TokenOpt,
     View,
     WordsOpt,
@@ -76,7 +80,9 @@ NoTitleOpt = Annotated[bool, typer.Option("--no-title", help="No sentence or pro
 
 @app.command()
 def export(
-    sentence: Sentence,
+    sentence: TextArg = None,
+    file: FileOpt = None,
+    *,
     output: Annotated[
         Path,
         typer.Option(
@@ -108,6 +114,8 @@ def export(
     model: ModelOpt = None,
     engine: EngineOpt = EngineName.own,
     device: DeviceOpt = "auto",
+    dtype: DtypeOpt = DType.float32,
+    max_memory: MaxMemoryOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Write per-head attention heatmaps to a PNG, SVG or PDF file, or an interactive HTML page.
@@ -139,8 +147,9 @@ def export(
         query = query_from(token, occurrence, index, required=False)
         if output.suffix.lower() in HTML_FORMATS:
             # The page carries its own words / special tokens / head-mean toggles.
-            eng = load(sentence, model, engine.value, device)
-            write_page(eng, eng.tokenize(sentence), query, layer, view, output)
+            text = read_input(sentence, file)
+            eng = load(text, model, engine.value, device, dtype.value)
+            write_page(eng, eng.tokenize(text), query, layer, view, output, budget(max_memory))
             return
         if view is View.token and query is None:
             raise UsageError(
@@ -149,14 +158,16 @@ def export(
             )
         reading, picked = view_from(words, hide_special, no_renorm, heads, rollout)
         style = _style(figsize, fontsize, vmax, cmap, no_title, picked)
-        eng = load(sentence, model, engine.value, device)
+        limit = budget(max_memory)
+        text = read_input(sentence, file)
+        eng = load(text, model, engine.value, device, dtype.value)
         check_heads(picked, eng.shape.num_heads)
-        tokens = eng.tokenize(sentence)
+        tokens = eng.tokenize(text)
         spec = layer if layer is not None or view is View.token else str(eng.num_layers // 2)
         layers = parse_layers(spec, eng.num_layers)
         groups = [query.resolve(tokens)] if query is not None else []
         if view is View.token:
-            att = read(tokens, eng, layers, groups, reading)
+            att = read(tokens, eng, layers, groups, reading, max_memory=limit)
             write_token_image(att, [positions_in(att, groups[0])[0]], output, dpi, style)
             return
         if len(layers) != 1:
@@ -166,13 +177,21 @@ def export(
             )
         from ..render.image import matrix_figure, save_figure
 
-        att = read(tokens, eng, layers, [], reading)  # every query row: the whole matrix
+        att = read(tokens, eng, layers, [], reading, max_memory=limit)  # every query row: the whole matrix
         highlight = positions_in(att, groups[0]) if groups else ()
         save_figure(matrix_figure(att, layers[0], highlight=highlight, style=style), output, dpi)
         wrote(output)
 
 
-def write_page(eng: Engine, tokens: Tokens, query: Query | None, layer: str | None, view: View, path: Path) -> None:
+def write_page(
+    eng: Engine,
+    tokens: Tokens,
+    query: Query | None,
+    layer: str | None,
+    view: View,
+    path: Path,
+    max_memory: int | None = None,
+) -> None:
     """The interactive page: every query row of the chosen layers (default all), its size
     checked from the token count before the forward pass."""
     from ..engines import forward
@@ -181,7 +200,7 @@ def write_page(eng: Engine, tokens: Tokens, query: Query | None, layer: str | No
 
     resolved = Selection(query=query, layers=layer).resolve(tokens, eng.num_layers)
     check_page_size(len(resolved.layers), eng.shape.num_heads, len(tokens))
-    att = forward(tokens, eng, Resolved((), resolved.layers))  # every query row: whole matrices
+    att = forward(tokens, eng, Resolved((), resolved.layers), max_memory)  # every query row: whole matrices
     pinned = resolved.queries[0] if resolved.queries else None  # a split word: its first piece
     save_html(att, path, query=pinned, view="matrix" if view is View.matrix else "head")
     wrote(path)
