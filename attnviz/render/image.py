@@ -90,6 +90,10 @@ class _Grid:
         return self.nrows * self.panel_h + (self.nrows - 1) * self.vgap
 
 
+# Models with learned sink logits (GPT-OSS): no row of their weights sums to 1.
+_SINK_NOTE = "learned sinks: rows sum to 1 - the logit sink"
+
+
 def _slots(att: Attention, style: FigureStyle) -> list[int]:
     """Head-axis slots to draw: the chosen model heads (all by default), then every aggregate."""
     if style.heads is None:
@@ -161,6 +165,9 @@ def token_figure(
         f"{' '.join(att.tokens.labels[i] for i in span)!r} → each {'word' if att.key_pieces else 'token'}, per head"
         + _steps_text(att)
     )
+    if p.attention_sinks and not att.hidden:
+        # Before the longer notes: a subtitle is cut after two lines.
+        subtitle = subtitle.replace(f"engine {p.engine} · ", f"engine {p.engine} · {_SINK_NOTE} · ", 1)
     if p.causal:
         subtitle += " · causal: later tokens masked (grey)"
     # One layer fits a paper's text column unless a size is given.
@@ -232,9 +239,9 @@ def matrix_figure(
     short = [_short(labels[i]) for i in cols]
     q_short = [_short(labels[q]) for q in att.queries]
     label_in = _char_in(pt) * max(len(s) for s in [*short, *q_short]) + 0.12
-    subtitle = f"{p.model} · engine {p.engine} · layer {layer} · each head: query (row) → key (column)" + _steps_text(
-        att
-    )
+    sinks = f"{_SINK_NOTE} · " if p.attention_sinks and not att.hidden else ""
+    subtitle = f"{p.model} · engine {p.engine} · {sinks}layer {layer} · each head: query (row) → key (column)"
+    subtitle += _steps_text(att)
     if p.causal:
         subtitle += " · causal: the masked (grey) upper triangle is future tokens"
     grid, head, sub = _layout(

@@ -122,12 +122,17 @@ def token_heatmap(
     cell_w = 5 if values else 3
     names = [att.head_name(h) for h in slots]
     head_w = max(len(n) for n in names)
+    # Learned sink logits: the share no token received (NaN where it is not defined).
+    sink = att.sink_share()[att.layer_slot(layer), :, slot] if p.attention_sinks else None  # (H,)
 
     def tops_for(cut: int) -> list[str]:
         out = []
         for h in slots:
             best = max(cols, key=lambda i: (rows[h, i], -i))
-            out.append(f" {_cut(labels[best], cut)} {rows[h, best]:.2f}")
+            top = f" {_cut(labels[best], cut)} {rows[h, best]:.2f}"
+            if sink is not None and not np.isnan(sink[h]):
+                top += f" · logit sink {sink[h]:.2f}"
+            out.append(top)
         return out
 
     # Whole labels unless cutting them saves a block (a wrap) on this terminal.
@@ -146,6 +151,8 @@ def token_heatmap(
     title = f"layer {layer} · {who!r} ({where}) → each {kind}"
     if p.causal:
         title += f" · causal: later {kind}s ({MASKED}) are masked"
+    if p.attention_sinks and not att.hidden:
+        title += " · rows sum to 1 - the logit sink"
     tables: list[RenderableType] = []
     column_widths = [widths[i] for i in cols]
     for chunk in _chunks(column_widths, max(width - head_w - top_w - 2, 20)):
