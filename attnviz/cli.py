@@ -338,6 +338,62 @@ def _wrote(path: Path) -> None:
     sys.stderr.write(f"wrote {path}\n")
 
 
+StartTokenOpt = Annotated[str | None, typer.Option("--token", "-t", help="Word to start on (default: the first).")]
+StartIndexOpt = Annotated[int | None, typer.Option("--index", "-i", help="Raw token position to start on (0-based).")]
+
+
+@app.command()
+def explore(
+    sentence: Sentence,
+    token: StartTokenOpt = None,
+    occurrence: Occurrence = None,
+    index: StartIndexOpt = None,
+    model: ModelOpt = None,
+    engine: EngineOpt = "own",
+    layer: LayerOpt = "all",
+    device: DeviceOpt = "auto",
+    export_dir: Annotated[
+        Path, typer.Option("--export-dir", help="Where the e key writes PNG files.", show_default=False)
+    ] = Path("."),
+    debug: DebugOpt = False,
+) -> None:
+    """Explore a sentence's attention in the terminal: the model loads once, then keys move
+    the token (←/→), the layer (↑/↓) and the head (the bracket keys), switch views (v), run a new
+    sentence (/), export the view to PNG (e); ? lists every key, q quits.
+
+    Example: attnviz explore "The animal didn't cross the street because it was too tired" --token it
+    """
+    with errors(debug):
+        from .engines import inspect, parse_layers
+
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            raise UsageError(
+                "attnviz explore is interactive and needs a terminal",
+                hint="for a pipe or a file use attnviz show, compare or export",
+            )
+        if not export_dir.is_dir():
+            raise UsageError(f"--export-dir {str(export_dir)!r} is not a directory", hint="create it first")
+        eng, tokens, queries = prepare(sentence, model, engine, device, token, occurrence, index, need_query=False)
+        chosen = parse_layers(layer, eng.num_layers)
+
+        from .explore import ExploreApp, check_size
+
+        def run(text: str) -> Attention:
+            """A new sentence through the loaded model: every query row of the chosen layers."""
+            if not text.strip():
+                raise UsageError("the sentence is empty", hint="type some text")
+            toks = eng.tokenize(text)
+            check_size(len(chosen), eng.num_heads, len(toks))
+            return inspect(toks, eng, chosen, None)
+
+        try:
+            check_size(len(chosen), eng.num_heads, len(tokens))
+        except UsageError as exc:
+            raise UsageError(exc.message, hint="pick layers with --layer N or A-B, or shorten the sentence") from None
+        att = inspect(tokens, eng, chosen, None)
+        ExploreApp(att, run, query=queries[0] if queries else None, export_dir=export_dir).run()
+
+
 TargetOpt = Annotated[
     list[str] | None,
     typer.Option(

@@ -144,18 +144,28 @@ def token_figure(att: Attention, query: int, layers: Sequence[int] | None = None
     return fig
 
 
-def matrix_figure(att: Attention, layer: int, highlight: Sequence[int] = ()) -> Figure:
-    """One layer's full query × key matrix for each head, as a grid of panels.
+def matrix_figure(
+    att: Attention, layer: int, highlight: Sequence[int] = (), heads: Sequence[int] | None = None
+) -> Figure:
+    """One layer's full query × key matrix for each head (or each of ``heads``), as a
+    grid of panels.
 
     Tokens are labelled on the outer axes only (keys under the bottom row, queries left
     of the first column). Rows in ``highlight`` (token positions) are outlined. For
     causal models the upper triangle (a query looking at later tokens) is masked.
 
     Raises:
-        UsageError: ``layer`` was not computed, or a highlighted token is not a kept query.
+        UsageError: ``layer`` was not computed, a highlighted token is not a kept query,
+            or a head is out of range.
     """
     mats = att.matrix(layer)  # (H, Q, S)
-    n_heads, n_q, n_tok = mats.shape
+    drawn = tuple(range(mats.shape[0])) if heads is None else tuple(heads)
+    for h in drawn:
+        if not 0 <= h < mats.shape[0]:
+            raise UsageError(f"head {h} is out of range: the model has {mats.shape[0]} heads (0..{mats.shape[0] - 1})")
+    if not drawn:
+        raise UsageError("no heads to draw", hint="give at least one head")
+    n_heads, n_q, n_tok = len(drawn), mats.shape[1], mats.shape[2]
     labels = att.tokens.labels
     p = att.provenance
     # A near-square grid of square panels; long sentences shrink the cells (and thin the
@@ -186,15 +196,15 @@ def matrix_figure(att: Attention, layer: int, highlight: Sequence[int] = ()) -> 
     mask = np.arange(n_tok)[None, :] > np.array(att.queries)[:, None] if p.causal else None
     rows_hl = [att.query_slot(q) for q in highlight]
     image: AxesImage | None = None
-    for h in range(n_heads):
-        ax = fig.add_axes(grid.rect(h))
+    for i, h in enumerate(drawn):
+        ax = fig.add_axes(grid.rect(i))
         image = _heatmap(ax, mats[h], mask)
         ax.set_title(head_label(h, p.num_heads, p.num_kv_heads), fontsize=8, pad=3, loc="left")
         for r in rows_hl:
             ax.add_patch(Rectangle((-0.5, r - 0.5), n_tok, 1, fill=False, edgecolor="#ff3030", linewidth=1.0))
-        _ticks(ax, "x", short, cell, show=h + ncols >= n_heads, dim=att.tokens.special)
+        _ticks(ax, "x", short, cell, show=i + ncols >= n_heads, dim=att.tokens.special)
         dim_q = tuple(att.tokens.special[q] for q in att.queries)
-        _ticks(ax, "y", q_short, cell, show=h % ncols == 0, bold=tuple(rows_hl), dim=dim_q)
+        _ticks(ax, "y", q_short, cell, show=i % ncols == 0, bold=tuple(rows_hl), dim=dim_q)
     assert image is not None  # a model has at least one head
     _colorbar(fig, grid, image)
     return fig

@@ -70,6 +70,13 @@ def _cell(weight: float, width: int, *, strongest: bool, values: bool, color: bo
     return Text(text, style=Style(color=fg, bgcolor=colour(weight), bold=strongest))
 
 
+def _head_cell(h: int, num_heads: int, num_kv_heads: int, *, selected: bool) -> Text:
+    label = head_label(h, num_heads, num_kv_heads)
+    if selected:  # reversed and marked, so the cursor shows without colour too
+        return Text("▸" + label + " ", style="bold reverse")
+    return Text(label + " ", style="dim")
+
+
 def _chunks(widths: list[int], room: int) -> Iterator[range]:
     """Split token columns into runs that fit ``room`` terminal columns."""
     start, used = 0, 0
@@ -89,18 +96,20 @@ def token_heatmap(
     values: bool = False,
     color: bool = True,
     width: int = 120,
+    head: int | None = None,
 ) -> RenderableType:
     """One layer: rows = heads, columns = tokens, cell = weight of ``query`` -> token.
 
     The strongest target of each head is marked with ◆ and named in the last column.
     For causal models, tokens after the query cannot be attended to and show as -.
+    ``head``: a selected head, whose label is shown reversed with a ▸ (the explorer's cursor).
     """
     rows = att.rows(query)[att.layer_slot(layer)]  # (H, S)
     labels = att.tokens.labels
     p = att.provenance
     cell_w = 5 if values else 3
     widths = [max(cell_w, min(len(label), 8)) for label in labels]
-    head_w = max(len(head_label(h, p.num_heads, p.num_kv_heads)) for h in range(rows.shape[0]))
+    head_w = max(len(head_label(h, p.num_heads, p.num_kv_heads)) for h in range(rows.shape[0])) + (head is not None)
     tops = [f" {labels[int(np.argmax(row))][:10]} {row.max():.2f}" for row in rows]
     top_w = max(len(t) for t in tops) + 1
     title = f"layer {layer} · {labels[query]!r} (token {query}) → each token"
@@ -128,11 +137,70 @@ def token_heatmap(
             table.add_column(Text(label, style=style), justify="center", no_wrap=True, width=widths[i] + 1)
         for h, row in enumerate(rows):
             best = int(np.argmax(row))
-            cells: list[RenderableType] = [Text(head_label(h, p.num_heads, p.num_kv_heads) + " ", style="dim")]
+            cells: list[RenderableType] = [_head_cell(h, p.num_heads, p.num_kv_heads, selected=h == head)]
             if first:
                 cells.append(Text(tops[h]))
             for i in cols:
                 masked = p.causal and i > query
+                cells.append(
+                    _cell(float(row[i]), widths[i], strongest=i == best, values=values, color=color, masked=masked)
+                )
+            table.add_row(*cells)
+        tables.append(table)
+    return Group(*tables, Text(""))
+
+
+def matrix_heatmap(
+    att: Attention,
+    layer: int,
+    head: int,
+    *,
+    query: int | None = None,
+    values: bool = False,
+    color: bool = True,
+    width: int = 120,
+) -> RenderableType:
+    """One head's query × key matrix: rows = kept query tokens, columns = tokens.
+
+    Each row's strongest target is marked with ◆; the row of ``query`` (if given) is
+    labelled reversed with a ▸. For causal models a query's later tokens show as -.
+    """
+    mat = att.matrix(layer)[head]  # (Q, S)
+    labels = att.tokens.labels
+    p = att.provenance
+    cell_w = 5 if values else 3
+    widths = [max(cell_w, min(len(label), 8)) for label in labels]
+    names = [labels[q] if len(labels[q]) <= 10 else labels[q][:9] + "…" for q in att.queries]
+    row_w = max(len(n) for n in names) + 2
+    title = f"layer {layer} · {head_label(head, p.num_heads, p.num_kv_heads)} · each token (row) → each token (column)"
+    if p.causal:
+        title += f" · causal: later tokens ({MASKED}) are masked"
+    # The title on its own line: as a Table title it would wrap at a narrow table's width.
+    tables: list[RenderableType] = [Text(title)]
+    for cols in _chunks(widths, max(width - row_w - 1, 20)):
+        table = Table(
+            box=None,
+            padding=(0, 0),
+            pad_edge=False,
+            collapse_padding=True,
+            show_edge=False,
+            header_style="",
+        )
+        table.add_column("", justify="right", no_wrap=True, width=row_w)
+        for i in cols:
+            label = labels[i] if len(labels[i]) <= widths[i] else labels[i][: widths[i] - 1] + "…"
+            style = "bold" if i == query else ("dim" if att.tokens.special[i] else "")
+            table.add_column(Text(label, style=style), justify="center", no_wrap=True, width=widths[i] + 1)
+        for slot, q in enumerate(att.queries):
+            row = mat[slot]  # (S,)
+            best = int(np.argmax(row))
+            if q == query:
+                name = Text("▸" + names[slot] + " ", style="bold reverse")
+            else:
+                name = Text(names[slot] + " ", style="dim" if att.tokens.special[q] else "")
+            cells: list[RenderableType] = [name]
+            for i in cols:
+                masked = p.causal and i > q
                 cells.append(
                     _cell(float(row[i]), widths[i], strongest=i == best, values=values, color=color, masked=masked)
                 )
