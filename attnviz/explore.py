@@ -28,6 +28,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -42,7 +43,6 @@ from textual.geometry import Region, Size
 from textual.screen import ModalScreen
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.timer import Timer
 from textual.widgets import Input, Static
 
 from .errors import AttnvizError, UsageError
@@ -74,7 +74,9 @@ KEYS: tuple[tuple[str, str], ...] = (
 
 MAX_BYTES = 2**30  # the full matrices kept in memory: 1 GiB (MiniLM, 512 tokens: 75 MiB)
 _CACHE_SIZE = 512  # drawn views kept; one is a few kB of segments
-_WARM_DELAY = 0.02  # s between two views drawn ahead in idle time
+# Idle time (s) before a view is drawn ahead: longer than a held key's repeat (~30 ms), shorter
+# than reading a screen. One view is ~11 ms of CPU (MiniLM example, measured on 2 busy cores).
+_WARM_DELAY = 0.1
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,11 @@ def write_view_png(att: Attention, cursor: Cursor, path: Path, dpi: int) -> None
     save_figure(fig, path, dpi)
 
 
+def _drawn_as(cursor: Cursor) -> Cursor:
+    """The cursor that draws the same lines: the head table prints numbers either way."""
+    return replace(cursor, values=False) if cursor.view == "table" else cursor
+
+
 class Views:
     """The drawn views of one ``Attention``, computed on first use and kept.
 
@@ -185,11 +192,11 @@ class Views:
     def has(self, cursor: Cursor, width: int, color: bool) -> bool:
         """Whether ``cursor``'s view is drawn for this width and colour."""
         with self._lock:
-            return (cursor, width, color) in self._drawn
+            return (_drawn_as(cursor), width, color) in self._drawn
 
     def render(self, cursor: Cursor, width: int, color: bool) -> list[Strip]:
         """The lines of ``cursor``'s view laid out for ``width`` columns."""
-        key = (cursor, width, color)
+        key = (_drawn_as(cursor), width, color)
         with self._lock:
             if key in self._drawn:
                 self._drawn.move_to_end(key)
@@ -242,6 +249,7 @@ class Lines(ScrollView, can_focus=False):
         super().__init__(id=id)
         self.strips: list[Strip] = []
         self._style = Style()
+        self._width = 0
 
     def show(self, strips: list[Strip]) -> None:
         self.strips = strips
@@ -255,15 +263,16 @@ class Lines(ScrollView, can_focus=False):
         return "\n".join(strip.text for strip in self.strips)
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        # The widget's style, once per repaint rather than once per line (a third of a
-        # repaint's time when asked per line).
+        # The widget's style and width, once per repaint rather than once per line (a
+        # third of a repaint's time when asked per line).
         self._style = self.rich_style
+        self._width = self.scrollable_content_region.width
         return super().render_lines(crop)
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
         index = scroll_y + y
-        width = self.scrollable_content_region.width
+        width = self._width
         if index >= len(self.strips):
             return Strip.blank(width, self._style)
         return self.strips[index].crop_extend(scroll_x, scroll_x + width, self._style)
@@ -362,7 +371,7 @@ class ExploreApp(App[None]):
         self.cursor = Cursor(view="heads", layer=att.layers[0], head=0, query=start)
         self.message = ""
         self._warm_queue: list[Cursor] = []
-        self._warm_timer: Timer | None = None
+        self._warm_round = 0  # bumped on every view shown: older draw-ahead ticks stand down
 
     # --- data ---------------------------------------------------------------------
 
@@ -423,9 +432,10 @@ class ExploreApp(App[None]):
         self.query_one("#status", Static).update(status, layout=False)
         self.query_one("#tokens", Static).update(self._token_line(), layout=False)
         self.query_one("#view", Lines).show(self.views.render(c, self._view_width(), self.color))
+        # Draw ahead once the keys pause: a held key gets no drawing it did not ask for.
         self._warm_queue = self._neighbours(c)
-        if self._warm_timer is None:
-            self._warm_timer = self.set_timer(_WARM_DELAY, self._warm_one)
+        self._warm_round += 1
+        self.set_timer(_WARM_DELAY, partial(self._warm_one, self._warm_round))
 
     def _neighbours(self, c: Cursor) -> list[Cursor]:
         """The views one key away from ``c``, most likely first."""
@@ -439,13 +449,20 @@ class ExploreApp(App[None]):
             replace(c, head=(c.head + 1) % n_heads),
             replace(c, head=(c.head - 1) % n_heads),
             *(replace(c, view=view) for view in VIEWS if view != c.view),
+            replace(c, values=not c.values),
         ]
 
-    def _warm_one(self) -> None:
+    @property
+    def drawing_ahead(self) -> bool:
+        """Whether views one key away are still to be drawn (benchmarks wait for this)."""
+        return bool(self._warm_queue)
+
+    def _warm_one(self, round_: int) -> None:
         """Draw one view a key away while the user reads this one: a keypress then finds
         its view drawn. One per timer tick, so a key pressed meanwhile waits for one
         drawing at most."""
-        self._warm_timer = None
+        if round_ != self._warm_round:
+            return  # a key came since: its own round draws its neighbours
         width, color = self._view_width(), self.color
         while self._warm_queue:
             cursor = self._warm_queue.pop(0)
@@ -453,7 +470,7 @@ class ExploreApp(App[None]):
                 self.views.render(cursor, width, color)
                 break
         if self._warm_queue:
-            self._warm_timer = self.set_timer(_WARM_DELAY, self._warm_one)
+            self.set_timer(0.01, partial(self._warm_one, round_))
 
     def _token_line(self) -> Text:
         line = Text()

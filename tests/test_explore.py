@@ -190,6 +190,36 @@ async def test_matrix_view_shows_one_heads_matrix(att: Attention) -> None:
         assert "view: token heatmap" in status(app)  # v cycles back to the first view
 
 
+async def test_views_one_key_away_are_drawn_ahead(att: Attention) -> None:
+    """While the user reads a view, every view one key away is drawn, so the next key
+    only shows lines already drawn."""
+    import anyio
+
+    from attnviz.explore import Cursor
+
+    app = ExploreApp(att, query=3)
+    async with app.run_test(size=SIZE) as pilot:
+        with anyio.fail_after(30):
+            while app.drawing_ahead:
+                await anyio.sleep(0.05)
+        width = app._view_width()
+        near = [
+            Cursor("heads", 0, 0, 4),
+            Cursor("heads", 0, 0, 2),
+            Cursor("heads", 1, 0, 3),
+            Cursor("heads", 5, 0, 3),  # ↓ from the first layer wraps to the last
+            Cursor("heads", 0, 1, 3),
+            Cursor("heads", 0, 11, 3),
+            Cursor("table", 0, 0, 3),
+            Cursor("matrix", 0, 0, 3),
+            Cursor("heads", 0, 0, 3, values=True),
+        ]
+        assert all(app.views.has(c, width, True) for c in near)
+        assert not app.views.has(Cursor("heads", 2, 0, 3), width, True)  # two keys away
+        await press(pilot, "up")
+        assert app.views.has(Cursor("heads", 1, 0, 3), width, True)
+
+
 async def test_keys_screen_lists_every_key(att: Attention) -> None:
     app = ExploreApp(att)
     async with app.run_test(size=SIZE) as pilot:
