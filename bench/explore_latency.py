@@ -116,8 +116,7 @@ def main() -> None:
     print(f"attnviz explore, {SIZE[0]}×{SIZE[1]}, packaged MiniLM, {EXAMPLE!r}")
     print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, load average {load:.1f} at the end")
     print(
-        f"{'keys':<14}{'n':>4}{'wall median':>13}{'p95':>7}{'max':>7}{'/ floor':>9}"
-        f"{'cpu median':>12}{'p95':>7}   (ms)"
+        f"{'keys':<14}{'n':>4}{'wall median':>13}{'p95':>7}{'max':>7}{'/ floor':>9}{'cpu median':>12}{'p95':>7}   (ms)"
     )
     for group, values in times.items():
         wall = [w * 1000 for w, _ in values]
