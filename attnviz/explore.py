@@ -275,7 +275,8 @@ class Lines(ScrollView, can_focus=False):
         width = self._width
         if index >= len(self.strips):
             return Strip.blank(width, self._style)
-        return self.strips[index].crop_extend(scroll_x, scroll_x + width, self._style)
+        # The widget's colours under the lines' own (cached per style by textual).
+        return self.strips[index].apply_style(self._style).crop_extend(scroll_x, scroll_x + width, self._style)
 
 
 class KeysScreen(ModalScreen[None]):
