@@ -391,7 +391,10 @@ def explore(
         except UsageError as exc:
             raise UsageError(exc.message, hint="pick layers with --layer N or A-B, or shorten the sentence") from None
         att = inspect(tokens, eng, chosen, None)
-        ExploreApp(att, run, query=queries[0] if queries else None, export_dir=export_dir).run()
+        explorer = ExploreApp(att, run, query=queries[0] if queries else None, export_dir=export_dir)
+        explorer.run()
+        if explorer.return_code:  # textual has printed what went wrong
+            raise typer.Exit(explorer.return_code)
 
 
 TargetOpt = Annotated[

@@ -72,7 +72,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("q", "quit"),
 )
 
-MAX_BYTES = 2**30  # the full matrices kept in memory: 1 GiB (MiniLM, 512 tokens: 75 MiB)
+MAX_BYTES = 2**30  # the full matrices kept in memory: 1 GiB (MiniLM, 512 tokens: 72 MiB)
 _CACHE_SIZE = 512  # drawn views kept; one is a few kB of segments
 # Idle time (s) before a view is drawn ahead: longer than a held key's repeat (~30 ms), shorter
 # than reading a screen. One view is ~11 ms of CPU (MiniLM example, measured on 2 busy cores).
