@@ -10,18 +10,16 @@ Heavy libraries (torch, transformers, matplotlib) are imported only when used.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-try:
-    __version__ = version("attnviz")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0.0.0"
+from .errors import AttnvizError, ExitCode, UsageError
+from .version import __version__
 
 if TYPE_CHECKING:
     from .result import Attention
+    from .select import LayerSpec
 
-__all__ = ["inspect", "__version__"]
+__all__ = ["inspect", "Attention", "AttnvizError", "ExitCode", "UsageError", "__version__"]
 
 
 def inspect(
@@ -32,24 +30,31 @@ def inspect(
     index: int | None = None,
     model: str | None = None,
     engine: str = "own",
-    layers: Any = None,
+    layers: LayerSpec = None,
     device: str = "auto",
 ) -> Attention:
     """Run ``sentence`` through ``model`` and return per-head attention weights.
 
     With ``token`` (a word, matched case-insensitively; ``occurrence`` is 1-based) or
     ``index`` (a raw token position), only that token's rows are kept; otherwise the
-    full query × key matrices. ``layers``: None/"all", an int, or a list (0-based).
+    full query × key matrices. ``layers``: None/"all", an int, "N,M", "A-B" or a list (0-based).
+    The same select stage as the command line checks everything before the model loads.
     """
-    from .engines import inspect as run
-    from .engines import load_engine
-    from .tokens import check_index, find_word
+    from .engines import load_engine, run
+    from .select import Query, Selection
+    from .tokens import check_text
 
+    selection = Selection(query=Query.maybe(token, occurrence, index), layers=layers)
+    check_text(sentence)
     eng = load_engine(engine, model, device)
-    tokens = eng.tokenize(sentence)
-    queries: tuple[int, ...] | None = None
-    if token is not None:
-        queries = find_word(tokens, token, occurrence)
-    elif index is not None:
-        queries = (check_index(tokens, index),)
-    return run(tokens, eng, layers, queries)
+    att, _ = run(sentence, eng, selection)
+    return att
+
+
+def __getattr__(name: str) -> object:
+    # ``attnviz.Attention`` without importing numpy at ``import attnviz``.
+    if name == "Attention":
+        from .result import Attention
+
+        return Attention
+    raise AttributeError(f"module 'attnviz' has no attribute {name!r}")

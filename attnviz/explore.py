@@ -14,7 +14,7 @@ Views (``v`` cycles, ``1``-``3`` pick):
 - ``heads``: the token heatmap of ``attnviz show``: heads × tokens for the query token
   in one layer (render.terminal.token_heatmap), the selected head marked;
 - ``table``: one line per head of the layer with where the token attends (top 3,
-  entropy, sink, self, prev, next, distance: metrics.head_table, render.tables);
+  entropy, sink, self, prev, next, distance: metrics.head_stats, render.tables);
 - ``matrix``: the full query × key matrix of the selected head (render.terminal.matrix_heatmap).
 
 With NO_COLOR set, textual draws in monochrome and the cells fall back to the shade
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.console import Console, Group, RenderableType
 from rich.segment import Segment
@@ -46,11 +46,14 @@ from textual.strip import Strip
 from textual.widgets import Input, Static
 
 from .errors import AttnvizError, UsageError
-from .heads import head_label, structure_notes
-from .metrics import head_table
+from .metrics import HeadStats, head_stats
 from .render.tables import head_rows_table
 from .render.terminal import legend, matrix_heatmap, token_heatmap
 from .result import Attention
+from .tokens import Tokens
+
+if TYPE_CHECKING:
+    from .engines import Engine
 
 VIEWS = ("heads", "table", "matrix")
 VIEW_TITLES = {"heads": "token heatmap", "table": "head table", "matrix": "matrix of one head"}
@@ -105,9 +108,33 @@ def check_size(num_layers: int, num_heads: int, num_tokens: int, budget: int = M
     if size > budget:
         raise UsageError(
             f"{num_layers} layers × {num_heads} heads × {num_tokens}² tokens of weights take "
-            f"{size / 2**20:.0f} MiB, over the explorer's {budget / 2**20:.0f} MiB",
+            f"{_bytes(size)}, over the explorer's {_bytes(budget)}",
             hint="explore fewer layers or a shorter sentence",
+            reason="explore_size",
         )
+
+
+def runner(engine: Engine, layers: tuple[int, ...], budget: int = MAX_BYTES) -> Callable[[str | Tokens], Attention]:
+    """What the explorer runs a sentence with: ``engine`` (loaded once), every query row
+    of ``layers``, the text and the matrices' size checked before the forward pass.
+
+    Raises (from the returned function):
+        UsageError: empty text, too many tokens for the model, or matrices over ``budget`` bytes.
+    """
+    from .engines import forward
+    from .select import Resolved
+    from .tokens import check_text
+
+    def run(sentence: str | Tokens) -> Attention:
+        tokens = engine.tokenize(check_text(sentence)) if isinstance(sentence, str) else sentence
+        check_size(len(layers), engine.shape.num_heads, len(tokens), budget)
+        return forward(tokens, engine, Resolved((), layers))  # () = every token's rows
+
+    return run
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
 
 
 def first_query(att: Attention) -> int:
@@ -170,7 +197,7 @@ class Views:
     A view is drawn once into lines of segments (``render``), so showing it again is a
     lookup: textual re-measures and re-renders a rich Table on every repaint (measured
     ~70 ms a key for the 12 × 14 heatmap on a busy 2-core machine), lines it only copies.
-    ``head_rows(query)`` (metrics of every layer and head for one query token) is
+    ``head_rows(query)`` (``HeadStats`` of every layer and head for one query token) is
     computed once per token.
     """
 
@@ -178,15 +205,15 @@ class Views:
         if att.queries != tuple(range(len(att.tokens))):
             raise ValueError("the explorer needs every query row: run the sentence with queries=None")
         self.att = att
-        self._rows: dict[int, list[dict[str, Any]]] = {}
+        self._rows: dict[int, list[HeadStats]] = {}
         self._drawn: OrderedDict[tuple[Any, ...], list[Strip]] = OrderedDict()
         self._lock = threading.Lock()  # a worker thread may draw while the app reads
 
-    def head_rows(self, query: int) -> list[dict[str, Any]]:
-        """metrics.head_table's rows (every kept layer and head) for ``query``."""
+    def head_rows(self, query: int) -> list[HeadStats]:
+        """metrics.head_stats's rows (every kept layer and head) for ``query``."""
         with self._lock:
             if query not in self._rows:
-                self._rows[query] = head_table(self.att, query)
+                self._rows[query] = head_stats(self.att, query)
             return self._rows[query]
 
     def has(self, cursor: Cursor, width: int, color: bool) -> bool:
@@ -228,7 +255,7 @@ class Views:
 
     def _table(self, c: Cursor, width: int, color: bool) -> RenderableType:
         p = self.att.provenance
-        rows = [row for row in self.head_rows(c.query) if row["layer"] == c.layer]
+        rows = [row for row in self.head_rows(c.query) if row.layer == c.layer]
         table = head_rows_table(rows, color=color, num_heads=p.num_heads, num_kv_heads=p.num_kv_heads, width=width)
         if isinstance(table, Table):  # (untitled, it is one) the selected head's line, reversed
             table.rows[c.head].style = "reverse"
@@ -406,7 +433,7 @@ class ExploreApp(App[None]):
     def _show_header(self) -> None:
         p = self.att.provenance
         text = f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads"
-        notes = structure_notes(p.causal, p.num_heads, p.num_kv_heads)
+        notes = p.shape.notes()
         self.query_one("#header", Static).update(Text("\n".join([text, *notes])))
 
     def _view_width(self) -> int:
@@ -423,7 +450,7 @@ class ExploreApp(App[None]):
         status = Text()
         status.append(f"layer {c.layer}", style="bold")
         status.append(f" ({layers.index(c.layer) + 1}/{len(layers)})  ")
-        status.append(head_label(c.head, p.num_heads, p.num_kv_heads), style="bold")
+        status.append(p.shape.head_label(c.head), style="bold")
         status.append(f" ({c.head + 1}/{p.num_heads})  ")
         status.append(f"token {c.query} {att.tokens.labels[c.query]!r}", style="bold")
         status.append(f"  view: {VIEW_TITLES[c.view]} [{VIEWS.index(c.view) + 1}]")

@@ -1,5 +1,5 @@
 """attnviz explore, driven headless with textual's Pilot: keys pressed, the screen read
-back and checked against the weights (Attention.rows/matrix, metrics.head_table), PNG
+back and checked against the weights (Attention.rows/matrix, metrics worked out here), PNG
 files written by `e`, new sentences through the same loaded model, NO_COLOR, and the
 real command in a pseudo-terminal."""
 
@@ -10,7 +10,6 @@ import re
 import struct
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +18,7 @@ from textual.widgets import Input
 
 from attnviz.engines import Engine, inspect, load_engine
 from attnviz.errors import UsageError
-from attnviz.explore import ExploreApp, check_size, export_name, free_path
-from attnviz.metrics import head_table
+from attnviz.explore import ExploreApp, check_size, export_name, free_path, runner
 from attnviz.result import Attention
 
 from .helpers import EXAMPLE, save_tiny_bert
@@ -41,17 +39,6 @@ SIZE = (160, 48)  # wide enough that a 14-token heatmap with values is one table
 def att(own_engine: Engine) -> Attention:
     """The example through the packaged MiniLM (6 layers × 12 heads), every query row."""
     return inspect(EXAMPLE, own_engine)
-
-
-def runner(engine: Engine) -> Callable[[str], Attention]:
-    """What the CLI hands the app: a new sentence through the same loaded engine."""
-
-    def run(text: str) -> Attention:
-        if not text.strip():
-            raise UsageError("the sentence is empty")
-        return inspect(engine.tokenize(text), engine)
-
-    return run
 
 
 def screen(app: ExploreApp) -> str:
@@ -165,13 +152,17 @@ async def test_table_view_shows_each_heads_metrics(att: Attention) -> None:
         assert lines[0].startswith(f"layer 1 · 'it' (token {it}) → each token, per head")
         header = next(ln for ln in lines if "entropy" in ln)
         assert header.split() == ["layer", "head", "top", "3", "entropy", "sink", "self", "prev", "next", "dist"]
-        expected = [row for row in head_table(att, it) if row["layer"] == 1]
         body = [ln for ln in lines if re.match(r"^\s*1\s+h\d+ ", ln)]
         assert len(body) == 12
-        for row, line in zip(expected, body):
-            label, weight = row["top"][0]
-            assert line.split()[:4] == ["1", f"h{row['head']}", label, f"{weight:.2f}"]
-            assert f"{row['entropy']:.2f} {row['sink']:.2f}" in line
+        rows = att.rows(it)[att.layer_slot(1)].astype(np.float64)  # (H, S)
+        special = np.array(att.tokens.special)
+        for h, line in enumerate(body):
+            p = rows[h]
+            best = int(np.argmax(p))
+            entropy = -(p * np.log(p)).sum() / np.log(len(p))  # softmax rows: no zeros
+            sink = p[special].sum()
+            assert line.split()[:4] == ["1", f"h{h}", att.tokens.labels[best], f"{p[best]:.2f}"]
+            assert f"{entropy:.2f} {sink:.2f} {p[it]:.2f} {p[it - 1]:.2f} {p[it + 1]:.2f}" in line
 
 
 async def test_matrix_view_shows_one_heads_matrix(att: Attention) -> None:
@@ -244,7 +235,7 @@ async def test_q_quits(att: Attention) -> None:
 
 
 async def test_slash_runs_a_new_sentence_through_the_loaded_model(att: Attention, own_engine: Engine) -> None:
-    app = ExploreApp(att, runner(own_engine), query=att.tokens.labels.index("it"))
+    app = ExploreApp(att, runner(own_engine, tuple(range(6))), query=att.tokens.labels.index("it"))
     async with app.run_test(size=SIZE) as pilot:
         await press(pilot, "up", "slash")
         await press(pilot, *"The cat sat on it", "enter")
@@ -262,10 +253,15 @@ async def test_slash_runs_a_new_sentence_through_the_loaded_model(att: Attention
 
 
 async def test_slash_keeps_the_old_sentence_on_errors_and_escape(att: Attention, own_engine: Engine) -> None:
-    app = ExploreApp(att, runner(own_engine))
+    # A budget that fits the example's 6 × 12 × 14² weights but not 6 × 12 × 16².
+    app = ExploreApp(att, runner(own_engine, tuple(range(6)), budget=4 * 6 * 12 * 14 * 14))
     async with app.run_test(size=SIZE) as pilot:
         await press(pilot, "slash", "enter")
         assert "the sentence is empty" in screen(app)
+        await press(pilot, "slash", *"one two three four five six seven eight nine ten eleven twelve 13 14", "enter")
+        await settle(pilot)
+        refused = "error: 6 layers × 12 heads × 16² tokens of weights take 72 KiB, over the explorer's 55 KiB"
+        assert refused in screen(app)
         await press(pilot, "slash", *"word ")
         app.query_one("#ask", Input).insert_text_at_cursor("word " * 599)  # typing 3000 keys takes minutes
         await press(pilot, "enter")

@@ -16,7 +16,6 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from ..heads import head_label, structure_notes
 from ..result import Attention
 
 # viridis at 9 stops (matplotlib's values), interpolated linearly between them.
@@ -70,8 +69,7 @@ def _cell(weight: float, width: int, *, strongest: bool, values: bool, color: bo
     return Text(text, style=Style(color=fg, bgcolor=colour(weight), bold=strongest))
 
 
-def _head_cell(h: int, num_heads: int, num_kv_heads: int, *, selected: bool) -> Text:
-    label = head_label(h, num_heads, num_kv_heads)
+def _head_cell(label: str, *, selected: bool) -> Text:
     if selected:  # reversed and marked, so the cursor shows without colour too
         return Text("▸" + label + " ", style="bold reverse")
     return Text(label + " ", style="dim")
@@ -109,7 +107,7 @@ def token_heatmap(
     p = att.provenance
     cell_w = 5 if values else 3
     widths = [max(cell_w, min(len(label), 8)) for label in labels]
-    head_w = max(len(head_label(h, p.num_heads, p.num_kv_heads)) for h in range(rows.shape[0])) + (head is not None)
+    head_w = max(len(p.shape.head_label(h)) for h in range(rows.shape[0])) + (head is not None)
     tops = [f" {labels[int(np.argmax(row))][:10]} {row.max():.2f}" for row in rows]
     top_w = max(len(t) for t in tops) + 1
     title = f"layer {layer} · {labels[query]!r} (token {query}) → each token"
@@ -137,7 +135,7 @@ def token_heatmap(
             table.add_column(Text(label, style=style), justify="center", no_wrap=True, width=widths[i] + 1)
         for h, row in enumerate(rows):
             best = int(np.argmax(row))
-            cells: list[RenderableType] = [_head_cell(h, p.num_heads, p.num_kv_heads, selected=h == head)]
+            cells: list[RenderableType] = [_head_cell(p.shape.head_label(h), selected=h == head)]
             if first:
                 cells.append(Text(tops[h]))
             for i in cols:
@@ -172,7 +170,7 @@ def matrix_heatmap(
     widths = [max(cell_w, min(len(label), 8)) for label in labels]
     names = [labels[q] if len(labels[q]) <= 10 else labels[q][:9] + "…" for q in att.queries]
     row_w = max(len(n) for n in names) + 2
-    title = f"layer {layer} · {head_label(head, p.num_heads, p.num_kv_heads)} · each token (row) → each token (column)"
+    title = f"layer {layer} · {p.shape.head_label(head)} · each token (row) → each token (column)"
     if p.causal:
         title += f" · causal: later tokens ({MASKED}) are masked"
     # The title on its own line: as a Table title it would wrap at a narrow table's width.
@@ -252,7 +250,7 @@ def render_show(att: Attention, queries: tuple[int, ...], console: Console, *, v
     p = att.provenance
     header = Text(f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads")
     console.print(header, style="dim")
-    for note in structure_notes(p.causal, p.num_heads, p.num_kv_heads):
+    for note in p.shape.notes():
         console.print(Text(note, style="dim"))
     if len(queries) > 1:
         pieces = " + ".join(repr(att.tokens.labels[q]) for q in queries)
