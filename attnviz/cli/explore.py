@@ -73,6 +73,12 @@ def explore(
                 raise
             raise UsageError(exc.message, hint="pick layers with --layer N or A-B, or shorten the sentence") from None
         explorer = ExploreApp(att, run, query=start, export_dir=export_dir, dpi=DEFAULT_DPI)
+        if "transformers" in sys.modules:
+            # Its log handler holds the real stderr, past textual's capture: a warning during a
+            # forward pass (--engine hf) would be written across the screen.
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.set_verbosity_error()
         explorer.run()
         if explorer.return_code:  # textual has printed what went wrong
             raise typer.Exit(explorer.return_code)
