@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -80,6 +81,9 @@ _CACHE_SIZE = 512  # drawn views kept; one is a few kB of segments
 # Idle time (s) before a view is drawn ahead: longer than a held key's repeat (~30 ms), shorter
 # than reading a screen. One view is ~11 ms of CPU (MiniLM example, measured on 2 busy cores).
 _WARM_DELAY = 0.1
+# CPU s: a view that took longer to draw is not drawn ahead again for this sentence (the
+# example's views take ~11 ms; a 56-token sentence's matrix ~160 ms).
+_WARM_MAX = 0.05
 
 
 @dataclass(frozen=True)
@@ -400,6 +404,7 @@ class ExploreApp(App[None]):
         self.message = ""
         self._warm_queue: list[Cursor] = []
         self._warm_round = 0  # bumped on every view shown: older draw-ahead ticks stand down
+        self._slow_views: set[str] = set()
 
     # --- data ---------------------------------------------------------------------
 
@@ -494,9 +499,15 @@ class ExploreApp(App[None]):
         width, color = self._view_width(), self.color
         while self._warm_queue:
             cursor = self._warm_queue.pop(0)
-            if not self.views.has(cursor, width, color):
-                self.views.render(cursor, width, color)
-                break
+            if cursor.view in self._slow_views or self.views.has(cursor, width, color):
+                continue
+            start = time.thread_time()  # CPU time: what the drawing costs, whatever the load
+            self.views.render(cursor, width, color)
+            if time.thread_time() - start > _WARM_MAX:
+                # A key pressed during a drawing waits for it: views this slow to draw (a
+                # long sentence's matrix) are drawn when asked for, not ahead.
+                self._slow_views.add(cursor.view)
+            break
         if self._warm_queue:
             self.set_timer(0.01, partial(self._warm_one, round_))
 
@@ -598,6 +609,7 @@ class ExploreApp(App[None]):
         self._busy.discard("run")
         self.cursor = landing(self.cursor, self.att, views.att)
         self.views = views
+        self._slow_views = set()
         self._show_header()
         self.refresh_view()
         self.query_one("#tokens", Static).refresh(layout=True)  # a new sentence may wrap differently
