@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import torch
 
     from .architectures.base import ForwardOutput
+    from .transforms import View
 
 ENGINES = ("own", "hf")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -301,6 +302,29 @@ def run(
     if positions is not None:
         resolved = Resolved(tuple(positions), resolved.layers, resolved.targets)
     return forward(tokens, engine, resolved), resolved
+
+
+def read(
+    tokens: Tokens,
+    engine: Engine,
+    layers: Sequence[int],
+    query_groups: Sequence[Sequence[int]] = (),
+    view: View | None = None,
+) -> Attention:
+    """One forward pass read the way ``view`` asks (``transforms.apply``): words, special
+    tokens set aside, head aggregates, rollout. ``query_groups``: the token positions of
+    each query word (each becomes one query slot, the mean of its rows); none = every
+    token. Rollout needs every row of layers 0..max(layers), so those are computed then.
+    """
+    from .transforms import View, apply
+
+    view = view or View()
+    positions = tuple(sorted({int(p) for g in query_groups for p in g}))
+    if view.needs_full:
+        att = forward(tokens, engine, Resolved((), tuple(range(max(layers) + 1))))
+    else:
+        att = forward(tokens, engine, Resolved(positions, tuple(layers)))
+    return apply(att, view, query_groups, layers)
 
 
 def forward(tokens: Tokens, engine: Engine, resolved: Resolved) -> Attention:

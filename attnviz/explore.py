@@ -181,10 +181,11 @@ def write_view_png(att: Attention, cursor: Cursor, path: Path, dpi: int) -> None
     for the query token; the matrix view exports the selected head's matrix with the
     query row outlined.
     """
+    from .render import FigureStyle
     from .render.image import matrix_figure, save_figure, token_figure  # matplotlib: only on export
 
     if cursor.view == "matrix":
-        fig = matrix_figure(att, cursor.layer, highlight=(cursor.query,), heads=(cursor.head,))
+        fig = matrix_figure(att, cursor.layer, highlight=(cursor.query,), style=FigureStyle(heads=(cursor.head,)))
     else:
         fig = token_figure(att, cursor.query, (cursor.layer,))
     save_figure(fig, path, dpi)
@@ -250,7 +251,7 @@ class Views:
         att = self.att
         if c.view == "heads":
             return Group(
-                token_heatmap(att, c.query, c.layer, values=c.values, color=color, width=width, head=c.head),
+                token_heatmap(att, c.query, c.layer, values=c.values, color=color, width=width, selected=c.head),
                 legend(color),
             )
         if c.view == "matrix":

@@ -284,6 +284,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 async def test_e_exports_the_current_view_to_png(att: Attention, tmp_path: Path) -> None:
+    from attnviz.render import FigureStyle
     from attnviz.render.image import matrix_figure, token_figure
 
     it = att.tokens.labels.index("it")
@@ -303,7 +304,7 @@ async def test_e_exports_the_current_view_to_png(att: Attention, tmp_path: Path)
         await press(pilot, "3", "right_square_bracket", "e")
         await settle(pilot)
         path = tmp_path / "attnviz-matrix-layer1-h1-it.png"
-        fig = matrix_figure(att, 1, highlight=(it,), heads=(1,))
+        fig = matrix_figure(att, 1, highlight=(it,), style=FigureStyle(heads=(1,)))
         assert png_size(path) == (int(fig.get_figwidth() * 100), int(fig.get_figheight() * 100))
         assert sorted(p.name for p in tmp_path.iterdir()) == [
             "attnviz-matrix-layer1-h1-it.png",

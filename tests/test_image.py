@@ -120,16 +120,6 @@ def test_matrix_view_draws_the_weights(att: Attention) -> None:
     assert "layer 2" in _text(fig)
 
 
-def test_matrix_view_draws_only_the_heads_asked_for(att: Attention, it: int) -> None:
-    fig = matrix_figure(att, 2, highlight=(it,), heads=(7, 1))
-    drawn = panels(fig)
-    assert [ax.get_title(loc="left") for ax in drawn] == ["h7", "h1"]
-    np.testing.assert_array_equal(drawn[0].images[0].get_array(), att.matrix(2)[7])
-    np.testing.assert_array_equal(drawn[1].images[0].get_array(), att.matrix(2)[1])
-    with pytest.raises(UsageError, match="head 12 is out of range"):
-        matrix_figure(att, 2, heads=(12,))
-
-
 def test_title_names_sentence_model_engine_layer(att: Attention, it: int) -> None:
     text = _text(token_figure(att, it, layers=[4]))
     for part in (EXAMPLE, "all-MiniLM-L6-v2", "engine own", "layer 4", "'it'"):

@@ -55,6 +55,8 @@ def test_own_engine_never_imports_transformers() -> None:
         ("attnviz.architectures.bert", ("rich", "matplotlib", "typer", "transformers", "textual")),
         ("attnviz.tokens", ("rich", "matplotlib", "typer", "transformers", "torch", "textual")),
         ("attnviz.result", ("rich", "matplotlib", "typer", "transformers", "torch", "textual")),
+        ("attnviz.transforms", ("rich", "matplotlib", "typer", "transformers", "torch", "textual")),
+        ("attnviz.findings", ("rich", "matplotlib", "typer", "transformers", "torch", "textual")),
         ("attnviz.models", ("rich", "matplotlib", "typer", "transformers", "torch", "textual")),
         ("attnviz.engines", ("rich", "matplotlib", "typer", "transformers", "torch", "textual")),
         ("attnviz.render.terminal", ("transformers", "typer", "torch", "matplotlib", "textual")),
