@@ -52,6 +52,7 @@ from .render.tables import head_rows_table
 from .render.terminal import legend, matrix_heatmap, token_heatmap
 from .result import Attention
 from .tokens import Tokens
+from .transforms import View, apply
 
 if TYPE_CHECKING:
     from .engines import Engine
@@ -60,7 +61,10 @@ VIEWS = ("heads", "table", "matrix")
 VIEW_TITLES = {"heads": "token heatmap", "table": "head table", "matrix": "matrix of one head"}
 
 # What the footer says, one line that fits 80 columns; `?` lists every key.
-FOOTER = "←→ token  ↑↓ layer  [ ] head  v view  n values  / sentence  e export PNG  ? keys  q quit"
+FOOTER = (
+    "←→ token  ↑↓ layer  [ ] head  v view  n values  w words  s specials  m mean  / sentence  e export PNG  "
+    "? keys  q quit"
+)
 
 KEYS: tuple[tuple[str, str], ...] = (
     ("← →", "previous / next query token"),
@@ -69,6 +73,9 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("v", "next view: token heatmap → head table → matrix of one head"),
     ("1 2 3", "token heatmap / head table / matrix of one head"),
     ("n", "show each weight as a number (on / off)"),
+    ("w", "words: pieces merged, keys summed and query rows averaged (on / off)"),
+    ("s", "special tokens set aside as keys, rows renormalised over the rest (on / off)"),
+    ("m", "the mean over the heads, as one more row after the heads (on / off)"),
     ("/", "type a new sentence (Enter runs it through the loaded model, Esc cancels)"),
     ("e", "export the current view to a PNG file (the head table exports its layer's heatmap)"),
     ("PgUp PgDn Home End", "scroll a view taller than the screen"),
@@ -156,11 +163,24 @@ def landing(cursor: Cursor, old: Attention, new: Attention) -> Cursor:
     return replace(cursor, query=query, layer=layer, head=min(cursor.head, new.num_heads - 1))
 
 
+def _raw_position(att: Attention, position: int) -> int:
+    """The engine's token position of ``position`` in ``att`` (a word: its first piece)."""
+    return att.key_pieces[position][0] if att.key_pieces is not None else position
+
+
+def _position_of(att: Attention, raw: int) -> int:
+    """Where the engine's token ``raw`` sits in ``att`` (words merged: its word)."""
+    if att.key_pieces is None:
+        return raw
+    return next(w for w, pieces in enumerate(att.key_pieces) if raw in pieces)
+
+
 def export_name(cursor: Cursor, att: Attention) -> str:
     """'attnviz-matrix-layer3-h1-it.png': what the file holds, and where it was taken."""
     kind = "matrix" if cursor.view == "matrix" else "token"
     token = re.sub(r"\W+", "", att.tokens.labels[cursor.query])[:20] or f"t{cursor.query}"
-    head = f"-h{cursor.head}" if kind == "matrix" else ""
+    slot = f"h{cursor.head}" if cursor.head < att.model_heads else att.head_name(cursor.head)  # 'mean'
+    head = f"-{slot}" if kind == "matrix" else ""
     return f"attnviz-{kind}-layer{cursor.layer}{head}-{token}.png"
 
 
@@ -185,7 +205,12 @@ def write_view_png(att: Attention, cursor: Cursor, path: Path, dpi: int) -> None
     from .render.image import matrix_figure, save_figure, token_figure  # matplotlib: only on export
 
     if cursor.view == "matrix":
-        fig = matrix_figure(att, cursor.layer, highlight=(cursor.query,), style=FigureStyle(heads=(cursor.head,)))
+        if cursor.head < att.model_heads:
+            fig = matrix_figure(att, cursor.layer, highlight=(cursor.query,), style=FigureStyle(heads=(cursor.head,)))
+        else:  # an aggregate slot (the head mean) alone: the only slot, so no model head is drawn
+            k = cursor.head - att.model_heads
+            alone = replace(att, weights=att.weights[:, cursor.head : cursor.head + 1], aggregates=(att.aggregates[k],))
+            fig = matrix_figure(alone, cursor.layer, highlight=(cursor.query,))
     else:
         fig = token_figure(att, cursor.query, (cursor.layer,))
     save_figure(fig, path, dpi)
@@ -260,9 +285,11 @@ class Views:
 
     def _table(self, c: Cursor, width: int, color: bool) -> RenderableType:
         p = self.att.provenance
-        rows = [row for row in self.head_rows(c.query) if row.layer == c.layer]
+        # The model's heads (an aggregate slot has no line in compare's table).
+        heads = self.att.model_heads
+        rows = [row for row in self.head_rows(c.query) if row.layer == c.layer and row.head < heads]
         table = head_rows_table(rows, color=color, num_heads=p.num_heads, num_kv_heads=p.num_kv_heads, width=width)
-        if isinstance(table, Table):  # (untitled, it is one) the selected head's line, reversed
+        if isinstance(table, Table) and c.head < heads:  # (untitled: a Table) the selected head's line
             table.rows[c.head].style = "reverse"
         title = Text(f"layer {c.layer} · {self.att.tokens.labels[c.query]!r} (token {c.query}) → each token, per head")
         note = Text(
@@ -358,7 +385,7 @@ class ExploreApp(App[None]):
     #message { height: auto; max-height: 3; }
     #ask { display: none; }
     #ask.open { display: block; }
-    #footer { height: 1; background: $panel; }
+    #footer { height: auto; max-height: 2; background: $panel; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("left", "move_query(-1)", "previous token", show=False),
@@ -372,6 +399,9 @@ class ExploreApp(App[None]):
         Binding("2", "view('table')", "head table", show=False),
         Binding("3", "view('matrix')", "matrix", show=False),
         Binding("n", "toggle_values", "values", show=False),
+        Binding("w", "toggle_reading('words')", "words", show=False),
+        Binding("s", "toggle_reading('hide_special')", "specials", show=False),
+        Binding("m", "toggle_reading('heads')", "mean", show=False),
         Binding("slash", "ask", "new sentence", show=False),
         Binding("e", "export", "export PNG", show=False),
         Binding("question_mark", "keys", "keys", show=False),
@@ -397,7 +427,10 @@ class ExploreApp(App[None]):
         self._export_dir = Path(".") if export_dir is None else Path(export_dir)
         self._dpi = dpi
         self._busy: set[str] = set()  # "run", "export": one of each at a time
-        self.views = Views(att)
+        self.raw = Views(att).att  # checked: every query row
+        self.reading = View()
+        self._views: dict[View, Views] = {}
+        self.views = self._views_for(self.reading)
         start = first_query(att) if query is None else query
         if not 0 <= start < len(att.tokens):
             raise ValueError(f"query {start} is out of range (0..{len(att.tokens) - 1})")
@@ -417,6 +450,16 @@ class ExploreApp(App[None]):
     def color(self) -> bool:
         # textual turns the screen monochrome under NO_COLOR; the cells then need glyphs.
         return not self.no_color
+
+    def _views_for(self, reading: View) -> Views:
+        """The views of the raw weights read with ``reading`` (transforms.apply, once each)."""
+        if reading not in self._views:
+            self._views[reading] = Views(apply(self.raw, reading))
+        return self._views[reading]
+
+    def _reading_names(self) -> list[tuple[bool, str]]:
+        r = self.reading
+        return [(r.words, "words"), (r.hide_special, "specials set aside"), (bool(r.heads), "head mean")]
 
     # --- layout -------------------------------------------------------------------
 
@@ -451,17 +494,19 @@ class ExploreApp(App[None]):
         """Show the cursor's view, status line, token line and message."""
         c = self.cursor
         att = self.att
-        p = att.provenance
         layers = att.layers
         status = Text()
         status.append(f"layer {c.layer}", style="bold")
         status.append(f" ({layers.index(c.layer) + 1}/{len(layers)})  ")
-        status.append(p.shape.head_label(c.head), style="bold")
-        status.append(f" ({c.head + 1}/{p.num_heads})  ")
+        status.append(att.head_name(c.head), style="bold")
+        status.append(f" ({c.head + 1}/{att.num_heads})  ")
         status.append(f"token {c.query} {att.tokens.labels[c.query]!r}", style="bold")
         status.append(f"  view: {VIEW_TITLES[c.view]} [{VIEWS.index(c.view) + 1}]")
         if c.values:
             status.append("  values")
+        reading = [name for on, name in self._reading_names() if on]
+        if reading:
+            status.append("  " + " · ".join(reading), style="italic")
         # layout=False: these lines keep their height, so a key costs no re-layout.
         self.query_one("#status", Static).update(status, layout=False)
         self.query_one("#tokens", Static).update(self._token_line(), layout=False)
@@ -552,6 +597,23 @@ class ExploreApp(App[None]):
     def action_toggle_values(self) -> None:
         self._move(values=not self.cursor.values)
 
+    def action_toggle_reading(self, option: str) -> None:
+        """Words merged, specials set aside or the head mean, on or off: the cursor stays
+        on the same token (its word) and head."""
+        r = self.reading
+        if option == "words":
+            reading = replace(r, words=not r.words)
+        elif option == "hide_special":
+            reading = replace(r, hide_special=not r.hide_special)
+        else:
+            reading = replace(r, heads=() if r.heads else ("mean",))
+        old, new = self.att, self._views_for(reading).att
+        raw = _raw_position(old, self.cursor.query)
+        head = min(self.cursor.head, new.num_heads - 1)
+        self.reading, self.views = reading, self._views_for(reading)
+        self._slow_views = set()
+        self._move(query=_position_of(new, raw), head=head)
+
     def action_scroll(self, where: str) -> None:
         body = self.query_one("#view", Lines)
         {"page_up": body.scroll_page_up, "page_down": body.scroll_page_down}.get(
@@ -597,17 +659,21 @@ class ExploreApp(App[None]):
         try:
             assert self._run is not None  # action_ask checked it
             views = Views(self._run(sentence))
-            # Draw the view the cursor will land on here, off the event loop.
-            views.render(landing(self.cursor, self.att, views.att), self._view_width(), self.color)
+            # Read as the user reads now and draw the view the cursor will land on, off the event loop.
+            read = Views(apply(views.att, self.reading)) if self.reading != View() else views
+            read.render(landing(self.cursor, self.att, read.att), self._view_width(), self.color)
         except AttnvizError as exc:
             self.call_from_thread(self._done, "run", _error_line(exc))
         except Exception as exc:  # a bug must not kill the session: say it and keep the old sentence
             self.call_from_thread(self._done, "run", f"error: {type(exc).__name__}: {exc}")
         else:
-            self.call_from_thread(self._loaded, views)
+            self.call_from_thread(self._loaded, views, read)
 
-    def _loaded(self, views: Views) -> None:
+    def _loaded(self, raw: Views, read: Views) -> None:
         self._busy.discard("run")
+        self.raw = raw.att
+        self._views = {View(): raw, self.reading: read}
+        views = self._views_for(self.reading)
         self.cursor = landing(self.cursor, self.att, views.att)
         self.views = views
         self._slow_views = set()

@@ -268,9 +268,68 @@ async def test_slash_keeps_the_old_sentence_on_errors_and_escape(att: Attention,
         await settle(pilot)
         assert "error: the sentence has 602 tokens; this model reads at most 512" in screen(app)
         await press(pilot, "slash", *"dog", "escape")
-        assert app.att is att
+        assert app.raw is att  # the weights the app started with
         await press(pilot, "right")  # the keys are the app's again
         assert "token 2 'animal'" in status(app)
+
+
+# --- reading options (attnviz.transforms) ----------------------------------------------------
+
+
+SPLIT = "The councilmen refused the demonstrators a permit"  # councilmen = council ##men
+
+
+@pytest.fixture(scope="module")
+def split_att(own_engine: Engine) -> Attention:
+    return inspect(SPLIT, own_engine)
+
+
+async def test_w_merges_words_keys_summed_rows_averaged(split_att: Attention) -> None:
+    labels = split_att.tokens.labels
+    council, men = labels.index("council"), labels.index("##men")
+    app = ExploreApp(split_att, query=men)
+    async with app.run_test(size=SIZE) as pilot:
+        await press(pilot, "up", "w", "n")
+        assert "words" in status(app) and "token 2 'councilmen'" in status(app)  # the word of ##men
+        assert "[councilmen]" in screen(app)
+        raw = split_att.rows(council)[1].astype(np.float64), split_att.rows(men)[1].astype(np.float64)
+        mean = (raw[0] + raw[1]) / 2  # (H, S): the word's row is the mean of its pieces' rows
+        words = np.concatenate(
+            [mean[:, :council], mean[:, council : men + 1].sum(-1, keepdims=True), mean[:, men + 1 :]], 1
+        )
+        for h in (0, 5, 11):
+            np.testing.assert_allclose(numbers(head_line(view(app), f"h{h}")), words[h], atol=0.0051)
+        await press(pilot, "w")  # back to tokens: the cursor on the word's first piece
+        assert f"token {council} 'council'" in status(app)
+
+
+async def test_s_sets_special_tokens_aside_and_renormalises(att: Attention) -> None:
+    it = att.tokens.labels.index("it")
+    app = ExploreApp(att, query=it)
+    async with app.run_test(size=SIZE) as pilot:
+        await press(pilot, "s", "n")
+        assert "specials set aside" in status(app)
+        header = next(ln for ln in view(app).splitlines() if "strongest" in ln)
+        assert "[CLS]" not in header and "[SEP]" not in header
+        row = att.rows(it)[0, 4].astype(np.float64)
+        kept = row[1:-1] / row[1:-1].sum()
+        np.testing.assert_allclose(numbers(head_line(view(app), "h4")), kept, atol=0.0051)
+
+
+async def test_m_adds_the_head_mean_as_a_slot(att: Attention, tmp_path: Path) -> None:
+    it = att.tokens.labels.index("it")
+    app = ExploreApp(att, query=it, export_dir=tmp_path, dpi=50)
+    async with app.run_test(size=SIZE) as pilot:
+        await press(pilot, "m", "n", "left_square_bracket")
+        assert "mean (13/13)" in status(app) and "head mean" in status(app)
+        line = head_line(view(app), "mean")
+        assert line.lstrip().startswith("▸mean")
+        np.testing.assert_allclose(numbers(line), att.rows(it)[0].mean(0), atol=0.0051)
+        await press(pilot, "3", "e")
+        await settle(pilot)
+        assert (tmp_path / "attnviz-matrix-layer0-mean-it.png").exists()
+        await press(pilot, "m")  # off again: the cursor falls back to the last head
+        assert "h11 (12/12)" in status(app)
 
 
 # --- export -------------------------------------------------------------------------
