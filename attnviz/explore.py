@@ -62,9 +62,31 @@ VIEW_TITLES = {"heads": "token heatmap", "table": "head table", "matrix": "matri
 
 # What the footer says, one line that fits 80 columns; `?` lists every key.
 FOOTER = (
-    "←→ token  ↑↓ layer  [ ] head  v view  n values  w words  s specials  m mean  / sentence  e export PNG  "
-    "? keys  q quit"
+    ("←→", "token"),
+    ("↑↓", "layer"),
+    ("[ ]", "head"),
+    ("v", "view"),
+    ("n", "values"),
+    ("w", "words"),
+    ("s", "specials"),
+    ("m", "mean"),
+    ("/", "sentence"),
+    ("e", "export PNG"),
+    ("?", "keys"),
+    ("q", "quit"),
 )
+
+
+def footer(width: int) -> str:
+    """The footer's key · action pairs, wrapped between pairs (never inside one) to ``width``."""
+    lines: list[str] = []
+    for key, action in FOOTER:
+        pair = f"{key} {action}"
+        if lines and len(lines[-1]) + 2 + len(pair) <= width:
+            lines[-1] += "  " + pair
+        else:
+            lines.append(pair)
+    return "\n".join(lines)
 
 KEYS: tuple[tuple[str, str], ...] = (
     ("← →", "previous / next query token"),
@@ -470,13 +492,15 @@ class ExploreApp(App[None]):
         yield Lines(id="view")
         yield Static(id="message")
         yield Input(placeholder="a new sentence, Enter to run it, Esc to cancel", id="ask", disabled=True)
-        yield Static(Text(FOOTER), id="footer")
+        yield Static(id="footer")
 
     def on_mount(self) -> None:
         self._show_header()
+        self.query_one("#footer", Static).update(Text(footer(self.size.width)))
         self.refresh_view()
 
     def on_resize(self) -> None:
+        self.query_one("#footer", Static).update(Text(footer(self.size.width)))
         self.refresh_view()
 
     def _show_header(self) -> None:

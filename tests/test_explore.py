@@ -90,9 +90,19 @@ async def test_start_screen_names_model_token_layer_and_keys(att: Attention) -> 
         assert f"token {it} 'it'" in status(app) and "layer 0 (1/6)" in status(app)
         assert "[it]" in text  # the query token, marked in the sentence line
         assert f"layer 0 · 'it' (token {it}) → each token" in view(app)
-        footer = text.rstrip().splitlines()[-1]
-        for keys in ("←→ token", "↑↓ layer", "[ ] head", "v view", "/ sentence", "e export PNG", "? keys", "q quit"):
+        footer = "\n".join(text.rstrip().splitlines()[-2:])
+        for keys in ("←→ token", "↑↓ layer", "[ ] head", "v view", "w words", "/ sentence", "e export PNG", "q quit"):
             assert keys in footer
+
+
+def test_footer_wraps_between_pairs_only() -> None:
+    from attnviz.explore import FOOTER, footer
+
+    for width in (40, 80, 104, 200):
+        lines = footer(width).splitlines()
+        assert all(len(line) <= width for line in lines)
+        assert "  ".join(lines) == "  ".join(f"{k} {a}" for k, a in FOOTER)
+    assert len(footer(200).splitlines()) == 1
 
 
 async def test_arrows_move_the_query_token_and_the_layer(att: Attention) -> None:
