@@ -38,6 +38,8 @@ def inspect(
     renorm: bool = True,
     heads: Sequence[str] = (),
     rollout: bool = False,
+    dtype: str = "float32",
+    max_memory: int | str | None = None,
 ) -> Attention:
     """Run ``sentence`` through ``model`` and return per-head attention weights.
 
@@ -50,9 +52,12 @@ def inspect(
     (special tokens set aside as keys, rows renormalised unless ``renorm=False``),
     ``heads`` (per-layer "mean"/"max" slots after the heads), ``rollout`` (a "rollout"
     slot); ``att.steps`` says what was done. The same select stage as the command line
-    checks everything before the model loads.
+    checks everything before the model loads. ``dtype``: float32, bfloat16 or float16 for
+    the model (the weights are always softmaxed in float32). ``max_memory`` (bytes, or
+    "32GB"): the budget the forward pass is checked against instead of the memory free now.
     """
     from .engines import load_engine, read
+    from .memory import parse_size
     from .select import Query, Selection, parse_target
     from .tokens import check_text
     from .transforms import View
@@ -65,11 +70,12 @@ def inspect(
         queries = [Query(*parse_target(spec)) for spec in token]
     selection = Selection(layers=layers)
     check_text(sentence)
-    eng = load_engine(engine, model, device)
+    budget = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
+    eng = load_engine(engine, model, device, dtype)
     tokens = eng.tokenize(sentence)
     groups = [q.resolve(tokens) for q in queries]
     resolved = selection.resolve(tokens, eng.num_layers)
-    return read(tokens, eng, resolved.layers, groups, view)
+    return read(tokens, eng, resolved.layers, groups, view, max_memory=budget)
 
 
 def __getattr__(name: str) -> object:

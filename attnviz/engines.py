@@ -83,7 +83,12 @@ class Engine(Protocol):
 
     def tokenize(self, sentence: str) -> Tokens: ...
 
-    def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput: ...
+    def forward(
+        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+    ) -> ForwardOutput:
+        """One forward pass. ``attentions[i]`` (1, H, R, S) holds layer ``layers[i]``'s
+        weight rows of ``queries`` (default: every layer, every row)."""
+        ...
 
 
 class _Base:
@@ -133,11 +138,18 @@ class OwnEngine(_Base):
         self.shape = self.model.shape
         self.max_positions = self.model.max_positions
 
-    def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput:
+    def forward(
+        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+    ) -> ForwardOutput:
+        """Fused attention in every layer; exact weights only for ``queries`` of ``layers``,
+        and no layer after the last one asked for."""
         import torch
 
+        chosen = tuple(range(self.num_layers)) if layers is None else tuple(layers)
         with torch.inference_mode():
-            return self.model(self._ids(tokens), max_layer=max_layer)
+            out = self.model(self._ids(tokens), max_layer=max(chosen), layers=set(chosen), queries=queries)
+        out.attentions = [out.attentions[layer] for layer in chosen]
+        return out
 
 
 class HFEngine(_Base):
@@ -175,7 +187,10 @@ class HFEngine(_Base):
         limit = _cfg(text_cfg, "max_position_embeddings", "n_positions", default=None)
         self.max_positions = int(limit) if limit else None
 
-    def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput:
+    def forward(
+        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+    ) -> ForwardOutput:
+        """transformers computes every layer's full eager weights; we keep the asked ones."""
         import torch
 
         from .architectures.base import ForwardOutput
@@ -195,7 +210,9 @@ class HFEngine(_Base):
                 "transformers returned no last_hidden_state for this model",
                 hint="its base model is not a plain encoder or decoder; try the own engine",
             )
-        return ForwardOutput(hidden_states=hidden, attentions=list(attentions))
+        chosen = range(len(attentions)) if layers is None else layers
+        rows = slice(None) if queries is None else list(queries)
+        return ForwardOutput(hidden_states=hidden, attentions=[attentions[layer][:, :, rows] for layer in chosen])
 
 
 # model_types whose base model is causal, for the hf engine's ``causal`` flag (the own engine
@@ -274,13 +291,15 @@ def inspect(
     engine: Engine,
     layers: LayerSpec = None,
     queries: Query | Sequence[int] | None = None,
+    max_memory: int | None = None,
 ) -> Attention:
     """One forward pass -> the weights of ``layers`` (default all) for ``queries`` (a
-    ``Query``, or token positions; default: every token), as an ``Attention``."""
+    ``Query``, or token positions; default: every token), as an ``Attention``.
+    ``max_memory``: see ``forward``."""
     if isinstance(queries, Query):
-        att, _ = run(sentence, engine, Selection(query=queries, layers=layers))
+        att, _ = run(sentence, engine, Selection(query=queries, layers=layers), max_memory=max_memory)
     else:
-        att, _ = run(sentence, engine, Selection(layers=layers), positions=queries)
+        att, _ = run(sentence, engine, Selection(layers=layers), positions=queries, max_memory=max_memory)
     return att
 
 
@@ -290,6 +309,7 @@ def run(
     selection: Selection,
     positions: Sequence[int] | None = None,
     where: str = "the sentence",
+    max_memory: int | None = None,
 ) -> tuple[Attention, Resolved]:
     """The pipeline of one sentence, down the layers once: tokenize, resolve the
     selection (query, layers, targets: every mistake found before the forward pass),
@@ -301,7 +321,7 @@ def run(
     resolved = selection.resolve(tokens, engine.num_layers, where)
     if positions is not None:
         resolved = Resolved(tuple(positions), resolved.layers, resolved.targets)
-    return forward(tokens, engine, resolved), resolved
+    return forward(tokens, engine, resolved, max_memory), resolved
 
 
 def read(
@@ -310,6 +330,7 @@ def read(
     layers: Sequence[int],
     query_groups: Sequence[Sequence[int]] = (),
     view: View | None = None,
+    max_memory: int | None = None,
 ) -> Attention:
     """One forward pass read the way ``view`` asks (``transforms.apply``): words, special
     tokens set aside, head aggregates, rollout. ``query_groups``: the token positions of
@@ -321,24 +342,36 @@ def read(
     view = view or View()
     positions = tuple(sorted({int(p) for g in query_groups for p in g}))
     if view.needs_full:
-        att = forward(tokens, engine, Resolved((), tuple(range(max(layers) + 1))))
+        att = forward(tokens, engine, Resolved((), tuple(range(max(layers) + 1))), max_memory)
     else:
-        att = forward(tokens, engine, Resolved(positions, tuple(layers)))
+        att = forward(tokens, engine, Resolved(positions, tuple(layers)), max_memory)
     return apply(att, view, query_groups, layers)
 
 
-def forward(tokens: Tokens, engine: Engine, resolved: Resolved) -> Attention:
+def forward(tokens: Tokens, engine: Engine, resolved: Resolved, max_memory: int | None = None) -> Attention:
     """One forward pass of ``tokens`` -> an ``Attention`` of the resolved layers and
-    query rows (every token's rows when ``resolved.queries`` is empty)."""
+    query rows (every token's rows when ``resolved.queries`` is empty).
+
+    Before the pass, its memory is estimated and checked against ``max_memory`` bytes,
+    or against the memory free on the engine's device when None.
+
+    Raises:
+        MemoryBudgetError: the pass would not fit; nothing has been allocated for it.
+    """
     import numpy as np
     import torch
 
+    from . import memory
+
     rows = resolved.queries or tuple(range(len(tokens)))
     chosen = resolved.layers
+    asked = resolved.queries or None  # None: every row, the full matrices
+    need = memory.estimate(engine, len(tokens), chosen, None if asked is None else len(asked))
+    free, where = memory.available(engine.device) if max_memory is None else (None, "")
+    memory.check(need, max_memory, free, where)
     with _cpu_threads_for(engine, len(tokens)):
-        out = engine.forward(tokens, max_layer=max(chosen))
-    stacked = torch.stack([out.attentions[i][0] for i in chosen])  # (N, H, S, S)
-    picked = stacked[:, :, list(rows), :]  # (N, H, Q, S)
+        out = engine.forward(tokens, chosen, asked)
+    picked = torch.stack([a[0] for a in out.attentions])  # (N, H, Q, S)
     weights = picked.to(device="cpu", dtype=torch.float32).numpy().astype(np.float32, copy=False)
     provenance = Provenance(
         model=engine.files.spec,

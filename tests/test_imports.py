@@ -60,6 +60,7 @@ def test_own_engine_never_imports_transformers() -> None:
         ("attnviz.models", ("rich", "matplotlib", "typer", "transformers", "torch", "textual")),
         ("attnviz.engines", ("rich", "matplotlib", "typer", "transformers", "torch", "textual")),
         ("attnviz.render.terminal", ("transformers", "typer", "torch", "matplotlib", "textual")),
+        ("attnviz.render.html", ("transformers", "typer", "torch", "matplotlib", "rich", "textual")),
         ("attnviz.render.tables", ("transformers", "typer", "torch", "matplotlib", "textual")),
         ("attnviz.render.image", ("transformers", "typer", "torch", "rich", "textual")),
         ("attnviz.cli", ("transformers", "torch", "matplotlib", "textual")),

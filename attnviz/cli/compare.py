@@ -11,23 +11,28 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from . import EXAMPLE, app, errors
-from .common import load, query_from, stdout_console, view_from
+from .common import budget, load, query_from, read_input, stdout_console, view_from
 from .options import (
     DebugOpt,
     DeviceOpt,
+    DType,
+    DtypeOpt,
     EngineName,
     EngineOpt,
+    FileOpt,
     HeadsOpt,
     HideSpecialOpt,
     IndexOpt,
     JsonOpt,
     LayerOpt,
+    MaxMemoryOpt,
     ModelOpt,
     NoPagerOpt,
     NoRenormOpt,
     Occurrence,
     RolloutOpt,
     SortKey,
+    TextArg,
     TokenOpt,
     WordsOpt,
 )
@@ -74,10 +79,8 @@ SUMMARY_HEADS = 10  # heads in the --pairs summary
 
 @app.command()
 def compare(
-    sentence: Annotated[
-        str | None,
-        typer.Argument(metavar="SENTENCE", help="The sentence to run through the model.", show_default=False),
-    ] = None,
+    sentence: TextArg = None,
+    file: FileOpt = None,
     token: TokenOpt = None,
     target: TargetOpt = None,
     vs: Annotated[
@@ -120,6 +123,8 @@ def compare(
     device: DeviceOpt = "auto",
     json_out: JsonOpt = False,
     no_pager: NoPagerOpt = False,
+    dtype: DtypeOpt = DType.float32,
+    max_memory: MaxMemoryOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Rank the heads by what one token does: top targets, weight on --target words,
@@ -153,19 +158,24 @@ def compare(
         reading, picked = view_from(words, hide_special, no_renorm, heads, rollout)
         if picked is not None:
             raise UsageError("compare ranks every head", hint="use --heads mean or max here, --layer to narrow")
-        options = PairOptions(occurrence=occurrence, layers=layer, top=top, view=reading, exclude=kinds)
+        memory_limit = budget(max_memory)
+        options = PairOptions(
+            occurrence=occurrence, layers=layer, top=top, view=reading, exclude=kinds, max_memory=memory_limit
+        )
         if pairs is not None:
-            if sentence is not None or vs is not None or token is not None or targets or index is not None:
+            if any(x is not None for x in (sentence, file, vs, token, index)) or targets:
                 raise UsageError(
                     "--pairs takes the sentences, token and targets from the file",
-                    hint="drop the sentence, --vs, --token, --target and --index",
+                    hint="drop the sentence, --file, --vs, --token, --target and --index",
                 )
             found = read_pairs(pairs)  # a bad file fails before the model loads
-            eng = load(found[0].sentence_a, model, engine.value, device)
+            eng = load(found[0].sentence_a, model, engine.value, device, dtype.value)
             _compare_pairs(eng, found, pairs, options, by, limit, seed, json_out, no_pager)
             return
-        if sentence is None:
-            raise UsageError("give a sentence (or --pairs FILE)", hint=f'e.g. attnviz compare "{EXAMPLE}" --token it')
+        if sentence is None and file is None:
+            raise UsageError(
+                "give a sentence (or --file PATH, or --pairs FILE)", hint=f'e.g. attnviz compare "{EXAMPLE}" --token it'
+            )
         if vs is not None:
             if index is not None:
                 raise UsageError("--vs aligns the token by its text", hint="use --token WORD instead of --index")
@@ -174,17 +184,18 @@ def compare(
             check_text(vs)
         query = query_from(token, occurrence, index)
         selection = Selection(query=query, layers=layer, targets=targets)  # target forms checked here
-        eng = load(sentence, model, engine.value, device)
+        text = read_input(sentence, file)
+        eng = load(text, model, engine.value, device, dtype.value)
         if vs is None:
-            tokens = eng.tokenize(sentence)
+            tokens = eng.tokenize(text)
             resolved = selection.resolve(tokens, eng.num_layers)
-            att = read(tokens, eng, resolved.layers, [resolved.queries], reading)
+            att = read(tokens, eng, resolved.layers, [resolved.queries], reading, max_memory=memory_limit)
             found_targets = {word: positions_in(att, idx) for word, idx in resolved.targets.items()}
             rows = head_stats(att, att.queries[0], found_targets, top, kinds)
             rows = sort_rows(rows, by, limit)
         else:
             assert token is not None  # query_from needs --token or --index, and --index was refused
-            result = run_pair(eng, MinimalPair(sentence, vs, token, targets), **options.kwargs())
+            result = run_pair(eng, MinimalPair(text, vs, token, targets), **options.kwargs())
             att = result.att_a
             rows = sort_rows(result.stats, by, limit)
         if json_out:

@@ -9,23 +9,27 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from . import app, errors
-from .common import check_heads, load, queries_from, stdout_console, view_from, wrote
+from .common import budget, check_heads, load, queries_from, read_input, stdout_console, view_from, wrote
 from .options import (
     DebugOpt,
     DeviceOpt,
+    DType,
+    DtypeOpt,
     EngineName,
     EngineOpt,
+    FileOpt,
     HeadsOpt,
     HideSpecialOpt,
     IndexOpt,
     JsonOpt,
     LayerOpt,
+    MaxMemoryOpt,
     ModelOpt,
     NoPagerOpt,
     NoRenormOpt,
     Occurrence,
     RolloutOpt,
-    Sentence,
+    TextArg,
     TokensOpt,
     WordsOpt,
 )
@@ -36,7 +40,8 @@ if TYPE_CHECKING:
 
 @app.command()
 def show(
-    sentence: Sentence,
+    sentence: TextArg = None,
+    file: FileOpt = None,
     token: TokensOpt = None,
     occurrence: Occurrence = None,
     index: IndexOpt = None,
@@ -63,6 +68,8 @@ def show(
         typer.Option("--png", metavar="PATH", help="Also write the heatmaps to this PNG file.", show_default=False),
     ] = None,
     no_pager: NoPagerOpt = False,
+    dtype: DtypeOpt = DType.float32,
+    max_memory: MaxMemoryOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Show, head by head, where one token puts its attention.
@@ -98,12 +105,14 @@ def show(
                 raise UsageError("--png draws one token", hint="use attnviz export --view matrix for whole matrices")
         view, picked = view_from(words, hide_special, no_renorm, heads, rollout)
         queries = queries_from(token, occurrence, index, required=not all_tokens)
-        eng = load(sentence, model, engine.value, device)
+        limit = budget(max_memory)
+        text = read_input(sentence, file)
+        eng = load(text, model, engine.value, device, dtype.value)
         check_heads(picked, eng.shape.num_heads)
-        tokens = eng.tokenize(sentence)
+        tokens = eng.tokenize(text)
         groups = [q.resolve(tokens) for q in queries]  # every word found before the forward pass
         layers = parse_layers(layer, eng.num_layers)
-        att = read(tokens, eng, layers, groups, view)
+        att = read(tokens, eng, layers, groups, view, max_memory=limit)
         positions = _query_positions(att, groups)
         if npz is not None:
             att.save_npz(npz)
