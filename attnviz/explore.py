@@ -88,6 +88,7 @@ def footer(width: int) -> str:
             lines.append(pair)
     return "\n".join(lines)
 
+
 KEYS: tuple[tuple[str, str], ...] = (
     ("← →", "previous / next query token"),
     ("↑ ↓", "next / previous layer"),
