@@ -182,7 +182,7 @@ def _main(
 
 
 # The commands register themselves on ``app`` when imported.
-from . import check, compare, export, show  # noqa: E402,F401
+from . import check, compare, explore, export, show  # noqa: E402,F401
 
 
 def main() -> None:
