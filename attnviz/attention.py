@@ -38,8 +38,9 @@ def scaled_dot_product_attention(
     v: Tensor,
     mask: Tensor | None = None,
     scale: float | None = None,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """softmax(q·kᵀ · scale) · v, per head, returning the output and the weights.
+    """softmax(q·kᵀ · scale + bias) · v, per head, returning the output and the weights.
 
     Args:
         q: (B, H, L, D) queries.
@@ -47,6 +48,9 @@ def scaled_dot_product_attention(
         v: (B, H, S, Dv) values.
         mask: boolean, broadcastable to (B, H, L, S); True = may attend.
         scale: defaults to 1/√D.
+        bias: float, broadcastable to (B, H, L, S), added to the scaled scores before the
+            softmax: a learned position bias (T5's relative position buckets). Masked
+            positions stay exactly 0 whatever the bias.
 
     Returns:
         output (B, H, L, Dv) and weights (B, H, L, S). Each weight row sums to 1;
@@ -56,6 +60,8 @@ def scaled_dot_product_attention(
         scale = 1.0 / math.sqrt(q.size(-1))
     # 1. Similarity of every query with every key.
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, L, S)
+    if bias is not None:
+        scores = scores + bias  # (B, H, L, S)
     # 2. Forbidden positions get -inf, so softmax gives them exactly 0.
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -142,6 +148,7 @@ class MultiHeadAttention(nn.Module):
         value: Tensor | None = None,
         mask: Tensor | None = None,
         qk_transform: QKTransform | None = None,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Attend from ``query`` to ``key``/``value`` (self-attention when both are None).
 
@@ -151,6 +158,8 @@ class MultiHeadAttention(nn.Module):
             mask: boolean, broadcastable to (B, H, L, S); True = may attend.
             qk_transform: applied to the split heads q (B, H, L, D) and k (B, G, S, D),
                 e.g. rotary position embeddings.
+            bias: float, broadcastable to (B, H, L, S), added to the scores before the
+                softmax (T5's relative position bias).
 
         Returns:
             output (B, L, E) and per-head weights (B, H, L, S).
@@ -169,7 +178,7 @@ class MultiHeadAttention(nn.Module):
             k = k.repeat_interleave(group, dim=1)  # (B, H, S, D)
             v = v.repeat_interleave(group, dim=1)  # (B, H, S, D)
         # 3. head_i = softmax(Q_i K_iᵀ / √d_k) V_i, all heads at once.
-        heads, weights = scaled_dot_product_attention(q, k, v, mask, self.scale)  # (B, H, L, D), (B, H, L, S)
+        heads, weights = scaled_dot_product_attention(q, k, v, mask, self.scale, bias)  # (B, H, L, D), (B, H, L, S)
         # 4. Concat(head_1, ..., head_H): put the heads back side by side.
         b, _, length, _ = heads.shape
         concat = heads.transpose(1, 2).reshape(b, length, self.n_heads * self.head_dim)  # (B, L, H·D)

@@ -16,6 +16,7 @@ import io
 import os
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import DeviceError, EngineError, ModelLoadError, UsageError
@@ -27,8 +28,13 @@ if TYPE_CHECKING:
     import torch
 
     from .architectures.base import ForwardOutput
+    from .architectures.seq2seq import Seq2SeqOutput
 
 ENGINES = ("own", "hf")
+
+# The attention an encoder-decoder has, as ``--part`` names it (also in
+# architectures.seq2seq, which this module does not import at start-up).
+PARTS = ("encoder", "decoder", "cross")
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -76,15 +82,40 @@ class Engine(Protocol):
     num_heads: int
     num_kv_heads: int
     causal: bool
+    parts: tuple[str, ...]
 
     def tokenize(self, sentence: str) -> Tokens: ...
 
+    def tokenize_target(self, text: str) -> Tokens: ...
+
+    def part_shape(self, part: str | None) -> PartShape: ...
+
     def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput: ...
+
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput: ...
+
+
+@dataclass(frozen=True)
+class PartShape:
+    """Layers and heads of one part of a model (the whole model when it has one stack)."""
+
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    causal: bool
 
 
 class _Base:
     name = "?"
     max_positions: int | None = None
+    # Encoder-decoders: the parts whose attention can be shown (PARTS); () for one stack.
+    parts: tuple[str, ...] = ()
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    causal: bool
+    decoder_layers: int = 0
+    decoder_heads: int = 0
 
     def __init__(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
         self.files, self.device, self.dtype = files, device, dtype
@@ -92,6 +123,43 @@ class _Base:
 
     def tokenize(self, sentence: str) -> Tokens:
         return tokenize(self.tokenizer, sentence, self.max_positions)
+
+    def tokenize_target(self, text: str) -> Tokens:
+        """The decoder's input for ``text``: the decoder start token, then ``text`` tokenized
+        as the model's labels are (its special tokens included). This is teacher forcing:
+        the decoder reads the whole target at once, each token seeing those before it.
+
+        Raises:
+            UsageError: the model is not an encoder-decoder, or the text is empty or too long.
+        """
+        if not self.parts:
+            raise UsageError(
+                f"a decoder text needs an encoder-decoder model; {self.files.spec} is {self.files.model_type!r}",
+                hint="drop the decoder text, or use a T5 or BART checkpoint",
+            )
+        if not text.strip():
+            raise UsageError("the decoder text is empty", hint="give the target text the decoder reads")
+        tokens = tokenize(self.tokenizer, text, None if self.max_positions is None else self.max_positions - 1)
+        start = decoder_start_id(self.files, tokens.ids)
+        return Tokens(
+            text=tokens.text,
+            ids=(start, *tokens.ids),
+            pieces=(self.tokenizer.id_to_token(start) or f"<{start}>", *tokens.pieces),
+            offsets=((0, 0), *tokens.offsets),
+            special=(True, *tokens.special),
+        )
+
+    def part_shape(self, part: str | None) -> PartShape:
+        """Layers and heads of ``part`` (None: the model's only stack, or the encoder)."""
+        if part in (None, "encoder"):
+            return PartShape(self.num_layers, self.num_heads, self.num_kv_heads, self.causal)
+        if part not in self.parts:
+            raise UsageError(
+                f"{self.files.spec} ({self.files.model_type!r}) has no {part!r} attention"
+                + (f" (its parts: {', '.join(self.parts)})" if self.parts else ": it is not an encoder-decoder"),
+                hint="drop the part, or use a T5 or BART checkpoint",
+            )
+        return PartShape(self.decoder_layers, self.decoder_heads, self.decoder_heads, part == "decoder")
 
     def _ids(self, tokens: Tokens) -> torch.Tensor:
         import torch
@@ -114,12 +182,30 @@ class OwnEngine(_Base):
         self.num_kv_heads = self.model.num_kv_heads
         self.causal = self.model.causal
         self.max_positions = self.model.max_positions
+        from .architectures.seq2seq import EncoderDecoder
+
+        if isinstance(self.model, EncoderDecoder):
+            self.parts = PARTS
+            self.decoder_layers = self.model.decoder_layers
+            self.decoder_heads = self.model.decoder_heads
 
     def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput:
+        """One stack's forward pass (an encoder-decoder's encoder alone)."""
         import torch
 
         with torch.inference_mode():
             return self.model(self._ids(tokens), max_layer=max_layer)
+
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput:
+        """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through the decoder."""
+        import torch
+
+        from .architectures.seq2seq import EncoderDecoder
+
+        self.part_shape("cross")  # refuses a model with one stack
+        assert isinstance(self.model, EncoderDecoder)  # part_shape checked it
+        with torch.inference_mode():
+            return self.model.forward_seq2seq(self._ids(tokens), self._ids(target))
 
 
 class HFEngine(_Base):
@@ -152,29 +238,92 @@ class HFEngine(_Base):
         self.num_kv_heads = int(_cfg(text_cfg, "num_key_value_heads", default=self.num_heads))
         self.causal = bool(getattr(text_cfg, "is_decoder", False)) or files.model_type in _DECODER_TYPES
         limit = _cfg(text_cfg, "max_position_embeddings", "n_positions", default=None)
-        self.max_positions = int(limit) if limit else None
+        # T5 has relative positions only; its n_positions is a length it was trained on, not a limit.
+        self.max_positions = int(limit) if limit and files.model_type not in ("t5", "mt5", "umt5") else None
+        if getattr(text_cfg, "is_encoder_decoder", False):
+            self.parts = PARTS
+            self.decoder_layers = int(_cfg(text_cfg, "num_decoder_layers", "decoder_layers", default=self.num_layers))
+            self.decoder_heads = int(_cfg(text_cfg, "decoder_attention_heads", default=self.num_heads))
 
     def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput:
+        """One stack's forward pass (an encoder-decoder's encoder alone)."""
         import torch
 
-        from .architectures.base import ForwardOutput
-
         ids = self._ids(tokens)
+        # An encoder-decoder's full forward needs a decoder input; its encoder runs alone.
+        model = self.model.get_encoder() if self.parts else self.model
         with torch.inference_mode():
-            out = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
-        attentions = getattr(out, "attentions", None)
-        if not attentions or any(a is None for a in attentions):
-            raise EngineError(
-                "transformers returned no attention weights for this model",
-                hint="its attention implementation does not expose weights; try --engine own",
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
+        return _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
+
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput:
+        """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through the decoder."""
+        import torch
+
+        from .architectures.seq2seq import Seq2SeqOutput
+
+        self.part_shape("cross")  # refuses a model with one stack
+        ids, decoder_ids = self._ids(tokens), self._ids(target)
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                decoder_input_ids=decoder_ids,
+                decoder_attention_mask=torch.ones_like(decoder_ids),
+                output_attentions=True,
             )
-        hidden = getattr(out, "last_hidden_state", None)
-        if hidden is None:
-            raise EngineError(
-                "transformers returned no last_hidden_state for this model",
-                hint="its base model is not a plain encoder or decoder; try --engine own",
-            )
-        return ForwardOutput(hidden_states=hidden, attentions=list(attentions))
+        cross = getattr(out, "cross_attentions", None)
+        return Seq2SeqOutput(
+            encoder=_output(getattr(out, "encoder_attentions", None), getattr(out, "encoder_last_hidden_state", None)),
+            decoder=_output(getattr(out, "decoder_attentions", None), getattr(out, "last_hidden_state", None)),
+            cross=_output(cross, getattr(out, "last_hidden_state", None)).attentions,
+        )
+
+
+def _output(attentions: Any, hidden: Any) -> ForwardOutput:
+    """transformers' attentions and hidden states, checked, as our ForwardOutput."""
+    from .architectures.base import ForwardOutput
+
+    if not attentions or any(a is None for a in attentions):
+        raise EngineError(
+            "transformers returned no attention weights for this model",
+            hint="its attention implementation does not expose weights; try --engine own",
+        )
+    if hidden is None:
+        raise EngineError(
+            "transformers returned no last_hidden_state for this model",
+            hint="its base model is not a plain encoder or decoder; try --engine own",
+        )
+    return ForwardOutput(hidden_states=hidden, attentions=list(attentions))
+
+
+def decoder_start_id(files: ModelFiles, target_ids: Sequence[int] = ()) -> int:
+    """The token an encoder-decoder's decoder starts from, as its training shifted the labels:
+    ``decoder_start_token_id`` of config.json or generation_config.json; for T5 without
+    one, the pad token (T5's convention); for mBART, the target's last token (its language
+    code: mBART's ``shift_tokens_right`` wraps it around).
+
+    Raises:
+        ModelLoadError: the checkpoint names no start token and its family has no rule.
+    """
+    import json
+
+    config = files.config
+    start = config.get("decoder_start_token_id")
+    generation = files.path / "generation_config.json"
+    if start is None and generation.is_file():
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            start = json.loads(generation.read_text(encoding="utf-8")).get("decoder_start_token_id")
+    if start is None and files.model_type in ("t5", "mt5", "umt5"):
+        start = config.get("pad_token_id", 0)
+    if start is None and files.model_type == "mbart" and target_ids:
+        start = target_ids[-1]
+    if not isinstance(start, int):
+        raise ModelLoadError(
+            f"{files.path}/config.json names no decoder_start_token_id",
+            hint="add the token the decoder starts from to config.json",
+        )
+    return start
 
 
 # model_types whose base model is causal, for --engine hf's ``causal`` flag (--engine own
@@ -279,25 +428,70 @@ def _cpu_threads_for(engine: Engine, num_tokens: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def choose_part(engine: Engine, part: str | None, has_target: bool) -> str | None:
+    """Which attention to show: None for a model with one stack; for an encoder-decoder,
+    ``part`` or, when not given, "cross" with a decoder text and "encoder" without.
+
+    Raises:
+        UsageError: an unknown part, a part on a one-stack model, a decoder text for a
+            one-stack model, or a decoder part without a decoder text.
+    """
+    if part is not None and part not in PARTS:
+        raise UsageError(f"unknown part {part!r}", hint="use encoder, decoder or cross")
+    if not engine.parts:
+        if part is not None:
+            engine.part_shape(part)  # raises, naming the model
+        if has_target:
+            engine.tokenize_target("?")  # raises, naming the model
+        return None
+    if part is None:
+        return "cross" if has_target else "encoder"
+    if part != "encoder" and not has_target:
+        raise UsageError(
+            f"{part} attention is the decoder's: it needs the decoder text (the target)",
+            hint="give the text the decoder reads",
+        )
+    return part
+
+
 def inspect(
     sentence: str | Tokens,
     engine: Engine,
     layers: str | int | Sequence[int] | None = None,
     queries: Sequence[int] | None = None,
+    *,
+    target: str | Tokens | None = None,
+    part: str | None = None,
 ) -> Attention:
     """One forward pass -> the weights of ``layers`` (default all) for ``queries``
-    (token positions; default all), as an ``Attention``."""
+    (token positions; default all), as an ``Attention``.
+
+    Encoder-decoders: ``sentence`` is the source, ``target`` the decoder's text (a string,
+    or Tokens from ``engine.tokenize_target``), ``part`` which attention (see
+    ``choose_part``). ``queries`` index the part's query side: the source for "encoder",
+    the target for "decoder" and "cross"; cross-attention's keys are the source tokens.
+    """
     import numpy as np
     import torch
 
     from . import __version__
 
     tokens = engine.tokenize(sentence) if isinstance(sentence, str) else sentence
-    chosen = parse_layers(layers, engine.num_layers)
-    rows = tuple(range(len(tokens))) if queries is None else tuple(queries)
-    with _cpu_threads_for(engine, len(tokens)):
-        out = engine.forward(tokens, max_layer=max(chosen))
-    stacked = torch.stack([out.attentions[i][0] for i in chosen])  # (N, H, S, S)
+    part = choose_part(engine, part, target is not None)
+    shape = engine.part_shape(part)
+    chosen = parse_layers(layers, shape.num_layers)
+    query_tokens, key_tokens = tokens, None
+    if part in ("decoder", "cross"):
+        assert target is not None  # choose_part refuses a decoder part without a target
+        query_tokens = engine.tokenize_target(target) if isinstance(target, str) else target
+        key_tokens = tokens if part == "cross" else None
+    rows = tuple(range(len(query_tokens))) if queries is None else tuple(queries)
+    with _cpu_threads_for(engine, len(tokens) + (0 if part in (None, "encoder") else len(query_tokens))):
+        if part in (None, "encoder"):
+            out = engine.forward(tokens, max_layer=max(chosen))
+        else:
+            out = engine.forward_seq2seq(tokens, query_tokens).part(part)
+    stacked = torch.stack([out.attentions[i][0] for i in chosen])  # (N, H, L, S)
     picked = stacked[:, :, list(rows), :]  # (N, H, Q, S)
     weights = picked.to(device="cpu", dtype=torch.float32).numpy().astype(np.float32, copy=False)
     provenance = Provenance(
@@ -307,10 +501,18 @@ def inspect(
         engine=engine.name,
         device=str(engine.device),
         dtype=str(engine.dtype).removeprefix("torch."),
-        num_layers=engine.num_layers,
-        num_heads=engine.num_heads,
-        num_kv_heads=engine.num_kv_heads,
-        causal=engine.causal,
+        num_layers=shape.num_layers,
+        num_heads=shape.num_heads,
+        num_kv_heads=shape.num_kv_heads,
+        causal=shape.causal,
         attnviz_version=__version__,
     )
-    return Attention(tokens=tokens, weights=weights, layers=chosen, queries=rows, provenance=provenance)
+    return Attention(
+        tokens=query_tokens,
+        weights=weights,
+        layers=chosen,
+        queries=rows,
+        provenance=provenance,
+        part=part,
+        key_tokens=key_tokens,
+    )

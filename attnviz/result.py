@@ -18,6 +18,9 @@ import numpy as np
 from .errors import OutputError, UsageError
 from .tokens import Tokens
 
+# The parts of an encoder-decoder (kept in step with architectures.seq2seq.PARTS).
+PARTS = ("encoder", "decoder", "cross")
+
 
 @dataclass(frozen=True)
 class Provenance:
@@ -40,16 +43,22 @@ class Provenance:
 class Attention:
     """Per-head attention weights of some query tokens, in some layers.
 
-    Shape legend: N kept layers, H heads, Q kept query positions, S tokens.
+    Shape legend: N kept layers, H heads, Q kept query positions, S key tokens.
 
     Attributes:
-        tokens: the tokenized sentence (S tokens).
+        tokens: the tokenized text the queries come from.
         weights: float32 array (N, H, Q, S); ``weights[n, h, q]`` is the attention
-            distribution of token ``queries[q]`` in layer ``layers[n]``, head ``h``.
-            Each row sums to 1 (up to rounding). Never averaged over heads.
+            distribution of token ``queries[q]`` over the key tokens in layer
+            ``layers[n]``, head ``h``. Each row sums to 1 (up to rounding). Never
+            averaged over heads.
         layers: model layer index (0-based) of each ``weights[n]``.
-        queries: token position of each ``weights[:, :, q]``.
+        queries: token position (in ``tokens``) of each ``weights[:, :, q]``.
         provenance: where the weights came from.
+        part: which attention of an encoder-decoder: "encoder" (source -> source),
+            "decoder" (target -> target, causal) or "cross" (target -> source);
+            None for a model with one stack.
+        key_tokens: the tokens the weights' last axis runs over when they are not
+            ``tokens`` (cross-attention: the source); None = ``tokens`` (self-attention).
     """
 
     tokens: Tokens
@@ -58,14 +67,28 @@ class Attention:
     queries: tuple[int, ...]
     provenance: Provenance
     extra: dict[str, Any] = field(default_factory=dict)
+    part: str | None = None
+    key_tokens: Tokens | None = None
 
     def __post_init__(self) -> None:
         n, h, q, s = self.weights.shape
-        if n != len(self.layers) or q != len(self.queries) or s != len(self.tokens):
+        if n != len(self.layers) or q != len(self.queries) or s != len(self.keys):
             raise ValueError(
                 f"weights {self.weights.shape} do not match layers={len(self.layers)}, "
-                f"queries={len(self.queries)}, tokens={len(self.tokens)}"
+                f"queries={len(self.queries)}, key tokens={len(self.keys)}"
             )
+        if self.part not in (None, *PARTS):
+            raise ValueError(f"unknown part {self.part!r} (parts: {', '.join(PARTS)})")
+
+    @property
+    def keys(self) -> Tokens:
+        """The tokens each weight row is spread over (the source, for cross-attention)."""
+        return self.tokens if self.key_tokens is None else self.key_tokens
+
+    @property
+    def is_self_attention(self) -> bool:
+        """Queries and keys are the same tokens: position i of a row is the query itself."""
+        return self.key_tokens is None
 
     @property
     def num_heads(self) -> int:
@@ -107,6 +130,13 @@ class Attention:
             "layers": list(self.layers),
             "queries": list(self.queries),
         }
+        if self.part is not None:
+            out["part"] = self.part
+        if self.key_tokens is not None:
+            out["key_tokens"] = list(self.key_tokens.labels)
+            out["key_pieces"] = list(self.key_tokens.pieces)
+            out["key_special"] = list(self.key_tokens.special)
+            out["key_text"] = self.key_tokens.text
         if query is not None:
             out["query_index"] = query
             out["query_token"] = self.tokens.labels[query]
@@ -139,6 +169,8 @@ class Attention:
                 "queries": list(self.queries),
                 "provenance": asdict(self.provenance),
                 "extra": self.extra,
+                "part": self.part,
+                "key_tokens": None if self.key_tokens is None else _tokens_meta(self.key_tokens),
             }
         )
 
@@ -153,21 +185,37 @@ class Attention:
         with np.load(path, allow_pickle=False) as data:
             weights = data["weights"]
             meta = json.loads(str(data["meta"]))
-        tokens = Tokens(
-            text=meta["text"],
-            ids=tuple(meta["ids"]),
-            pieces=tuple(meta["pieces"]),
-            offsets=tuple((a, b) for a, b in meta["offsets"]),
-            special=tuple(meta["special"]),
-        )
+        keys = meta.get("key_tokens")
         return cls(
-            tokens=tokens,
+            tokens=_tokens_from_meta(meta),
             weights=weights,
             layers=tuple(meta["layers"]),
             queries=tuple(meta["queries"]),
             provenance=Provenance(**meta["provenance"]),
             extra=meta.get("extra", {}),
+            part=meta.get("part"),
+            key_tokens=None if keys is None else _tokens_from_meta(keys),
         )
+
+
+def _tokens_meta(tokens: Tokens) -> dict[str, Any]:
+    return {
+        "text": tokens.text,
+        "ids": list(tokens.ids),
+        "pieces": list(tokens.pieces),
+        "offsets": [list(o) for o in tokens.offsets],
+        "special": list(tokens.special),
+    }
+
+
+def _tokens_from_meta(meta: dict[str, Any]) -> Tokens:
+    return Tokens(
+        text=meta["text"],
+        ids=tuple(meta["ids"]),
+        pieces=tuple(meta["pieces"]),
+        offsets=tuple((a, b) for a, b in meta["offsets"]),
+        special=tuple(meta["special"]),
+    )
 
 
 def _rounded(a: np.ndarray, digits: int = 6) -> Any:

@@ -64,13 +64,15 @@ def test_padded_batch_matches_transformers(spec: Spec, engines: dict[str, tuple[
     own, hf = engines[spec.name]
     rows = [list(own.tokenize(s).ids) for s in SENTENCES[:2]]
     width = max(map(len, rows))
-    pad = int(own.model.embed.padding_idx) if spec.specials == "roberta" else 0
+    pad = int(own.model.embed.padding_idx) if spec.specials == "roberta" and spec.head != "seq2seq" else 0
     ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])  # (2, S)
     mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])  # (2, S)
     assert mask.min() == 0, "the sentences must differ in length for this test to mean anything"
+    # An encoder-decoder's AttnModel forward is its encoder: compare with transformers' encoder.
+    model = hf.model.get_encoder() if spec.head == "seq2seq" else hf.model
     with torch.inference_mode():
         ours = own.model(ids, attention_mask=mask)
-        theirs = hf.model(input_ids=ids, attention_mask=mask, output_attentions=True)
+        theirs = model(input_ids=ids, attention_mask=mask, output_attentions=True)
     real = mask.bool()
     for a, b in zip(ours.attentions, theirs.attentions, strict=True):
         # Rows of real query tokens; padded queries are not shown by attnviz.
@@ -172,14 +174,15 @@ def _config_only_checkpoint(directory: Path, config: dict[str, Any]) -> Path:
 
 
 def test_unsupported_model_type_names_the_supported_families(tmp_path: Path) -> None:
-    from transformers import T5Config
+    # UMT5: T5 with a relative-position table in every layer, not implemented.
+    from transformers import UMT5Config
 
-    config = T5Config(vocab_size=101, d_model=48, num_layers=2, num_heads=3, d_kv=16, d_ff=37).to_dict()
-    directory = _config_only_checkpoint(tmp_path / "t5", config)
+    config = UMT5Config(vocab_size=101, d_model=48, num_layers=2, num_heads=3, d_kv=16, d_ff=37).to_dict()
+    directory = _config_only_checkpoint(tmp_path / "umt5", config)
     with pytest.raises(UnsupportedArchitectureError) as info:
         load_engine("own", str(directory), "cpu")
     message = str(info.value)
-    assert "'t5'" in message and "--engine hf" in message
+    assert "'umt5'" in message and "--engine hf" in message
     for model_type in ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "gpt2", "llama", "qwen2"):
         assert model_type in message
 

@@ -40,8 +40,8 @@ class Spec:
     name: str  # test id
     model_type: str
     make_config: Callable[[], Any]
-    head: str  # "masked" or "causal": which task-head class saves the checkpoint
-    specials: str  # tokenizer style: "bert", "roberta", "gpt2", "llama"
+    head: str  # "masked", "causal" or "seq2seq": which task-head class saves the checkpoint
+    specials: str  # tokenizer style: "bert", "roberta", "gpt2", "llama", "t5"
 
 
 def _encoder(cls_name: str, **extra: Any) -> Callable[[], Any]:
@@ -172,6 +172,48 @@ SPECS: tuple[Spec, ...] = (
     ),
 )
 
+
+def _seq2seq(cls_name: str, **extra: Any) -> Callable[[], Any]:
+    """Encoder-decoders: a 3-layer decoder over a 2-layer encoder, so that a mix-up of the
+    two stacks shows; padding and decoder start ids as each family's checkpoints have them."""
+
+    def make() -> Any:
+        import transformers
+
+        return getattr(transformers, cls_name)(vocab_size=VOCAB_SIZE, **extra)
+
+    return make
+
+
+_T5 = dict(
+    d_model=48, d_kv=16, d_ff=37, num_layers=2, num_decoder_layers=3, num_heads=3,
+    # Few buckets and a short max distance, so that the log-spaced buckets are exercised.
+    relative_attention_num_buckets=8, relative_attention_max_distance=12,
+    pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+)  # fmt: skip
+_BART = dict(
+    d_model=48, encoder_layers=2, decoder_layers=3, encoder_attention_heads=3, decoder_attention_heads=4,
+    encoder_ffn_dim=37, decoder_ffn_dim=29, max_position_embeddings=64, init_std=0.2,
+    pad_token_id=1, bos_token_id=0, eos_token_id=2,
+)  # fmt: skip
+
+SPECS += (
+    # T5 1.0: relu MLP, tied embeddings.
+    Spec("t5", "t5", _seq2seq("T5Config", **_T5), "seq2seq", "t5"),
+    # mT5 (as T5 1.1): gated-gelu MLP, untied LM head.
+    Spec(
+        "mt5",
+        "mt5",
+        _seq2seq("MT5Config", **{**_T5, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False}),
+        "seq2seq",
+        "t5",
+    ),
+    # BART: post-norm; embeddings scaled by √d_model; 4 decoder heads over 3 encoder heads.
+    Spec("bart", "bart", _seq2seq("BartConfig", **_BART, scale_embedding=True), "seq2seq", "roberta"),
+    # mBART: pre-norm with final norms; no decoder_start_token_id (the language code wraps around).
+    Spec("mbart", "mbart", _seq2seq("MBartConfig", **_BART), "seq2seq", "roberta"),
+)
+
 SPECS_BY_NAME = {spec.name: spec for spec in SPECS}
 
 
@@ -186,6 +228,7 @@ def build_tokenizer(specials: str) -> Any:
         "roberta": ["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
         "gpt2": ["<|endoftext|>", "<unk>"],
         "llama": ["<unk>", "<s>", "</s>"],
+        "t5": ["<pad>", "</s>", "<unk>"],
     }
     special = tokens[specials]
     pre = pre_tokenizers.Whitespace()
@@ -214,6 +257,9 @@ def build_tokenizer(specials: str) -> Any:
     elif specials == "llama":
         tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
         kwargs.update(bos_token="<s>", eos_token="</s>")
+    elif specials == "t5":
+        tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", vocab["</s>"])])
+        kwargs.update(pad_token="<pad>", eos_token="</s>")
     else:  # gpt2: no special tokens added around a sentence
         kwargs.update(bos_token="<|endoftext|>", eos_token="<|endoftext|>")
     if len(vocab) > VOCAB_SIZE:
@@ -224,13 +270,26 @@ def build_tokenizer(specials: str) -> Any:
 def save_tiny(spec: Spec, directory: Path, seed: int = 0) -> Path:
     """Build ``spec``'s model with random weights (seeded) and save it with its tokenizer."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
 
     config = spec.make_config()
     torch.manual_seed(seed)
-    auto = AutoModelForCausalLM if spec.head == "causal" else AutoModelForMaskedLM
+    auto = {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM}.get(spec.head, AutoModelForMaskedLM)
     model = auto.from_config(config, attn_implementation="eager")
+    if spec.head == "seq2seq":
+        _perturb_norms(model)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     build_tokenizer(spec.specials).save_pretrained(directory)
     return directory
+
+
+def _perturb_norms(model: Any) -> None:
+    """Norm weights and biases away from their 1 / 0 initialisation, so that a norm left
+    out or applied in the wrong place shows as a difference."""
+    import torch
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.add_(0.3 * torch.randn_like(param))

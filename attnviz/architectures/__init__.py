@@ -36,6 +36,10 @@ _FAMILIES: dict[str, str] = {
     "llama": "llama",
     "mistral": "llama",
     "qwen2": "llama",
+    "t5": "t5",
+    "mt5": "t5",
+    "bart": "bart",
+    "mbart": "bart",
 }
 
 
