@@ -213,19 +213,23 @@ def head_table(
     span = _span(query)
     rows = query_rows(att, span)  # (N, H, S)
     size = rows.shape[-1]
-    found = find_targets(att.tokens, targets)
+    keys = att.keys  # the source tokens for cross-attention
+    found = find_targets(keys, targets)
     mask = causal_mask(size, span) if att.provenance.causal else None
-    stats = {
+    stats: dict[str, np.ndarray | None] = {
         "entropy": entropy(rows, mask),
-        "sink": sink(rows, att.tokens.special),
-        "self": self_share(rows, span),
-        "prev": prev_share(rows, span),
-        "next": next_share(rows, span),
-        "distance": mean_distance(rows, span),
+        "sink": sink(rows, keys.special),
     }
+    # Self, neighbour and distance shares compare query and key positions: they mean
+    # something only when both index the same text (None for cross-attention).
+    positional = att.is_self_attention
+    stats["self"] = self_share(rows, span) if positional else None
+    stats["prev"] = prev_share(rows, span) if positional else None
+    stats["next"] = next_share(rows, span) if positional else None
+    stats["distance"] = mean_distance(rows, span) if positional else None
     weights = {word: target_weight(rows, idx) for word, idx in found.items()}
     top_idx, top_w = top_k(rows, top)
-    labels = att.tokens.labels
+    labels = keys.labels
     out: list[dict[str, Any]] = []
     for n, layer in enumerate(att.layers):
         for h in range(rows.shape[1]):
@@ -236,7 +240,7 @@ def head_table(
                     "top": [[labels[i], float(w)] for i, w in zip(top_idx[n, h], top_w[n, h])],
                     "top_index": [int(i) for i in top_idx[n, h]],
                     "targets": {word: float(w[n, h]) for word, w in weights.items()},
-                    **{key: float(value[n, h]) for key, value in stats.items()},
+                    **{key: None if value is None else float(value[n, h]) for key, value in stats.items()},
                 }
             )
     return out
@@ -271,7 +275,7 @@ def pair_table(
         )
     rows_a = head_table(att_a, query_a, targets, top)
     # Check B's targets with its own wording, so a word missing only from B says so.
-    find_targets(att_b.tokens, targets, where="the --vs sentence")
+    find_targets(att_b.keys, targets, where="the --vs sentence")
     rows_b = head_table(att_b, query_b, targets, top)
     out: list[dict[str, Any]] = []
     for a, b in zip(rows_a, rows_b):
@@ -294,6 +298,11 @@ def sort_key(row: Mapping[str, Any], by: str) -> float:
         if "delta" not in row:
             raise UsageError("--sort delta needs two sentences", hint="add --vs SENTENCE, or sort by weight")
         return max((abs(d) for d in row["delta"].values()), default=0.0)
+    if row[by] is None:
+        raise UsageError(
+            f"cannot sort by {by}: it compares query and key positions, and cross-attention's keys are another text",
+            hint="sort by weight, entropy or sink",
+        )
     return float(row[by])
 
 

@@ -98,7 +98,7 @@ def token_figure(att: Attention, query: int, layers: Sequence[int] | None = None
     if not layers:
         raise UsageError("no layers to draw", hint="give at least one layer")
     rows = att.rows(query)  # (N, H, S)
-    labels = att.tokens.labels
+    labels = att.keys.labels  # the columns: the source tokens, for cross-attention
     p = att.provenance
     n_heads, n_tok = rows.shape[1], rows.shape[2]
     # Wide sentences get fewer columns so each panel keeps readable cells.
@@ -110,8 +110,11 @@ def token_figure(att: Attention, query: int, layers: Sequence[int] | None = None
     short = [_short(s) for s in labels]
     subtitle = (
         f"{p.model} · engine {p.engine} · {_layers_text(layers)} · "
-        f"token {labels[query]!r} (position {query}) → each token, per head"
+        f"token {att.tokens.labels[query]!r} (position {query}) → each "
+        f"{'source token' if att.part == 'cross' else 'token'}, per head"
     )
+    if att.part is not None:
+        subtitle += f" · {_PART_NAMES[att.part]}"
     if p.causal:
         subtitle += " · causal: later tokens masked (grey)"
     grid, head, sub = _layout(
@@ -122,7 +125,7 @@ def token_figure(att: Attention, query: int, layers: Sequence[int] | None = None
         ylabel_w=_CHAR_IN * max(len(s) for s in head_names) + 0.12,
         xlabel_h=_CHAR_IN * max(len(s) for s in short) + 0.12,
         hgap=0.12,
-        sentence=att.tokens.text,
+        sentence=_texts(att),
         subtitle=subtitle,
     )
     fig = _figure(grid)
@@ -137,7 +140,8 @@ def token_figure(att: Attention, query: int, layers: Sequence[int] | None = None
         # Label each grid axis once: tokens under the bottom panel of each column, heads
         # left of the first column.
         bottom_of_column = i + ncols >= len(layers)
-        _ticks(ax, "x", short, cell_w, show=bottom_of_column, bold=(query,), dim=att.tokens.special)
+        bold = (query,) if att.is_self_attention else ()
+        _ticks(ax, "x", short, cell_w, show=bottom_of_column, bold=bold, dim=att.keys.special)
         _ticks(ax, "y", head_names, cell_h, show=i % ncols == 0)
     assert image is not None  # layers is not empty (checked above)
     _colorbar(fig, grid, image)
@@ -156,17 +160,18 @@ def matrix_figure(att: Attention, layer: int, highlight: Sequence[int] = ()) -> 
     """
     mats = att.matrix(layer)  # (H, Q, S)
     n_heads, n_q, n_tok = mats.shape
-    labels = att.tokens.labels
     p = att.provenance
     # A near-square grid of square panels; long sentences shrink the cells (and thin the
     # labels) rather than grow the page past _MAX_GRID_W in either direction.
     ncols = math.ceil(math.sqrt(n_heads))
     nrows = math.ceil(n_heads / ncols)
     cell = min(0.16, _cell(n_tok * ncols, smallest=0.01), _cell(n_tok * nrows, smallest=0.01))
-    short = [_short(s) for s in labels]
-    q_short = [short[q] for q in att.queries]
-    label_in = _CHAR_IN * max(len(s) for s in short) + 0.12
+    short = [_short(s) for s in att.keys.labels]  # columns: keys (the source, for cross-attention)
+    q_short = [_short(att.tokens.labels[q]) for q in att.queries]
+    label_in = _CHAR_IN * max(len(s) for s in (*short, *q_short)) + 0.12
     subtitle = f"{p.model} · engine {p.engine} · layer {layer} · each head: query (row) → key (column)"
+    if att.part is not None:
+        subtitle += f" · {_PART_NAMES[att.part]}"
     if p.causal:
         subtitle += " · causal: the masked (grey) upper triangle is future tokens"
     grid, head, sub = _layout(
@@ -177,7 +182,7 @@ def matrix_figure(att: Attention, layer: int, highlight: Sequence[int] = ()) -> 
         ylabel_w=label_in,
         xlabel_h=label_in,
         hgap=0.1,
-        sentence=att.tokens.text,
+        sentence=_texts(att),
         subtitle=subtitle,
     )
     fig = _figure(grid)
@@ -192,12 +197,26 @@ def matrix_figure(att: Attention, layer: int, highlight: Sequence[int] = ()) -> 
         ax.set_title(head_label(h, p.num_heads, p.num_kv_heads), fontsize=8, pad=3, loc="left")
         for r in rows_hl:
             ax.add_patch(Rectangle((-0.5, r - 0.5), n_tok, 1, fill=False, edgecolor="#ff3030", linewidth=1.0))
-        _ticks(ax, "x", short, cell, show=h + ncols >= n_heads, dim=att.tokens.special)
+        _ticks(ax, "x", short, cell, show=h + ncols >= n_heads, dim=att.keys.special)
         dim_q = tuple(att.tokens.special[q] for q in att.queries)
         _ticks(ax, "y", q_short, cell, show=h % ncols == 0, bold=tuple(rows_hl), dim=dim_q)
     assert image is not None  # a model has at least one head
     _colorbar(fig, grid, image)
     return fig
+
+
+_PART_NAMES = {
+    "encoder": "encoder self-attention",
+    "decoder": "decoder self-attention",
+    "cross": "cross-attention: decoder (rows) → source (columns)",
+}
+
+
+def _texts(att: Attention) -> str:
+    """The text(s) the figure is about: for cross-attention, target and source."""
+    if att.key_tokens is None:
+        return att.tokens.text
+    return f"{att.tokens.text}  ←  {att.keys.text}"
 
 
 def save_figure(fig: Figure, path: Path, dpi: int = DEFAULT_DPI) -> None:

@@ -19,8 +19,9 @@ from ..heads import head_label
 from .terminal import colour
 
 
-def _num(value: float, digits: int = 2) -> str:
-    return f"{value:.{digits}f}"
+def _num(value: float | None, digits: int = 2) -> str:
+    # None: a statistic that does not apply (positional shares of cross-attention).
+    return "–" if value is None else f"{value:.{digits}f}"
 
 
 def _weight(value: float, *, color: bool, bold: bool = False) -> Text:

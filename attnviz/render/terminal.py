@@ -96,14 +96,16 @@ def token_heatmap(
     For causal models, tokens after the query cannot be attended to and show as -.
     """
     rows = att.rows(query)[att.layer_slot(layer)]  # (H, S)
-    labels = att.tokens.labels
+    labels = att.keys.labels  # the columns: the source tokens, for cross-attention
+    query_label = att.tokens.labels[query]
+    own_column = query if att.is_self_attention else -1  # the query's own column, if it has one
     p = att.provenance
     cell_w = 5 if values else 3
     widths = [max(cell_w, min(len(label), 8)) for label in labels]
     head_w = max(len(head_label(h, p.num_heads, p.num_kv_heads)) for h in range(rows.shape[0]))
     tops = [f" {labels[int(np.argmax(row))][:10]} {row.max():.2f}" for row in rows]
     top_w = max(len(t) for t in tops) + 1
-    title = f"layer {layer} · {labels[query]!r} (token {query}) → each token"
+    title = f"layer {layer} · {query_label!r} (token {query}) → each {_key_noun(att)}"
     if p.causal:
         title += f" · causal: later tokens ({MASKED}) are masked"
     tables: list[RenderableType] = []
@@ -124,7 +126,7 @@ def token_heatmap(
             table.add_column("strongest", no_wrap=True, width=top_w)
         for i in cols:
             label = labels[i] if len(labels[i]) <= widths[i] else labels[i][: widths[i] - 1] + "…"
-            style = "bold" if i == query else ("dim" if att.tokens.special[i] else "")
+            style = "bold" if i == own_column else ("dim" if att.keys.special[i] else "")
             table.add_column(Text(label, style=style), justify="center", no_wrap=True, width=widths[i] + 1)
         for h, row in enumerate(rows):
             best = int(np.argmax(row))
@@ -139,6 +141,19 @@ def token_heatmap(
             table.add_row(*cells)
         tables.append(table)
     return Group(*tables, Text(""))
+
+
+def _key_noun(att: Attention) -> str:
+    return "source token" if att.part == "cross" else "token"
+
+
+def part_note(att: Attention) -> str:
+    """Which attention of an encoder-decoder is shown, and over which text."""
+    if att.part == "cross":
+        return f"cross-attention: decoder token → source token · target {att.tokens.text!r} · source {att.keys.text!r}"
+    if att.part == "decoder":
+        return f"decoder self-attention (causal) · target {att.tokens.text!r}"
+    return f"encoder self-attention · source {att.tokens.text!r}"
 
 
 def legend(color: bool = True) -> Text:
@@ -157,7 +172,16 @@ def summary(att: Attention, query: int) -> Text:
     heads; when that is a neighbour (positional heads are common), also the strongest
     link that reaches further."""
     rows = att.rows(query).copy()  # (N, H, S)
-    rows[:, :, np.array(att.tokens.special)] = -1.0
+    rows[:, :, np.array(att.keys.special)] = -1.0
+    if not att.is_self_attention:
+        # Cross-attention: the keys are the source, so there is no self or neighbour.
+        n, h, s = np.unravel_index(int(np.argmax(rows)), rows.shape)
+        text = Text()
+        if rows[n, h, s] >= 0:
+            text.append("strongest link to a source word: ")
+            text.append(f"layer {att.layers[n]} head {h}", style="bold")
+            text.append(f"  {att.tokens.labels[query]!r} → {att.keys.labels[s]!r}  {rows[n, h, s]:.2f}")
+        return text
     rows[:, :, query] = -1.0
     text = Text()
     for lead, exclude in (("strongest link to another word", ()), ("beyond the neighbours", (query - 1, query + 1))):
@@ -184,6 +208,8 @@ def render_show(att: Attention, queries: tuple[int, ...], console: Console, *, v
     p = att.provenance
     header = Text(f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads")
     console.print(header, style="dim")
+    if att.part is not None:
+        console.print(Text(part_note(att), style="dim"))
     for note in structure_notes(p.causal, p.num_heads, p.num_kv_heads):
         console.print(Text(note, style="dim"))
     if len(queries) > 1:
