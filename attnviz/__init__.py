@@ -34,22 +34,33 @@ def inspect(
     engine: str = "own",
     layers: Any = None,
     device: str = "auto",
+    pair: str | None = None,
+    target: str | None = None,
+    part: str | None = None,
 ) -> Attention:
     """Run ``sentence`` through ``model`` and return per-head attention weights.
 
     With ``token`` (a word, matched case-insensitively; ``occurrence`` is 1-based) or
     ``index`` (a raw token position), only that token's rows are kept; otherwise the
     full query × key matrices. ``layers``: None/"all", an int, or a list (0-based).
+
+    ``pair``: a second sentence, encoded with the first as a typed sentence pair (BERT-likes).
+    Encoder-decoders: ``target`` is the decoder's text and ``part`` "encoder", "decoder" or
+    "cross" (default: "cross" with a target, else "encoder"); ``token`` is looked up on the
+    part's query side (the target, for "decoder" and "cross").
     """
+    from .engines import choose_part, load_engine
     from .engines import inspect as run
-    from .engines import load_engine
     from .tokens import check_index, find_word
 
     eng = load_engine(engine, model, device)
-    tokens = eng.tokenize(sentence)
+    tokens = eng.tokenize(sentence) if pair is None else eng.tokenize_pair(sentence, pair)
+    chosen = choose_part(eng, part, target is not None)
+    target_tokens = eng.tokenize_target(target) if target is not None else None
+    query_side = target_tokens if chosen in ("decoder", "cross") and target_tokens is not None else tokens
     queries: tuple[int, ...] | None = None
     if token is not None:
-        queries = find_word(tokens, token, occurrence)
+        queries = find_word(query_side, token, occurrence)
     elif index is not None:
-        queries = (check_index(tokens, index),)
-    return run(tokens, eng, layers, queries)
+        queries = (check_index(query_side, index),)
+    return run(tokens, eng, layers, queries, target=target_tokens, part=chosen)

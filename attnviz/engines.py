@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .errors import DeviceError, EngineError, ModelLoadError, UsageError
 from .models import ModelFiles, resolve
 from .result import Attention, Provenance
-from .tokens import Tokens, load_tokenizer, tokenize
+from .tokens import Tokens, load_tokenizer, tokenize, tokenize_pair
 
 if TYPE_CHECKING:
     import torch
@@ -124,6 +124,34 @@ class _Base:
     def tokenize(self, sentence: str) -> Tokens:
         return tokenize(self.tokenizer, sentence, self.max_positions)
 
+    def tokenize_pair(self, first: str, second: str) -> Tokens:
+        """A sentence pair, with the tokenizer's pair template and token types (see
+        ``tokens.tokenize_pair``).
+
+        Raises:
+            UsageError: an encoder-decoder (whose second text is the decoder's), or a pair
+                with token types the model does not have.
+        """
+        if self.parts:
+            raise UsageError(
+                f"{self.files.spec} is an encoder-decoder: its second text is the decoder's, not a pair segment",
+                hint="give the second text as the decoder text",
+            )
+        tokens = tokenize_pair(self.tokenizer, first, second, self.max_positions)
+        types = self.type_vocab_size()
+        if types is not None and 0 < types <= max(tokens.type_ids, default=0):
+            raise UsageError(
+                f"the tokenizer gives sentence B token type {max(tokens.type_ids)}, but {self.files.spec} "
+                f"has {types} token type(s)",
+                hint="this model was not trained on typed sentence pairs; give one sentence",
+            )
+        return tokens
+
+    def type_vocab_size(self) -> int | None:
+        """How many token types (segments) the model embeds; 0 = none (they are ignored)."""
+        value = self.files.config.get("type_vocab_size")
+        return int(value) if isinstance(value, int) else None
+
     def tokenize_target(self, text: str) -> Tokens:
         """The decoder's input for ``text``: the decoder start token, then ``text`` tokenized
         as the model's labels are (its special tokens included). This is teacher forcing:
@@ -193,8 +221,14 @@ class OwnEngine(_Base):
         """One stack's forward pass (an encoder-decoder's encoder alone)."""
         import torch
 
+        from .architectures.bert import BertEncoder
+
+        kwargs: dict[str, Any] = {}
+        if any(tokens.type_ids) and isinstance(self.model, BertEncoder) and self.model.type_vocab_size:
+            # A sentence pair, into a model with token-type embeddings (else ignored, as transformers does).
+            kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
         with torch.inference_mode():
-            return self.model(self._ids(tokens), max_layer=max_layer)
+            return self.model(self._ids(tokens), max_layer=max_layer, **kwargs)
 
     def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput:
         """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through the decoder."""
@@ -252,8 +286,11 @@ class HFEngine(_Base):
         ids = self._ids(tokens)
         # An encoder-decoder's full forward needs a decoder input; its encoder runs alone.
         model = self.model.get_encoder() if self.parts else self.model
+        kwargs: dict[str, Any] = {}
+        if any(tokens.type_ids) and "token_type_ids" in _parameters(model.forward):
+            kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
         with torch.inference_mode():
-            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True, **kwargs)
         return _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
 
     def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput:
@@ -278,6 +315,12 @@ class HFEngine(_Base):
             decoder=_output(getattr(out, "decoder_attentions", None), getattr(out, "last_hidden_state", None)),
             cross=_output(cross, getattr(out, "last_hidden_state", None)).attentions,
         )
+
+
+def _parameters(fn: Any) -> set[str]:
+    import inspect as pyinspect
+
+    return set(pyinspect.signature(fn).parameters)
 
 
 def _output(attentions: Any, hidden: Any) -> ForwardOutput:

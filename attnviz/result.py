@@ -130,6 +130,9 @@ class Attention:
             "layers": list(self.layers),
             "queries": list(self.queries),
         }
+        if self.tokens.pair_start is not None:
+            out["type_ids"] = list(self.tokens.type_ids)
+            out["pair_start"] = self.tokens.pair_start
         if self.part is not None:
             out["part"] = self.part
         if self.key_tokens is not None:
@@ -160,11 +163,7 @@ class Attention:
         """Write weights and metadata to ``path`` (.npz), atomically."""
         meta = json.dumps(
             {
-                "text": self.tokens.text,
-                "ids": list(self.tokens.ids),
-                "pieces": list(self.tokens.pieces),
-                "offsets": [list(o) for o in self.tokens.offsets],
-                "special": list(self.tokens.special),
+                **_tokens_meta(self.tokens),
                 "layers": list(self.layers),
                 "queries": list(self.queries),
                 "provenance": asdict(self.provenance),
@@ -205,6 +204,8 @@ def _tokens_meta(tokens: Tokens) -> dict[str, Any]:
         "pieces": list(tokens.pieces),
         "offsets": [list(o) for o in tokens.offsets],
         "special": list(tokens.special),
+        "type_ids": list(tokens.type_ids),
+        "pair_start": tokens.pair_start,
     }
 
 
@@ -215,6 +216,8 @@ def _tokens_from_meta(meta: dict[str, Any]) -> Tokens:
         pieces=tuple(meta["pieces"]),
         offsets=tuple((a, b) for a, b in meta["offsets"]),
         special=tuple(meta["special"]),
+        type_ids=tuple(meta.get("type_ids", ())),
+        pair_start=meta.get("pair_start"),
     )
 
 

@@ -246,12 +246,16 @@ def build_tokenizer(specials: str) -> Any:
     kwargs: dict[str, Any] = {"unk_token": unk}
     if specials == "bert":
         tok.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])]
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] $B:1 [SEP]:1",  # BERT's sentence pairs: token type 1 for B
+            special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
         )
         kwargs.update(pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
     elif specials == "roberta":
         tok.post_processor = processors.TemplateProcessing(
-            single="<s> $A </s>", special_tokens=[("<s>", vocab["<s>"]), ("</s>", vocab["</s>"])]
+            single="<s> $A </s>",
+            pair="<s> $A </s> </s> $B </s>",  # RoBERTa's pairs: no token types
+            special_tokens=[("<s>", vocab["<s>"]), ("</s>", vocab["</s>"])],
         )
         kwargs.update(pad_token="<pad>", bos_token="<s>", eos_token="</s>", mask_token="<mask>")
     elif specials == "llama":

@@ -136,6 +136,7 @@ def token_figure(att: Attention, query: int, layers: Sequence[int] | None = None
         data = rows[att.layer_slot(layer)]  # (H, S)
         ax = fig.add_axes(grid.rect(i))
         image = _heatmap(ax, data, None if mask is None else np.broadcast_to(mask, data.shape))
+        _pair_rules(ax, att, rows=False)
         ax.set_title(f"layer {layer}", fontsize=8, pad=3, loc="left")
         # Label each grid axis once: tokens under the bottom panel of each column, heads
         # left of the first column.
@@ -194,6 +195,7 @@ def matrix_figure(att: Attention, layer: int, highlight: Sequence[int] = ()) -> 
     for h in range(n_heads):
         ax = fig.add_axes(grid.rect(h))
         image = _heatmap(ax, mats[h], mask)
+        _pair_rules(ax, att, rows=True)
         ax.set_title(head_label(h, p.num_heads, p.num_kv_heads), fontsize=8, pad=3, loc="left")
         for r in rows_hl:
             ax.add_patch(Rectangle((-0.5, r - 0.5), n_tok, 1, fill=False, edgecolor="#ff3030", linewidth=1.0))
@@ -210,6 +212,20 @@ _PART_NAMES = {
     "decoder": "decoder self-attention",
     "cross": "cross-attention: decoder (rows) → source (columns)",
 }
+
+
+def _pair_rules(ax: Axes, att: Attention, rows: bool) -> None:
+    """A sentence pair: a white rule before sentence B's first key column (and, with
+    ``rows``, before its first query row)."""
+    start = att.keys.pair_start
+    if start is None:
+        return
+    ax.axvline(start - 0.5, color="white", linewidth=1.2)
+    if rows and att.is_self_attention:
+        # Query rows are the kept queries; the rule goes before the first one in sentence B.
+        below = [i for i, q in enumerate(att.queries) if q >= start]
+        if below and below[0] > 0:
+            ax.axhline(below[0] - 0.5, color="white", linewidth=1.2)
 
 
 def _texts(att: Attention) -> str:

@@ -37,6 +37,7 @@ _VIRIDIS = np.array(
 _SHADES = " ·░▒▓█"
 MARK = "◆"
 MASKED = "-"  # not "·", which is a shade glyph
+PAIR_RULE = "┃"  # between the two sentences of a pair
 
 
 def colour(weight: float) -> str:
@@ -102,6 +103,9 @@ def token_heatmap(
     p = att.provenance
     cell_w = 5 if values else 3
     widths = [max(cell_w, min(len(label), 8)) for label in labels]
+    boundary = att.keys.pair_start  # sentence B of a pair starts here: a rule before its column
+    if boundary is not None:
+        widths[boundary] += 1
     head_w = max(len(head_label(h, p.num_heads, p.num_kv_heads)) for h in range(rows.shape[0]))
     tops = [f" {labels[int(np.argmax(row))][:10]} {row.max():.2f}" for row in rows]
     top_w = max(len(t) for t in tops) + 1
@@ -125,19 +129,23 @@ def token_heatmap(
         if first:  # the answer first, the detail after
             table.add_column("strongest", no_wrap=True, width=top_w)
         for i in cols:
-            label = labels[i] if len(labels[i]) <= widths[i] else labels[i][: widths[i] - 1] + "…"
+            if i == boundary:
+                table.add_column(PAIR_RULE, no_wrap=True, width=1)
+            w = widths[i] - (i == boundary)
+            label = labels[i] if len(labels[i]) <= w else labels[i][: w - 1] + "…"
             style = "bold" if i == own_column else ("dim" if att.keys.special[i] else "")
-            table.add_column(Text(label, style=style), justify="center", no_wrap=True, width=widths[i] + 1)
+            table.add_column(Text(label, style=style), justify="center", no_wrap=True, width=w + 1)
         for h, row in enumerate(rows):
             best = int(np.argmax(row))
             cells: list[RenderableType] = [Text(head_label(h, p.num_heads, p.num_kv_heads) + " ", style="dim")]
             if first:
                 cells.append(Text(tops[h]))
             for i in cols:
+                if i == boundary:
+                    cells.append(Text(PAIR_RULE))
                 masked = p.causal and i > query
-                cells.append(
-                    _cell(float(row[i]), widths[i], strongest=i == best, values=values, color=color, masked=masked)
-                )
+                w = widths[i] - (i == boundary)
+                cells.append(_cell(float(row[i]), w, strongest=i == best, values=values, color=color, masked=masked))
             table.add_row(*cells)
         tables.append(table)
     return Group(*tables, Text(""))
@@ -145,6 +153,13 @@ def token_heatmap(
 
 def _key_noun(att: Attention) -> str:
     return "source token" if att.part == "cross" else "token"
+
+
+def pair_note(att: Attention) -> str:
+    """Where sentence B of a pair starts, for the reader of the heatmaps."""
+    start = att.keys.pair_start
+    first = att.keys.labels[start] if start is not None else "?"
+    return f"sentence pair: {PAIR_RULE} marks where sentence B (token type 1) starts, at token {start} ({first!r})"
 
 
 def part_note(att: Attention) -> str:
@@ -210,6 +225,8 @@ def render_show(att: Attention, queries: tuple[int, ...], console: Console, *, v
     console.print(header, style="dim")
     if att.part is not None:
         console.print(Text(part_note(att), style="dim"))
+    if att.keys.pair_start is not None:
+        console.print(Text(pair_note(att), style="dim"))
     for note in structure_notes(p.causal, p.num_heads, p.num_kv_heads):
         console.print(Text(note, style="dim"))
     if len(queries) > 1:
