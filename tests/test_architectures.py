@@ -92,7 +92,8 @@ def test_causal_structure(spec: Spec, engines: dict[str, tuple[Engine, Engine]])
             # Exactly 0, not merely small: a token never sees the future.
             assert bool((weights[..., above] == 0).all())
         else:
-            assert float(weights[..., above].min()) > 0
+            # Bidirectional: later tokens are seen (all of them, except in ModernBERT's local layers).
+            assert float(weights[..., above].max()) > 0
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
@@ -128,6 +129,24 @@ def test_grouped_query_heads(name: str, engines: dict[str, tuple[Engine, Engine]
     assert (own.num_heads, own.num_kv_heads) == (hf.num_heads, hf.num_kv_heads) == (4, 2)
     attn = own.model.blocks[0].attn
     assert attn.k_proj.out_features == 2 * attn.head_dim  # two key/value heads are stored, not four
+
+
+def test_modernbert_alternates_local_and_global_layers(engines: dict[str, tuple[Engine, Engine]]) -> None:
+    own, _ = engines["modernbert"]
+    model: Any = own.model
+    assert model.config.layer_types == ("full_attention", "sliding_attention", "sliding_attention", "full_attention")
+    assert model.config.window == 2 and (model.config.global_theta, model.config.local_theta) == (500.0, 50.0)
+    out = own.forward(own.tokenize(SENTENCES[0]))
+    length = out.attentions[0].shape[-1]
+    positions = torch.arange(length)
+    far = (positions[:, None] - positions[None, :]).abs() > 2  # (L, S): outside the local window
+    for layer, weights in enumerate(out.attentions):
+        if layer in (1, 2):
+            assert bool((weights[..., far] == 0).all())  # local: exactly nothing beyond 2 tokens
+            assert float(weights[..., ~far].min()) > 0
+        else:
+            assert float(weights.min()) > 0  # global: every token, both directions
+    assert isinstance(model.blocks[0].attn_norm, torch.nn.Identity)  # layer 0: no attention norm
 
 
 def test_albert_shares_one_block_across_layers(engines: dict[str, tuple[Engine, Engine]]) -> None:
@@ -197,6 +216,9 @@ def test_unsupported_model_type_names_the_supported_families(tmp_path: Path) -> 
         ("bert", {"position_embedding_type": "relative_key"}),
         ("gpt2", {"add_cross_attention": True}),
         ("bert", {"hidden_act": "some_new_activation"}),
+        ("modernbert", {"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 2.0}}}),
+        ("modernbert", {"layer_types": ["full_attention", "chunked_attention", "full_attention", "full_attention"]}),
+        ("t5", {"feed_forward_proj": "gated-relu-x"}),
     ],
 )
 def test_options_we_do_not_implement_are_refused(

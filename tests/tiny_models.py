@@ -214,6 +214,35 @@ SPECS += (
     Spec("mbart", "mbart", _seq2seq("MBartConfig", **_BART), "seq2seq", "roberta"),
 )
 
+SPECS += (
+    # ModernBERT: 4 layers, global at 0 and 3 and local (|i - j| <= 2) at 1 and 2; θ 500 global
+    # and 50 local; biases on everything, so each shows if misplaced.
+    Spec(
+        "modernbert",
+        "modernbert",
+        _encoder(
+            "ModernBertConfig",
+            num_hidden_layers=4,
+            global_attn_every_n_layers=3,
+            local_attention=4,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 500.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 50.0},
+            },
+            norm_bias=True,
+            attention_bias=True,
+            mlp_bias=True,
+            pad_token_id=0,
+            bos_token_id=2,
+            eos_token_id=3,
+            cls_token_id=2,
+            sep_token_id=3,
+        ),
+        "masked",
+        "bert",
+    ),
+)
+
 SPECS_BY_NAME = {spec.name: spec for spec in SPECS}
 
 
@@ -280,12 +309,16 @@ def save_tiny(spec: Spec, directory: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     auto = {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM}.get(spec.head, AutoModelForMaskedLM)
     model = auto.from_config(config, attn_implementation="eager")
-    if spec.head == "seq2seq":
+    if spec.model_type in _PERTURBED_NORMS:
         _perturb_norms(model)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     build_tokenizer(spec.specials).save_pretrained(directory)
     return directory
+
+
+# Families whose tiny checkpoints get norm weights and biases off their 1 / 0 start.
+_PERTURBED_NORMS = {"t5", "mt5", "bart", "mbart", "modernbert", "deberta-v2"}
 
 
 def _perturb_norms(model: Any) -> None:

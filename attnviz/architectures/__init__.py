@@ -40,6 +40,7 @@ _FAMILIES: dict[str, str] = {
     "mt5": "t5",
     "bart": "bart",
     "mbart": "bart",
+    "modernbert": "modernbert",
 }
 
 

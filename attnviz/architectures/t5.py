@@ -63,7 +63,9 @@ class T5Config:
         proj = str(config.get("feed_forward_proj", "relu"))
         parts = proj.split("-")
         if len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
-            raise UnsupportedArchitectureError(f"feed_forward_proj={proj!r} is not implemented by --engine own")
+            raise UnsupportedArchitectureError(
+                f"feed_forward_proj={proj!r} is not implemented by --engine own", hint="use --engine hf"
+            )
         act = "gelu_new" if proj == "gated-gelu" else parts[-1]
         activation(act)  # an unknown activation fails here, naming it
         layers = int(config["num_layers"])
