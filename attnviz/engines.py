@@ -71,6 +71,16 @@ def pick_device(name: str = "auto") -> torch.device:
     return device
 
 
+def score_terms(files: ModelFiles) -> tuple[str, ...]:
+    """What an attention score sums, when it is more than q·k: DeBERTa's
+    ("c2c", "c2p", "p2c") or a subset; () for the plain content-to-content score."""
+    if files.model_type != "deberta-v2":
+        return ()
+    from .architectures.deberta import score_terms as deberta_terms
+
+    return deberta_terms(files.config)
+
+
 class Engine(Protocol):
     """What both engines provide."""
 
@@ -83,6 +93,7 @@ class Engine(Protocol):
     num_kv_heads: int
     causal: bool
     parts: tuple[str, ...]
+    score_terms: tuple[str, ...]
 
     def tokenize(self, sentence: str) -> Tokens: ...
 
@@ -122,6 +133,7 @@ class _Base:
     def __init__(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
         self.files, self.device, self.dtype = files, device, dtype
         self.tokenizer = load_tokenizer(files.path)
+        self.score_terms = score_terms(files)
 
     def tokenize(self, sentence: str) -> Tokens:
         return tokenize(self.tokenizer, sentence, self.max_positions)
@@ -223,10 +235,9 @@ class OwnEngine(_Base):
         """One stack's forward pass (an encoder-decoder's encoder alone)."""
         import torch
 
-        from .architectures.bert import BertEncoder
-
         kwargs: dict[str, Any] = {}
-        if any(tokens.type_ids) and isinstance(self.model, BertEncoder) and self.model.type_vocab_size:
+        types = getattr(self.model, "type_vocab_size", None)
+        if any(tokens.type_ids) and types:
             # A sentence pair, into a model with token-type embeddings (else ignored, as transformers does).
             kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
         with torch.inference_mode():
@@ -551,6 +562,7 @@ def inspect(
         num_kv_heads=shape.num_kv_heads,
         causal=shape.causal,
         attnviz_version=__version__,
+        score_terms=engine.score_terms,
     )
     return Attention(
         tokens=query_tokens,

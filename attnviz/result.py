@@ -37,6 +37,9 @@ class Provenance:
     num_kv_heads: int  # < num_heads for grouped-query attention
     causal: bool  # decoder: a token sees only itself and earlier tokens
     attnviz_version: str = ""
+    # What each attention score sums when it is more than q·k (DeBERTa: "c2c", "c2p",
+    # "p2c"); () for the plain content-to-content score.
+    score_terms: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -190,11 +193,15 @@ class Attention:
             weights=weights,
             layers=tuple(meta["layers"]),
             queries=tuple(meta["queries"]),
-            provenance=Provenance(**meta["provenance"]),
+            provenance=_provenance(meta["provenance"]),
             extra=meta.get("extra", {}),
             part=meta.get("part"),
             key_tokens=None if keys is None else _tokens_from_meta(keys),
         )
+
+
+def _provenance(meta: dict[str, Any]) -> Provenance:
+    return Provenance(**{**meta, "score_terms": tuple(meta.get("score_terms", ()))})
 
 
 def _tokens_meta(tokens: Tokens) -> dict[str, Any]:

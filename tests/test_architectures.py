@@ -149,6 +149,36 @@ def test_modernbert_alternates_local_and_global_layers(engines: dict[str, tuple[
     assert isinstance(model.blocks[0].attn_norm, torch.nn.Identity)  # layer 0: no attention norm
 
 
+def test_deberta_states_its_score_terms(engines: dict[str, tuple[Engine, Engine]]) -> None:
+    """Which disentangled terms each checkpoint's weights include, from its config, for both engines."""
+    for name, terms in (("deberta-v3", ("c2c", "c2p", "p2c")), ("deberta-v2-conv", ("c2c", "c2p"))):
+        for engine in engines[name]:
+            assert engine.score_terms == terms
+            assert inspect(SENTENCES[0], engine, layers=[0], queries=[1]).provenance.score_terms == terms
+    v3: Any = engines["deberta-v3"][0].model
+    assert v3.positions is None and v3.rel_norm is not None and v3.conv is None  # v3: relative positions only
+    assert not hasattr(v3.blocks[0].attn, "pos_key_proj")  # share_att_key: P goes through W^K and W^Q
+    v2: Any = engines["deberta-v2-conv"][0].model
+    assert v2.conv is not None and hasattr(v2.blocks[0].attn, "pos_key_proj")
+    assert not hasattr(v2.blocks[0].attn, "pos_query_proj")  # c2p only
+    assert engines["bert"][0].score_terms == ()
+
+
+def test_deberta_log_buckets_match_transformers() -> None:
+    from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+
+    from attnviz.architectures.deberta import log_bucket_position
+
+    relative = torch.arange(-300, 301)
+    for buckets, distance in ((8, 20), (256, 512)):
+        assert torch.equal(
+            log_bucket_position(relative, buckets, distance), make_log_bucket_position(relative, buckets, distance)
+        )
+    # Exact inside ±4 for 8 buckets; beyond, log-spaced and capped near ±(buckets - 1).
+    small = log_bucket_position(torch.arange(-3, 4), 8, 20)
+    assert small.tolist() == list(range(-3, 4))
+
+
 def test_albert_shares_one_block_across_layers(engines: dict[str, tuple[Engine, Engine]]) -> None:
     model: Any = engines["albert"][0].model
     assert len(model.blocks) == 1 and model.num_layers == 3
@@ -219,6 +249,8 @@ def test_unsupported_model_type_names_the_supported_families(tmp_path: Path) -> 
         ("modernbert", {"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 2.0}}}),
         ("modernbert", {"layer_types": ["full_attention", "chunked_attention", "full_attention", "full_attention"]}),
         ("t5", {"feed_forward_proj": "gated-relu-x"}),
+        ("deberta-v3", {"pos_att_type": ["c2p", "p2p"]}),
+        ("deberta-v3", {"attention_head_size": 8}),
     ],
 )
 def test_options_we_do_not_implement_are_refused(

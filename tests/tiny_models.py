@@ -243,6 +243,45 @@ SPECS += (
     ),
 )
 
+_DEBERTA = dict(relative_attention=True, norm_rel_ebd="layer_norm", max_position_embeddings=64)
+SPECS += (
+    # DeBERTa-v3 style: c2p and p2c through the shared W^Q/W^K, 8 log buckets up to distance
+    # 20 (so long sentences use the log-spaced buckets), no absolute positions, token types.
+    Spec(
+        "deberta-v3",
+        "deberta-v2",
+        _encoder(
+            "DebertaV2Config",
+            **_DEBERTA,
+            pos_att_type="p2c|c2p",
+            position_buckets=8,
+            max_relative_positions=20,
+            share_att_key=True,
+            position_biased_input=False,
+            type_vocab_size=2,
+        ),
+        "masked",
+        "bert",
+    ),
+    # DeBERTa-v2 xlarge style: own position projections, c2p only, distances clamped at ±6
+    # without buckets, absolute positions too, and the convolution beside layer 0.
+    Spec(
+        "deberta-v2-conv",
+        "deberta-v2",
+        _encoder(
+            "DebertaV2Config",
+            **_DEBERTA,
+            pos_att_type=["c2p"],
+            max_relative_positions=6,
+            conv_kernel_size=3,
+            conv_act="gelu",
+            embedding_size=20,
+        ),
+        "masked",
+        "bert",
+    ),
+)
+
 SPECS_BY_NAME = {spec.name: spec for spec in SPECS}
 
 

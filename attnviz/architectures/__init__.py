@@ -41,6 +41,7 @@ _FAMILIES: dict[str, str] = {
     "bart": "bart",
     "mbart": "bart",
     "modernbert": "modernbert",
+    "deberta-v2": "deberta",
 }
 
 

@@ -155,6 +155,21 @@ def _key_noun(att: Attention) -> str:
     return "source token" if att.part == "cross" else "token"
 
 
+SCORE_TERMS = {
+    "c2c": "content→content",
+    "c2p": "content→position (c2p)",
+    "p2c": "position→content (p2c)",
+}
+
+
+def score_note(terms: tuple[str, ...]) -> str:
+    """'scores sum content→content + content→position (c2p) + ...' (DeBERTa's disentangled attention)."""
+    named = " + ".join(SCORE_TERMS.get(t, t) for t in terms)
+    missing = [SCORE_TERMS[t] for t in ("c2p", "p2c") if t not in terms]
+    note = f"disentangled attention: each score sums {named}"
+    return note + (f"; this checkpoint has no {' or '.join(missing)} term" if missing else "")
+
+
 def pair_note(att: Attention) -> str:
     """Where sentence B of a pair starts, for the reader of the heatmaps."""
     start = att.keys.pair_start
@@ -227,6 +242,8 @@ def render_show(att: Attention, queries: tuple[int, ...], console: Console, *, v
         console.print(Text(part_note(att), style="dim"))
     if att.keys.pair_start is not None:
         console.print(Text(pair_note(att), style="dim"))
+    if p.score_terms:
+        console.print(Text(score_note(p.score_terms), style="dim"))
     for note in structure_notes(p.causal, p.num_heads, p.num_kv_heads):
         console.print(Text(note, style="dim"))
     if len(queries) > 1:
