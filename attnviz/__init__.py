@@ -10,18 +10,16 @@ Heavy libraries (torch, transformers, matplotlib) are imported only when used.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-try:
-    __version__ = version("attnviz")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0.0.0"
+from .errors import AttnvizError, ExitCode, UsageError
+from .version import __version__
 
 if TYPE_CHECKING:
     from .result import Attention
+    from .select import LayerSpec
 
-__all__ = ["inspect", "__version__"]
+__all__ = ["inspect", "Attention", "AttnvizError", "ExitCode", "UsageError", "__version__"]
 
 
 def inspect(
@@ -32,7 +30,7 @@ def inspect(
     index: int | None = None,
     model: str | None = None,
     engine: str = "own",
-    layers: Any = None,
+    layers: LayerSpec = None,
     device: str = "auto",
     pair: str | None = None,
     target: str | None = None,
@@ -42,25 +40,30 @@ def inspect(
 
     With ``token`` (a word, matched case-insensitively; ``occurrence`` is 1-based) or
     ``index`` (a raw token position), only that token's rows are kept; otherwise the
-    full query × key matrices. ``layers``: None/"all", an int, or a list (0-based).
+    full query × key matrices. ``layers``: None/"all", an int, "N,M", "A-B" or a list (0-based).
+    The same select stage as the command line checks everything before the model loads.
 
     ``pair``: a second sentence, encoded with the first as a typed sentence pair (BERT-likes).
     Encoder-decoders: ``target`` is the decoder's text and ``part`` "encoder", "decoder" or
     "cross" (default: "cross" with a target, else "encoder"); ``token`` is looked up on the
     part's query side (the target, for "decoder" and "cross").
     """
-    from .engines import choose_part, load_engine
-    from .engines import inspect as run
-    from .tokens import check_index, find_word
+    from .engines import load_engine, run
+    from .select import Query, Selection
+    from .tokens import check_text
 
+    selection = Selection(query=Query.maybe(token, occurrence, index), layers=layers, part=part)
+    check_text(sentence)
     eng = load_engine(engine, model, device)
     tokens = eng.tokenize(sentence) if pair is None else eng.tokenize_pair(sentence, pair)
-    chosen = choose_part(eng, part, target is not None)
-    target_tokens = eng.tokenize_target(target) if target is not None else None
-    query_side = target_tokens if chosen in ("decoder", "cross") and target_tokens is not None else tokens
-    queries: tuple[int, ...] | None = None
-    if token is not None:
-        queries = find_word(query_side, token, occurrence)
-    elif index is not None:
-        queries = (check_index(query_side, index),)
-    return run(tokens, eng, layers, queries, target=target_tokens, part=chosen)
+    att, _ = run(tokens, eng, selection, target=target)
+    return att
+
+
+def __getattr__(name: str) -> object:
+    # ``attnviz.Attention`` without importing numpy at ``import attnviz``.
+    if name == "Attention":
+        from .result import Attention
+
+        return Attention
+    raise AttributeError(f"module 'attnviz' has no attribute {name!r}")

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .errors import EngineError, UsageError
+from .heads import ModelShape
 from .models import ModelFiles, resolve
 
 TOLERANCE = 1e-5
@@ -33,11 +34,12 @@ class PartCheck:
     attention, and of the final hidden states of the stack that computes it."""
 
     part: str  # "encoder", "decoder" or "cross"
-    num_layers: int
-    num_heads: int
-    causal: bool
+    shape: ModelShape
     attention: tuple[float, ...]
     hidden: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"part": self.part, **asdict(self.shape), "attention": list(self.attention), "hidden": self.hidden}
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,7 @@ class CheckResult:
     model_path: str
     model_type: str
     device: str
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    causal: bool
+    shape: ModelShape
     sentences: tuple[str, ...]
     attention: tuple[float, ...]
     hidden: float
@@ -92,11 +91,12 @@ class CheckResult:
         return self.worst <= self.tolerance
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = {k: v for k, v in asdict(self).items() if k != "shape"}
+        out.update(asdict(self.shape))
         out.update(sentences=list(self.sentences), attention=list(self.attention))
         out.update(worst=self.worst, failed_layers=list(self.failed_layers), passed=self.passed)
         if self.parts:
-            out.update(parts=[{**asdict(p), "attention": list(p.attention)} for p in self.parts])
+            out.update(parts=[p.to_dict() for p in self.parts])
             out.update(failed=list(self.failed))
         else:
             del out["parts"]
@@ -110,13 +110,13 @@ def compare_engines(
     tolerance: float = TOLERANCE,
     parts: Sequence[str] | None = None,
 ) -> CheckResult:
-    """Run ``--engine own`` and ``--engine hf`` on ``sentences`` and measure the differences.
+    """Run the own and the hf engine on ``sentences`` and measure the differences.
 
     An encoder-decoder runs each sentence as the source with the next one (cyclically)
     as the decoder's text, and is measured on ``parts`` (default: all three).
 
     Raises:
-        UsageError: no sentences; UnsupportedArchitectureError when --engine own does
+        UsageError: no sentences; UnsupportedArchitectureError when the own engine does
         not implement the model; EngineError when the engines disagree on shapes;
         the loading errors of ``load_engine``.
     """
@@ -124,7 +124,7 @@ def compare_engines(
 
     texts = tuple(s for s in sentences if s.strip())
     if not texts:
-        raise UsageError("no sentences to compare on", hint='give one with --sentence "..."')
+        raise UsageError("no sentences to compare on", reason="no_sentences")
     files = model if isinstance(model, ModelFiles) else resolve(model)
     # Our engine first: an unsupported architecture fails before transformers loads anything.
     own = load_engine("own", files, device)
@@ -141,7 +141,7 @@ def compare_engines(
         ours, theirs = own.forward(tokens), hf.forward(tokens)
         if len(ours.attentions) != len(theirs.attentions):
             raise EngineError(
-                f"--engine own computed {len(ours.attentions)} layers, transformers {len(theirs.attentions)}",
+                f"the own engine computed {len(ours.attentions)} layers, transformers {len(theirs.attentions)}",
                 hint="this checkpoint's config and architecture disagree",
             )
         for layer, (a, b) in enumerate(zip(ours.attentions, theirs.attentions, strict=True)):
@@ -152,10 +152,7 @@ def compare_engines(
         model_path=str(files.path),
         model_type=files.model_type,
         device=str(own.device),
-        num_layers=own.num_layers,
-        num_heads=own.num_heads,
-        num_kv_heads=own.num_kv_heads,
-        causal=own.causal,
+        shape=own.shape,
         sentences=texts,
         attention=tuple(attention),
         hidden=hidden,
@@ -176,7 +173,7 @@ def _compare_seq2seq(
             a, b = ours.part(part), theirs.part(part)
             if len(a.attentions) != len(b.attentions):
                 raise EngineError(
-                    f"{part}: --engine own computed {len(a.attentions)} layers, transformers {len(b.attentions)}",
+                    f"{part}: the own engine computed {len(a.attentions)} layers, transformers {len(b.attentions)}",
                     hint="this checkpoint's config and architecture disagree",
                 )
             for layer, (x, y) in enumerate(zip(a.attentions, b.attentions, strict=True)):
@@ -185,9 +182,7 @@ def _compare_seq2seq(
     checks = tuple(
         PartCheck(
             part=part,
-            num_layers=shapes[part].num_layers,
-            num_heads=shapes[part].num_heads,
-            causal=shapes[part].causal,
+            shape=shapes[part],
             attention=tuple(attention[part]),
             hidden=hidden[part],
         )
@@ -198,10 +193,7 @@ def _compare_seq2seq(
         model_path=str(files.path),
         model_type=files.model_type,
         device=str(own.device),
-        num_layers=own.num_layers,
-        num_heads=own.num_heads,
-        num_kv_heads=own.num_kv_heads,
-        causal=own.causal,
+        shape=own.shape,
         sentences=texts,
         attention=(),
         hidden=max(hidden.values()),
@@ -213,7 +205,7 @@ def _compare_seq2seq(
 def _max_abs_diff(a: Any, b: Any, what: str) -> float:
     if tuple(a.shape) != tuple(b.shape):
         raise EngineError(
-            f"{what}: --engine own gives shape {tuple(a.shape)}, transformers {tuple(b.shape)}",
+            f"{what}: the own engine gives shape {tuple(a.shape)}, transformers {tuple(b.shape)}",
             hint="this checkpoint's config and architecture disagree",
         )
     # In float64 on the CPU, so the measurement adds no rounding of its own.

@@ -14,15 +14,16 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import DeviceError, EngineError, ModelLoadError, UsageError
+from .heads import ModelShape
 from .models import ModelFiles, resolve
 from .result import Attention, Provenance
+from .select import PARTS, LayerSpec, Query, Resolved, Selection
 from .tokens import Tokens, load_tokenizer, tokenize, tokenize_pair
+from .version import __version__
 
 if TYPE_CHECKING:
     import torch
@@ -31,10 +32,7 @@ if TYPE_CHECKING:
     from .architectures.seq2seq import Seq2SeqOutput
 
 ENGINES = ("own", "hf")
-
-# The attention an encoder-decoder has, as ``--part`` names it (also in
-# architectures.seq2seq, which this module does not import at start-up).
-PARTS = ("encoder", "decoder", "cross")
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -56,18 +54,18 @@ def pick_device(name: str = "auto") -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise UsageError(f"unknown device {name!r}", hint="use auto, cpu, cuda, cuda:N or mps") from None
+        raise DeviceError(f"unknown device {name!r} (known: auto, cpu, cuda, cuda:N, mps)", reason="unknown") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise DeviceError("CUDA is not available on this machine", hint="use --device cpu (or auto)")
+            raise DeviceError("CUDA is not available on this machine", reason="absent")
         count = torch.cuda.device_count()
         if device.index is not None and device.index >= count:
-            raise DeviceError(f"there is no {name}: this machine has {count} CUDA device(s)", hint="use --device cuda")
+            raise DeviceError(f"there is no {name}: this machine has {count} CUDA device(s)", reason="absent")
     elif device.type == "mps":
         if not torch.backends.mps.is_available():
-            raise DeviceError("Apple MPS is not available on this machine", hint="use --device cpu (or auto)")
+            raise DeviceError("Apple MPS is not available on this machine", reason="absent")
     elif device.type != "cpu":
-        raise UsageError(f"unsupported device {name!r}", hint="use auto, cpu, cuda, cuda:N or mps")
+        raise DeviceError(f"unsupported device {name!r} (known: auto, cpu, cuda, cuda:N, mps)", reason="unknown")
     return device
 
 
@@ -88,12 +86,12 @@ class Engine(Protocol):
     files: ModelFiles
     device: torch.device
     dtype: torch.dtype
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    causal: bool
+    shape: ModelShape
     parts: tuple[str, ...]
     score_terms: tuple[str, ...]
+
+    @property
+    def num_layers(self) -> int: ...
 
     def tokenize(self, sentence: str) -> Tokens: ...
 
@@ -101,34 +99,37 @@ class Engine(Protocol):
 
     def tokenize_target(self, text: str) -> Tokens: ...
 
-    def part_shape(self, part: str | None) -> PartShape: ...
+    def part_shape(self, part: str | None) -> ModelShape: ...
 
     def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput: ...
 
     def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput: ...
 
 
-@dataclass(frozen=True)
-class PartShape:
-    """Layers and heads of one part of a model (the whole model when it has one stack)."""
-
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    causal: bool
-
-
 class _Base:
     name = "?"
     max_positions: int | None = None
-    # Encoder-decoders: the parts whose attention can be shown (PARTS); () for one stack.
+    shape: ModelShape
+    # Encoder-decoders: the parts whose attention can be shown (PARTS), and the decoder's
+    # layers and heads (its self- and cross-attention alike); () and None for one stack.
     parts: tuple[str, ...] = ()
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    causal: bool
-    decoder_layers: int = 0
-    decoder_heads: int = 0
+    decoder_shape: ModelShape | None = None
+
+    @property
+    def num_layers(self) -> int:
+        return self.shape.num_layers
+
+    @property
+    def num_heads(self) -> int:
+        return self.shape.num_heads
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.shape.num_kv_heads
+
+    @property
+    def causal(self) -> bool:
+        return self.shape.causal
 
     def __init__(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
         self.files, self.device, self.dtype = files, device, dtype
@@ -149,7 +150,7 @@ class _Base:
         if self.parts:
             raise UsageError(
                 f"{self.files.spec} is an encoder-decoder: its second text is the decoder's, not a pair segment",
-                hint="give the second text as the decoder text",
+                reason="pair_seq2seq",
             )
         tokens = tokenize_pair(self.tokenizer, first, second, self.max_positions)
         types = self.type_vocab_size()
@@ -158,6 +159,7 @@ class _Base:
                 f"the tokenizer gives sentence B token type {max(tokens.type_ids)}, but {self.files.spec} "
                 f"has {types} token type(s)",
                 hint="this model was not trained on typed sentence pairs; give one sentence",
+                reason="pair_types",
             )
         return tokens
 
@@ -177,10 +179,10 @@ class _Base:
         if not self.parts:
             raise UsageError(
                 f"a decoder text needs an encoder-decoder model; {self.files.spec} is {self.files.model_type!r}",
-                hint="drop the decoder text, or use a T5 or BART checkpoint",
+                reason="target_not_seq2seq",
             )
         if not text.strip():
-            raise UsageError("the decoder text is empty", hint="give the target text the decoder reads")
+            raise UsageError("the decoder text is empty", reason="empty_target")
         tokens = tokenize(self.tokenizer, text, None if self.max_positions is None else self.max_positions - 1)
         start = decoder_start_id(self.files, tokens.ids)
         return Tokens(
@@ -191,17 +193,23 @@ class _Base:
             special=(True, *tokens.special),
         )
 
-    def part_shape(self, part: str | None) -> PartShape:
-        """Layers and heads of ``part`` (None: the model's only stack, or the encoder)."""
+    def part_shape(self, part: str | None) -> ModelShape:
+        """Layers and heads of ``part`` (None: the model's only stack, or the encoder);
+        the decoder part is causal, cross-attention is not.
+
+        Raises:
+            UsageError: a part this model does not have. facts: ``reason`` "part".
+        """
         if part in (None, "encoder"):
-            return PartShape(self.num_layers, self.num_heads, self.num_kv_heads, self.causal)
-        if part not in self.parts:
+            return self.shape
+        if part not in self.parts or self.decoder_shape is None:
             raise UsageError(
                 f"{self.files.spec} ({self.files.model_type!r}) has no {part!r} attention"
                 + (f" (its parts: {', '.join(self.parts)})" if self.parts else ": it is not an encoder-decoder"),
-                hint="drop the part, or use a T5 or BART checkpoint",
+                reason="part",
             )
-        return PartShape(self.decoder_layers, self.decoder_heads, self.decoder_heads, part == "decoder")
+        d = self.decoder_shape
+        return ModelShape(d.num_layers, d.num_heads, d.num_kv_heads, causal=part == "decoder")
 
     def _ids(self, tokens: Tokens) -> torch.Tensor:
         import torch
@@ -219,17 +227,13 @@ class OwnEngine(_Base):
 
         super().__init__(files, device, dtype)
         self.model = architectures.load(files.path, files.config, device=device, dtype=dtype)
-        self.num_layers = self.model.num_layers
-        self.num_heads = self.model.num_heads
-        self.num_kv_heads = self.model.num_kv_heads
-        self.causal = self.model.causal
+        self.shape = self.model.shape
         self.max_positions = self.model.max_positions
         from .architectures.seq2seq import EncoderDecoder
 
         if isinstance(self.model, EncoderDecoder):
             self.parts = PARTS
-            self.decoder_layers = self.model.decoder_layers
-            self.decoder_heads = self.model.decoder_heads
+            self.decoder_shape = self.model.decoder_shape
 
     def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput:
         """One stack's forward pass (an encoder-decoder's encoder alone)."""
@@ -280,17 +284,25 @@ class HFEngine(_Base):
         self.model.to(device).eval()
         cfg = self.model.config
         text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-        self.num_layers = int(_cfg(text_cfg, "num_hidden_layers", "n_layer", "num_layers"))
-        self.num_heads = int(_cfg(text_cfg, "num_attention_heads", "n_head", "num_heads"))
-        self.num_kv_heads = int(_cfg(text_cfg, "num_key_value_heads", default=self.num_heads))
-        self.causal = bool(getattr(text_cfg, "is_decoder", False)) or files.model_type in _DECODER_TYPES
+        num_heads = int(_cfg(text_cfg, "num_attention_heads", "n_head", "num_heads"))
+        self.shape = ModelShape(
+            num_layers=int(_cfg(text_cfg, "num_hidden_layers", "n_layer", "num_layers")),
+            num_heads=num_heads,
+            num_kv_heads=int(_cfg(text_cfg, "num_key_value_heads", default=num_heads)),
+            causal=bool(getattr(text_cfg, "is_decoder", False)) or files.model_type in _DECODER_TYPES,
+        )
         limit = _cfg(text_cfg, "max_position_embeddings", "n_positions", default=None)
         # T5 has relative positions only; its n_positions is a length it was trained on, not a limit.
         self.max_positions = int(limit) if limit and files.model_type not in ("t5", "mt5", "umt5") else None
         if getattr(text_cfg, "is_encoder_decoder", False):
             self.parts = PARTS
-            self.decoder_layers = int(_cfg(text_cfg, "num_decoder_layers", "decoder_layers", default=self.num_layers))
-            self.decoder_heads = int(_cfg(text_cfg, "decoder_attention_heads", default=self.num_heads))
+            heads = int(_cfg(text_cfg, "decoder_attention_heads", default=self.num_heads))
+            self.decoder_shape = ModelShape(
+                num_layers=int(_cfg(text_cfg, "num_decoder_layers", "decoder_layers", default=self.num_layers)),
+                num_heads=heads,
+                num_kv_heads=heads,
+                causal=True,
+            )
 
     def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput:
         """One stack's forward pass (an encoder-decoder's encoder alone)."""
@@ -343,12 +355,12 @@ def _output(attentions: Any, hidden: Any) -> ForwardOutput:
     if not attentions or any(a is None for a in attentions):
         raise EngineError(
             "transformers returned no attention weights for this model",
-            hint="its attention implementation does not expose weights; try --engine own",
+            hint="its attention implementation does not expose weights; try the own engine",
         )
     if hidden is None:
         raise EngineError(
             "transformers returned no last_hidden_state for this model",
-            hint="its base model is not a plain encoder or decoder; try --engine own",
+            hint="its base model is not a plain encoder or decoder; try the own engine",
         )
     return ForwardOutput(hidden_states=hidden, attentions=list(attentions))
 
@@ -382,7 +394,7 @@ def decoder_start_id(files: ModelFiles, target_ids: Sequence[int] = ()) -> int:
     return start
 
 
-# model_types whose base model is causal, for --engine hf's ``causal`` flag (--engine own
+# model_types whose base model is causal, for the hf engine's ``causal`` flag (the own engine
 # reads it from our model). Every causal family of attnviz.architectures must be here:
 # tests/test_architectures.py checks that both engines agree.
 _DECODER_TYPES = {
@@ -419,45 +431,14 @@ def load_engine(
     import torch
 
     if name not in ENGINES:
-        raise UsageError(f"unknown engine {name!r}", hint="use --engine own or --engine hf")
-    torch_dtype = getattr(torch, dtype, None)
-    if not isinstance(torch_dtype, torch.dtype) or not torch_dtype.is_floating_point:
-        raise UsageError(f"unknown dtype {dtype!r}", hint="use float32, float16 or bfloat16")
+        raise UsageError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})", reason="engine")
+    if dtype not in DTYPES:
+        raise UsageError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})", reason="dtype")
+    torch_dtype = getattr(torch, dtype)
     dev = pick_device(device)
     files = model if isinstance(model, ModelFiles) else resolve(model)
     engine: Engine = OwnEngine(files, dev, torch_dtype) if name == "own" else HFEngine(files, dev, torch_dtype)
     return engine
-
-
-def parse_layers(spec: str | int | Sequence[int] | None, num_layers: int) -> tuple[int, ...]:
-    """'all' / None -> every layer; 'N' or 'N,M' or 'A-B' -> those (0-based; negative from the end).
-
-    Raises:
-        UsageError: a layer out of range or a spec we cannot read.
-    """
-    if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("all", "")):
-        return tuple(range(num_layers))
-    items: list[int] = []
-    parts: Sequence[Any] = [spec] if isinstance(spec, int) else spec.split(",") if isinstance(spec, str) else spec
-    for part in parts:
-        text = str(part).strip()
-        span = re.fullmatch(r"(-?\d+)\s*-\s*(-?\d+)", text)
-        if span:
-            items.extend(range(int(span[1]), int(span[2]) + 1))
-        elif re.fullmatch(r"-?\d+", text):
-            items.append(int(text))
-        else:
-            raise UsageError(f"cannot read layer {text!r}", hint="use --layer N, N,M, A-B or all")
-    out: list[int] = []
-    for layer in items:
-        if not -num_layers <= layer < num_layers:
-            raise UsageError(
-                f"layer {layer} is out of range: this model has {num_layers} layers (0..{num_layers - 1})",
-                hint=f"use --layer 0..{num_layers - 1} or --layer all",
-            )
-        if layer % num_layers not in out:
-            out.append(layer % num_layers)
-    return tuple(out)
 
 
 # Below this many multiply-adds a CPU forward pass runs on one thread: a sentence through a
@@ -493,7 +474,7 @@ def choose_part(engine: Engine, part: str | None, has_target: bool) -> str | Non
             one-stack model, or a decoder part without a decoder text.
     """
     if part is not None and part not in PARTS:
-        raise UsageError(f"unknown part {part!r}", hint="use encoder, decoder or cross")
+        raise UsageError(f"unknown part {part!r} (known: {', '.join(PARTS)})", reason="unknown_part")
     if not engine.parts:
         if part is not None:
             engine.part_shape(part)  # raises, naming the model
@@ -504,8 +485,7 @@ def choose_part(engine: Engine, part: str | None, has_target: bool) -> str | Non
         return "cross" if has_target else "encoder"
     if part != "encoder" and not has_target:
         raise UsageError(
-            f"{part} attention is the decoder's: it needs the decoder text (the target)",
-            hint="give the text the decoder reads",
+            f"{part} attention is the decoder's: it needs the decoder text (the target)", reason="no_target"
         )
     return part
 
@@ -513,40 +493,91 @@ def choose_part(engine: Engine, part: str | None, has_target: bool) -> str | Non
 def inspect(
     sentence: str | Tokens,
     engine: Engine,
-    layers: str | int | Sequence[int] | None = None,
-    queries: Sequence[int] | None = None,
+    layers: LayerSpec = None,
+    queries: Query | Sequence[int] | None = None,
     *,
     target: str | Tokens | None = None,
     part: str | None = None,
 ) -> Attention:
-    """One forward pass -> the weights of ``layers`` (default all) for ``queries``
-    (token positions; default all), as an ``Attention``.
+    """One forward pass -> the weights of ``layers`` (default all) for ``queries`` (a
+    ``Query``, or token positions; default: every token), as an ``Attention``.
 
-    Encoder-decoders: ``sentence`` is the source, ``target`` the decoder's text (a string,
-    or Tokens from ``engine.tokenize_target``), ``part`` which attention (see
-    ``choose_part``). ``queries`` index the part's query side: the source for "encoder",
-    the target for "decoder" and "cross"; cross-attention's keys are the source tokens.
+    Encoder-decoders: ``target`` is the decoder's text, ``part`` which attention (see
+    ``choose_part``); ``queries`` are on the part's query side (the target, for
+    "decoder" and "cross")."""
+    if isinstance(queries, Query):
+        att, _ = run(sentence, engine, Selection(query=queries, layers=layers, part=part), target=target)
+    else:
+        att, _ = run(sentence, engine, Selection(layers=layers, part=part), positions=queries, target=target)
+    return att
+
+
+def run(
+    sentence: str | Tokens,
+    engine: Engine,
+    selection: Selection,
+    positions: Sequence[int] | None = None,
+    where: str = "the sentence",
+    *,
+    target: str | Tokens | None = None,
+) -> tuple[Attention, Resolved]:
+    """The pipeline of one sentence, down the layers once: tokenize, resolve the
+    selection (query, layers, targets: every mistake found before the forward pass),
+    one forward pass, the asked layers and query rows kept.
+
+    ``positions`` (raw token positions) stand in for ``selection.query`` when given.
+    Encoder-decoders: ``sentence`` is the source and ``target`` the decoder's text; the
+    query is looked up on the part's query side (the target for "decoder" and "cross")
+    and target words on its key side (the source for "encoder" and "cross").
+    """
+    tokens = engine.tokenize(sentence) if isinstance(sentence, str) else sentence
+    part = choose_part(engine, selection.part, target is not None)
+    target_tokens = None
+    if part in ("decoder", "cross") and target is not None:
+        target_tokens = engine.tokenize_target(target) if isinstance(target, str) else target
+    query_tokens = tokens if target_tokens is None else target_tokens
+    key_tokens = tokens if part == "cross" else query_tokens
+    if target_tokens is not None:
+        where = "the decoder text"
+    resolved = selection.resolve(
+        query_tokens,
+        engine.part_shape(part).num_layers,
+        where,
+        keys=key_tokens,
+        keys_where="the source" if part == "cross" else where,
+    )
+    if positions is not None:
+        resolved = Resolved(tuple(positions), resolved.layers, resolved.targets)
+    return forward(tokens, engine, resolved, target=target_tokens, part=part), resolved
+
+
+def forward(
+    tokens: Tokens, engine: Engine, resolved: Resolved, *, target: Tokens | None = None, part: str | None = None
+) -> Attention:
+    """One forward pass of ``tokens`` -> an ``Attention`` of the resolved layers and
+    query rows (every token's rows when ``resolved.queries`` is empty).
+
+    Encoder-decoders: ``part`` (from ``choose_part``) and, for "decoder" and "cross",
+    ``target`` (from ``engine.tokenize_target``), whose tokens the query rows index;
+    cross-attention's keys are ``tokens``, the source.
     """
     import numpy as np
     import torch
 
-    from . import __version__
-
-    tokens = engine.tokenize(sentence) if isinstance(sentence, str) else sentence
-    part = choose_part(engine, part, target is not None)
     shape = engine.part_shape(part)
-    chosen = parse_layers(layers, shape.num_layers)
     query_tokens, key_tokens = tokens, None
     if part in ("decoder", "cross"):
-        assert target is not None  # choose_part refuses a decoder part without a target
-        query_tokens = engine.tokenize_target(target) if isinstance(target, str) else target
+        if target is None:
+            raise UsageError(f"{part} attention needs the decoder text", reason="no_target")
+        query_tokens = target
         key_tokens = tokens if part == "cross" else None
-    rows = tuple(range(len(query_tokens))) if queries is None else tuple(queries)
-    with _cpu_threads_for(engine, len(tokens) + (0 if part in (None, "encoder") else len(query_tokens))):
-        if part in (None, "encoder"):
+    rows = resolved.queries or tuple(range(len(query_tokens)))
+    chosen = resolved.layers
+    with _cpu_threads_for(engine, len(tokens) + (len(target) if target is not None else 0)):
+        if target is None or part in (None, "encoder"):
             out = engine.forward(tokens, max_layer=max(chosen))
         else:
-            out = engine.forward_seq2seq(tokens, query_tokens).part(part)
+            out = engine.forward_seq2seq(tokens, target).part(part)
     stacked = torch.stack([out.attentions[i][0] for i in chosen])  # (N, H, L, S)
     picked = stacked[:, :, list(rows), :]  # (N, H, Q, S)
     weights = picked.to(device="cpu", dtype=torch.float32).numpy().astype(np.float32, copy=False)
@@ -557,10 +588,7 @@ def inspect(
         engine=engine.name,
         device=str(engine.device),
         dtype=str(engine.dtype).removeprefix("torch."),
-        num_layers=shape.num_layers,
-        num_heads=shape.num_heads,
-        num_kv_heads=shape.num_kv_heads,
-        causal=shape.causal,
+        shape=shape,
         attnviz_version=__version__,
         score_terms=engine.score_terms,
     )

@@ -1,7 +1,8 @@
 """Per-head statistics of attention rows, and the head tables ``attnviz compare`` prints.
 
 Pure numpy: every function takes arrays plus explicit positions or masks and returns
-arrays or plain dicts. Nothing here touches a model, torch, rich or typer.
+arrays or frozen dataclasses (``HeadStats``, ``PairStats``) that own their JSON.
+Nothing here touches a model, torch, rich or typer.
 
 Shape legend: S tokens; ``...`` any leading axes (N layers, H heads). A *row* is one
 query's attention distribution over the S tokens (non-negative, sums to 1).
@@ -23,15 +24,14 @@ Conventions (also in the README):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .errors import TokenNotFoundError, UsageError
-from .result import Attention
-from .tokens import Tokens, word_occurrences
+from .errors import UsageError
+from .result import Attention, jsonable
 
 # Sort keys of ``sort_rows``; True = largest first.
 SORT_KEYS: dict[str, bool] = {"weight": True, "entropy": False, "sink": True, "distance": True, "delta": True}
@@ -145,51 +145,94 @@ def _span(query: int | Sequence[int]) -> list[int]:
     return span
 
 
-# --- targets -------------------------------------------------------------------------
+# --- per-head rows ---------------------------------------------------------------------
 
 
-def find_targets(tokens: Tokens, words: Sequence[str], where: str = "the sentence") -> dict[str, tuple[int, ...]]:
-    """Token positions of each target word, keyed by the word as given.
+@dataclass(frozen=True)
+class HeadStats:
+    """Where one query word attends in one head (the row ``attnviz compare`` prints).
 
-    ``word`` covers every occurrence (their pieces summed); ``word:N`` only the N-th
-    (1-based). Matching is ``tokens.word_occurrences``: on the text, case-insensitive.
-
-    Raises:
-        TokenNotFoundError: a word is not in the sentence, or N is out of range; the
-            message names ``where`` and lists the sentence's tokens.
+    Attributes:
+        layer, head: 0-based.
+        top: the ``k`` strongest targets as (label, weight), largest first.
+        top_index: their token positions.
+        targets: each target word's weight (summed over its pieces and occurrences).
+        entropy: normalised, 0 = all on one token, 1 = uniform over what it may see.
+        sink: share on special tokens; self_share, prev, next: on the query, the token
+            before it, the token after it; distance: mean distance in tokens. These four
+            compare query and key positions: None for cross-attention, whose keys are
+            another text.
     """
-    out: dict[str, tuple[int, ...]] = {}
-    for spec in words:
-        word, occurrence = parse_target(spec)
-        matches = word_occurrences(tokens, word)
-        if not matches:
-            raise TokenNotFoundError(
-                f"target {word!r} is not in {where}; its tokens are: {tokens.describe()}",
-                hint="pick a --target word from that list",
-            )
-        if occurrence is not None:
-            if occurrence > len(matches):
-                times = "once" if len(matches) == 1 else f"{len(matches)} times"
-                raise TokenNotFoundError(
-                    f"target {spec!r} is out of range: {word!r} occurs {times} in {where}",
-                    hint=f"use {word}:1..{len(matches)}, or {word} for all occurrences",
-                )
-            matches = [matches[occurrence - 1]]
-        out[spec] = tuple(sorted({i for m in matches for i in m}))
-    return out
+
+    layer: int
+    head: int
+    top: tuple[tuple[str, float], ...]
+    top_index: tuple[int, ...]
+    targets: dict[str, float]
+    entropy: float
+    sink: float
+    self_share: float | None
+    prev: float | None
+    next: float | None
+    distance: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (rounded as every attnviz JSON is: ``result.jsonable``)."""
+        return jsonable(
+            {
+                "layer": self.layer,
+                "head": self.head,
+                "top": [list(t) for t in self.top],
+                "top_index": list(self.top_index),
+                "targets": dict(self.targets),
+                "entropy": self.entropy,
+                "sink": self.sink,
+                "self": self.self_share,
+                "prev": self.prev,
+                "next": self.next,
+                "distance": self.distance,
+            }
+        )
 
 
-def parse_target(spec: str) -> tuple[str, int | None]:
-    """'street' -> ('street', None); 'the:2' -> ('the', 2)."""
-    m = re.fullmatch(r"(.+?):(\d+)", spec.strip())
-    if m is None:
-        return spec.strip(), None
-    if int(m[2]) < 1:
-        raise UsageError(f"target {spec!r}: occurrences count from 1", hint=f"use {m[1]}:1 for the first")
-    return m[1], int(m[2])
+@dataclass(frozen=True)
+class PairStats:
+    """One head in both sentences of a minimal pair: ``a`` and ``b`` are the same head's
+    ``HeadStats``; ``delta`` is B − A for each target."""
+
+    a: HeadStats
+    b: HeadStats
+
+    @property
+    def layer(self) -> int:
+        return self.a.layer
+
+    @property
+    def head(self) -> int:
+        return self.a.head
+
+    @property
+    def delta(self) -> dict[str, float]:
+        return {word: self.b.targets[word] - weight for word, weight in self.a.targets.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A's row plus B's target weights, top targets, entropy and sink (``*_vs``) and
+        ``delta`` (the JSON schema of ``compare --vs``)."""
+        return {
+            **self.a.to_dict(),
+            **jsonable(
+                {
+                    "targets_vs": dict(self.b.targets),
+                    "delta": self.delta,
+                    "top_vs": [list(t) for t in self.b.top],
+                    "entropy_vs": self.b.entropy,
+                    "sink_vs": self.b.sink,
+                }
+            ),
+        }
 
 
-# --- tables --------------------------------------------------------------------------
+Row = HeadStats | PairStats
 
 
 def query_rows(att: Attention, query: int | Sequence[int]) -> np.ndarray:
@@ -197,116 +240,119 @@ def query_rows(att: Attention, query: int | Sequence[int]) -> np.ndarray:
     return np.asarray(np.mean([att.rows(q) for q in _span(query)], axis=0, dtype=np.float64))
 
 
-def head_table(
-    att: Attention, query: int | Sequence[int], targets: Sequence[str] = (), top: int = 3
-) -> list[dict[str, Any]]:
-    """One plain dict per (layer, head) describing where the query word attends.
+def head_stats(
+    att: Attention, query: int | Sequence[int], targets: Mapping[str, Sequence[int]] | None = None, top: int = 3
+) -> list[HeadStats]:
+    """One ``HeadStats`` per (layer, head), in (layer, head) order; see ``sort_rows``.
 
-    Keys: ``layer``, ``head``, ``top`` ([label, weight] of the ``top`` largest),
-    ``top_index`` (their positions), ``targets`` ({word: weight}), ``entropy``,
-    ``sink``, ``self``, ``prev``, ``next``, ``distance``. Rows come in (layer, head)
-    order; see ``sort_rows``. See the module docstring for split words and targets.
-
-    Raises:
-        TokenNotFoundError: a target is not in the sentence.
+    ``targets``: each target word's token positions (``select.find_targets``), so the
+    words are found once, before the forward pass. See the module docstring for split
+    words and targets.
     """
     span = _span(query)
     rows = query_rows(att, span)  # (N, H, S)
     size = rows.shape[-1]
-    keys = att.keys  # the source tokens for cross-attention
-    found = find_targets(keys, targets)
+    keys = att.keys  # the source tokens, for cross-attention
     mask = causal_mask(size, span) if att.provenance.causal else None
-    stats: dict[str, np.ndarray | None] = {
-        "entropy": entropy(rows, mask),
-        "sink": sink(rows, keys.special),
-    }
+    spread, sunk = entropy(rows, mask), sink(rows, keys.special)  # (N, H) each
     # Self, neighbour and distance shares compare query and key positions: they mean
     # something only when both index the same text (None for cross-attention).
-    positional = att.is_self_attention
-    stats["self"] = self_share(rows, span) if positional else None
-    stats["prev"] = prev_share(rows, span) if positional else None
-    stats["next"] = next_share(rows, span) if positional else None
-    stats["distance"] = mean_distance(rows, span) if positional else None
-    weights = {word: target_weight(rows, idx) for word, idx in found.items()}
+    positional: dict[str, np.ndarray | None] = dict.fromkeys(("self_share", "prev", "next", "distance"))
+    if att.is_self_attention:
+        positional.update(
+            self_share=self_share(rows, span),
+            prev=prev_share(rows, span),
+            next=next_share(rows, span),
+            distance=mean_distance(rows, span),
+        )
+    weights = {word: target_weight(rows, idx) for word, idx in (targets or {}).items()}
     top_idx, top_w = top_k(rows, top)
     labels = keys.labels
-    out: list[dict[str, Any]] = []
+    out: list[HeadStats] = []
     for n, layer in enumerate(att.layers):
         for h in range(rows.shape[1]):
             out.append(
-                {
-                    "layer": int(layer),
-                    "head": h,
-                    "top": [[labels[i], float(w)] for i, w in zip(top_idx[n, h], top_w[n, h])],
-                    "top_index": [int(i) for i in top_idx[n, h]],
-                    "targets": {word: float(w[n, h]) for word, w in weights.items()},
-                    **{key: None if value is None else float(value[n, h]) for key, value in stats.items()},
-                }
+                HeadStats(
+                    layer=int(layer),
+                    head=h,
+                    top=tuple((labels[i], float(w)) for i, w in zip(top_idx[n, h], top_w[n, h])),
+                    top_index=tuple(int(i) for i in top_idx[n, h]),
+                    targets={word: float(w[n, h]) for word, w in weights.items()},
+                    entropy=float(spread[n, h]),
+                    sink=float(sunk[n, h]),
+                    **{key: None if value is None else float(value[n, h]) for key, value in positional.items()},
+                )
             )
     return out
 
 
-def pair_table(
+def pair_stats(
     att_a: Attention,
     query_a: int | Sequence[int],
+    targets_a: Mapping[str, Sequence[int]],
     att_b: Attention,
     query_b: int | Sequence[int],
-    targets: Sequence[str],
+    targets_b: Mapping[str, Sequence[int]],
     top: int = 3,
-) -> list[dict[str, Any]]:
+) -> list[PairStats]:
     """The same query word in two sentences (a minimal pair), head by head.
 
-    Targets are found by text in each sentence separately, so they may sit at other
-    positions in B. Each row is ``head_table``'s row for A plus ``targets_vs`` (B's
-    target weights), ``delta`` (B - A per target), ``top_vs``, ``entropy_vs`` and
-    ``sink_vs``.
+    Targets are found by text in each sentence separately (``targets_a``/``targets_b``,
+    same words), so they may sit at other positions in B.
 
     Raises:
-        UsageError: no targets, or the two results do not cover the same layers/heads.
-        TokenNotFoundError: a target missing from either sentence.
+        UsageError: no targets, different target words, or the two results do not
+            cover the same layers and heads.
     """
-    if not targets:
-        raise UsageError("comparing two sentences needs a --target word", hint="add --target WORD (repeatable)")
+    if not targets_a:
+        raise UsageError("comparing two sentences needs at least one target word", reason="no_targets")
+    if list(targets_a) != list(targets_b):
+        raise UsageError(f"the targets differ: {list(targets_a)} vs {list(targets_b)}", reason="targets_differ")
     if att_a.layers != att_b.layers or att_a.num_heads != att_b.num_heads:
         raise UsageError(
             f"the two results cover different heads: layers {list(att_a.layers)} × {att_a.num_heads} heads "
             f"vs {list(att_b.layers)} × {att_b.num_heads} heads",
-            hint="run both sentences through the same model and --layer",
+            hint="run both sentences through the same model and layers",
         )
-    rows_a = head_table(att_a, query_a, targets, top)
-    # Check B's targets with its own wording, so a word missing only from B says so.
-    find_targets(att_b.keys, targets, where="the --vs sentence")
-    rows_b = head_table(att_b, query_b, targets, top)
-    out: list[dict[str, Any]] = []
-    for a, b in zip(rows_a, rows_b):
-        row = dict(a)
-        row["targets_vs"] = dict(b["targets"])
-        row["delta"] = {word: b["targets"][word] - a["targets"][word] for word in a["targets"]}
-        row["top_vs"] = b["top"]
-        row["entropy_vs"] = b["entropy"]
-        row["sink_vs"] = b["sink"]
-        out.append(row)
-    return out
+    rows_a = head_stats(att_a, query_a, targets_a, top)
+    rows_b = head_stats(att_b, query_b, targets_b, top)
+    return [PairStats(a, b) for a, b in zip(rows_a, rows_b)]
 
 
-def sort_key(row: Mapping[str, Any], by: str) -> float:
-    """The number ``sort_rows`` orders ``row`` by."""
-    if by == "weight":
-        targets = row["targets"]
-        return float(next(iter(targets.values()))) if targets else float(row["top"][0][1])
+def sort_key(row: Row, by: str) -> float:
+    """The number ``sort_rows`` orders ``row`` by (``by`` is one of SORT_KEYS)."""
+    stats = row.a if isinstance(row, PairStats) else row
     if by == "delta":
-        if "delta" not in row:
-            raise UsageError("--sort delta needs two sentences", hint="add --vs SENTENCE, or sort by weight")
-        return max((abs(d) for d in row["delta"].values()), default=0.0)
-    if row[by] is None:
+        if not isinstance(row, PairStats):
+            raise UsageError("sorting by change needs two sentences", reason="delta_without_pair")
+        return max((abs(d) for d in row.delta.values()), default=0.0)
+    if by == "weight":
+        return float(next(iter(stats.targets.values()))) if stats.targets else float(stats.top[0][1])
+    value = getattr(stats, by)
+    if value is None:
         raise UsageError(
             f"cannot sort by {by}: it compares query and key positions, and cross-attention's keys are another text",
-            hint="sort by weight, entropy or sink",
+            reason="positional_sort",
         )
-    return float(row[by])
+    return float(value)
 
 
-def sort_rows(rows: Sequence[Mapping[str, Any]], by: str | None = None, limit: int | None = None) -> list[Any]:
+def check_sort(by: str | None, pair: bool) -> str:
+    """The sort key to use (default: delta for pairs, else weight), checked before any work.
+
+    Raises:
+        UsageError: an unknown key, or delta without a pair. facts: ``reason``.
+    """
+    if by is None:
+        return "delta" if pair else "weight"
+    if by not in SORT_KEYS:
+        raise UsageError(f"cannot sort by {by!r} (known: {', '.join(SORT_KEYS)})", reason="sort_key")
+    if by == "delta" and not pair:
+        raise UsageError("sorting by change needs two sentences", reason="delta_without_pair")
+    return by
+
+
+def sort_rows(rows: Sequence[Row], by: str | None = None, limit: int | None = None) -> list[Any]:
     """Rows ordered by ``by``, best first, then cut to ``limit``.
 
     ``weight``: the first target's weight (the top weight without targets), largest
@@ -317,12 +363,9 @@ def sort_rows(rows: Sequence[Mapping[str, Any]], by: str | None = None, limit: i
     Raises:
         UsageError: an unknown key, or a limit below 1.
     """
-    if by is None:
-        by = "delta" if rows and "delta" in rows[0] else "weight"
-    if by not in SORT_KEYS:
-        raise UsageError(f"cannot sort by {by!r}", hint="use --sort " + "|".join(SORT_KEYS))
+    by = check_sort(by, bool(rows) and isinstance(rows[0], PairStats))
     if limit is not None and limit < 1:
-        raise UsageError(f"--limit must be at least 1, got {limit}", hint="drop --limit to see every head")
+        raise UsageError(f"the limit must be at least 1, got {limit}", reason="limit")
     sign = -1.0 if SORT_KEYS[by] else 1.0
     ordered = sorted(rows, key=lambda row: sign * sort_key(row, by))  # stable: ties keep order
     return ordered[:limit] if limit is not None else ordered

@@ -1,4 +1,8 @@
-"""Minimal-pair files for ``attnviz compare --pairs``: stdlib only.
+"""Minimal pairs: reading a pairs file, and running one pair through an engine.
+
+Running a pair means: both sentences tokenized, the token and the targets found by text
+in each (every mistake reported before any forward pass), one forward pass each, and
+per-head ``PairStats``. Reading the file is stdlib only.
 
 A tab-separated file, one pair per line, with a header line naming the columns::
 
@@ -10,10 +14,18 @@ occurrence, as with ``--target``). Blank lines and lines starting with ``#`` are
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .errors import UsageError
+from .errors import AttnvizError, UsageError
+
+if TYPE_CHECKING:
+    from .engines import Engine
+    from .metrics import PairStats
+    from .result import Attention
+    from .select import LayerSpec
 
 COLUMNS = ("sentence_a", "sentence_b", "token", "targets")
 
@@ -26,7 +38,7 @@ class MinimalPair:
     sentence_b: str
     token: str
     targets: tuple[str, ...]
-    line: int  # 1-based line in the file, for messages
+    line: int = 0  # 1-based line in the file, for messages (0: not from a file)
 
 
 def read_pairs(path: Path | str) -> list[MinimalPair]:
@@ -69,3 +81,53 @@ def read_pairs(path: Path | str) -> list[MinimalPair]:
     if not pairs:
         raise UsageError(f"{str(path)!r} holds no pairs", hint="add lines of " + " <TAB> ".join(COLUMNS))
     return pairs
+
+
+@dataclass(frozen=True)
+class PairResult:
+    """One minimal pair run through one engine.
+
+    Attributes:
+        pair: the pair.
+        att_a, att_b: each sentence's attention rows of the token (all its pieces).
+        stats: one ``PairStats`` per (layer, head), in (layer, head) order.
+    """
+
+    pair: MinimalPair
+    att_a: Attention
+    att_b: Attention
+    stats: list[PairStats]
+
+
+def run_pair(
+    engine: Engine, pair: MinimalPair, *, occurrence: int | None = None, layers: LayerSpec = None, top: int = 3
+) -> PairResult:
+    """Both sentences of ``pair`` through ``engine``; see the module docstring.
+
+    Raises:
+        TokenNotFoundError: the token or a target is missing from sentence A or B (the
+            message says which); the errors of ``engines.run``.
+    """
+    from .engines import forward
+    from .metrics import pair_stats
+    from .select import Query, Selection
+
+    selection = Selection(query=Query(pair.token, occurrence), layers=layers, targets=pair.targets)
+    tokens_a, tokens_b = engine.tokenize(pair.sentence_a), engine.tokenize(pair.sentence_b)
+    # Both resolved before either forward pass: a word missing from B costs no model time.
+    res_a = selection.resolve(tokens_a, engine.num_layers, where="sentence A")
+    res_b = selection.resolve(tokens_b, engine.num_layers, where="sentence B")
+    att_a, att_b = forward(tokens_a, engine, res_a), forward(tokens_b, engine, res_b)
+    stats = pair_stats(att_a, res_a.queries, res_a.targets, att_b, res_b.queries, res_b.targets, top)
+    return PairResult(pair, att_a, att_b, stats)
+
+
+def run_pairs(
+    engine: Engine, pairs: Iterable[MinimalPair], path: Path | str, **options: object
+) -> Iterator[PairResult]:
+    """``run_pair`` over the pairs of a file; an error names the file and line."""
+    for pair in pairs:
+        try:
+            yield run_pair(engine, pair, **options)  # type: ignore[arg-type]
+        except AttnvizError as exc:
+            raise type(exc)(f"{path}:{pair.line}: {exc.message}", exc.hint, **exc.facts) from None

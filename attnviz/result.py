@@ -16,10 +16,27 @@ from typing import Any
 import numpy as np
 
 from .errors import OutputError, UsageError
+from .heads import ModelShape
+from .select import PARTS
 from .tokens import Tokens
 
-# The parts of an encoder-decoder (kept in step with architectures.seq2seq.PARTS).
-PARTS = ("encoder", "decoder", "cross")
+JSON_DIGITS = 6  # six decimals keep float32's precision and halve the JSON
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` made JSON-ready, the one place attnviz rounds: floats to JSON_DIGITS
+    decimals (numpy scalars and arrays included), tuples to lists, dataclass-free."""
+    if isinstance(value, np.ndarray):
+        return np.round(value.astype(np.float64), JSON_DIGITS).tolist() if value.dtype.kind == "f" else value.tolist()
+    if isinstance(value, (float, np.floating)):
+        return round(float(value), JSON_DIGITS)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)
@@ -32,14 +49,40 @@ class Provenance:
     engine: str  # "own" or "hf"
     device: str  # "cpu", "cuda:0", ...
     dtype: str  # "float32", ...
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int  # < num_heads for grouped-query attention
-    causal: bool  # decoder: a token sees only itself and earlier tokens
+    shape: ModelShape
     attnviz_version: str = ""
     # What each attention score sums when it is more than q·k (DeBERTa: "c2c", "c2p",
     # "p2c"); () for the plain content-to-content score.
     score_terms: tuple[str, ...] = ()
+
+    @property
+    def num_layers(self) -> int:
+        return self.shape.num_layers
+
+    @property
+    def num_heads(self) -> int:
+        return self.shape.num_heads
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.shape.num_kv_heads
+
+    @property
+    def causal(self) -> bool:
+        return self.shape.causal
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat: the shape's fields sit beside the others (the JSON schema of ``provenance``)."""
+        out = {k: v for k, v in asdict(self).items() if k != "shape"}
+        out.update(asdict(self.shape))
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Provenance:
+        shape = ModelShape(**{k: data[k] for k in ("num_layers", "num_heads", "num_kv_heads", "causal")})
+        rest = {k: v for k, v in data.items() if k not in ("num_layers", "num_heads", "num_kv_heads", "causal")}
+        rest["score_terms"] = tuple(rest.get("score_terms", ()))
+        return cls(shape=shape, **rest)
 
 
 @dataclass(frozen=True)
@@ -146,17 +189,27 @@ class Attention:
         if query is not None:
             out["query_index"] = query
             out["query_token"] = self.tokens.labels[query]
-            out["weights"] = _rounded(self.rows(query))
+            out["weights"] = jsonable(self.rows(query))
         else:
-            out["weights"] = _rounded(self.weights)
+            out["weights"] = jsonable(self.weights)
         out.update(
             model=p.model,
             engine=p.engine,
             device=p.device,
             dtype=p.dtype,
-            provenance=asdict(p),
+            provenance=p.to_dict(),
         )
         out.update(self.extra)
+        return out
+
+    def query_dict(self, queries: tuple[int, ...]) -> dict[str, Any]:
+        """The JSON of ``show``: ``to_dict`` of the word's first piece, plus
+        ``query_indices`` and, for a word split into pieces, ``pieces_weights`` (every
+        piece's rows, in order)."""
+        out = self.to_dict(queries[0])
+        out["query_indices"] = list(queries)
+        if len(queries) > 1:
+            out["pieces_weights"] = [jsonable(self.rows(q)) for q in queries]
         return out
 
     def to_json(self, query: int | None = None) -> str:
@@ -169,7 +222,7 @@ class Attention:
                 **_tokens_meta(self.tokens),
                 "layers": list(self.layers),
                 "queries": list(self.queries),
-                "provenance": asdict(self.provenance),
+                "provenance": self.provenance.to_dict(),
                 "extra": self.extra,
                 "part": self.part,
                 "key_tokens": None if self.key_tokens is None else _tokens_meta(self.key_tokens),
@@ -193,15 +246,11 @@ class Attention:
             weights=weights,
             layers=tuple(meta["layers"]),
             queries=tuple(meta["queries"]),
-            provenance=_provenance(meta["provenance"]),
+            provenance=Provenance.from_dict(meta["provenance"]),
             extra=meta.get("extra", {}),
             part=meta.get("part"),
             key_tokens=None if keys is None else _tokens_from_meta(keys),
         )
-
-
-def _provenance(meta: dict[str, Any]) -> Provenance:
-    return Provenance(**{**meta, "score_terms": tuple(meta.get("score_terms", ()))})
 
 
 def _tokens_meta(tokens: Tokens) -> dict[str, Any]:
@@ -226,11 +275,6 @@ def _tokens_from_meta(meta: dict[str, Any]) -> Tokens:
         type_ids=tuple(meta.get("type_ids", ())),
         pair_start=meta.get("pair_start"),
     )
-
-
-def _rounded(a: np.ndarray, digits: int = 6) -> Any:
-    # Six decimals keep float32's precision and halve the JSON.
-    return np.round(a.astype(np.float64), digits).tolist()
 
 
 def check_writable(path: Path, suffixes: tuple[str, ...] | None = None) -> Path:

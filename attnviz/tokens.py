@@ -134,19 +134,41 @@ def _tokenizer_from_transformers(model_dir: Path) -> Tokenizer:
     return backend
 
 
+def check_text(text: str) -> str:
+    """The one check of a text before anything runs: not empty, and valid Unicode.
+
+    Raises:
+        UsageError: empty or blank (facts: reason "empty"), or holding lone surrogates,
+            which is what invalid UTF-8 on a command line decodes to (reason "encoding").
+    """
+    if not text.strip():
+        raise UsageError("the sentence is empty", reason="empty")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(
+            f"the text is not valid UTF-8 (undecodable byte at character {exc.start})",
+            hint="pass the text as UTF-8",
+            reason="encoding",
+        ) from None
+    return text
+
+
 def tokenize(tokenizer: Tokenizer, sentence: str, max_length: int | None = None) -> Tokens:
     """Encode one sentence, special tokens included.
 
     Raises:
         UsageError: the sentence is empty, or longer than the model's ``max_length``.
     """
-    if not sentence.strip():
-        raise UsageError("the sentence is empty", hint='give some text, e.g. attnviz show "The cat sat" --token cat')
+    check_text(sentence)
     enc = tokenizer.encode(sentence)
     if max_length is not None and len(enc.ids) > max_length:
         raise UsageError(
             f"the sentence has {len(enc.ids)} tokens; this model reads at most {max_length}",
-            hint="shorten the sentence",
+            hint="shorten the text",
+            reason="too_long",
+            count=len(enc.ids),
+            limit=max_length,
         )
     return Tokens(
         text=sentence,
@@ -232,32 +254,35 @@ def word_occurrences(tokens: Tokens, word: str) -> list[tuple[int, ...]]:
     ]
 
 
-def find_word(tokens: Tokens, word: str, occurrence: int | None = None) -> tuple[int, ...]:
+def find_word(tokens: Tokens, word: str, occurrence: int | None = None, where: str = "the sentence") -> tuple[int, ...]:
     """The token positions of one occurrence of ``word`` (1-based ``occurrence``).
+    ``where`` names the sentence in messages ("sentence B" for a minimal pair).
 
     Raises:
-        TokenNotFoundError: not in the sentence, or repeated and no occurrence given,
-            or the occurrence is out of range. The message lists what is there.
+        TokenNotFoundError: not in the sentence (facts: reason "missing"), repeated and no
+            occurrence given ("ambiguous", count), or the occurrence out of range
+            ("occurrence", count). The message lists what is there.
     """
     matches = word_occurrences(tokens, word)
     if not matches:
         raise TokenNotFoundError(
-            f"{word!r} is not in the sentence; its tokens are: {tokens.describe()}",
-            hint="pick a word from that list, or a raw position with --index K",
+            f"{word!r} is not in {where}; its tokens are: {tokens.describe()}", reason="missing", count=0
         )
-    where = ", ".join(_positions(m) for m in matches)
+    positions = ", ".join(_positions(m) for m in matches)
     if occurrence is None:
         if len(matches) > 1:
             raise TokenNotFoundError(
-                f"{word!r} occurs {len(matches)} times (at token {where})",
-                hint=f"choose one with --occurrence 1..{len(matches)}",
+                f"{word!r} occurs {len(matches)} times in {where} (at token {positions})",
+                reason="ambiguous",
+                count=len(matches),
             )
         return matches[0]
     if not 1 <= occurrence <= len(matches):
         times = "once" if len(matches) == 1 else f"{len(matches)} times"
         raise TokenNotFoundError(
-            f"--occurrence {occurrence} is out of range: {word!r} occurs {times} (at token {where})",
-            hint=f"use --occurrence 1..{len(matches)}",
+            f"occurrence {occurrence} is out of range: {word!r} occurs {times} in {where} (at token {positions})",
+            reason="occurrence",
+            count=len(matches),
         )
     return matches[occurrence - 1]
 
@@ -267,8 +292,9 @@ def check_index(tokens: Tokens, index: int) -> int:
     n = len(tokens)
     if not -n <= index < n:
         raise TokenNotFoundError(
-            f"--index {index} is out of range: the sentence has {n} tokens (0..{n - 1}): {tokens.describe()}",
-            hint=f"use --index 0..{n - 1}",
+            f"token index {index} is out of range: the sentence has {n} tokens (0..{n - 1}): {tokens.describe()}",
+            reason="index",
+            count=n,
         )
     return index % n
 

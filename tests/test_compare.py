@@ -14,7 +14,9 @@ from attnviz.cli import app
 from attnviz.models import resolve
 from attnviz.pairs import read_pairs
 
-TIRED = "The animal didn't cross the street because it was too tired"
+from .conftest import EXAMPLE
+
+TIRED = EXAMPLE
 WIDE = "The animal didn't cross the street because it was too wide"
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "minimal_pairs.tsv"
 
@@ -127,11 +129,11 @@ def test_vs_deltas_are_the_difference_of_two_runs(reference: dict[str, np.ndarra
     [
         (["--token", "it", "--target", "zebra"], "target 'zebra' is not in the sentence; its tokens are: 0:[CLS]"),
         (["--token", "it", "--target", "the:3"], "'the' occurs 2 times"),
-        (["--token", "it", "--vs", "The animal was tired", "--target", "street"], "not in the --vs sentence"),
-        (["--token", "because", "--vs", "The animal was tired", "--target", "animal"], "not in the --vs sentence"),
+        (["--token", "it", "--vs", "The animal was tired", "--target", "street"], "not in sentence B"),
+        (["--token", "because", "--vs", "The animal was tired", "--target", "animal"], "not in sentence B"),
         (["--token", "it", "--vs", WIDE], "--vs compares the weight on --target words"),
-        (["--token", "it", "--sort", "size"], "cannot sort by 'size'"),
-        (["--token", "it", "--sort", "delta"], "--sort delta needs two sentences"),
+        (["--token", "it", "--sort", "size"], "'size' is not one of"),
+        (["--token", "it", "--sort", "delta"], "sorting by change needs two sentences"),
         (["--index", "9", "--vs", WIDE, "--target", "animal"], "--vs aligns the token by its text"),
         (["--token", "it", "--pairs", "samples/minimal_pairs.tsv"], "--pairs takes the sentences"),
     ],
@@ -166,4 +168,4 @@ def test_pairs_file_errors(tmp_path: Path) -> None:
     missing = tmp_path / "missing.tsv"
     missing.write_text(f"sentence_a\tsentence_b\ttoken\ttargets\n{TIRED}\t{WIDE}\tit\tanimal,zebra\n")
     result = run("compare", "--pairs", str(missing))
-    assert result.exit_code == 2 and f"{missing}:2: target 'zebra' is not in the sentence" in result.stderr
+    assert result.exit_code == 2 and f"{missing}:2: target 'zebra' is not in sentence A" in result.stderr

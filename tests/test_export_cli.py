@@ -19,7 +19,7 @@ import attnviz.engines
 from attnviz.cli import app
 from attnviz.result import Attention
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
+from .conftest import EXAMPLE
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def test_export_matrix_view_defaults_to_the_middle_layer(
     [
         (["-o", "{tmp}/missing/heads.png"], "does not exist"),
         (["-o", "{tmp}/heads.jpg"], "extension"),
-        (["-o", "{tmp}/heads.png", "--view", "cube"], "unknown view"),
+        (["-o", "{tmp}/heads.png", "--view", "cube"], "'cube' is not one of 'token', 'matrix'"),
         (["-o", "{tmp}/heads.png", "--view", "matrix", "--layer", "all"], "one layer"),
     ],
 )
@@ -196,7 +196,7 @@ def test_exported_token_view_matches_the_json(
 def test_help_does_not_import_matplotlib_or_torch(argv: list[str]) -> None:
     code = (
         "import sys\n"
-        "from attnviz.cli import main\n"
+        "from attnviz.cli import app as main\n"
         f"sys.argv = ['attnviz', *{argv!r}]\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "print('LOADED', sorted(m for m in ('matplotlib', 'torch', 'transformers') if m in sys.modules))\n"

@@ -6,7 +6,6 @@ torch + safetensors only: nothing here imports transformers.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -18,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ModelLoadError, UnsupportedArchitectureError
+from ..heads import ModelShape
 
 
 @dataclass
@@ -42,6 +42,10 @@ class AttnModel(nn.Module):
     num_kv_heads: int
     causal: bool
     max_positions: int | None
+
+    @property
+    def shape(self) -> ModelShape:
+        return ModelShape(self.num_layers, self.num_heads, self.num_kv_heads, self.causal)
 
     def forward(  # pragma: no cover - interface
         self, input_ids: Tensor, attention_mask: Tensor | None = None, max_layer: int | None = None
@@ -74,71 +78,11 @@ def activation(name: str) -> Callable[[Tensor], Tensor]:
         return ACTIVATIONS[name]
     except KeyError:
         raise UnsupportedArchitectureError(
-            f"activation {name!r} is not implemented by --engine own",
-            hint="use --engine hf",
+            f"activation {name!r} is not implemented by the own engine", setting=f"hidden_act={name}"
         ) from None
 
 
 # --- checkpoint reading --------------------------------------------------------
-
-
-def read_config(model_dir: Path) -> dict[str, Any]:
-    path = model_dir / "config.json"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelLoadError(
-            f"{model_dir} has no config.json", hint="a checkpoint directory needs config.json"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelLoadError(
-            f"cannot read {path}: {exc}", hint="the file is corrupt; re-download or re-save it"
-        ) from exc
-    if not isinstance(config, dict):
-        raise ModelLoadError(f"{path} is not a JSON object", hint="the file is corrupt; re-download or re-save it")
-    return config
-
-
-def weight_files(model_dir: Path) -> list[Path]:
-    """The checkpoint's weight files, safetensors first (single file or shards),
-    then PyTorch .bin (read with ``weights_only=True``)."""
-    for single, index in (
-        ("model.safetensors", "model.safetensors.index.json"),
-        ("pytorch_model.bin", "pytorch_model.bin.index.json"),
-    ):
-        if (model_dir / single).is_file():
-            return [model_dir / single]
-        if (model_dir / index).is_file():
-            try:
-                shards = json.loads((model_dir / index).read_text(encoding="utf-8"))["weight_map"].values()
-            except (OSError, ValueError, KeyError, AttributeError) as exc:
-                raise ModelLoadError(f"cannot read {model_dir / index}: {exc}", hint="the index is corrupt") from exc
-            return [model_dir / name for name in sorted(set(shards))]
-    raise ModelLoadError(
-        f"{model_dir} has no weights (model.safetensors or pytorch_model.bin)",
-        hint="save the model with model.save_pretrained(DIR)",
-    )
-
-
-def read_weights(model_dir: Path) -> dict[str, Tensor]:
-    """All tensors of the checkpoint, by their names in the file."""
-    tensors: dict[str, Tensor] = {}
-    for path in weight_files(model_dir):
-        try:
-            if path.suffix == ".safetensors":
-                from safetensors.torch import load_file
-
-                tensors.update(load_file(str(path)))
-            else:
-                tensors.update(torch.load(path, map_location="cpu", weights_only=True))
-        except FileNotFoundError:
-            raise ModelLoadError(f"weight file {path} is missing", hint="re-download the checkpoint") from None
-        except Exception as exc:  # safetensors and torch raise assorted errors on bad bytes
-            raise ModelLoadError(
-                f"cannot read weights from {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-                hint="the file is corrupt or truncated; re-download or re-save the checkpoint",
-            ) from exc
-    return tensors
 
 
 Rules = Iterable[tuple[str, str]]

@@ -58,16 +58,14 @@ class BertConfig:
             )
         if self.position_embedding_type != "absolute":
             raise UnsupportedArchitectureError(
-                f"position_embedding_type={self.position_embedding_type!r} is not implemented by --engine own",
-                hint="use --engine hf",
+                f"position_embedding_type={self.position_embedding_type!r} is not implemented by the own engine"
             )
         # A BERT-like stack saved as a decoder (RobertaForCausalLM, ...) masks the future
         # and may cross-attend; we implement only the encoder.
         if self.is_decoder or self.add_cross_attention:
             raise UnsupportedArchitectureError(
                 "this BERT-like checkpoint is configured as a decoder (is_decoder/add_cross_attention), "
-                "which --engine own does not implement",
-                hint="use --engine hf",
+                "which the own engine does not implement"
             )
 
     @property

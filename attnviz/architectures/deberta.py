@@ -72,7 +72,7 @@ class DebertaConfig:
         unknown = sorted(set(self.pos_att_type) - {"c2p", "p2c"})
         if unknown:
             raise UnsupportedArchitectureError(
-                f"pos_att_type {unknown} is not implemented by --engine own (c2p and p2c are)", hint="use --engine hf"
+                f"pos_att_type {unknown} is not implemented by the own engine (c2p and p2c are)"
             )
 
     @property
@@ -97,8 +97,7 @@ class DebertaConfig:
         if head_size is not None and int(head_size) != hidden // heads:
             raise UnsupportedArchitectureError(
                 f"attention_head_size={head_size} (not hidden_size / num_attention_heads) is not implemented "
-                "by --engine own",
-                hint="use --engine hf",
+                "by the own engine"
             )
         types = config.get("pos_att_type") or ()
         if isinstance(types, str):
@@ -131,7 +130,7 @@ class DebertaConfig:
 
 def score_terms(config: dict[str, Any]) -> tuple[str, ...]:
     """Which terms a DeBERTa checkpoint's attention scores sum: ("c2c", "c2p", "p2c") or fewer."""
-    # Read leniently (no validation): --engine hf states the terms of any checkpoint.
+    # Read leniently (no validation): the hf engine states the terms of any checkpoint.
     types = config.get("pos_att_type") or ()
     if isinstance(types, str):
         types = [t.strip() for t in types.lower().split("|")]

@@ -65,7 +65,7 @@ class ModernBertConfig:
         unknown = sorted(set(self.layer_types) - {GLOBAL, LOCAL})
         if unknown:
             raise UnsupportedArchitectureError(
-                f"ModernBERT layer_types {unknown} are not implemented by --engine own", hint="use --engine hf"
+                f"ModernBERT layer_types {unknown} are not implemented by the own engine"
             )
 
     @property
@@ -103,9 +103,8 @@ def _theta(config: dict[str, Any], layer_type: str, old_key: str, default: float
     rope_type = params.get("rope_type", "default")
     if rope_type != "default":
         raise UnsupportedArchitectureError(
-            f"rope_parameters.{layer_type}.rope_type={rope_type!r} is not implemented by --engine own "
-            "(only plain RoPE)",
-            hint="use --engine hf",
+            f"rope_parameters.{layer_type}.rope_type={rope_type!r} is not implemented by the own engine "
+            "(only plain RoPE)"
         )
     return float(params.get("rope_theta") or config.get(old_key) or default)
 

@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention, causal_mask, padding_mask
+from ..heads import ModelShape
+from ..select import PARTS
 from .base import AttnModel, ForwardOutput
-
-# The parts of an encoder-decoder whose attention can be shown, in a fixed order.
-PARTS = ("encoder", "decoder", "cross")
 
 
 @dataclass
@@ -164,7 +163,8 @@ class EncoderDecoder(AttnModel):
     ``forward`` runs the encoder alone (the ``AttnModel`` interface: the encoder's
     self-attention); ``forward_seq2seq`` runs both and returns every part. The
     ``AttnModel`` attributes describe the encoder; ``decoder_layers`` and
-    ``decoder_heads`` the decoder (its self- and cross-attention alike).
+    ``decoder_heads`` the decoder (its self- and cross-attention alike), as does
+    ``decoder_shape``.
     Subclasses set ``encoder``, ``decoder`` and those attributes, and implement ``embed``.
     """
 
@@ -172,6 +172,10 @@ class EncoderDecoder(AttnModel):
     decoder: Stack
     decoder_layers: int
     decoder_heads: int
+
+    @property
+    def decoder_shape(self) -> ModelShape:
+        return ModelShape(self.decoder_layers, self.decoder_heads, self.decoder_heads, True)
 
     def embed(self, input_ids: Tensor, part: str) -> Tensor:  # pragma: no cover - interface
         """(B, S) ids -> (B, S, E) input of the first block of the ``part`` ("encoder"/"decoder") stack."""

@@ -63,9 +63,7 @@ class T5Config:
         proj = str(config.get("feed_forward_proj", "relu"))
         parts = proj.split("-")
         if len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
-            raise UnsupportedArchitectureError(
-                f"feed_forward_proj={proj!r} is not implemented by --engine own", hint="use --engine hf"
-            )
+            raise UnsupportedArchitectureError(f"feed_forward_proj={proj!r} is not implemented by the own engine")
         act = "gelu_new" if proj == "gated-gelu" else parts[-1]
         activation(act)  # an unknown activation fails here, naming it
         layers = int(config["num_layers"])

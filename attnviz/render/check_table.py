@@ -11,8 +11,6 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..heads import structure_notes
-
 if TYPE_CHECKING:
     from ..check import CheckResult
 
@@ -25,7 +23,7 @@ def _cell(diff: float, tolerance: float) -> Text:
 def verdict(result: CheckResult) -> str:
     """The one-line conclusion, for the terminal and for logs."""
     if result.passed:
-        what = f"all {result.num_layers} layers"
+        what = f"all {result.shape.num_layers} layers"
         if result.parts:
             what = "every layer of " + ", ".join(p.part for p in result.parts)
         return f"PASS: {what} within {result.tolerance:.0e} of transformers (worst |Δ| {result.worst:.1e})"
@@ -34,14 +32,14 @@ def verdict(result: CheckResult) -> str:
 
 def render_check(result: CheckResult) -> Group:
     """Header, the per-layer table, and the verdict line."""
-    heads = f"{result.num_heads} heads" + (
-        f" over {result.num_kv_heads} kv heads" if result.num_kv_heads != result.num_heads else ""
+    heads = f"{result.shape.num_heads} heads" + (
+        f" over {result.shape.num_kv_heads} kv heads" if result.shape.num_kv_heads != result.shape.num_heads else ""
     )
     header = Text.assemble(
-        ("attnviz check: ", "bold"), f"{result.model} ({result.model_type}, {result.num_layers} layers, {heads})"
+        ("attnviz check: ", "bold"), f"{result.model} ({result.model_type}, {result.shape.num_layers} layers, {heads})"
     )
     setup = f"{result.device}, float32, {len(result.sentences)} sentences, transformers eager attention"
-    notes = structure_notes(result.causal, result.num_heads, result.num_kv_heads)
+    notes = result.shape.notes()
     table = Table()
     table.add_column("layer", justify="right")
     table.add_column("max |Δ| (own - hf)", justify="right")

@@ -32,7 +32,6 @@ from matplotlib.image import AxesImage
 from matplotlib.patches import Rectangle
 
 from ..errors import UsageError
-from ..heads import head_label
 from ..result import Attention, atomic_write, check_writable
 from . import DEFAULT_DPI, IMAGE_FORMATS
 
@@ -106,7 +105,7 @@ def token_figure(att: Attention, query: int, layers: Sequence[int] | None = None
     nrows = math.ceil(len(layers) / ncols)
     cell_w = _cell(n_tok * ncols)
     cell_h = 0.16
-    head_names = [head_label(h, p.num_heads, p.num_kv_heads) for h in range(n_heads)]
+    head_names = [p.shape.head_label(h) for h in range(n_heads)]
     short = [_short(s) for s in labels]
     subtitle = (
         f"{p.model} · engine {p.engine} · {_layers_text(layers)} · "
@@ -196,7 +195,7 @@ def matrix_figure(att: Attention, layer: int, highlight: Sequence[int] = ()) -> 
         ax = fig.add_axes(grid.rect(h))
         image = _heatmap(ax, mats[h], mask)
         _pair_rules(ax, att, rows=True)
-        ax.set_title(head_label(h, p.num_heads, p.num_kv_heads), fontsize=8, pad=3, loc="left")
+        ax.set_title(p.shape.head_label(h), fontsize=8, pad=3, loc="left")
         for r in rows_hl:
             ax.add_patch(Rectangle((-0.5, r - 0.5), n_tok, 1, fill=False, edgecolor="#ff3030", linewidth=1.0))
         _ticks(ax, "x", short, cell, show=h + ncols >= n_heads, dim=att.keys.special)

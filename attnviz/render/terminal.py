@@ -16,7 +16,6 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from ..heads import head_label, structure_notes
 from ..result import Attention
 
 # viridis at 9 stops (matplotlib's values), interpolated linearly between them.
@@ -106,7 +105,7 @@ def token_heatmap(
     boundary = att.keys.pair_start  # sentence B of a pair starts here: a rule before its column
     if boundary is not None:
         widths[boundary] += 1
-    head_w = max(len(head_label(h, p.num_heads, p.num_kv_heads)) for h in range(rows.shape[0]))
+    head_w = max(len(p.shape.head_label(h)) for h in range(rows.shape[0]))
     tops = [f" {labels[int(np.argmax(row))][:10]} {row.max():.2f}" for row in rows]
     top_w = max(len(t) for t in tops) + 1
     title = f"layer {layer} · {query_label!r} (token {query}) → each {_key_noun(att)}"
@@ -137,7 +136,7 @@ def token_heatmap(
             table.add_column(Text(label, style=style), justify="center", no_wrap=True, width=w + 1)
         for h, row in enumerate(rows):
             best = int(np.argmax(row))
-            cells: list[RenderableType] = [Text(head_label(h, p.num_heads, p.num_kv_heads) + " ", style="dim")]
+            cells: list[RenderableType] = [Text(p.shape.head_label(h) + " ", style="dim")]
             if first:
                 cells.append(Text(tops[h]))
             for i in cols:
@@ -244,7 +243,7 @@ def render_show(att: Attention, queries: tuple[int, ...], console: Console, *, v
         console.print(Text(pair_note(att), style="dim"))
     if p.score_terms:
         console.print(Text(score_note(p.score_terms), style="dim"))
-    for note in structure_notes(p.causal, p.num_heads, p.num_kv_heads):
+    for note in p.shape.notes():
         console.print(Text(note, style="dim"))
     if len(queries) > 1:
         pieces = " + ".join(repr(att.tokens.labels[q]) for q in queries)
