@@ -15,6 +15,7 @@ import contextlib
 import io
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import DeviceError, EngineError, ModelLoadError, UsageError
@@ -512,20 +513,35 @@ def inspect(
     return att
 
 
-def run(
+@dataclass(frozen=True)
+class Plan:
+    """One run resolved before its forward pass.
+
+    Attributes:
+        tokens: the sentence (an encoder-decoder's source).
+        target: the decoder's tokens (from ``engine.tokenize_target``) for the "decoder"
+            and "cross" parts; None otherwise.
+        part: see ``choose_part``; None for a model with one stack.
+        resolved: query rows (on the part's query side), layers (of the part), targets
+            (on its key side).
+    """
+
+    tokens: Tokens
+    target: Tokens | None
+    part: str | None
+    resolved: Resolved
+
+
+def plan(
     sentence: str | Tokens,
     engine: Engine,
     selection: Selection,
-    positions: Sequence[int] | None = None,
     where: str = "the sentence",
     *,
     target: str | Tokens | None = None,
-) -> tuple[Attention, Resolved]:
-    """The pipeline of one sentence, down the layers once: tokenize, resolve the
-    selection (query, layers, targets: every mistake found before the forward pass),
-    one forward pass, the asked layers and query rows kept.
+) -> Plan:
+    """Tokenize and resolve the selection: every mistake found before the forward pass.
 
-    ``positions`` (raw token positions) stand in for ``selection.query`` when given.
     Encoder-decoders: ``sentence`` is the source and ``target`` the decoder's text; the
     query is looked up on the part's query side (the target for "decoder" and "cross")
     and target words on its key side (the source for "encoder" and "cross").
@@ -546,9 +562,30 @@ def run(
         keys=key_tokens,
         keys_where="the source" if part == "cross" else where,
     )
+    return Plan(tokens, target_tokens, part, resolved)
+
+
+def run(
+    sentence: str | Tokens,
+    engine: Engine,
+    selection: Selection,
+    positions: Sequence[int] | None = None,
+    where: str = "the sentence",
+    *,
+    target: str | Tokens | None = None,
+) -> tuple[Attention, Resolved]:
+    """The pipeline of one sentence, down the layers once: tokenize, resolve the
+    selection (query, layers, targets: every mistake found before the forward pass),
+    one forward pass, the asked layers and query rows kept.
+
+    ``positions`` (raw token positions) stand in for ``selection.query`` when given.
+    Encoder-decoders: see ``plan``.
+    """
+    planned = plan(sentence, engine, selection, where, target=target)
+    resolved = planned.resolved
     if positions is not None:
         resolved = Resolved(tuple(positions), resolved.layers, resolved.targets)
-    return forward(tokens, engine, resolved, target=target_tokens, part=part), resolved
+    return forward(planned.tokens, engine, resolved, target=planned.target, part=planned.part), resolved
 
 
 def forward(

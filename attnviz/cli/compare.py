@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from . import EXAMPLE, app, errors
-from .common import load, query_from, stdout_console
+from .common import decoder_text, load, query_from, sentence_tokens, stdout_console
 from .options import (
     DebugOpt,
     DeviceOpt,
@@ -20,7 +20,11 @@ from .options import (
     LayerOpt,
     ModelOpt,
     Occurrence,
+    PairOpt,
+    PartOpt,
     SortKey,
+    TargetFileOpt,
+    TargetTextOpt,
     TokenOpt,
 )
 
@@ -86,6 +90,10 @@ def compare(
     model: ModelOpt = None,
     engine: EngineOpt = EngineName.own,
     device: DeviceOpt = "auto",
+    target_text: TargetTextOpt = None,
+    target_file: TargetFileOpt = None,
+    part: PartOpt = None,
+    pair: PairOpt = None,
     json_out: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> None:
@@ -105,6 +113,13 @@ def compare(
 
         targets = tuple(target or ())
         pairwise = vs is not None or pairs is not None
+        decoder = decoder_text(target_text, target_file)
+        if pairwise and (decoder is not None or part is not None or pair is not None):
+            # Minimal pairs align one token across two sentences of one stack.
+            raise UsageError(
+                "--vs and --pairs compare single sentences; they do not take --target-text, --part or --pair",
+                hint="compare one sentence (pair) at a time",
+            )
         # Cheap checks first: none of these needs the model.
         by = check_sort(sort.value if sort else None, pairwise)
         if pairs is not None:
@@ -145,10 +160,11 @@ def compare(
                 raise UsageError("--vs compares the weight on --target words", hint="add --target WORD (repeatable)")
             check_text(vs)
         query = query_from(token, occurrence, index)
-        selection = Selection(query=query, layers=layer, targets=targets)  # target forms checked here
+        # Target forms checked here.
+        selection = Selection(query=query, layers=layer, targets=targets, part=part.value if part else None)
         eng = load(sentence, model, engine.value, device)
         if vs is None:
-            att, resolved = run(sentence, eng, selection)
+            att, resolved = run(sentence_tokens(eng, sentence, pair, decoder), eng, selection, target=decoder)
             rows = sort_rows(head_stats(att, resolved.queries, resolved.targets, top), by, limit)
             queries = resolved.queries
         else:

@@ -11,7 +11,7 @@ import typer
 
 from ..render import DEFAULT_DPI, IMAGE_FORMATS  # constants only: no matplotlib
 from . import app, errors
-from .common import load, query_from, wrote
+from .common import decoder_text, load, query_from, sentence_tokens, wrote
 from .options import (
     DebugOpt,
     DeviceOpt,
@@ -20,7 +20,11 @@ from .options import (
     IndexOpt,
     ModelOpt,
     Occurrence,
+    PairOpt,
+    PartOpt,
     Sentence,
+    TargetFileOpt,
+    TargetTextOpt,
     TokenOpt,
     View,
 )
@@ -61,6 +65,10 @@ def export(
     model: ModelOpt = None,
     engine: EngineOpt = EngineName.own,
     device: DeviceOpt = "auto",
+    target_text: TargetTextOpt = None,
+    target_file: TargetFileOpt = None,
+    part: PartOpt = None,
+    pair: PairOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Write per-head attention heatmaps to a PNG, SVG or PDF file.
@@ -72,7 +80,7 @@ def export(
     Example: attnviz export "The animal didn't cross the street because it was too tired" --token it -o it.png
     """
     with errors(debug):
-        from ..engines import forward
+        from ..engines import choose_part, forward, plan
         from ..errors import UsageError
         from ..result import check_writable
         from ..select import Resolved, Selection
@@ -88,12 +96,16 @@ def export(
                 "say which token to draw",
                 hint="add --token WORD (or --index K), or use --view matrix for whole matrices",
             )
+        target = decoder_text(target_text, target_file)
         eng = load(sentence, model, engine.value, device)
-        tokens = eng.tokenize(sentence)
-        layers = layer if layer is not None or view is View.token else str(eng.num_layers // 2)
-        resolved = Selection(query=query, layers=layers).resolve(tokens, eng.num_layers)
+        text = sentence_tokens(eng, sentence, pair, target)
+        chosen_part = choose_part(eng, part.value if part else None, target is not None)
+        default = str(eng.part_shape(chosen_part).num_layers // 2)
+        layers = layer if layer is not None or view is View.token else default
+        planned = plan(text, eng, Selection(query=query, layers=layers, part=chosen_part), target=target)
+        resolved = planned.resolved
         if view is View.token:
-            att = forward(tokens, eng, resolved)
+            att = forward(planned.tokens, eng, resolved, target=planned.target, part=planned.part)
             write_token_image(att, resolved.queries, output, dpi)
             return
         if len(resolved.layers) != 1:
@@ -103,7 +115,8 @@ def export(
             )
         from ..render.image import matrix_figure, save_figure
 
-        att = forward(tokens, eng, Resolved((), resolved.layers))  # every query row: the whole matrix
+        # Every query row: the whole matrix.
+        att = forward(planned.tokens, eng, Resolved((), resolved.layers), target=planned.target, part=planned.part)
         save_figure(matrix_figure(att, resolved.layers[0], highlight=resolved.queries), output, dpi)
         wrote(output)
 

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from . import app, errors
-from .common import load, query_from, stdout_console
+from .common import decoder_text, load, query_from, sentence_tokens, stdout_console
 from .options import (
     DebugOpt,
     DeviceOpt,
@@ -20,7 +20,11 @@ from .options import (
     LayerOpt,
     ModelOpt,
     Occurrence,
+    PairOpt,
+    PartOpt,
     Sentence,
+    TargetFileOpt,
+    TargetTextOpt,
     TokenOpt,
 )
 
@@ -35,6 +39,10 @@ def show(
     engine: EngineOpt = EngineName.own,
     layer: LayerOpt = "all",
     device: DeviceOpt = "auto",
+    target_text: TargetTextOpt = None,
+    target_file: TargetFileOpt = None,
+    part: PartOpt = None,
+    pair: PairOpt = None,
     values: Annotated[bool, typer.Option("--values", help="Print each weight in its cell.")] = False,
     json_out: JsonOpt = False,
     png: Annotated[
@@ -46,6 +54,9 @@ def show(
     """Show, head by head, where one token puts its attention.
 
     Example: attnviz show "The animal didn't cross the street because it was too tired" --token it
+
+    Encoder-decoders: attnviz show SOURCE --target-text TARGET --part cross --token WORD
+    shows where the decoder's WORD looks in the source.
     """
     with errors(debug):
         from ..engines import run
@@ -63,8 +74,11 @@ def show(
                 )
             check_writable(png, (".png",))
         query = query_from(token, occurrence, index)
+        selection = Selection(query=query, layers=layer, part=part.value if part else None)
+        target = decoder_text(target_text, target_file)
         eng = load(sentence, model, engine.value, device)
-        att, resolved = run(sentence, eng, Selection(query=query, layers=layer))
+        text = sentence_tokens(eng, sentence, pair, target)
+        att, resolved = run(text, eng, selection, target=target)
         if json_out:
             typer.echo(json.dumps(att.query_dict(resolved.queries), ensure_ascii=False))
         else:
