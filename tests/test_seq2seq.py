@@ -213,3 +213,22 @@ def test_cross_attention_survives_json_and_npz(engines: dict[str, tuple[Engine, 
     back = Attention.load_npz(tmp_path / "a.npz")
     assert back.part == "cross" and back.keys == att.keys and back.tokens == att.tokens
     assert np.array_equal(back.weights, att.weights)
+
+
+def test_cross_attention_matrix_figure_labels_target_rows_and_source_columns(
+    engines: dict[str, tuple[Engine, Engine]],
+) -> None:
+    from attnviz.render.image import matrix_figure
+
+    own, _ = engines["bart"]
+    source, target = PAIRS[0]
+    att = inspect(source, own, layers=[1], target=target, part="cross")
+    fig = matrix_figure(att, 1)
+    ax = fig.axes[0]
+    assert ax.images[0].get_array().shape == (len(att.tokens), len(att.keys))  # (target, source)
+    # Labels sit on the outer panels only: gather them from every head's panel.
+    panels = fig.axes[: att.num_heads]
+    columns = [t.get_text() for a in panels for t in a.get_xticklabels()]
+    rows = [t.get_text() for a in panels for t in a.get_yticklabels()]
+    assert set(columns) <= set(att.keys.labels) and "animal" in columns
+    assert set(rows) <= set(att.tokens.labels) and "cat" in rows
