@@ -180,7 +180,7 @@ def tokenize(tokenizer: Tokenizer, sentence: str, max_length: int | None = None)
 
 
 # Between the two sentences of a pair in ``Tokens.text``: not a word, so never matched
-# by a --token or --target word, and visible in titles.
+# as a query or target word, and visible in titles.
 PAIR_SEPARATOR = " ‖ "
 
 
