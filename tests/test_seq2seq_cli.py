@@ -111,7 +111,7 @@ def test_compare_cross_attention(saved: dict[str, Path]) -> None:
     assert all(row["self"] is None and row["distance"] is None for row in rows)  # no positions to compare
     assert all(0 < row["targets"]["animal"] < 1 for row in rows)  # "animal" is found in the source
     table = run(*args, "--model", str(saved["t5"]), "--device", "cpu")
-    assert table.exit_code == 0 and "–" in table.stdout
+    assert table.exit_code == 0 and "–" in table.stdout and "→ each source token" in table.stdout
     line = one_error_line(run(*args, "--model", str(saved["t5"]), "--device", "cpu", "--sort", "distance"), 2)
     assert "--sort weight" in line
 

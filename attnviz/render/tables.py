@@ -19,7 +19,7 @@ from rich.text import Text
 from ..heads import head_label
 from ..metrics import HeadStats, PairStats
 from ..result import Attention
-from .terminal import colour
+from .terminal import colour, part_note
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -198,6 +198,8 @@ def render_compare(
             Text(f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads"),
             style="dim",
         )
+    if header and att.part is not None:
+        console.print(Text(part_note(att), style="dim"))
     word = " ".join(att.tokens.labels[q] for q in queries)
     if len(queries) > 1:
         console.print(Text(f"{word!r} is split into {len(queries)} tokens: its row is their mean", style="dim"))
@@ -209,5 +211,6 @@ def render_compare(
             title = title.rsplit(",", 1)[0] + f", sorted by {sort}"
         console.print(pair_rows_table(rows, title=title, color=color, **kv))  # type: ignore[arg-type]
         return
-    title = f"{word!r} → each token, {shown}, sorted by {sort}"
+    keys = "each source token" if att.part == "cross" else "each token"
+    title = f"{word!r} → {keys}, {shown}, sorted by {sort}"
     console.print(head_rows_table(rows, sort_by=sort, title=title, color=color, **kv))  # type: ignore[arg-type]
