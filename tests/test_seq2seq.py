@@ -232,3 +232,30 @@ def test_cross_attention_matrix_figure_labels_target_rows_and_source_columns(
     rows = [t.get_text() for a in panels for t in a.get_yticklabels()]
     assert set(columns) <= set(att.keys.labels) and "animal" in columns
     assert set(rows) <= set(att.tokens.labels) and "cat" in rows
+
+
+@pytest.mark.parametrize(
+    ("cls", "extra"),
+    [
+        ("T5Config", {"feed_forward_proj": "gated-silu", "num_decoder_layers": 1}),
+        ("T5Config", {"feed_forward_proj": "gelu", "relative_attention_num_buckets": 32}),
+        ("BartConfig", {"activation_function": "relu", "scale_embedding": False, "encoder_attention_heads": 6}),
+    ],
+    ids=["t5-gated-silu", "t5-gelu-32-buckets", "bart-relu"],
+)
+def test_more_variants_match_transformers_in_every_part(cls: str, extra: dict[str, Any], tmp_path: Path) -> None:
+    from attnviz.check import compare_engines
+
+    from .tiny_models import _BART, _T5, Spec, _seq2seq
+
+    base = _T5 if cls == "T5Config" else _BART
+    spec = Spec(
+        "variant",
+        cls[:-6].lower(),
+        _seq2seq(cls, **{**base, **extra}),
+        "seq2seq",
+        "t5" if cls == "T5Config" else "roberta",
+    )
+    result = compare_engines(str(save_tiny(spec, tmp_path / "variant")), device="cpu")
+    assert [p.part for p in result.parts] == ["encoder", "decoder", "cross"]
+    assert result.passed, result.failed
