@@ -10,6 +10,7 @@ Heavy libraries (torch, transformers, matplotlib) are imported only when used.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .errors import AttnvizError, ExitCode, UsageError
@@ -24,7 +25,7 @@ __all__ = ["inspect", "Attention", "AttnvizError", "ExitCode", "UsageError", "__
 
 def inspect(
     sentence: str,
-    token: str | None = None,
+    token: str | Sequence[str] | None = None,
     *,
     occurrence: int | None = None,
     index: int | None = None,
@@ -32,32 +33,51 @@ def inspect(
     engine: str = "own",
     layers: LayerSpec = None,
     device: str = "auto",
+    words: bool = False,
+    hide_special: bool = False,
+    renorm: bool = True,
+    heads: Sequence[str] = (),
+    rollout: bool = False,
     pair: str | None = None,
     target: str | None = None,
     part: str | None = None,
 ) -> Attention:
     """Run ``sentence`` through ``model`` and return per-head attention weights.
 
-    With ``token`` (a word, matched case-insensitively; ``occurrence`` is 1-based) or
-    ``index`` (a raw token position), only that token's rows are kept; otherwise the
-    full query × key matrices. ``layers``: None/"all", an int, "N,M", "A-B" or a list (0-based).
-    The same select stage as the command line checks everything before the model loads.
+    With ``token`` (a word, matched case-insensitively; ``occurrence`` is 1-based; or a
+    list of words, each ``WORD`` or ``WORD:N``) or ``index`` (a raw token position), only
+    those tokens' rows are kept; otherwise the full query × key matrices. A word split
+    into pieces is one query: the mean of its pieces' rows. ``layers``: None/"all", an
+    int, "N,M", "A-B" or a list (0-based). The reading options are ``attnviz.transforms``:
+    ``words`` (keys summed over a word's pieces, queries averaged), ``hide_special``
+    (special tokens set aside as keys, rows renormalised unless ``renorm=False``),
+    ``heads`` (per-layer "mean"/"max" slots after the heads), ``rollout`` (a "rollout"
+    slot); ``att.steps`` says what was done. The same select stage as the command line
+    checks everything before the model loads.
 
     ``pair``: a second sentence, encoded with the first as a typed sentence pair (BERT-likes).
     Encoder-decoders: ``target`` is the decoder's text and ``part`` "encoder", "decoder" or
     "cross" (default: "cross" with a target, else "encoder"); ``token`` is looked up on the
     part's query side (the target, for "decoder" and "cross").
     """
-    from .engines import load_engine, run
-    from .select import Query, Selection
+    from .engines import load_engine, plan, read
+    from .select import Query, Selection, parse_target
     from .tokens import check_text
+    from .transforms import View
 
-    selection = Selection(query=Query.maybe(token, occurrence, index), layers=layers, part=part)
+    view = View(words=words, hide_special=hide_special, renorm=renorm, heads=tuple(heads), rollout=rollout)
+    if token is None or isinstance(token, str):
+        query = Query.maybe(token, occurrence, index)
+        queries = [] if query is None else [query]
+    else:
+        queries = [Query(*parse_target(spec)) for spec in token]
+    selection = Selection(layers=layers, part=part)
     check_text(sentence)
     eng = load_engine(engine, model, device)
-    tokens = eng.tokenize(sentence) if pair is None else eng.tokenize_pair(sentence, pair)
-    att, _ = run(tokens, eng, selection, target=target)
-    return att
+    text = eng.tokenize(sentence) if pair is None else eng.tokenize_pair(sentence, pair)
+    planned = plan(text, eng, selection, target=target)
+    groups = [q.resolve(planned.query_tokens, planned.where) for q in queries]
+    return read(planned.tokens, eng, planned.resolved.layers, groups, view, target=planned.target, part=planned.part)
 
 
 def __getattr__(name: str) -> object:

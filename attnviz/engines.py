@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from .architectures.base import ForwardOutput
     from .architectures.seq2seq import Seq2SeqOutput
+    from .transforms import View
 
 ENGINES = ("own", "hf")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -531,6 +532,16 @@ class Plan:
     part: str | None
     resolved: Resolved
 
+    @property
+    def query_tokens(self) -> Tokens:
+        """The tokens query words are found in: the target for "decoder" and "cross"."""
+        return self.tokens if self.target is None else self.target
+
+    @property
+    def where(self) -> str:
+        """The query side, in words, for messages."""
+        return "the sentence" if self.target is None else "the decoder text"
+
 
 def plan(
     sentence: str | Tokens,
@@ -586,6 +597,33 @@ def run(
     if positions is not None:
         resolved = Resolved(tuple(positions), resolved.layers, resolved.targets)
     return forward(planned.tokens, engine, resolved, target=planned.target, part=planned.part), resolved
+
+
+def read(
+    tokens: Tokens,
+    engine: Engine,
+    layers: Sequence[int],
+    query_groups: Sequence[Sequence[int]] = (),
+    view: View | None = None,
+    *,
+    target: Tokens | None = None,
+    part: str | None = None,
+) -> Attention:
+    """One forward pass read the way ``view`` asks (``transforms.apply``): words, special
+    tokens set aside, head aggregates, rollout. ``query_groups``: the token positions of
+    each query word (each becomes one query slot, the mean of its rows); none = every
+    token. Rollout needs every row of layers 0..max(layers), so those are computed then.
+    Encoder-decoders: ``target`` and ``part`` as for ``forward``.
+    """
+    from .transforms import View, apply
+
+    view = view or View()
+    positions = tuple(sorted({int(p) for g in query_groups for p in g}))
+    if view.needs_full:
+        att = forward(tokens, engine, Resolved((), tuple(range(max(layers) + 1))), target=target, part=part)
+    else:
+        att = forward(tokens, engine, Resolved(positions, tuple(layers)), target=target, part=part)
+    return apply(att, view, query_groups, layers)
 
 
 def forward(

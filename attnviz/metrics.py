@@ -24,7 +24,7 @@ Conventions (also in the README):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,18 +106,23 @@ def next_share(rows: np.ndarray, query: int | Sequence[int]) -> np.ndarray:
     return target_weight(rows, [last + 1] if last + 1 < size else [])
 
 
-def mean_distance(rows: np.ndarray, query: int | Sequence[int]) -> np.ndarray:
+def mean_distance(rows: np.ndarray, query: int | Sequence[int], keep: np.ndarray | None = None) -> np.ndarray:
     """(...) expected distance in tokens from the query to what it attends to.
 
     ``sum_j p_j · d_j``, with d_j = |j - q| from the nearest piece q of the query (0 on
-    the query itself). Special tokens count like any other, so a head parked on [CLS]
-    from the end of a sentence has a long mean distance.
+    the query itself). With ``keep`` ((S,) bool), only those tokens count and each row
+    is renormalised over them (compare leaves special tokens out, so a head parked on
+    [CLS] is not "long-range"); a row with no weight on them has distance 0.
     """
     rows = np.asarray(rows, dtype=np.float64)
     positions = np.arange(rows.shape[-1])
     span = np.asarray(_span(query))
     d = np.abs(positions[:, None] - span[None, :]).min(axis=1)  # (S,)
-    return (rows * d).sum(-1)
+    if keep is None:
+        return (rows * d).sum(-1)
+    kept = np.where(np.asarray(keep, dtype=bool), rows, 0.0)
+    total = kept.sum(-1)
+    return np.divide((kept * d).sum(-1), total, out=np.zeros_like(total), where=total > 0)
 
 
 def top_k(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -159,9 +164,12 @@ class HeadStats:
         targets: each target word's weight (summed over its pieces and occurrences).
         entropy: normalised, 0 = all on one token, 1 = uniform over what it may see.
         sink: share on special tokens; self_share, prev, next: on the query, the token
-            before it, the token after it; distance: mean distance in tokens. These four
+            before it, the token after it; distance: mean distance in tokens to the
+            tokens that are not special (the row renormalised over them). These four
             compare query and key positions: None for cross-attention, whose keys are
             another text.
+        name: "h5" for a model head; "mean", "max" or "rollout" for an aggregate slot
+            (whose ``head`` is then its slot number on the head axis, not a head).
     """
 
     layer: int
@@ -175,13 +183,17 @@ class HeadStats:
     prev: float | None
     next: float | None
     distance: float | None
+    name: str = ""
+    aggregate: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (rounded as every attnviz JSON is: ``result.jsonable``)."""
+        """JSON-ready (rounded as every attnviz JSON is: ``result.jsonable``). An
+        aggregate row has ``head`` null and its name in ``aggregate``."""
         return jsonable(
             {
                 "layer": self.layer,
-                "head": self.head,
+                "head": None if self.aggregate else self.head,
+                **({"aggregate": self.name} if self.aggregate else {}),
                 "top": [list(t) for t in self.top],
                 "top_index": list(self.top_index),
                 "targets": dict(self.targets),
@@ -240,21 +252,41 @@ def query_rows(att: Attention, query: int | Sequence[int]) -> np.ndarray:
     return np.asarray(np.mean([att.rows(q) for q in _span(query)], axis=0, dtype=np.float64))
 
 
-def head_stats(
-    att: Attention, query: int | Sequence[int], targets: Mapping[str, Sequence[int]] | None = None, top: int = 3
-) -> list[HeadStats]:
-    """One ``HeadStats`` per (layer, head), in (layer, head) order; see ``sort_rows``.
-
-    ``targets``: each target word's token positions (``select.find_targets``), so the
-    words are found once, before the forward pass. See the module docstring for split
-    words and targets.
-    """
+def query_span(att: Attention, query: int | Sequence[int]) -> list[int]:
+    """Positions in ``att.tokens`` the query stands for: a query slot merged from several
+    tokens or words (``transforms.merge_query``) stands for all of them."""
     span = _span(query)
-    rows = query_rows(att, span)  # (N, H, S)
+    if len(span) == 1 and span[0] in att.queries:
+        return list(att.query_span(att.query_slot(span[0])))
+    return span
+
+
+def head_stats(
+    att: Attention,
+    query: int | Sequence[int],
+    targets: Mapping[str, Sequence[int]] | None = None,
+    top: int = 3,
+    exclude: Collection[str] = (),
+) -> list[HeadStats]:
+    """One ``HeadStats`` per (layer, head slot), in (layer, head) order; see ``sort_rows``.
+
+    ``targets``: each target word's positions in ``att.tokens`` (``select.find_targets``,
+    mapped to words with ``transforms.positions_in``), so the words are found once,
+    before the forward pass. ``exclude`` (``findings.EXCLUDE_KINDS``) leaves special
+    tokens, neighbours or punctuation out of the ``top`` list (and so out of the default
+    sort). Aggregate slots (head mean/max, rollout) get rows of their own, named. See
+    the module docstring for split words and targets.
+    """
+    from .findings import excluded
+
+    span = query_span(att, query)
+    rows = att.rows(_span(query)[0]) if len(_span(query)) == 1 else query_rows(att, span)  # (N, H, S)
+    rows = np.asarray(rows, dtype=np.float64)
     size = rows.shape[-1]
     keys = att.keys  # the source tokens, for cross-attention
     mask = causal_mask(size, span) if att.provenance.causal else None
-    spread, sunk = entropy(rows, mask), sink(rows, keys.special)  # (N, H) each
+    special = np.asarray(keys.special, dtype=bool)
+    spread, sunk = entropy(rows, mask), sink(rows, special)  # (N, H) each
     # Self, neighbour and distance shares compare query and key positions: they mean
     # something only when both index the same text (None for cross-attention).
     positional: dict[str, np.ndarray | None] = dict.fromkeys(("self_share", "prev", "next", "distance"))
@@ -263,24 +295,29 @@ def head_stats(
             self_share=self_share(rows, span),
             prev=prev_share(rows, span),
             next=next_share(rows, span),
-            distance=mean_distance(rows, span),
+            distance=mean_distance(rows, span, ~special),
         )
     weights = {word: target_weight(rows, idx) for word, idx in (targets or {}).items()}
-    top_idx, top_w = top_k(rows, top)
+    # Cross-attention has no neighbours of the query among its keys (another text).
+    left_out = excluded(keys, span if att.is_self_attention else (), exclude) | np.isin(np.arange(size), att.hidden)
+    top_idx, top_w = top_k(np.where(left_out, -1.0, rows), top)
     labels = keys.labels
     out: list[HeadStats] = []
     for n, layer in enumerate(att.layers):
         for h in range(rows.shape[1]):
+            keep = top_w[n, h] >= 0  # fewer than k tokens left after excluding
             out.append(
                 HeadStats(
                     layer=int(layer),
                     head=h,
-                    top=tuple((labels[i], float(w)) for i, w in zip(top_idx[n, h], top_w[n, h])),
-                    top_index=tuple(int(i) for i in top_idx[n, h]),
+                    top=tuple((labels[i], float(w)) for i, w in zip(top_idx[n, h][keep], top_w[n, h][keep])),
+                    top_index=tuple(int(i) for i in top_idx[n, h][keep]),
                     targets={word: float(w[n, h]) for word, w in weights.items()},
                     entropy=float(spread[n, h]),
                     sink=float(sunk[n, h]),
                     **{key: None if value is None else float(value[n, h]) for key, value in positional.items()},
+                    name=att.head_name(h),
+                    aggregate=h >= att.model_heads,
                 )
             )
     return out
@@ -294,6 +331,7 @@ def pair_stats(
     query_b: int | Sequence[int],
     targets_b: Mapping[str, Sequence[int]],
     top: int = 3,
+    exclude: Collection[str] = (),
 ) -> list[PairStats]:
     """The same query word in two sentences (a minimal pair), head by head.
 
@@ -314,8 +352,8 @@ def pair_stats(
             f"vs {list(att_b.layers)} × {att_b.num_heads} heads",
             hint="run both sentences through the same model and layers",
         )
-    rows_a = head_stats(att_a, query_a, targets_a, top)
-    rows_b = head_stats(att_b, query_b, targets_b, top)
+    rows_a = head_stats(att_a, query_a, targets_a, top, exclude)
+    rows_b = head_stats(att_b, query_b, targets_b, top, exclude)
     return [PairStats(a, b) for a, b in zip(rows_a, rows_b)]
 
 

@@ -14,10 +14,10 @@ occurrence, as with ``--target``). Blank lines and lines starting with ``#`` are
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import AttnvizError, UsageError
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .metrics import PairStats
     from .result import Attention
     from .select import LayerSpec
+    from .transforms import View
 
 COLUMNS = ("sentence_a", "sentence_b", "token", "targets")
 
@@ -100,34 +101,58 @@ class PairResult:
 
 
 def run_pair(
-    engine: Engine, pair: MinimalPair, *, occurrence: int | None = None, layers: LayerSpec = None, top: int = 3
+    engine: Engine,
+    pair: MinimalPair,
+    *,
+    occurrence: int | None = None,
+    layers: LayerSpec = None,
+    top: int = 3,
+    view: View | None = None,
+    exclude: Collection[str] = (),
 ) -> PairResult:
-    """Both sentences of ``pair`` through ``engine``; see the module docstring.
+    """Both sentences of ``pair`` through ``engine``, each read as ``view`` asks
+    (``engines.read``); see the module docstring. ``exclude``: as in ``metrics.head_stats``.
 
     Raises:
         TokenNotFoundError: the token or a target is missing from sentence A or B (the
             message says which); the errors of ``engines.run``.
     """
-    from .engines import forward
+    from .engines import read
     from .metrics import pair_stats
     from .select import Query, Selection
+    from .transforms import positions_in
 
     selection = Selection(query=Query(pair.token, occurrence), layers=layers, targets=pair.targets)
     tokens_a, tokens_b = engine.tokenize(pair.sentence_a), engine.tokenize(pair.sentence_b)
     # Both resolved before either forward pass: a word missing from B costs no model time.
     res_a = selection.resolve(tokens_a, engine.num_layers, where="sentence A")
     res_b = selection.resolve(tokens_b, engine.num_layers, where="sentence B")
-    att_a, att_b = forward(tokens_a, engine, res_a), forward(tokens_b, engine, res_b)
-    stats = pair_stats(att_a, res_a.queries, res_a.targets, att_b, res_b.queries, res_b.targets, top)
+    att_a = read(tokens_a, engine, res_a.layers, [res_a.queries], view)
+    att_b = read(tokens_b, engine, res_b.layers, [res_b.queries], view)
+    targets_a = {word: positions_in(att_a, idx) for word, idx in res_a.targets.items()}
+    targets_b = {word: positions_in(att_b, idx) for word, idx in res_b.targets.items()}
+    stats = pair_stats(att_a, att_a.queries[0], targets_a, att_b, att_b.queries[0], targets_b, top, exclude)
     return PairResult(pair, att_a, att_b, stats)
 
 
-def run_pairs(
-    engine: Engine, pairs: Iterable[MinimalPair], path: Path | str, **options: object
-) -> Iterator[PairResult]:
+@dataclass(frozen=True)
+class PairOptions:
+    """How every pair of a run is read (the keyword arguments of ``run_pair``)."""
+
+    occurrence: int | None = None
+    layers: LayerSpec = None
+    top: int = 3
+    view: View | None = None
+    exclude: tuple[str, ...] = ()
+
+    def kwargs(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def run_pairs(engine: Engine, pairs: Iterable[MinimalPair], path: Path | str, **options: Any) -> Iterator[PairResult]:
     """``run_pair`` over the pairs of a file; an error names the file and line."""
     for pair in pairs:
         try:
-            yield run_pair(engine, pair, **options)  # type: ignore[arg-type]
+            yield run_pair(engine, pair, **options)
         except AttnvizError as exc:
             raise type(exc)(f"{path}:{pair.line}: {exc.message}", exc.hint, **exc.facts) from None

@@ -105,6 +105,16 @@ class Attention:
             None for a model with one stack.
         key_tokens: the tokens the weights' last axis runs over when they are not
             ``tokens`` (cross-attention: the source); None = ``tokens`` (self-attention).
+        aggregates: names of the trailing slots of the head axis that are not a model
+            head but an aggregate over heads ("mean", "max", "rollout"); the first
+            ``H - len(aggregates)`` slots are the model's heads 0.. in order.
+        source: the tokenization before words were merged (None: ``tokens`` is it).
+        key_pieces: for merged words, the ``source`` token positions each column sums.
+        query_pieces: the ``source`` (or ``tokens``) positions whose rows were averaged
+            into each query slot (None: each slot is its own token's row).
+        hidden: token positions set aside as keys (their weight is 0 in every row).
+        steps: what was done to the engine's weights, in order, one label each
+            (see attnviz.transforms); empty for raw per-head weights.
     """
 
     tokens: Tokens
@@ -113,6 +123,12 @@ class Attention:
     queries: tuple[int, ...]
     provenance: Provenance
     extra: dict[str, Any] = field(default_factory=dict)
+    aggregates: tuple[str, ...] = ()
+    source: Tokens | None = None
+    key_pieces: tuple[tuple[int, ...], ...] | None = None
+    query_pieces: tuple[tuple[int, ...], ...] | None = None
+    hidden: tuple[int, ...] = ()
+    steps: tuple[str, ...] = ()
     part: str | None = None
     key_tokens: Tokens | None = None
 
@@ -125,6 +141,12 @@ class Attention:
             )
         if self.part not in (None, *PARTS):
             raise ValueError(f"unknown part {self.part!r} (parts: {', '.join(PARTS)})")
+        if len(self.aggregates) > h:
+            raise ValueError(f"{len(self.aggregates)} aggregate names for a head axis of {h}")
+        if self.key_pieces is not None and len(self.key_pieces) != s:
+            raise ValueError(f"key_pieces has {len(self.key_pieces)} entries for {s} tokens")
+        if self.query_pieces is not None and len(self.query_pieces) != q:
+            raise ValueError(f"query_pieces has {len(self.query_pieces)} entries for {q} queries")
 
     @property
     def keys(self) -> Tokens:
@@ -138,7 +160,41 @@ class Attention:
 
     @property
     def num_heads(self) -> int:
+        """Slots on the head axis: the model's heads kept, then any aggregates."""
         return int(self.weights.shape[1])
+
+    @property
+    def model_heads(self) -> int:
+        """How many slots of the head axis are the model's own heads (the rest are aggregates)."""
+        return self.num_heads - len(self.aggregates)
+
+    def head_name(self, slot: int) -> str:
+        """'h5' (or 'h5 (kv2)' under grouped-query attention) for a model head; the
+        aggregate's name ('mean', 'max', 'rollout') for an aggregate slot."""
+        if slot >= self.model_heads:
+            return self.aggregates[slot - self.model_heads]
+        shape = self.provenance.shape
+        if self.model_heads == shape.num_heads:
+            return shape.head_label(slot)
+        return f"h{slot}"
+
+    def query_span(self, slot: int) -> tuple[int, ...]:
+        """Positions in ``tokens`` that query slot ``slot`` stands for: its own position,
+        or every token (word) whose rows were averaged into it."""
+        if self.query_pieces is None:
+            return (self.queries[slot],)
+        if self.key_pieces is None:
+            return self.query_pieces[slot]
+        word_of = {i: w for w, group in enumerate(self.key_pieces) for i in group}
+        return tuple(sorted({word_of[i] for i in self.query_pieces[slot]}))
+
+    def pieces_of_query(self, slot: int) -> tuple[int, ...]:
+        """Source token positions averaged into query slot ``slot``."""
+        if self.query_pieces is not None:
+            return self.query_pieces[slot]
+        if self.key_pieces is not None:
+            return self.key_pieces[self.queries[slot]]
+        return (self.queries[slot],)
 
     def layer_slot(self, layer: int) -> int:
         """Position of model layer ``layer`` in ``weights``."""
@@ -192,6 +248,7 @@ class Attention:
             out["weights"] = jsonable(self.rows(query))
         else:
             out["weights"] = jsonable(self.weights)
+        out.update(self.transform_dict())
         out.update(
             model=p.model,
             engine=p.engine,
@@ -202,14 +259,36 @@ class Attention:
         out.update(self.extra)
         return out
 
-    def query_dict(self, queries: tuple[int, ...]) -> dict[str, Any]:
-        """The JSON of ``show``: ``to_dict`` of the word's first piece, plus
-        ``query_indices`` and, for a word split into pieces, ``pieces_weights`` (every
-        piece's rows, in order)."""
-        out = self.to_dict(queries[0])
-        out["query_indices"] = list(queries)
-        if len(queries) > 1:
-            out["pieces_weights"] = [jsonable(self.rows(q)) for q in queries]
+    def transform_dict(self) -> dict[str, Any]:
+        """What was done to the raw weights, for JSON; empty for raw per-head weights."""
+        out: dict[str, Any] = {}
+        if self.steps:
+            out["steps"] = list(self.steps)
+        if self.aggregates:
+            out["heads"] = [self.head_name(h) for h in range(self.num_heads)]
+        if self.key_pieces is not None and self.source is not None:
+            out["word_pieces"] = [[self.source.labels[i] for i in group] for group in self.key_pieces]
+            out["word_token_indices"] = [list(group) for group in self.key_pieces]
+        if self.query_pieces is not None:
+            out["query_token_indices"] = [list(group) for group in self.query_pieces]
+        if self.hidden:
+            out["hidden"] = list(self.hidden)
+        return out
+
+    def query_dict(self, query: int) -> dict[str, Any]:
+        """The JSON of ``show`` for one query: ``to_dict(query)`` plus ``query_indices``,
+        the token positions (before any word merge) whose rows were averaged into it,
+        and, when there are several, ``query_rule`` saying so. One rule for a split
+        word in every view: its row is the mean of its pieces' rows."""
+        out = self.to_dict(query)
+        pieces = self.pieces_of_query(self.query_slot(query))
+        out["query_indices"] = list(pieces)
+        if len(pieces) > 1:
+            out["query_rule"] = f"the mean of the rows of its {len(pieces)} tokens (Clark et al. 2019)"
+            source = self.source or self.tokens
+            start, end = source.offsets[pieces[0]][0], source.offsets[pieces[-1]][1]
+            if end > start:
+                out["query_token"] = source.text[start:end]  # the word, not its first piece
         return out
 
     def to_json(self, query: int | None = None) -> str:
@@ -219,13 +298,19 @@ class Attention:
         """Write weights and metadata to ``path`` (.npz), atomically."""
         meta = json.dumps(
             {
-                **_tokens_meta(self.tokens),
+                **_tokens_dict(self.tokens),
                 "layers": list(self.layers),
                 "queries": list(self.queries),
                 "provenance": self.provenance.to_dict(),
                 "extra": self.extra,
                 "part": self.part,
-                "key_tokens": None if self.key_tokens is None else _tokens_meta(self.key_tokens),
+                "key_tokens": None if self.key_tokens is None else _tokens_dict(self.key_tokens),
+                "aggregates": list(self.aggregates),
+                "source": None if self.source is None else _tokens_dict(self.source),
+                "key_pieces": None if self.key_pieces is None else [list(g) for g in self.key_pieces],
+                "query_pieces": None if self.query_pieces is None else [list(g) for g in self.query_pieces],
+                "hidden": list(self.hidden),
+                "steps": list(self.steps),
             }
         )
 
@@ -240,20 +325,30 @@ class Attention:
         with np.load(path, allow_pickle=False) as data:
             weights = data["weights"]
             meta = json.loads(str(data["meta"]))
+        tokens = _tokens_from(meta)
+        source = meta.get("source")
+        key_pieces = meta.get("key_pieces")
+        query_pieces = meta.get("query_pieces")
         keys = meta.get("key_tokens")
         return cls(
-            tokens=_tokens_from_meta(meta),
+            tokens=tokens,
             weights=weights,
             layers=tuple(meta["layers"]),
             queries=tuple(meta["queries"]),
             provenance=Provenance.from_dict(meta["provenance"]),
             extra=meta.get("extra", {}),
+            aggregates=tuple(meta.get("aggregates", ())),
+            source=None if source is None else _tokens_from(source),
+            key_pieces=None if key_pieces is None else tuple(tuple(g) for g in key_pieces),
+            query_pieces=None if query_pieces is None else tuple(tuple(g) for g in query_pieces),
+            hidden=tuple(meta.get("hidden", ())),
+            steps=tuple(meta.get("steps", ())),
             part=meta.get("part"),
-            key_tokens=None if keys is None else _tokens_from_meta(keys),
+            key_tokens=None if keys is None else _tokens_from(keys),
         )
 
 
-def _tokens_meta(tokens: Tokens) -> dict[str, Any]:
+def _tokens_dict(tokens: Tokens) -> dict[str, Any]:
     return {
         "text": tokens.text,
         "ids": list(tokens.ids),
@@ -265,7 +360,7 @@ def _tokens_meta(tokens: Tokens) -> dict[str, Any]:
     }
 
 
-def _tokens_from_meta(meta: dict[str, Any]) -> Tokens:
+def _tokens_from(meta: dict[str, Any]) -> Tokens:
     return Tokens(
         text=meta["text"],
         ids=tuple(meta["ids"]),

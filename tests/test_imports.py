@@ -55,6 +55,8 @@ def test_own_engine_never_imports_transformers() -> None:
         ("attnviz.architectures.bert", ("rich", "matplotlib", "typer", "transformers")),
         ("attnviz.tokens", ("rich", "matplotlib", "typer", "transformers", "torch")),
         ("attnviz.result", ("rich", "matplotlib", "typer", "transformers", "torch")),
+        ("attnviz.transforms", ("rich", "matplotlib", "typer", "transformers", "torch")),
+        ("attnviz.findings", ("rich", "matplotlib", "typer", "transformers", "torch")),
         ("attnviz.models", ("rich", "matplotlib", "typer", "transformers", "torch")),
         ("attnviz.engines", ("rich", "matplotlib", "typer", "transformers", "torch")),
         ("attnviz.render.terminal", ("transformers", "typer", "torch", "matplotlib")),

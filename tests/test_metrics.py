@@ -203,7 +203,8 @@ def test_head_table_rows() -> None:
     assert r0["targets"] == {"cat": pytest.approx(0.7), "the": pytest.approx(0.1)}
     assert r0["self"] == pytest.approx(0.2) and r0["prev"] == pytest.approx(0.7) and r0["next"] == 0.0
     assert r0["distance"] == pytest.approx(0.1 * 2 + 0.7 * 1)
-    assert r1["sink"] == pytest.approx(1.0) and r1["entropy"] == 0.0 and r1["distance"] == pytest.approx(4.0)
+    # All on [SEP]: distance leaves special tokens out, and nothing else is left.
+    assert r1["sink"] == pytest.approx(1.0) and r1["entropy"] == 0.0 and r1["distance"] == 0.0
     assert r2["entropy"] == pytest.approx(1.0)
     assert r2["targets"]["the"] == pytest.approx(2 / 8)  # both occurrences
     json.dumps(rows)  # plain JSON types only
@@ -223,7 +224,8 @@ def test_sort_rows() -> None:
     assert [r.head for r in metrics.sort_rows(rows)] == [0, 2, 1]  # weight on "cat"
     assert [r.head for r in metrics.sort_rows(rows, "entropy")] == [1, 0, 2]
     assert [r.head for r in metrics.sort_rows(rows, "sink", limit=1)] == [1]
-    assert [r.head for r in metrics.sort_rows(rows, "distance")] == [1, 2, 0]
+    # Distance over the non-special tokens: uniform over tokens 1..6 from 3 is 9/6, h0 0.9, h1 0.
+    assert [r.head for r in metrics.sort_rows(rows, "distance")] == [2, 0, 1]
     untargeted = stats(cat_attention(), (3,))
     assert [r.head for r in metrics.sort_rows(untargeted)] == [1, 0, 2]  # top weight: 1.0, 0.7, 0.125
     with pytest.raises(UsageError, match="cannot sort by 'size'"):

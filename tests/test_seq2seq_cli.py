@@ -106,7 +106,7 @@ def test_compare_cross_attention(saved: dict[str, Path]) -> None:
     args = ("compare", SOURCE, "--target-text", TARGET, "--token", "cat", "--target", "animal")
     result = run(*args, "--model", str(saved["t5"]), "--device", "cpu", "--json")
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.stdout)
+    rows = json.loads(result.stdout)["rows"]
     assert len(rows) == 3 * 3  # 3 decoder layers × 3 heads
     assert all(row["self"] is None and row["distance"] is None for row in rows)  # no positions to compare
     assert all(0 < row["targets"]["animal"] < 1 for row in rows)  # "animal" is found in the source
@@ -157,4 +157,4 @@ def test_show_and_compare_a_sentence_pair() -> None:
     assert data["pair_start"] == 9 and data["type_ids"][8:10] == [0, 1] and data["query_index"] == 12
     rows = run("compare", *args[1:], "--target", "cat", "--device", "cpu", "--json")
     assert rows.exit_code == 0, rows.output
-    assert all(row["self"] is not None for row in json.loads(rows.stdout))
+    assert all(row["self"] is not None for row in json.loads(rows.stdout)["rows"])

@@ -2,31 +2,44 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from . import EXAMPLE, app, errors
-from .common import decoder_text, load, query_from, sentence_tokens, stdout_console
+from .common import decoder_text, load, query_from, sentence_tokens, stdout_console, view_from
 from .options import (
     DebugOpt,
     DeviceOpt,
     EngineName,
     EngineOpt,
+    HeadsOpt,
+    HideSpecialOpt,
     IndexOpt,
     JsonOpt,
     LayerOpt,
     ModelOpt,
+    NoPagerOpt,
+    NoRenormOpt,
     Occurrence,
     PairOpt,
     PartOpt,
+    RolloutOpt,
     SortKey,
     TargetFileOpt,
     TargetTextOpt,
     TokenOpt,
+    WordsOpt,
 )
+
+if TYPE_CHECKING:
+    from ..engines import Engine
+    from ..pairs import MinimalPair, PairOptions
+    from ..result import Attention
 
 PAIRS_LIMIT = 5  # heads shown per pair with --pairs, unless --limit says otherwise
 
@@ -51,6 +64,18 @@ SortOpt = Annotated[
 ]
 
 
+ExcludeOpt = Annotated[
+    str,
+    typer.Option(
+        "--exclude",
+        metavar="KINDS",
+        help="Leave these targets out of the top list (and so of the default sort): special, adjacent "
+        "(the token itself and its neighbours), punct; comma-separated, or none.",
+    ),
+]
+SUMMARY_HEADS = 10  # heads in the --pairs summary
+
+
 @app.command()
 def compare(
     sentence: Annotated[
@@ -73,7 +98,7 @@ def compare(
             "--pairs",
             metavar="PATH",
             help="Run every pair of a tab-separated file (sentence_a, sentence_b, token, targets), "
-            f"e.g. samples/minimal_pairs.tsv; {PAIRS_LIMIT} heads each unless --limit.",
+            f"e.g. samples/minimal_pairs.tsv; {PAIRS_LIMIT} heads each unless --limit, then a summary.",
             show_default=False,
         ),
     ] = None,
@@ -82,11 +107,18 @@ def compare(
     top: Annotated[
         int, typer.Option("--top", "-k", metavar="N", min=1, help="How many strongest targets to list per head.")
     ] = 3,
+    exclude: ExcludeOpt = "special,adjacent,punct",
     sort: SortOpt = None,
     limit: Annotated[
         int | None, typer.Option("--limit", metavar="N", min=1, help="Show only the first N heads.")
     ] = None,
     layer: LayerOpt = "all",
+    words: WordsOpt = False,
+    hide_special: HideSpecialOpt = False,
+    no_renorm: NoRenormOpt = False,
+    heads: HeadsOpt = None,
+    rollout: RolloutOpt = False,
+    seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the --pairs bootstrap.")] = 0,
     model: ModelOpt = None,
     engine: EngineOpt = EngineName.own,
     device: DeviceOpt = "auto",
@@ -95,21 +127,28 @@ def compare(
     part: PartOpt = None,
     pair: PairOpt = None,
     json_out: JsonOpt = False,
+    no_pager: NoPagerOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """Rank the heads by what one token does: top targets, weight on --target words,
     entropy, sink, self/prev/next shares, distance; with --vs, the change between two sentences.
 
+    Without --target the heads are ranked by their strongest link that is not to a special
+    token, punctuation or the token's neighbours (--exclude none: any link).
+
     Example: attnviz compare "The animal didn't cross the street because it was too tired" --token it --target animal
     """
     with errors(debug):
-        from ..engines import run
+        from ..engines import plan, read
         from ..errors import UsageError
+        from ..findings import parse_exclude
         from ..metrics import check_sort, head_stats, sort_rows
-        from ..pairs import MinimalPair, read_pairs, run_pair, run_pairs
+        from ..pairs import MinimalPair, PairOptions, read_pairs, run_pair
         from ..render.tables import render_compare
+        from ..render.terminal import paged
         from ..select import Selection
         from ..tokens import check_text
+        from ..transforms import positions_in
 
         targets = tuple(target or ())
         pairwise = vs is not None or pairs is not None
@@ -122,6 +161,14 @@ def compare(
             )
         # Cheap checks first: none of these needs the model.
         by = check_sort(sort.value if sort else None, pairwise)
+        try:
+            kinds = parse_exclude(exclude)
+        except ValueError as exc:
+            raise UsageError(str(exc), hint="e.g. --exclude special,adjacent,punct or --exclude none") from None
+        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout)
+        if picked is not None:
+            raise UsageError("compare ranks every head", hint="use --heads mean or max here, --layer to narrow")
+        options = PairOptions(occurrence=occurrence, layers=layer, top=top, view=reading, exclude=kinds)
         if pairs is not None:
             if sentence is not None or vs is not None or token is not None or targets or index is not None:
                 raise UsageError(
@@ -130,26 +177,7 @@ def compare(
                 )
             found = read_pairs(pairs)  # a bad file fails before the model loads
             eng = load(found[0].sentence_a, model, engine.value, device)
-            console = None if json_out else stdout_console()
-            everything = []
-            results = run_pairs(eng, found, pairs, occurrence=occurrence, layers=layer, top=top)
-            for n, result in enumerate(results, start=1):
-                rows = sort_rows(result.stats, by, PAIRS_LIMIT if limit is None else limit)
-                if console is None:
-                    p = result.pair
-                    meta = {"pair": n, "sentence": p.sentence_a, "sentence_vs": p.sentence_b, "token": p.token}
-                    everything += [{**meta, **row.to_dict()} for row in rows]
-                    continue
-                from rich.text import Text
-
-                indent = " " * len(f"{n}. ")
-                console.print(
-                    Text(f"{n}. A: {result.pair.sentence_a}\n{indent}B: {result.pair.sentence_b}", style="bold")
-                )
-                render_compare(console, result.att_a, result.att_a.queries, rows, by, header=n == 1)
-                console.print()
-            if json_out:
-                typer.echo(json.dumps(everything, ensure_ascii=False))
+            _compare_pairs(eng, found, pairs, options, by, limit, seed, json_out, no_pager)
             return
         if sentence is None:
             raise UsageError("give a sentence (or --pairs FILE)", hint=f'e.g. attnviz compare "{EXAMPLE}" --token it')
@@ -164,17 +192,109 @@ def compare(
         selection = Selection(query=query, layers=layer, targets=targets, part=part.value if part else None)
         eng = load(sentence, model, engine.value, device)
         if vs is None:
-            att, resolved = run(sentence_tokens(eng, sentence, pair, decoder), eng, selection, target=decoder)
-            rows = sort_rows(head_stats(att, resolved.queries, resolved.targets, top), by, limit)
-            queries = resolved.queries
+            planned = plan(sentence_tokens(eng, sentence, pair, decoder), eng, selection, target=decoder)
+            resolved = planned.resolved
+            att = read(
+                planned.tokens,
+                eng,
+                resolved.layers,
+                [resolved.queries],
+                reading,
+                target=planned.target,
+                part=planned.part,
+            )
+            found_targets = {word: positions_in(att, idx) for word, idx in resolved.targets.items()}
+            rows = head_stats(att, att.queries[0], found_targets, top, kinds)
+            rows = sort_rows(rows, by, limit)
         else:
             assert token is not None  # query_from needs --token or --index, and --index was refused
-            result = run_pair(
-                eng, MinimalPair(sentence, vs, token, targets), occurrence=occurrence, layers=layer, top=top
-            )
-            att, queries = result.att_a, result.att_a.queries
+            result = run_pair(eng, MinimalPair(sentence, vs, token, targets), **options.kwargs())
+            att = result.att_a
             rows = sort_rows(result.stats, by, limit)
         if json_out:
-            typer.echo(json.dumps([row.to_dict() for row in rows], ensure_ascii=False))
+            out = {**_meta(att, kinds, by), "rows": [row.to_dict() for row in rows]}
+            typer.echo(json.dumps(out, ensure_ascii=False))
             return
-        render_compare(stdout_console(), att, queries, rows, by)
+        console = stdout_console()
+        with paged(console, not no_pager):
+            render_compare(console, att, att.queries[:1], rows, by, exclude=kinds)
+
+
+def _meta(att: Attention, exclude: Sequence[str], by: str) -> dict[str, object]:
+    """What every compare --json carries: the model's provenance, the reading, the sort."""
+    p = att.provenance
+    out: dict[str, object] = {"model": p.model, "engine": p.engine, "device": p.device, "dtype": p.dtype}
+    out["provenance"] = p.to_dict()
+    if att.steps:
+        out["steps"] = list(att.steps)
+    out["exclude"] = list(exclude)
+    out["sort"] = by
+    return out
+
+
+def _compare_pairs(
+    eng: Engine,
+    found: list[MinimalPair],
+    path: Path,
+    options: PairOptions,
+    by: str,
+    limit: int | None,
+    seed: int,
+    json_out: bool,
+    no_pager: bool,
+) -> None:
+    """Every pair of a file through one loaded engine, then the summary across pairs."""
+    from rich.text import Text
+
+    from ..findings import pair_shifts, toward_referent
+    from ..metrics import sort_rows
+    from ..pairs import run_pairs
+    from ..render.shifts import shifts_table
+    from ..render.tables import render_compare
+    from ..render.terminal import paged
+
+    console = stdout_console()
+    everything: list[dict[str, object]] = []
+    unsorted = []
+    att = None
+    with contextlib.ExitStack() as stack:
+        if not json_out:
+            stack.enter_context(paged(console, not no_pager))
+        for n, result in enumerate(run_pairs(eng, found, path, **options.kwargs()), 1):
+            att = result.att_a
+            unsorted.append(result.stats)
+            rows = sort_rows(result.stats, by, PAIRS_LIMIT if limit is None else limit)
+            p = result.pair
+            if json_out:
+                meta = {"pair": n, "sentence": p.sentence_a, "sentence_vs": p.sentence_b, "token": p.token}
+                everything += [{**meta, **row.to_dict()} for row in rows]
+                continue
+            indent = " " * len(f"{n}. ")
+            console.print(Text(f"{n}. A: {p.sentence_a}\n{indent}B: {p.sentence_b}", style="bold"))
+            render_compare(
+                console, result.att_a, result.att_a.queries[:1], rows, by, header=n == 1, exclude=options.exclude
+            )
+            console.print()
+        toward, heads = toward_referent(unsorted)
+        shifts = pair_shifts(toward, heads, seed=seed)
+        if json_out:
+            assert att is not None  # read_pairs returns at least one pair
+            out = {**_meta(att, options.exclude, by), "rows": everything}
+            out["summary"] = [s.to_dict() for s in shifts]
+            out["summary_rule"] = SUMMARY_RULE.format(n=len(unsorted), seed=seed)
+            typer.echo(json.dumps(out, ensure_ascii=False))
+            return
+        title = f"across {len(unsorted)} pairs, {SUMMARY_HEADS} heads that move most toward the referent"
+        console.print(
+            shifts_table(
+                shifts[:SUMMARY_HEADS], color=console.color_system is not None and not console.no_color, title=title
+            )
+        )
+        console.print(Text(SUMMARY_RULE.format(n=len(unsorted), seed=seed), style="dim"))
+
+
+SUMMARY_RULE = (
+    "toward referent: weight on the pair's first target (the referent in A) in A minus in B, "
+    "mean over {n} pairs; pairs: how many moved that way; interval: percentile bootstrap of the mean "
+    "(2000 resamples of the pairs, seed {seed})"
+)

@@ -9,24 +9,36 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..render import DEFAULT_DPI, IMAGE_FORMATS  # constants only: no matplotlib
+from ..render import (  # stdlib only: no matplotlib
+    DEFAULT_DPI,
+    DEFAULT_FONT_PT,
+    IMAGE_FORMATS,
+    FigureStyle,
+    parse_figsize,
+    parse_vmax,
+)
 from . import app, errors
-from .common import decoder_text, load, query_from, sentence_tokens, wrote
+from .common import check_heads, decoder_text, load, query_from, sentence_tokens, view_from, wrote
 from .options import (
     DebugOpt,
     DeviceOpt,
     EngineName,
     EngineOpt,
+    HeadsOpt,
+    HideSpecialOpt,
     IndexOpt,
     ModelOpt,
+    NoRenormOpt,
     Occurrence,
     PairOpt,
     PartOpt,
+    RolloutOpt,
     Sentence,
     TargetFileOpt,
     TargetTextOpt,
     TokenOpt,
     View,
+    WordsOpt,
 )
 
 if TYPE_CHECKING:
@@ -47,6 +59,20 @@ ImageLayerOpt = Annotated[
 ]
 
 
+FigsizeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--figsize", metavar="WxH", help="Figure size in inches, e.g. 6.3x2.5 (cells fit it).", show_default=False
+    ),
+]
+FontsizeOpt = Annotated[float, typer.Option("--fontsize", metavar="PT", help="Label size in points.")]
+VmaxOpt = Annotated[
+    str, typer.Option("--vmax", metavar="auto|X", help="Top of the colour scale: a weight in (0, 1], or auto.")
+]
+CmapOpt = Annotated[str, typer.Option("--cmap", metavar="NAME", help="A matplotlib colormap, e.g. viridis, magma.")]
+NoTitleOpt = Annotated[bool, typer.Option("--no-title", help="No sentence or provenance line above the panels.")]
+
+
 @app.command()
 def export(
     sentence: Sentence,
@@ -59,6 +85,16 @@ def export(
     index: IndexOpt = None,
     view: ViewOpt = View.token,
     layer: ImageLayerOpt = None,
+    words: WordsOpt = False,
+    hide_special: HideSpecialOpt = False,
+    no_renorm: NoRenormOpt = False,
+    heads: HeadsOpt = None,
+    rollout: RolloutOpt = False,
+    figsize: FigsizeOpt = None,
+    fontsize: FontsizeOpt = DEFAULT_FONT_PT,
+    vmax: VmaxOpt = "1",
+    cmap: CmapOpt = "viridis",
+    no_title: NoTitleOpt = False,
     dpi: Annotated[
         int, typer.Option("--dpi", metavar="N", min=10, max=2400, help="Pixels per inch (PNG; images in SVG/PDF).")
     ] = DEFAULT_DPI,
@@ -76,14 +112,16 @@ def export(
     --view token (default) draws, for the chosen token, heads × tokens in each layer on one
     colour scale. --view matrix draws the full query × key matrix of each head of ONE layer
     (default: the middle layer); --token is optional there and outlines that token's row.
+    PDFs embed TrueType fonts, SVGs keep text as text and are the same bytes on every run.
 
     Example: attnviz export "The animal didn't cross the street because it was too tired" --token it -o it.png
     """
     with errors(debug):
-        from ..engines import choose_part, forward, plan
+        from ..engines import choose_part, plan, read
         from ..errors import UsageError
         from ..result import check_writable
-        from ..select import Resolved, Selection
+        from ..select import Selection
+        from ..transforms import positions_in
 
         # Everything a user can get wrong without a model is checked before loading one
         # (and before importing matplotlib).
@@ -96,40 +134,58 @@ def export(
                 "say which token to draw",
                 hint="add --token WORD (or --index K), or use --view matrix for whole matrices",
             )
+        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout)
+        style = _style(figsize, fontsize, vmax, cmap, no_title, picked)
         target = decoder_text(target_text, target_file)
         eng = load(sentence, model, engine.value, device)
         text = sentence_tokens(eng, sentence, pair, target)
-        chosen_part = choose_part(eng, part.value if part else None, target is not None)
-        default = str(eng.part_shape(chosen_part).num_layers // 2)
-        layers = layer if layer is not None or view is View.token else default
-        planned = plan(text, eng, Selection(query=query, layers=layers, part=chosen_part), target=target)
-        resolved = planned.resolved
+        chosen = choose_part(eng, part.value if part else None, target is not None)
+        shape = eng.part_shape(chosen)
+        check_heads(picked, shape.num_heads)
+        spec = layer if layer is not None or view is View.token else str(shape.num_layers // 2)
+        planned = plan(text, eng, Selection(layers=spec, part=chosen), target=target)
+        layers = planned.resolved.layers
+        groups = [query.resolve(planned.query_tokens, planned.where)] if query is not None else []
         if view is View.token:
-            att = forward(planned.tokens, eng, resolved, target=planned.target, part=planned.part)
-            write_token_image(att, resolved.queries, output, dpi)
+            att = read(planned.tokens, eng, layers, groups, reading, target=planned.target, part=planned.part)
+            write_token_image(att, [positions_in(att, groups[0])[0]], output, dpi, style)
             return
-        if len(resolved.layers) != 1:
+        if len(layers) != 1:
             raise UsageError(
-                f"the matrix view draws one layer, not {len(resolved.layers)}",
+                f"the matrix view draws one layer, not {len(layers)}",
                 hint="give --layer N, or use --view token for several layers",
             )
         from ..render.image import matrix_figure, save_figure
 
-        # Every query row: the whole matrix.
-        att = forward(planned.tokens, eng, Resolved((), resolved.layers), target=planned.target, part=planned.part)
-        save_figure(matrix_figure(att, resolved.layers[0], highlight=resolved.queries), output, dpi)
+        att = read(planned.tokens, eng, layers, [], reading, target=planned.target, part=planned.part)  # whole matrix
+        highlight = positions_in(att, groups[0]) if groups else ()
+        save_figure(matrix_figure(att, layers[0], highlight=highlight, style=style), output, dpi)
         wrote(output)
 
 
-def write_token_image(att: Attention, queries: Sequence[int], path: Path, dpi: int) -> None:
+def _style(
+    figsize: str | None, fontsize: float, vmax: str, cmap: str, no_title: bool, heads: tuple[int, ...] | None
+) -> FigureStyle:
+    """The figure options as a ``FigureStyle``, checked before any model work."""
+    from ..errors import UsageError
+
+    try:
+        size = parse_figsize(figsize) if figsize is not None else None
+        return FigureStyle(
+            figsize=size, fontsize=fontsize, heads=heads, vmax=parse_vmax(vmax), title=not no_title, cmap=cmap
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc), hint="see attnviz export --help for --figsize, --fontsize and --vmax") from None
+
+
+def write_token_image(
+    att: Attention, queries: Sequence[int], path: Path, dpi: int, style: FigureStyle | None = None
+) -> None:
+    """The token view of ``queries[0]`` (a split word: the mean of its pieces' rows)."""
     from ..render.image import save_figure, token_figure
 
     if len(queries) > 1:
-        # One figure per token would multiply files; the first piece is the word's head.
-        pieces = " + ".join(repr(att.tokens.labels[q]) for q in queries)
-        sys.stderr.write(
-            f"note: the word is split into {len(queries)} tokens ({pieces}); the image shows the first "
-            "(use --index for another)\n"
-        )
-    save_figure(token_figure(att, queries[0]), path, dpi)
+        # One figure per token would multiply files.
+        sys.stderr.write(f"note: the image shows the first of {len(queries)} tokens; export the others one by one\n")
+    save_figure(token_figure(att, queries[0], style=style), path, dpi)
     wrote(path)

@@ -105,3 +105,48 @@ PairOpt = Annotated[
         show_default=False,
     ),
 ]
+# How to read the weights (attnviz.transforms): shared by show, export and compare.
+WordsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--words",
+        help="Words, not pieces: keys summed over a word's pieces, queries averaged (Clark et al. 2019).",
+    ),
+]
+HideSpecialOpt = Annotated[
+    bool,
+    typer.Option(
+        "--hide-special",
+        help="Set aside [CLS]/[SEP]/<s>/BOS as keys and renormalise each row over the other tokens.",
+    ),
+]
+NoRenormOpt = Annotated[
+    bool, typer.Option("--no-renorm", help="With --hide-special: keep the raw mass (rows sum to 1 - sink).")
+]
+HeadsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--heads",
+        metavar="mean|max|N,M",
+        help="Add per-layer aggregate rows (mean, max; e.g. mean,max) and/or keep only these heads (e.g. 1,11).",
+        show_default=False,
+    ),
+]
+RolloutOpt = Annotated[
+    bool,
+    typer.Option(
+        "--rollout",
+        help="Add attention rollout (Abnar & Zuidema 2020): (A + I)/2 per layer, multiplied through the layers.",
+    ),
+]
+TokensOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--token",
+        "-t",
+        metavar="WORD[:N]",
+        help="Word whose attention to show (case-insensitive; a split word's rows are averaged). "
+        "Repeatable; WORD:N picks the N-th occurrence.",
+    ),
+]
+NoPagerOpt = Annotated[bool, typer.Option("--no-pager", help="Print straight to the terminal, without a pager.")]

@@ -4,54 +4,79 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from . import app, errors
-from .common import decoder_text, load, query_from, sentence_tokens, stdout_console
+from .common import check_heads, decoder_text, load, queries_from, sentence_tokens, stdout_console, view_from, wrote
 from .options import (
     DebugOpt,
     DeviceOpt,
     EngineName,
     EngineOpt,
+    HeadsOpt,
+    HideSpecialOpt,
     IndexOpt,
     JsonOpt,
     LayerOpt,
     ModelOpt,
+    NoPagerOpt,
+    NoRenormOpt,
     Occurrence,
     PairOpt,
     PartOpt,
+    RolloutOpt,
     Sentence,
     TargetFileOpt,
     TargetTextOpt,
-    TokenOpt,
+    TokensOpt,
+    WordsOpt,
 )
+
+if TYPE_CHECKING:
+    from ..result import Attention
 
 
 @app.command()
 def show(
     sentence: Sentence,
-    token: TokenOpt = None,
+    token: TokensOpt = None,
     occurrence: Occurrence = None,
     index: IndexOpt = None,
+    all_tokens: Annotated[
+        bool, typer.Option("--all-tokens", help="Every token's rows (the full matrices), for --json or --npz.")
+    ] = False,
     model: ModelOpt = None,
     engine: EngineOpt = EngineName.own,
     layer: LayerOpt = "all",
     device: DeviceOpt = "auto",
+    words: WordsOpt = False,
+    hide_special: HideSpecialOpt = False,
+    no_renorm: NoRenormOpt = False,
+    heads: HeadsOpt = None,
+    rollout: RolloutOpt = False,
     target_text: TargetTextOpt = None,
     target_file: TargetFileOpt = None,
     part: PartOpt = None,
     pair: PairOpt = None,
     values: Annotated[bool, typer.Option("--values", help="Print each weight in its cell.")] = False,
     json_out: JsonOpt = False,
+    npz: Annotated[
+        Path | None,
+        typer.Option("--npz", metavar="PATH", help="Also write the weights and their provenance to an .npz file."),
+    ] = None,
     png: Annotated[
         Path | None,
         typer.Option("--png", metavar="PATH", help="Also write the heatmaps to this PNG file.", show_default=False),
     ] = None,
+    no_pager: NoPagerOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """Show, head by head, where one token puts its attention.
+
+    Ends with the strongest links that are not to special tokens, punctuation or the
+    token's neighbours. A word split into pieces is one query: the mean of its pieces' rows.
 
     Example: attnviz show "The animal didn't cross the street because it was too tired" --token it
 
@@ -59,33 +84,64 @@ def show(
     shows where the decoder's WORD looks in the source.
     """
     with errors(debug):
-        from ..engines import run
+        from ..engines import plan, read
         from ..errors import UsageError
         from ..result import check_writable
         from ..select import Selection
         from .export import write_token_image
 
+        # Before any model work: a typo should cost nothing.
         if png is not None:
-            # Before any model work: a typo in the path should cost nothing.
             if png.suffix.lower() != ".png":
                 raise UsageError(
                     f"--png writes PNG, but {str(png)!r} does not end in .png",
                     hint=f"for SVG or PDF use attnviz export ... -o {png.with_suffix('.svg').name}",
                 )
             check_writable(png, (".png",))
-        query = query_from(token, occurrence, index)
-        selection = Selection(query=query, layers=layer, part=part.value if part else None)
+        if npz is not None:
+            check_writable(npz, (".npz",))
+        if all_tokens:
+            if token or index is not None:
+                raise UsageError("--all-tokens reads every token", hint="drop --token/--index, or drop --all-tokens")
+            if not (json_out or npz):
+                raise UsageError("--all-tokens prints every row as data", hint="add --json or --npz PATH")
+            if png is not None:
+                raise UsageError("--png draws one token", hint="use attnviz export --view matrix for whole matrices")
+        view, picked = view_from(words, hide_special, no_renorm, heads, rollout)
+        queries = queries_from(token, occurrence, index, required=not all_tokens)
+        selection = Selection(layers=layer, part=part.value if part else None)
         target = decoder_text(target_text, target_file)
         eng = load(sentence, model, engine.value, device)
-        text = sentence_tokens(eng, sentence, pair, target)
-        att, resolved = run(text, eng, selection, target=target)
+        planned = plan(sentence_tokens(eng, sentence, pair, target), eng, selection, target=target)
+        check_heads(picked, eng.part_shape(planned.part).num_heads)
+        # Every word found before the forward pass, on the part's query side.
+        groups = [q.resolve(planned.query_tokens, planned.where) for q in queries]
+        att = read(planned.tokens, eng, planned.resolved.layers, groups, view, target=planned.target, part=planned.part)
+        positions = _query_positions(att, groups)
+        if npz is not None:
+            att.save_npz(npz)
+            wrote(npz)
         if json_out:
-            typer.echo(json.dumps(att.query_dict(resolved.queries), ensure_ascii=False))
-        else:
-            from ..render.terminal import render_show
+            if all_tokens:
+                typer.echo(json.dumps(att.to_dict(), ensure_ascii=False))
+            else:
+                found = [att.query_dict(q) for q in positions]
+                typer.echo(json.dumps(found[0] if len(found) == 1 else found, ensure_ascii=False))
+        elif not all_tokens:
+            from ..render.terminal import paged, render_show
 
-            render_show(att, resolved.queries, stdout_console(), values=values)
+            console = stdout_console()
+            with paged(console, not no_pager):
+                render_show(att, positions, console, values=values, heads=picked)
         if png is not None:
-            from ..render import DEFAULT_DPI
+            from ..render import DEFAULT_DPI, FigureStyle
 
-            write_token_image(att, resolved.queries, png, DEFAULT_DPI)
+            write_token_image(att, positions, png, DEFAULT_DPI, FigureStyle(heads=picked))
+
+
+def _query_positions(att: Attention, groups: list[tuple[int, ...]]) -> list[int]:
+    """Each --token word's query position in ``att``, in the order the options were given
+    (a merged query sits at its first token or word); none given: every query."""
+    from ..transforms import positions_in
+
+    return [positions_in(att, g)[0] for g in groups] if groups else list(att.queries)

@@ -125,7 +125,7 @@ def head_rows_table(
     for row in rows:
         table.add_row(
             str(row.layer),
-            _head(row.head, num_heads, num_kv_heads),
+            row.name or _head(row.head, num_heads, num_kv_heads),
             _top(row, stacked=stacked),
             *(_weight(row.targets[w], color=color, bold=w == marked) for w in targets),
             _num(row.entropy),
@@ -165,7 +165,7 @@ def pair_rows_table(
         table.add_column("top B", no_wrap=True)
     note = None if show_top else "(top targets left out to fit the terminal: widen it, or use --json)"
     for row in rows:
-        cells: list[Any] = [str(row.layer), _head(row.head, num_heads, num_kv_heads)]
+        cells: list[Any] = [str(row.layer), row.a.name or _head(row.head, num_heads, num_kv_heads)]
         delta = row.delta
         for word in targets:
             cells += [
@@ -187,9 +187,11 @@ def render_compare(
     sort: str,
     *,
     header: bool = True,
+    exclude: Sequence[str] = (),
 ) -> None:
-    """Print compare's answer: a provenance line (``header``), a note for a split word,
-    and the head table (``PairStats`` rows: the minimal-pair table)."""
+    """Print compare's answer: a provenance line (``header``), the reading steps, a note
+    for a split word, and the head table (``PairStats`` rows: the minimal-pair table).
+    ``exclude``: the kinds of target left out of the top list, said in the title."""
     # NO_COLOR keeps rich's colour system but strips colours: render the plain variant.
     color = console.color_system is not None and not console.no_color
     p = att.provenance
@@ -198,19 +200,36 @@ def render_compare(
             Text(f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads"),
             style="dim",
         )
+        for step in att.steps:
+            console.print(Text(step, style="dim"))
     if header and att.part is not None:
         console.print(Text(part_note(att), style="dim"))
-    word = " ".join(att.tokens.labels[q] for q in queries)
-    if len(queries) > 1:
-        console.print(Text(f"{word!r} is split into {len(queries)} tokens: its row is their mean", style="dim"))
-    shown = f"{len(rows)} heads" if len(rows) < len(att.layers) * p.num_heads else "every head"
+    slot = att.query_slot(queries[0])
+    span = att.query_span(slot)
+    word = " ".join(att.tokens.labels[q] for q in span)
+    pieces = att.pieces_of_query(slot)
+    if len(pieces) > 1 and header:
+        console.print(Text(f"{word!r} covers {len(pieces)} tokens: its row is their mean", style="dim"))
+    shown = f"{len(rows)} heads" if len(rows) < len(att.layers) * att.num_heads else "every head"
     kv = {"num_heads": p.num_heads, "num_kv_heads": p.num_kv_heads, "width": console.width}
+    left_out = {"special": "special tokens", "punct": "punctuation", "adjacent": "neighbours"}
+    kinds = [left_out[k] for k in ("special", "punct", "adjacent") if k in exclude]
+    if kinds and header:
+        console.print(
+            Text(
+                f"top lists leave out {', '.join(kinds[:-1]) + ' and ' if len(kinds) > 1 else ''}{kinds[-1]}",
+                style="dim",
+            )
+        )
+    note = ""
+    kind = "word" if att.key_pieces is not None else "token"
     if rows and isinstance(rows[0], PairStats):
         title = f"{word!r}: weight on each target in sentence A and B, Δ = B − A, {shown}, largest change first"
         if sort != "delta":
             title = title.rsplit(",", 1)[0] + f", sorted by {sort}"
-        console.print(pair_rows_table(rows, title=title, color=color, **kv))  # type: ignore[arg-type]
+        console.print(pair_rows_table(rows, title=title + note, color=color, **kv))  # type: ignore[arg-type]
         return
-    keys = "each source token" if att.part == "cross" else "each token"
-    title = f"{word!r} → {keys}, {shown}, sorted by {sort}"
+    if att.part == "cross" and kind == "token":
+        kind = "source token"
+    title = f"{word!r} → each {kind}, {shown}, sorted by {sort}{note}"
     console.print(head_rows_table(rows, sort_by=sort, title=title, color=color, **kv))  # type: ignore[arg-type]
