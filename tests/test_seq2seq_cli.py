@@ -142,6 +142,11 @@ def test_encoder_decoder_mistakes_are_one_line_with_a_hint(saved: dict[str, Path
     assert "does not exist" in line
     line = one_error_line(run("show", SOURCE, "--pair", "It was.", "--token", "cat", *t5), 2)
     assert "encoder-decoder" in line and "--target-text" in line
+    line = one_error_line(run("show", SOURCE, "--target-text", TARGET, "--token", "cat", "--words", *t5), 2)
+    assert "not implemented for cross-attention" in line and "--part encoder or decoder" in line
+    mean = run("show", SOURCE, "--target-text", TARGET, "--token", "cat", "--heads", "mean", "--json", *t5)
+    assert mean.exit_code == 0, mean.output  # head aggregates work on cross-attention
+    assert len(json.loads(mean.stdout)["weights"][0]) == 3 + 1  # 3 heads and the mean
     line = one_error_line(run("show", EXAMPLE, "--part", "cross", "--token", "it", "--device", "cpu"), 2)
     assert "not an encoder-decoder" in line and "--part" in line
     line = one_error_line(run("show", EXAMPLE, "--target-text", "x", "--token", "it", "--device", "cpu"), 2)

@@ -101,6 +101,7 @@ _REASON_HINTS: dict[str, str] = {
     "empty_target": "give --target-text some text",
     "pair_seq2seq": "give the second text with --target-text: an encoder-decoder's is the decoder's",
     "positional_sort": "use --sort weight, entropy or sink",
+    "cross_view": "drop --words/--hide-special/--rollout here, or pick --part encoder or decoder",
 }
 
 

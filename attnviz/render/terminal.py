@@ -241,7 +241,9 @@ def links_text(att: Attention, slot: int, links: Sequence[Link], exclude: Sequen
     """The strongest links of one query, a line each: layer, head, target, weight."""
     who = " ".join(att.tokens.labels[i] for i in att.query_span(slot))
     left_out = {"special": "special tokens", "punct": "punctuation", "adjacent": "neighbours"}
-    kinds = [left_out[k] for k in ("special", "punct", "adjacent") if k in exclude]
+    # Cross-attention's keys are the source: no neighbours of the query to leave out.
+    shown = ("special", "punct", "adjacent") if att.is_self_attention else ("special", "punct")
+    kinds = [left_out[k] for k in shown if k in exclude]
     text = Text(f"strongest links of {who!r}")
     if kinds:
         text.append(", not to " + (", ".join(kinds[:-1]) + " or " + kinds[-1] if len(kinds) > 1 else kinds[0]))
