@@ -60,6 +60,7 @@ def test_own_engine_never_imports_transformers() -> None:
         ("attnviz.models", ("rich", "matplotlib", "typer", "transformers", "torch")),
         ("attnviz.engines", ("rich", "matplotlib", "typer", "transformers", "torch")),
         ("attnviz.render.terminal", ("transformers", "typer", "torch", "matplotlib")),
+        ("attnviz.render.html", ("transformers", "typer", "torch", "matplotlib", "rich")),
     ],
 )
 def test_import_rules(module: str, forbidden: tuple[str, ...]) -> None:

@@ -163,3 +163,13 @@ def test_show_and_compare_a_sentence_pair() -> None:
     rows = run("compare", *args[1:], "--target", "cat", "--device", "cpu", "--json")
     assert rows.exit_code == 0, rows.output
     assert all(row["self"] is not None for row in json.loads(rows.stdout)["rows"])
+
+
+def test_html_page_refuses_parts_and_takes_a_pair(saved: dict[str, Path], tmp_path: Path) -> None:
+    page = tmp_path / "view.html"
+    args = ("export", SOURCE, "--target-text", TARGET, "--model", str(saved["t5"]), "--device", "cpu", "-o", str(page))
+    line = one_error_line(run(*args), 2)
+    assert "HTML page" in line and not page.exists()
+    pair = run("export", "The cat sat.", "--pair", "It was tired.", "--device", "cpu", "-o", str(page), "--layer", "0")
+    assert pair.exit_code == 0, pair.output
+    assert "tired" in page.read_text(encoding="utf-8")

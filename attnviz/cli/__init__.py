@@ -124,6 +124,11 @@ def hint_for(exc: AttnvizError) -> str | None:
         return exc.hint or f"use --layer 0..{n - 1}, N,M, A-B or all"
     if isinstance(exc, DeviceError):
         return "use --device cpu (or auto)" if reason == "absent" else "use --device auto, cpu, cuda, cuda:N or mps"
+    if reason == "page_size":  # an HTML page over the budget: facts ``fit`` (layers that fit)
+        fit = int(facts["fit"])
+        if not fit:
+            return "shorten the sentence, or export a .png/.svg/.pdf"
+        return "keep one layer, e.g. --layer 0" if fit == 1 else f"keep at most {fit} layers, e.g. --layer 0-{fit - 1}"
     if isinstance(exc, ModelNotFoundError) and reason == "offline":
         return "when offline, pass a local checkpoint directory with --model DIR"
     if isinstance(exc, ModelNotFoundError) and reason == "default_missing":

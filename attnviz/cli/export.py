@@ -12,7 +12,8 @@ import typer
 from ..render import (  # stdlib only: no matplotlib
     DEFAULT_DPI,
     DEFAULT_FONT_PT,
-    IMAGE_FORMATS,
+    EXPORT_FORMATS,
+    HTML_FORMATS,
     FigureStyle,
     parse_figsize,
     parse_vmax,
@@ -42,7 +43,10 @@ from .options import (
 )
 
 if TYPE_CHECKING:
+    from ..engines import Engine
     from ..result import Attention
+    from ..select import Query
+    from ..tokens import Tokens
 
 ViewOpt = Annotated[
     View, typer.Option("--view", help="token: heads × tokens for one token, per layer; matrix: query × key per head.")
@@ -53,7 +57,8 @@ ImageLayerOpt = Annotated[
         "--layer",
         "-l",
         metavar="LAYERS",
-        help="Layer(s), 0-based: N, N,M, A-B or all [default: all for --view token; the middle layer for matrix].",
+        help="Layer(s), 0-based: N, N,M, A-B or all "
+        "[default: all for --view token and .html; the middle layer for matrix].",
         show_default=False,
     ),
 ]
@@ -78,7 +83,13 @@ def export(
     sentence: Sentence,
     output: Annotated[
         Path,
-        typer.Option("--output", "-o", metavar="PATH", help="Image file: .png, .svg or .pdf.", show_default=False),
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="PATH",
+            help="Image file (.png, .svg, .pdf) or interactive page (.html).",
+            show_default=False,
+        ),
     ],
     token: TokenOpt = None,
     occurrence: Occurrence = None,
@@ -107,12 +118,17 @@ def export(
     pair: PairOpt = None,
     debug: DebugOpt = False,
 ) -> None:
-    """Write per-head attention heatmaps to a PNG, SVG or PDF file.
+    """Write per-head attention heatmaps to a PNG, SVG or PDF file, or an interactive HTML page.
 
     --view token (default) draws, for the chosen token, heads × tokens in each layer on one
     colour scale. --view matrix draws the full query × key matrix of each head of ONE layer
     (default: the middle layer); --token is optional there and outlines that token's row.
     PDFs embed TrueType fonts, SVGs keep text as text and are the same bytes on every run.
+
+    -o view.html writes one self-contained page (it needs no network) holding every head of
+    the chosen layers (default: all): head view, model view, matrix, and words / special
+    tokens / head mean toggles. --token is optional and pins that token; --view matrix
+    opens the matrix.
 
     Example: attnviz export "The animal didn't cross the street because it was too tired" --token it -o it.png
     """
@@ -125,10 +141,23 @@ def export(
 
         # Everything a user can get wrong without a model is checked before loading one
         # (and before importing matplotlib).
-        check_writable(output, IMAGE_FORMATS)
+        check_writable(output, EXPORT_FORMATS)
         if view is View.matrix and layer is not None and layer.strip().lower() == "all":
             raise UsageError("the matrix view draws one layer", hint="give --layer N (default: the middle layer)")
         query = query_from(token, occurrence, index, required=False)
+        target = decoder_text(target_text, target_file)
+        if output.suffix.lower() in HTML_FORMATS:
+            if target is not None or part is not None:
+                # The page's script draws square self-attention matrices over one text.
+                raise UsageError(
+                    "the HTML page shows self-attention over one text; encoder-decoder parts are not in it",
+                    hint="drop --target-text/--part (the encoder), or export .png/.svg/.pdf",
+                )
+            # The page carries its own words / special tokens / head-mean toggles.
+            eng = load(sentence, model, engine.value, device)
+            text = sentence_tokens(eng, sentence, pair, None)
+            write_page(eng, eng.tokenize(text) if isinstance(text, str) else text, query, layer, view, output)
+            return
         if view is View.token and query is None:
             raise UsageError(
                 "say which token to draw",
@@ -136,7 +165,6 @@ def export(
             )
         reading, picked = view_from(words, hide_special, no_renorm, heads, rollout)
         style = _style(figsize, fontsize, vmax, cmap, no_title, picked)
-        target = decoder_text(target_text, target_file)
         eng = load(sentence, model, engine.value, device)
         text = sentence_tokens(eng, sentence, pair, target)
         chosen = choose_part(eng, part.value if part else None, target is not None)
@@ -161,6 +189,21 @@ def export(
         highlight = positions_in(att, groups[0]) if groups else ()
         save_figure(matrix_figure(att, layers[0], highlight=highlight, style=style), output, dpi)
         wrote(output)
+
+
+def write_page(eng: Engine, tokens: Tokens, query: Query | None, layer: str | None, view: View, path: Path) -> None:
+    """The interactive page: every query row of the chosen layers (default all), its size
+    checked from the token count before the forward pass."""
+    from ..engines import forward
+    from ..render.html import check_page_size, save_html
+    from ..select import Resolved, Selection
+
+    resolved = Selection(query=query, layers=layer).resolve(tokens, eng.num_layers)
+    check_page_size(len(resolved.layers), eng.shape.num_heads, len(tokens))
+    att = forward(tokens, eng, Resolved((), resolved.layers))  # every query row: whole matrices
+    pinned = resolved.queries[0] if resolved.queries else None  # a split word: its first piece
+    save_html(att, path, query=pinned, view="matrix" if view is View.matrix else "head")
+    wrote(path)
 
 
 def _style(
