@@ -38,6 +38,8 @@ def inspect(
     renorm: bool = True,
     heads: Sequence[str] = (),
     rollout: bool = False,
+    dtype: str = "float32",
+    max_memory: int | str | None = None,
     pair: str | None = None,
     target: str | None = None,
     part: str | None = None,
@@ -53,7 +55,9 @@ def inspect(
     (special tokens set aside as keys, rows renormalised unless ``renorm=False``),
     ``heads`` (per-layer "mean"/"max" slots after the heads), ``rollout`` (a "rollout"
     slot); ``att.steps`` says what was done. The same select stage as the command line
-    checks everything before the model loads.
+    checks everything before the model loads. ``dtype``: float32, bfloat16 or float16 for
+    the model (the weights are always softmaxed in float32). ``max_memory`` (bytes, or
+    "32GB"): the budget the forward pass is checked against instead of the memory free now.
 
     ``pair``: a second sentence, encoded with the first as a typed sentence pair (BERT-likes).
     Encoder-decoders: ``target`` is the decoder's text and ``part`` "encoder", "decoder" or
@@ -61,6 +65,7 @@ def inspect(
     part's query side (the target, for "decoder" and "cross").
     """
     from .engines import load_engine, plan, read
+    from .memory import parse_size
     from .select import Query, Selection, parse_target
     from .tokens import check_text
     from .transforms import View
@@ -73,11 +78,13 @@ def inspect(
         queries = [Query(*parse_target(spec)) for spec in token]
     selection = Selection(layers=layers, part=part)
     check_text(sentence)
-    eng = load_engine(engine, model, device)
+    budget = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
+    eng = load_engine(engine, model, device, dtype)
     text = eng.tokenize(sentence) if pair is None else eng.tokenize_pair(sentence, pair)
     planned = plan(text, eng, selection, target=target)
     groups = [q.resolve(planned.query_tokens, planned.where) for q in queries]
-    return read(planned.tokens, eng, planned.resolved.layers, groups, view, target=planned.target, part=planned.part)
+    layers_ = planned.resolved.layers
+    return read(planned.tokens, eng, layers_, groups, view, max_memory=budget, target=planned.target, part=planned.part)
 
 
 def __getattr__(name: str) -> object:

@@ -103,7 +103,13 @@ class Engine(Protocol):
 
     def part_shape(self, part: str | None) -> ModelShape: ...
 
-    def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput: ...
+    def forward(
+        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+    ) -> ForwardOutput:
+        """One forward pass (an encoder-decoder's encoder alone). ``attentions[i]``
+        (1, H, R, S) holds layer ``layers[i]``'s weight rows of ``queries`` (default:
+        every layer, every row)."""
+        ...
 
     def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput: ...
 
@@ -237,20 +243,27 @@ class OwnEngine(_Base):
             self.parts = PARTS
             self.decoder_shape = self.model.decoder_shape
 
-    def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput:
-        """One stack's forward pass (an encoder-decoder's encoder alone)."""
+    def forward(
+        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+    ) -> ForwardOutput:
+        """Fused attention in every layer; exact weights only for ``queries`` of ``layers``,
+        and no layer after the last one asked for. (An encoder-decoder's encoder alone.)"""
         import torch
 
+        chosen = tuple(range(self.num_layers)) if layers is None else tuple(layers)
         kwargs: dict[str, Any] = {}
         types = getattr(self.model, "type_vocab_size", None)
         if any(tokens.type_ids) and types:
             # A sentence pair, into a model with token-type embeddings (else ignored, as transformers does).
             kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
         with torch.inference_mode():
-            return self.model(self._ids(tokens), max_layer=max_layer, **kwargs)
+            out = self.model(self._ids(tokens), max_layer=max(chosen), layers=set(chosen), queries=queries, **kwargs)
+        out.attentions = [out.attentions[layer] for layer in chosen]
+        return out
 
     def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput:
-        """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through the decoder."""
+        """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through
+        the decoder; every layer's full weights of every part."""
         import torch
 
         from .architectures.seq2seq import EncoderDecoder
@@ -306,8 +319,11 @@ class HFEngine(_Base):
                 causal=True,
             )
 
-    def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput:
-        """One stack's forward pass (an encoder-decoder's encoder alone)."""
+    def forward(
+        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+    ) -> ForwardOutput:
+        """transformers computes every layer's full eager weights; we keep the asked ones.
+        (An encoder-decoder's encoder alone.)"""
         import torch
 
         ids = self._ids(tokens)
@@ -318,7 +334,11 @@ class HFEngine(_Base):
             kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
         with torch.inference_mode():
             out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True, **kwargs)
-        return _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
+        full = _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
+        chosen = range(len(full.attentions)) if layers is None else layers
+        rows = slice(None) if queries is None else list(queries)
+        full.attentions = [full.attentions[layer][:, :, rows] for layer in chosen]
+        return full
 
     def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput:
         """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through the decoder."""
@@ -497,20 +517,22 @@ def inspect(
     engine: Engine,
     layers: LayerSpec = None,
     queries: Query | Sequence[int] | None = None,
+    max_memory: int | None = None,
     *,
     target: str | Tokens | None = None,
     part: str | None = None,
 ) -> Attention:
     """One forward pass -> the weights of ``layers`` (default all) for ``queries`` (a
     ``Query``, or token positions; default: every token), as an ``Attention``.
-
-    Encoder-decoders: ``target`` is the decoder's text, ``part`` which attention (see
-    ``choose_part``); ``queries`` are on the part's query side (the target, for
-    "decoder" and "cross")."""
+    ``max_memory``: see ``forward``. Encoder-decoders: ``target`` is the decoder's text,
+    ``part`` which attention (see ``choose_part``); ``queries`` are on the part's query
+    side (the target, for "decoder" and "cross")."""
     if isinstance(queries, Query):
-        att, _ = run(sentence, engine, Selection(query=queries, layers=layers, part=part), target=target)
+        selection = Selection(query=queries, layers=layers, part=part)
+        att, _ = run(sentence, engine, selection, max_memory=max_memory, target=target)
     else:
-        att, _ = run(sentence, engine, Selection(layers=layers, part=part), positions=queries, target=target)
+        selection = Selection(layers=layers, part=part)
+        att, _ = run(sentence, engine, selection, positions=queries, max_memory=max_memory, target=target)
     return att
 
 
@@ -582,6 +604,7 @@ def run(
     selection: Selection,
     positions: Sequence[int] | None = None,
     where: str = "the sentence",
+    max_memory: int | None = None,
     *,
     target: str | Tokens | None = None,
 ) -> tuple[Attention, Resolved]:
@@ -596,7 +619,7 @@ def run(
     resolved = planned.resolved
     if positions is not None:
         resolved = Resolved(tuple(positions), resolved.layers, resolved.targets)
-    return forward(planned.tokens, engine, resolved, target=planned.target, part=planned.part), resolved
+    return forward(planned.tokens, engine, resolved, max_memory, target=planned.target, part=planned.part), resolved
 
 
 def read(
@@ -605,6 +628,7 @@ def read(
     layers: Sequence[int],
     query_groups: Sequence[Sequence[int]] = (),
     view: View | None = None,
+    max_memory: int | None = None,
     *,
     target: Tokens | None = None,
     part: str | None = None,
@@ -620,24 +644,39 @@ def read(
     view = view or View()
     positions = tuple(sorted({int(p) for g in query_groups for p in g}))
     if view.needs_full:
-        att = forward(tokens, engine, Resolved((), tuple(range(max(layers) + 1))), target=target, part=part)
+        att = forward(tokens, engine, Resolved((), tuple(range(max(layers) + 1))), max_memory, target=target, part=part)
     else:
-        att = forward(tokens, engine, Resolved(positions, tuple(layers)), target=target, part=part)
+        att = forward(tokens, engine, Resolved(positions, tuple(layers)), max_memory, target=target, part=part)
     return apply(att, view, query_groups, layers)
 
 
 def forward(
-    tokens: Tokens, engine: Engine, resolved: Resolved, *, target: Tokens | None = None, part: str | None = None
+    tokens: Tokens,
+    engine: Engine,
+    resolved: Resolved,
+    max_memory: int | None = None,
+    *,
+    target: Tokens | None = None,
+    part: str | None = None,
 ) -> Attention:
     """One forward pass of ``tokens`` -> an ``Attention`` of the resolved layers and
     query rows (every token's rows when ``resolved.queries`` is empty).
 
+    Before the pass, its memory is estimated and checked against ``max_memory`` bytes,
+    or against the memory free on the engine's device when None.
+
     Encoder-decoders: ``part`` (from ``choose_part``) and, for "decoder" and "cross",
     ``target`` (from ``engine.tokenize_target``), whose tokens the query rows index;
-    cross-attention's keys are ``tokens``, the source.
+    cross-attention's keys are ``tokens``, the source. Those two parts run the whole
+    model with full eager weights (no memory estimate; short texts).
+
+    Raises:
+        MemoryBudgetError: the pass would not fit; nothing has been allocated for it.
     """
     import numpy as np
     import torch
+
+    from . import memory
 
     shape = engine.part_shape(part)
     query_tokens, key_tokens = tokens, None
@@ -648,13 +687,19 @@ def forward(
         key_tokens = tokens if part == "cross" else None
     rows = resolved.queries or tuple(range(len(query_tokens)))
     chosen = resolved.layers
-    with _cpu_threads_for(engine, len(tokens) + (len(target) if target is not None else 0)):
-        if target is None or part in (None, "encoder"):
-            out = engine.forward(tokens, max_layer=max(chosen))
-        else:
-            out = engine.forward_seq2seq(tokens, target).part(part)
-    stacked = torch.stack([out.attentions[i][0] for i in chosen])  # (N, H, L, S)
-    picked = stacked[:, :, list(rows), :]  # (N, H, Q, S)
+    if target is None or part in (None, "encoder"):
+        asked = resolved.queries or None  # None: every row, the full matrices
+        need = memory.estimate(engine, len(tokens), chosen, None if asked is None else len(asked))
+        free, where = memory.available(engine.device) if max_memory is None else (None, "")
+        memory.check(need, max_memory, free, where)
+        with _cpu_threads_for(engine, len(tokens)):
+            out = engine.forward(tokens, chosen, asked)
+        picked = torch.stack([a[0] for a in out.attentions])  # (N, H, Q, S)
+    else:
+        with _cpu_threads_for(engine, len(tokens) + len(target)):
+            full = engine.forward_seq2seq(tokens, target).part(part)
+        stacked = torch.stack([full.attentions[i][0] for i in chosen])  # (N, H, L, S)
+        picked = stacked[:, :, list(rows), :]  # (N, H, Q, S)
     weights = picked.to(device="cpu", dtype=torch.float32).numpy().astype(np.float32, copy=False)
     provenance = Provenance(
         model=engine.files.spec,

@@ -109,6 +109,7 @@ def run_pair(
     top: int = 3,
     view: View | None = None,
     exclude: Collection[str] = (),
+    max_memory: int | None = None,
 ) -> PairResult:
     """Both sentences of ``pair`` through ``engine``, each read as ``view`` asks
     (``engines.read``); see the module docstring. ``exclude``: as in ``metrics.head_stats``.
@@ -127,8 +128,8 @@ def run_pair(
     # Both resolved before either forward pass: a word missing from B costs no model time.
     res_a = selection.resolve(tokens_a, engine.num_layers, where="sentence A")
     res_b = selection.resolve(tokens_b, engine.num_layers, where="sentence B")
-    att_a = read(tokens_a, engine, res_a.layers, [res_a.queries], view)
-    att_b = read(tokens_b, engine, res_b.layers, [res_b.queries], view)
+    att_a = read(tokens_a, engine, res_a.layers, [res_a.queries], view, max_memory)
+    att_b = read(tokens_b, engine, res_b.layers, [res_b.queries], view, max_memory)
     targets_a = {word: positions_in(att_a, idx) for word, idx in res_a.targets.items()}
     targets_b = {word: positions_in(att_b, idx) for word, idx in res_b.targets.items()}
     stats = pair_stats(att_a, att_a.queries[0], targets_a, att_b, att_b.queries[0], targets_b, top, exclude)
@@ -144,6 +145,7 @@ class PairOptions:
     top: int = 3
     view: View | None = None
     exclude: tuple[str, ...] = ()
+    max_memory: int | None = None
 
     def kwargs(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

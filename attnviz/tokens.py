@@ -12,6 +12,7 @@ checkpoint without one falls back to transformers' tokenizer classes.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -92,6 +93,54 @@ class Tokens:
         if len(items) > limit:
             items = items[: limit - 1] + [f"... ({len(items) - limit + 1} more)"]
         return " ".join(items)
+
+
+# A text file larger than this is refused before it is read whole: 32k tokens of English
+# are ~150 KB, and the longest context windows (1M tokens) ~5 MB.
+MAX_TEXT_BYTES = 16 * 1024 * 1024
+
+
+def read_text(source: str | Path, max_bytes: int = MAX_TEXT_BYTES) -> str:
+    """The text of a UTF-8 file, or of standard input when ``source`` is "-".
+
+    A byte-order mark and one final newline (a file's line ending, not part of the
+    text) are dropped; everything else is kept as it is, so character offsets point
+    into what the file holds.
+
+    Raises:
+        UsageError: the file is missing, unreadable, larger than ``max_bytes``, not
+            UTF-8, or holds no text.
+    """
+    name = "standard input" if str(source) == "-" else str(source)
+    try:
+        if str(source) == "-":
+            data = sys.stdin.buffer.read(max_bytes + 1)
+        else:
+            with open(source, "rb") as fh:
+                data = fh.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise UsageError(f"{name} does not exist", hint="check the path of the text file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{name} is a directory, not a text file", hint="give the path of a text file") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {name}: {exc.strerror or exc}", hint="check the file's permissions") from None
+    if len(data) > max_bytes:
+        raise UsageError(
+            f"{name} is larger than {max_bytes // (1024 * 1024)} MiB",
+            hint="give a shorter text (a model reads far less)",
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{name} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})",
+            hint="convert it, e.g. iconv -t utf-8",
+        ) from None
+    text = text.removeprefix("\ufeff")
+    text = text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
+    if not text.strip():
+        raise UsageError(f"{name} holds no text", hint="give a file with the text to inspect")
+    return text
 
 
 def load_tokenizer(model_dir: Path) -> Tokenizer:

@@ -80,7 +80,8 @@ def test_several_tokens_in_one_run() -> None:
     both = data("show", EXAMPLE, "--token", "it", "--token", "animal", "--layer", "3")
     assert isinstance(both, list) and [d["query_token"] for d in both] == ["it", "animal"]
     alone = data("show", EXAMPLE, "--token", "animal", "--layer", "3")
-    assert both[1]["weights"] == alone["weights"]
+    # Rows computed beside other rows are products of other shapes: equal to the last float32 bits.
+    np.testing.assert_allclose(np.array(both[1]["weights"]), np.array(alone["weights"]), atol=2e-6)
     again = data("show", "the cat saw the dog", "--token", "the:2", "--token", "cat", "--layer", "0")
     assert [d["query_index"] for d in again] == [4, 2]
     text = run("show", EXAMPLE, "--token", "it", "--token", "animal", "--layer", "3").stdout

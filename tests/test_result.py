@@ -34,8 +34,10 @@ def test_shapes_and_slots(att: Attention) -> None:
 def test_subset_of_queries_equals_the_full_matrix(own_engine, att: Attention) -> None:
     subset = inspect(att.tokens, own_engine, "1,3", (10, 2))
     assert subset.queries == (10, 2)
-    assert np.array_equal(subset.rows(2), att.rows(2))
-    assert np.array_equal(subset.rows(10), att.rows(10))
+    # Two rows and the whole matrix go through matrix products of different shapes,
+    # which may round the last bit differently: equal to float32 precision, not bitwise.
+    np.testing.assert_allclose(subset.rows(2), att.rows(2), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(subset.rows(10), att.rows(10), rtol=0, atol=1e-6)
 
 
 def test_provenance(att: Attention) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..attention import RowRequest
 from ..errors import ModelLoadError, UnsupportedArchitectureError
 from ..heads import ModelShape
 
@@ -26,7 +27,8 @@ class ForwardOutput:
 
     Attributes:
         hidden_states: (B, S, E) output of the last layer computed.
-        attentions: one (B, H, S, S) tensor per layer computed, first layer first.
+        attentions: one (B, H, R, S) tensor per layer computed, first layer first: the
+            rows asked for (R = S for every row), or none (R = 0) in a layer not asked for.
     """
 
     hidden_states: Tensor
@@ -48,10 +50,30 @@ class AttnModel(nn.Module):
         return ModelShape(self.num_layers, self.num_heads, self.num_kv_heads, self.causal)
 
     def forward(  # pragma: no cover - interface
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, max_layer: int | None = None
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        max_layer: int | None = None,
+        *,
+        layers: Collection[int] | None = None,
+        queries: Sequence[int] | None = None,
+        fused: bool = True,
     ) -> ForwardOutput:
-        """input_ids (B, S), attention_mask (B, S) of 1/0; stop after layer ``max_layer``."""
+        """input_ids (B, S), attention_mask (B, S) of 1/0; stop after layer ``max_layer``.
+
+        ``layers`` (default all) return the weight rows of ``queries`` (default every
+        row); the other layers return none. ``fused=False`` runs the eager reference.
+        """
         raise NotImplementedError
+
+    @staticmethod
+    def row_requests(
+        last: int, layers: Collection[int] | None, queries: Sequence[int] | None, fused: bool
+    ) -> list[RowRequest]:
+        """Per layer 0..last: what its attention returns beside its output."""
+        wanted = RowRequest(None if queries is None else tuple(queries), fused)
+        nothing = RowRequest((), fused)
+        return [wanted if layers is None or layer in layers else nothing for layer in range(last + 1)]
 
 
 # --- activations ---------------------------------------------------------------

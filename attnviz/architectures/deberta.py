@@ -27,6 +27,7 @@ per-head q, k, v itself and hands the sum of the position terms to
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -286,8 +287,15 @@ class Deberta(AttnModel):
         attention_mask: Tensor | None = None,
         max_layer: int | None = None,
         token_type_ids: Tensor | None = None,
+        *,
+        layers: Collection[int] | None = None,
+        queries: Sequence[int] | None = None,
+        fused: bool = False,
     ) -> ForwardOutput:
-        """input_ids (B, S), attention_mask (B, S) of 1/0, token_type_ids (B, S) for pairs."""
+        """input_ids (B, S), attention_mask (B, S) of 1/0, token_type_ids (B, S) for pairs.
+
+        The disentangled scores need the eager path: every layer's weights are computed
+        in full and only the rows of ``queries`` kept (``fused`` is ignored)."""
         real = torch.ones_like(input_ids) if attention_mask is None else attention_mask  # (B, S)
         length = input_ids.size(1)
         # 1. Embeddings, in transformers' order: tokens + positions + types, project, norm, zero padding.
@@ -314,7 +322,7 @@ class Deberta(AttnModel):
             if layer == 0 and self.conv is not None:
                 out = self.conv(x, out, real)
             x = out
-            attentions.append(weights)
+            attentions.append(weights if queries is None else weights[:, :, list(queries)])  # (B, H, R, S)
         return ForwardOutput(hidden_states=x, attentions=attentions)
 
 

@@ -19,6 +19,7 @@ torch only.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,10 +151,18 @@ class ModernBert(AttnModel):
         self.final_norm = _norm(c)
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, max_layer: int | None = None
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        max_layer: int | None = None,
+        *,
+        layers: Collection[int] | None = None,
+        queries: Sequence[int] | None = None,
+        fused: bool = True,
     ) -> ForwardOutput:
-        """input_ids (B, S), attention_mask (B, S) of 1/0. ``hidden_states`` is after the
-        final norm when every layer ran, else the raw output of layer ``max_layer``."""
+        """input_ids (B, S), attention_mask (B, S) of 1/0; ``layers``, ``queries`` and
+        ``fused`` as ``AttnModel.forward`` says. ``hidden_states`` is after the final norm
+        when every layer ran, else the raw output of layer ``max_layer``."""
         c = self.config
         length = input_ids.size(1)
         # 1. Token embeddings, normed.
@@ -171,9 +180,10 @@ class ModernBert(AttnModel):
         # 3. The layers.
         attentions: list[Tensor] = []
         last = self.num_layers - 1 if max_layer is None else max_layer
+        requests = self.row_requests(last, layers, queries, fused)
         for layer in range(last + 1):
             kind = c.layer_types[layer]
-            x, weights = self.blocks[layer](x, masks[kind], rope[kind])
+            x, weights = self.blocks[layer](x, masks[kind], rope[kind], requests[layer])
             attentions.append(weights)
         if last == self.num_layers - 1:
             x = self.final_norm(x)

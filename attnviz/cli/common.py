@@ -39,13 +39,34 @@ def query_from(token: str | None, occurrence: int | None, index: int | None, req
     return query
 
 
-def load(text: str, model: str | None, engine: str, device: str) -> Engine:
+def read_input(sentence: str | None, file: Path | None) -> str:
+    """The text: the argument, or --file (either may be '-' for standard input)."""
+    from ..errors import UsageError
+    from ..tokens import read_text
+
+    if sentence is not None and file is not None:
+        raise UsageError("give the text or --file, not both", hint="drop the sentence argument or --file")
+    if file is not None:
+        return read_text(str(file))
+    if sentence is None:
+        raise UsageError("give a text (or --file PATH)", reason="empty")
+    return read_text("-") if sentence == "-" else sentence
+
+
+def budget(max_memory: str | None) -> int | None:
+    """--max-memory in bytes (None: the free memory is the limit)."""
+    from ..memory import parse_size
+
+    return None if max_memory is None else parse_size(max_memory)
+
+
+def load(text: str, model: str | None, engine: str, device: str, dtype: str = "float32") -> Engine:
     """Check the text, then load the engine (the text's mistakes cost no model load)."""
     from ..engines import load_engine
     from ..tokens import check_text
 
     check_text(text)
-    return load_engine(engine, model, device)
+    return load_engine(engine, model, device, dtype)
 
 
 def decoder_text(text: str | None, file: Path | None) -> str | None:

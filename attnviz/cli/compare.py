@@ -11,17 +11,21 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from . import EXAMPLE, app, errors
-from .common import decoder_text, load, query_from, sentence_tokens, stdout_console, view_from
+from .common import budget, decoder_text, load, query_from, read_input, sentence_tokens, stdout_console, view_from
 from .options import (
     DebugOpt,
     DeviceOpt,
+    DType,
+    DtypeOpt,
     EngineName,
     EngineOpt,
+    FileOpt,
     HeadsOpt,
     HideSpecialOpt,
     IndexOpt,
     JsonOpt,
     LayerOpt,
+    MaxMemoryOpt,
     ModelOpt,
     NoPagerOpt,
     NoRenormOpt,
@@ -32,6 +36,7 @@ from .options import (
     SortKey,
     TargetFileOpt,
     TargetTextOpt,
+    TextArg,
     TokenOpt,
     WordsOpt,
 )
@@ -78,10 +83,8 @@ SUMMARY_HEADS = 10  # heads in the --pairs summary
 
 @app.command()
 def compare(
-    sentence: Annotated[
-        str | None,
-        typer.Argument(metavar="SENTENCE", help="The sentence to run through the model.", show_default=False),
-    ] = None,
+    sentence: TextArg = None,
+    file: FileOpt = None,
     token: TokenOpt = None,
     target: TargetOpt = None,
     vs: Annotated[
@@ -128,6 +131,8 @@ def compare(
     pair: PairOpt = None,
     json_out: JsonOpt = False,
     no_pager: NoPagerOpt = False,
+    dtype: DtypeOpt = DType.float32,
+    max_memory: MaxMemoryOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Rank the heads by what one token does: top targets, weight on --target words,
@@ -168,19 +173,24 @@ def compare(
         reading, picked = view_from(words, hide_special, no_renorm, heads, rollout)
         if picked is not None:
             raise UsageError("compare ranks every head", hint="use --heads mean or max here, --layer to narrow")
-        options = PairOptions(occurrence=occurrence, layers=layer, top=top, view=reading, exclude=kinds)
+        memory_limit = budget(max_memory)
+        options = PairOptions(
+            occurrence=occurrence, layers=layer, top=top, view=reading, exclude=kinds, max_memory=memory_limit
+        )
         if pairs is not None:
-            if sentence is not None or vs is not None or token is not None or targets or index is not None:
+            if any(x is not None for x in (sentence, file, vs, token, index)) or targets:
                 raise UsageError(
                     "--pairs takes the sentences, token and targets from the file",
-                    hint="drop the sentence, --vs, --token, --target and --index",
+                    hint="drop the sentence, --file, --vs, --token, --target and --index",
                 )
             found = read_pairs(pairs)  # a bad file fails before the model loads
-            eng = load(found[0].sentence_a, model, engine.value, device)
+            eng = load(found[0].sentence_a, model, engine.value, device, dtype.value)
             _compare_pairs(eng, found, pairs, options, by, limit, seed, json_out, no_pager)
             return
-        if sentence is None:
-            raise UsageError("give a sentence (or --pairs FILE)", hint=f'e.g. attnviz compare "{EXAMPLE}" --token it')
+        if sentence is None and file is None:
+            raise UsageError(
+                "give a sentence (or --file PATH, or --pairs FILE)", hint=f'e.g. attnviz compare "{EXAMPLE}" --token it'
+            )
         if vs is not None:
             if index is not None:
                 raise UsageError("--vs aligns the token by its text", hint="use --token WORD instead of --index")
@@ -190,9 +200,10 @@ def compare(
         query = query_from(token, occurrence, index)
         # Target forms checked here.
         selection = Selection(query=query, layers=layer, targets=targets, part=part.value if part else None)
-        eng = load(sentence, model, engine.value, device)
+        text = read_input(sentence, file)
+        eng = load(text, model, engine.value, device, dtype.value)
         if vs is None:
-            planned = plan(sentence_tokens(eng, sentence, pair, decoder), eng, selection, target=decoder)
+            planned = plan(sentence_tokens(eng, text, pair, decoder), eng, selection, target=decoder)
             resolved = planned.resolved
             att = read(
                 planned.tokens,
@@ -200,6 +211,7 @@ def compare(
                 resolved.layers,
                 [resolved.queries],
                 reading,
+                max_memory=memory_limit,
                 target=planned.target,
                 part=planned.part,
             )
@@ -208,7 +220,7 @@ def compare(
             rows = sort_rows(rows, by, limit)
         else:
             assert token is not None  # query_from needs --token or --index, and --index was refused
-            result = run_pair(eng, MinimalPair(sentence, vs, token, targets), **options.kwargs())
+            result = run_pair(eng, MinimalPair(text, vs, token, targets), **options.kwargs())
             att = result.att_a
             rows = sort_rows(result.stats, by, limit)
         if json_out:

@@ -19,24 +19,28 @@ from ..render import (  # stdlib only: no matplotlib
     parse_vmax,
 )
 from . import app, errors
-from .common import check_heads, decoder_text, load, query_from, sentence_tokens, view_from, wrote
+from .common import budget, check_heads, decoder_text, load, query_from, read_input, sentence_tokens, view_from, wrote
 from .options import (
     DebugOpt,
     DeviceOpt,
+    DType,
+    DtypeOpt,
     EngineName,
     EngineOpt,
+    FileOpt,
     HeadsOpt,
     HideSpecialOpt,
     IndexOpt,
+    MaxMemoryOpt,
     ModelOpt,
     NoRenormOpt,
     Occurrence,
     PairOpt,
     PartOpt,
     RolloutOpt,
-    Sentence,
     TargetFileOpt,
     TargetTextOpt,
+    TextArg,
     TokenOpt,
     View,
     WordsOpt,
@@ -80,7 +84,9 @@ NoTitleOpt = Annotated[bool, typer.Option("--no-title", help="No sentence or pro
 
 @app.command()
 def export(
-    sentence: Sentence,
+    sentence: TextArg = None,
+    file: FileOpt = None,
+    *,
     output: Annotated[
         Path,
         typer.Option(
@@ -112,6 +118,8 @@ def export(
     model: ModelOpt = None,
     engine: EngineOpt = EngineName.own,
     device: DeviceOpt = "auto",
+    dtype: DtypeOpt = DType.float32,
+    max_memory: MaxMemoryOpt = None,
     target_text: TargetTextOpt = None,
     target_file: TargetFileOpt = None,
     part: PartOpt = None,
@@ -154,9 +162,11 @@ def export(
                     hint="drop --target-text/--part (the encoder), or export .png/.svg/.pdf",
                 )
             # The page carries its own words / special tokens / head-mean toggles.
-            eng = load(sentence, model, engine.value, device)
-            text = sentence_tokens(eng, sentence, pair, None)
-            write_page(eng, eng.tokenize(text) if isinstance(text, str) else text, query, layer, view, output)
+            text = read_input(sentence, file)
+            eng = load(text, model, engine.value, device, dtype.value)
+            first = sentence_tokens(eng, text, pair, None)
+            tokens = eng.tokenize(first) if isinstance(first, str) else first
+            write_page(eng, tokens, query, layer, view, output, budget(max_memory))
             return
         if view is View.token and query is None:
             raise UsageError(
@@ -165,17 +175,21 @@ def export(
             )
         reading, picked = view_from(words, hide_special, no_renorm, heads, rollout)
         style = _style(figsize, fontsize, vmax, cmap, no_title, picked)
-        eng = load(sentence, model, engine.value, device)
-        text = sentence_tokens(eng, sentence, pair, target)
+        limit = budget(max_memory)
+        text = read_input(sentence, file)
+        eng = load(text, model, engine.value, device, dtype.value)
+        source = sentence_tokens(eng, text, pair, target)
         chosen = choose_part(eng, part.value if part else None, target is not None)
         shape = eng.part_shape(chosen)
         check_heads(picked, shape.num_heads)
         spec = layer if layer is not None or view is View.token else str(shape.num_layers // 2)
-        planned = plan(text, eng, Selection(layers=spec, part=chosen), target=target)
+        planned = plan(source, eng, Selection(layers=spec, part=chosen), target=target)
         layers = planned.resolved.layers
         groups = [query.resolve(planned.query_tokens, planned.where)] if query is not None else []
         if view is View.token:
-            att = read(planned.tokens, eng, layers, groups, reading, target=planned.target, part=planned.part)
+            att = read(
+                planned.tokens, eng, layers, groups, reading, max_memory=limit, target=planned.target, part=planned.part
+            )
             write_token_image(att, [positions_in(att, groups[0])[0]], output, dpi, style)
             return
         if len(layers) != 1:
@@ -185,13 +199,22 @@ def export(
             )
         from ..render.image import matrix_figure, save_figure
 
-        att = read(planned.tokens, eng, layers, [], reading, target=planned.target, part=planned.part)  # whole matrix
+        # Every query row: the whole matrix.
+        att = read(planned.tokens, eng, layers, [], reading, max_memory=limit, target=planned.target, part=planned.part)
         highlight = positions_in(att, groups[0]) if groups else ()
         save_figure(matrix_figure(att, layers[0], highlight=highlight, style=style), output, dpi)
         wrote(output)
 
 
-def write_page(eng: Engine, tokens: Tokens, query: Query | None, layer: str | None, view: View, path: Path) -> None:
+def write_page(
+    eng: Engine,
+    tokens: Tokens,
+    query: Query | None,
+    layer: str | None,
+    view: View,
+    path: Path,
+    max_memory: int | None = None,
+) -> None:
     """The interactive page: every query row of the chosen layers (default all), its size
     checked from the token count before the forward pass."""
     from ..engines import forward
@@ -200,7 +223,7 @@ def write_page(eng: Engine, tokens: Tokens, query: Query | None, layer: str | No
 
     resolved = Selection(query=query, layers=layer).resolve(tokens, eng.num_layers)
     check_page_size(len(resolved.layers), eng.shape.num_heads, len(tokens))
-    att = forward(tokens, eng, Resolved((), resolved.layers))  # every query row: whole matrices
+    att = forward(tokens, eng, Resolved((), resolved.layers), max_memory)  # every query row: whole matrices
     pinned = resolved.queries[0] if resolved.queries else None  # a split word: its first piece
     save_html(att, path, query=pinned, view="matrix" if view is View.matrix else "head")
     wrote(path)

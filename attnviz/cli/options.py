@@ -14,6 +14,12 @@ class EngineName(str, Enum):
     hf = "hf"
 
 
+class DType(str, Enum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
 class View(str, Enum):
     token = "token"
     matrix = "matrix"
@@ -150,3 +156,33 @@ TokensOpt = Annotated[
     ),
 ]
 NoPagerOpt = Annotated[bool, typer.Option("--no-pager", help="Print straight to the terminal, without a pager.")]
+
+# Long inputs (issue 9): the text from a file or standard input, the model's dtype, a memory budget.
+TextArg = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="SENTENCE", help="The text to run through the model ('-': standard input).", show_default=False
+    ),
+]
+FileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--file",
+        "-f",
+        metavar="PATH",
+        help="Read the text from this UTF-8 file ('-': standard input).",
+        show_default=False,
+    ),
+]
+DtypeOpt = Annotated[
+    DType, typer.Option("--dtype", help="The model's dtype (attention rows are softmaxed in float32).")
+]
+MaxMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-memory",
+        metavar="SIZE",
+        help="Memory the forward pass may use (e.g. 32GB), instead of what is free now.",
+        show_default=False,
+    ),
+]

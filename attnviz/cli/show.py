@@ -9,17 +9,32 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from . import app, errors
-from .common import check_heads, decoder_text, load, queries_from, sentence_tokens, stdout_console, view_from, wrote
+from .common import (
+    budget,
+    check_heads,
+    decoder_text,
+    load,
+    queries_from,
+    read_input,
+    sentence_tokens,
+    stdout_console,
+    view_from,
+    wrote,
+)
 from .options import (
     DebugOpt,
     DeviceOpt,
+    DType,
+    DtypeOpt,
     EngineName,
     EngineOpt,
+    FileOpt,
     HeadsOpt,
     HideSpecialOpt,
     IndexOpt,
     JsonOpt,
     LayerOpt,
+    MaxMemoryOpt,
     ModelOpt,
     NoPagerOpt,
     NoRenormOpt,
@@ -27,9 +42,9 @@ from .options import (
     PairOpt,
     PartOpt,
     RolloutOpt,
-    Sentence,
     TargetFileOpt,
     TargetTextOpt,
+    TextArg,
     TokensOpt,
     WordsOpt,
 )
@@ -40,7 +55,8 @@ if TYPE_CHECKING:
 
 @app.command()
 def show(
-    sentence: Sentence,
+    sentence: TextArg = None,
+    file: FileOpt = None,
     token: TokensOpt = None,
     occurrence: Occurrence = None,
     index: IndexOpt = None,
@@ -71,6 +87,8 @@ def show(
         typer.Option("--png", metavar="PATH", help="Also write the heatmaps to this PNG file.", show_default=False),
     ] = None,
     no_pager: NoPagerOpt = False,
+    dtype: DtypeOpt = DType.float32,
+    max_memory: MaxMemoryOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Show, head by head, where one token puts its attention.
@@ -111,12 +129,23 @@ def show(
         queries = queries_from(token, occurrence, index, required=not all_tokens)
         selection = Selection(layers=layer, part=part.value if part else None)
         target = decoder_text(target_text, target_file)
-        eng = load(sentence, model, engine.value, device)
-        planned = plan(sentence_tokens(eng, sentence, pair, target), eng, selection, target=target)
+        limit = budget(max_memory)
+        text = read_input(sentence, file)
+        eng = load(text, model, engine.value, device, dtype.value)
+        planned = plan(sentence_tokens(eng, text, pair, target), eng, selection, target=target)
         check_heads(picked, eng.part_shape(planned.part).num_heads)
         # Every word found before the forward pass, on the part's query side.
         groups = [q.resolve(planned.query_tokens, planned.where) for q in queries]
-        att = read(planned.tokens, eng, planned.resolved.layers, groups, view, target=planned.target, part=planned.part)
+        att = read(
+            planned.tokens,
+            eng,
+            planned.resolved.layers,
+            groups,
+            view,
+            max_memory=limit,
+            target=planned.target,
+            part=planned.part,
+        )
         positions = _query_positions(att, groups)
         if npz is not None:
             att.save_npz(npz)
