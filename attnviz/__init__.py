@@ -40,6 +40,9 @@ def inspect(
     rollout: bool = False,
     dtype: str = "float32",
     max_memory: int | str | None = None,
+    pair: str | None = None,
+    target: str | None = None,
+    part: str | None = None,
 ) -> Attention:
     """Run ``sentence`` through ``model`` and return per-head attention weights.
 
@@ -55,8 +58,13 @@ def inspect(
     checks everything before the model loads. ``dtype``: float32, bfloat16 or float16 for
     the model (the weights are always softmaxed in float32). ``max_memory`` (bytes, or
     "32GB"): the budget the forward pass is checked against instead of the memory free now.
+
+    ``pair``: a second sentence, encoded with the first as a typed sentence pair (BERT-likes).
+    Encoder-decoders: ``target`` is the decoder's text and ``part`` "encoder", "decoder" or
+    "cross" (default: "cross" with a target, else "encoder"); ``token`` is looked up on the
+    part's query side (the target, for "decoder" and "cross").
     """
-    from .engines import load_engine, read
+    from .engines import load_engine, plan, read
     from .memory import parse_size
     from .select import Query, Selection, parse_target
     from .tokens import check_text
@@ -68,14 +76,15 @@ def inspect(
         queries = [] if query is None else [query]
     else:
         queries = [Query(*parse_target(spec)) for spec in token]
-    selection = Selection(layers=layers)
+    selection = Selection(layers=layers, part=part)
     check_text(sentence)
     budget = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
     eng = load_engine(engine, model, device, dtype)
-    tokens = eng.tokenize(sentence)
-    groups = [q.resolve(tokens) for q in queries]
-    resolved = selection.resolve(tokens, eng.num_layers)
-    return read(tokens, eng, resolved.layers, groups, view, max_memory=budget)
+    text = eng.tokenize(sentence) if pair is None else eng.tokenize_pair(sentence, pair)
+    planned = plan(text, eng, selection, target=target)
+    groups = [q.resolve(planned.query_tokens, planned.where) for q in queries]
+    layers_ = planned.resolved.layers
+    return read(planned.tokens, eng, layers_, groups, view, max_memory=budget, target=planned.target, part=planned.part)
 
 
 def __getattr__(name: str) -> object:

@@ -58,8 +58,9 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     softcap: float | None = None,
     sinks: Tensor | None = None,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """softmax(q·kᵀ · scale) · v, per head, returning the output and the weights.
+    """softmax(q·kᵀ · scale + bias) · v, per head, returning the output and the weights.
 
     Args:
         q: (B, H, L, D) queries.
@@ -67,6 +68,9 @@ def scaled_dot_product_attention(
         v: (B, H, S, Dv) values.
         mask: boolean, broadcastable to (B, H, L, S); True = may attend.
         scale: defaults to 1/√D.
+        bias: float, broadcastable to (B, H, L, S), added to the scaled scores before the
+            softmax: a learned position bias (T5's relative position buckets). Masked
+            positions stay exactly 0 whatever the bias.
         softcap: attention logit soft-capping (Gemma 2): the scores become
             softcap · tanh(scores / softcap) before the mask and the softmax, so no
             logit leaves (-softcap, softcap).
@@ -84,6 +88,8 @@ def scaled_dot_product_attention(
     # 1. Similarity of every query with every key. (Scaled in place: at 2,048 tokens a
     #    second (B, H, L, S) tensor made this function 1.8x slower than torch's module.)
     scores = (q @ k.transpose(-2, -1)).mul_(scale)  # (B, H, L, S)
+    if bias is not None:
+        scores = scores.add_(bias)  # (B, H, L, S)
     if softcap is not None:
         # In this order (divide, tanh, multiply), as transformers' Gemma 2.
         scores = torch.tanh(scores / softcap) * softcap  # (B, H, L, S)
@@ -342,8 +348,13 @@ def chunked_eager(
     weights = torch.zeros(b, h, rows, keys, dtype=torch.float32, device=q.device)  # (B, H, R, S)
     for start, stop in _row_blocks(length, b * h, keys):
         index = torch.arange(start, stop, device=q.device)
+        # A score bias with a row per query (T5's positions) goes to its block row by row.
+        block = {
+            name: value[..., start:stop, :] if name == "bias" and value.size(-2) == length else value
+            for name, value in modifiers.items()
+        }
         o, w = scaled_dot_product_attention(
-            q[:, :, start:stop], k, v, _mask_rows(mask, index, keys), scale, **modifiers
+            q[:, :, start:stop], k, v, _mask_rows(mask, index, keys), scale, **block
         )  # (B, H, l, Dv), (B, H, l, S)
         out[:, :, start:stop] = o
         if wanted is None:
@@ -453,6 +464,7 @@ class MultiHeadAttention(nn.Module):
         mask: MaskLike = None,
         qk_transform: QKTransform | None = None,
         request: RowRequest = EAGER,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Attend from ``query`` to ``key``/``value`` (self-attention when both are None).
 
@@ -464,6 +476,9 @@ class MultiHeadAttention(nn.Module):
                 e.g. rotary position embeddings.
             request: which weight rows to return, and eager or fused (default: the
                 eager reference, every row).
+            bias: float, broadcastable to (B, H, L, S), added to the scores before the
+                softmax (T5's relative position bias). A score modifier: the asked rows
+                then come from the eager function in row blocks, not the fused kernel.
 
         Returns:
             output (B, L, E) and per-head weights (B, H, R, S): R = L for every row.
@@ -478,9 +493,10 @@ class MultiHeadAttention(nn.Module):
             q, k = qk_transform(q, k)
         # 2. head_i = softmax(Q_i K_iᵀ / √d_k) V_i, all heads at once; with grouped-query
         #    attention each key/value head serves H/G query heads (see ``attend``). Score
-        #    modifiers (soft-capping, sinks) send the layer to the blocked eager path.
+        #    modifiers (a position bias, soft-capping, sinks) send the layer to the blocked
+        #    eager path.
         heads, weights = attend(
-            q, k, v, mask, self.scale, request, softcap=self.softcap, sinks=self.sinks
+            q, k, v, mask, self.scale, request, bias=bias, softcap=self.softcap, sinks=self.sinks
         )  # (B, H, L, D), (B, H, R, S)
         # 3. Concat(head_1, ..., head_H): put the heads back side by side.
         b, _, length, _ = heads.shape

@@ -29,12 +29,30 @@ DEFAULT_SENTENCES: tuple[str, ...] = (
 
 
 @dataclass(frozen=True)
+class PartCheck:
+    """One part of an encoder-decoder: largest |ours - transformers'| per layer of its
+    attention, and of the final hidden states of the stack that computes it."""
+
+    part: str  # "encoder", "decoder" or "cross"
+    shape: ModelShape
+    attention: tuple[float, ...]
+    hidden: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"part": self.part, **asdict(self.shape), "attention": list(self.attention), "hidden": self.hidden}
+
+
+@dataclass(frozen=True)
 class CheckResult:
     """Largest |ours - transformers'| over all sentences, heads, queries and keys.
 
     Attributes:
-        attention: one entry per layer (layer 0 first).
-        hidden: final hidden states (transformers' ``last_hidden_state``).
+        attention: one entry per layer (layer 0 first); empty for an encoder-decoder,
+            whose differences are in ``parts``.
+        hidden: final hidden states (transformers' ``last_hidden_state``); for an
+            encoder-decoder the largest over its parts.
+        parts: an encoder-decoder's parts (sentence i is the source, sentence i+1 the
+            decoder's text); empty for a model with one stack.
     """
 
     model: str
@@ -46,14 +64,27 @@ class CheckResult:
     attention: tuple[float, ...]
     hidden: float
     tolerance: float = TOLERANCE
+    parts: tuple[PartCheck, ...] = ()
 
     @property
     def worst(self) -> float:
-        return max((*self.attention, self.hidden))
+        return max((*self.attention, self.hidden, *(d for p in self.parts for d in (*p.attention, p.hidden))))
 
     @property
     def failed_layers(self) -> tuple[int, ...]:
         return tuple(i for i, d in enumerate(self.attention) if d > self.tolerance)
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        """What is over the tolerance, in words: 'layer 3', 'decoder layer 1', 'cross hidden states'."""
+        out = [f"layer {i}" for i in self.failed_layers]
+        if not self.parts and self.hidden > self.tolerance:
+            out.append("hidden states")
+        for p in self.parts:
+            out += [f"{p.part} layer {i}" for i, d in enumerate(p.attention) if d > self.tolerance]
+            if p.hidden > self.tolerance:
+                out.append(f"{p.part} hidden states")
+        return tuple(out)
 
     @property
     def passed(self) -> bool:
@@ -64,6 +95,11 @@ class CheckResult:
         out.update(asdict(self.shape))
         out.update(sentences=list(self.sentences), attention=list(self.attention))
         out.update(worst=self.worst, failed_layers=list(self.failed_layers), passed=self.passed)
+        if self.parts:
+            out.update(parts=[p.to_dict() for p in self.parts])
+            out.update(failed=list(self.failed))
+        else:
+            del out["parts"]
         return out
 
 
@@ -72,8 +108,12 @@ def compare_engines(
     sentences: Sequence[str] = DEFAULT_SENTENCES,
     device: str = "auto",
     tolerance: float = TOLERANCE,
+    parts: Sequence[str] | None = None,
 ) -> CheckResult:
     """Run the own and the hf engine on ``sentences`` and measure the differences.
+
+    An encoder-decoder runs each sentence as the source with the next one (cyclically)
+    as the decoder's text, and is measured on ``parts`` (default: all three).
 
     Raises:
         UsageError: no sentences; UnsupportedArchitectureError when the own engine does
@@ -88,7 +128,12 @@ def compare_engines(
     files = model if isinstance(model, ModelFiles) else resolve(model)
     # Our engine first: an unsupported architecture fails before transformers loads anything.
     own = load_engine("own", files, device)
+    if parts is not None:
+        for part in parts:
+            own.part_shape(part)  # an unknown part, or a part of a one-stack model, fails here
     hf = load_engine("hf", files, device)
+    if own.parts:
+        return _compare_seq2seq(files, own, hf, texts, tolerance, tuple(parts or own.parts))
     attention = [0.0] * own.num_layers
     hidden = 0.0
     for text in texts:
@@ -112,6 +157,48 @@ def compare_engines(
         attention=tuple(attention),
         hidden=hidden,
         tolerance=tolerance,
+    )
+
+
+def _compare_seq2seq(
+    files: ModelFiles, own: Any, hf: Any, texts: tuple[str, ...], tolerance: float, parts: tuple[str, ...]
+) -> CheckResult:
+    shapes = {part: own.part_shape(part) for part in parts}
+    attention = {part: [0.0] * shapes[part].num_layers for part in parts}
+    hidden = dict.fromkeys(parts, 0.0)
+    for source, target in zip(texts, (*texts[1:], texts[0])):
+        tokens, target_tokens = own.tokenize(source), own.tokenize_target(target)
+        ours, theirs = own.forward_seq2seq(tokens, target_tokens), hf.forward_seq2seq(tokens, target_tokens)
+        for part in parts:
+            a, b = ours.part(part), theirs.part(part)
+            if len(a.attentions) != len(b.attentions):
+                raise EngineError(
+                    f"{part}: the own engine computed {len(a.attentions)} layers, transformers {len(b.attentions)}",
+                    hint="this checkpoint's config and architecture disagree",
+                )
+            for layer, (x, y) in enumerate(zip(a.attentions, b.attentions, strict=True)):
+                attention[part][layer] = max(attention[part][layer], _max_abs_diff(x, y, f"{part} layer {layer}"))
+            hidden[part] = max(hidden[part], _max_abs_diff(a.hidden_states, b.hidden_states, f"{part} hidden states"))
+    checks = tuple(
+        PartCheck(
+            part=part,
+            shape=shapes[part],
+            attention=tuple(attention[part]),
+            hidden=hidden[part],
+        )
+        for part in parts
+    )
+    return CheckResult(
+        model=files.spec,
+        model_path=str(files.path),
+        model_type=files.model_type,
+        device=str(own.device),
+        shape=own.shape,
+        sentences=texts,
+        attention=(),
+        hidden=max(hidden.values()),
+        tolerance=tolerance,
+        parts=checks,
     )
 
 

@@ -15,20 +15,22 @@ import contextlib
 import io
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import DeviceError, EngineError, ModelLoadError, UsageError
 from .heads import ModelShape
 from .models import ModelFiles, resolve
 from .result import Attention, Provenance
-from .select import LayerSpec, Query, Resolved, Selection
-from .tokens import Tokens, load_tokenizer, tokenize
+from .select import PARTS, LayerSpec, Query, Resolved, Selection
+from .tokens import Tokens, load_tokenizer, tokenize, tokenize_pair
 from .version import __version__
 
 if TYPE_CHECKING:
     import torch
 
     from .architectures.base import ForwardOutput
+    from .architectures.seq2seq import Seq2SeqOutput
     from .transforms import View
 
 ENGINES = ("own", "hf")
@@ -69,6 +71,16 @@ def pick_device(name: str = "auto") -> torch.device:
     return device
 
 
+def score_terms(files: ModelFiles) -> tuple[str, ...]:
+    """What an attention score sums, when it is more than q·k: DeBERTa's
+    ("c2c", "c2p", "p2c") or a subset; () for the plain content-to-content score."""
+    if files.model_type != "deberta-v2":
+        return ()
+    from .architectures.deberta import score_terms as deberta_terms
+
+    return deberta_terms(files.config)
+
+
 class Engine(Protocol):
     """What both engines provide."""
 
@@ -77,24 +89,39 @@ class Engine(Protocol):
     device: torch.device
     dtype: torch.dtype
     shape: ModelShape
+    parts: tuple[str, ...]
+    score_terms: tuple[str, ...]
 
     @property
     def num_layers(self) -> int: ...
 
     def tokenize(self, sentence: str) -> Tokens: ...
 
+    def tokenize_pair(self, first: str, second: str) -> Tokens: ...
+
+    def tokenize_target(self, text: str) -> Tokens: ...
+
+    def part_shape(self, part: str | None) -> ModelShape: ...
+
     def forward(
         self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
     ) -> ForwardOutput:
-        """One forward pass. ``attentions[i]`` (1, H, R, S) holds layer ``layers[i]``'s
-        weight rows of ``queries`` (default: every layer, every row)."""
+        """One forward pass (an encoder-decoder's encoder alone). ``attentions[i]``
+        (1, H, R, S) holds layer ``layers[i]``'s weight rows of ``queries`` (default:
+        every layer, every row)."""
         ...
+
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput: ...
 
 
 class _Base:
     name = "?"
     max_positions: int | None = None
     shape: ModelShape
+    # Encoder-decoders: the parts whose attention can be shown (PARTS), and the decoder's
+    # layers and heads (its self- and cross-attention alike); () and None for one stack.
+    parts: tuple[str, ...] = ()
+    decoder_shape: ModelShape | None = None
 
     @property
     def num_layers(self) -> int:
@@ -115,9 +142,82 @@ class _Base:
     def __init__(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
         self.files, self.device, self.dtype = files, device, dtype
         self.tokenizer = load_tokenizer(files.path)
+        self.score_terms = score_terms(files)
 
     def tokenize(self, sentence: str) -> Tokens:
         return tokenize(self.tokenizer, sentence, self.max_positions)
+
+    def tokenize_pair(self, first: str, second: str) -> Tokens:
+        """A sentence pair, with the tokenizer's pair template and token types (see
+        ``tokens.tokenize_pair``).
+
+        Raises:
+            UsageError: an encoder-decoder (whose second text is the decoder's), or a pair
+                with token types the model does not have.
+        """
+        if self.parts:
+            raise UsageError(
+                f"{self.files.spec} is an encoder-decoder: its second text is the decoder's, not a pair segment",
+                reason="pair_seq2seq",
+            )
+        tokens = tokenize_pair(self.tokenizer, first, second, self.max_positions)
+        types = self.type_vocab_size()
+        if types is not None and 0 < types <= max(tokens.type_ids, default=0):
+            raise UsageError(
+                f"the tokenizer gives sentence B token type {max(tokens.type_ids)}, but {self.files.spec} "
+                f"has {types} token type(s)",
+                hint="this model was not trained on typed sentence pairs; give one sentence",
+                reason="pair_types",
+            )
+        return tokens
+
+    def type_vocab_size(self) -> int | None:
+        """How many token types (segments) the model embeds; 0 = none (they are ignored)."""
+        value = self.files.config.get("type_vocab_size")
+        return int(value) if isinstance(value, int) else None
+
+    def tokenize_target(self, text: str) -> Tokens:
+        """The decoder's input for ``text``: the decoder start token, then ``text`` tokenized
+        as the model's labels are (its special tokens included). This is teacher forcing:
+        the decoder reads the whole target at once, each token seeing those before it.
+
+        Raises:
+            UsageError: the model is not an encoder-decoder, or the text is empty or too long.
+        """
+        if not self.parts:
+            raise UsageError(
+                f"a decoder text needs an encoder-decoder model; {self.files.spec} is {self.files.model_type!r}",
+                reason="target_not_seq2seq",
+            )
+        if not text.strip():
+            raise UsageError("the decoder text is empty", reason="empty_target")
+        tokens = tokenize(self.tokenizer, text, None if self.max_positions is None else self.max_positions - 1)
+        start = decoder_start_id(self.files, tokens.ids)
+        return Tokens(
+            text=tokens.text,
+            ids=(start, *tokens.ids),
+            pieces=(self.tokenizer.id_to_token(start) or f"<{start}>", *tokens.pieces),
+            offsets=((0, 0), *tokens.offsets),
+            special=(True, *tokens.special),
+        )
+
+    def part_shape(self, part: str | None) -> ModelShape:
+        """Layers and heads of ``part`` (None: the model's only stack, or the encoder);
+        the decoder part is causal, cross-attention is not.
+
+        Raises:
+            UsageError: a part this model does not have. facts: ``reason`` "part".
+        """
+        if part in (None, "encoder"):
+            return self.shape
+        if part not in self.parts or self.decoder_shape is None:
+            raise UsageError(
+                f"{self.files.spec} ({self.files.model_type!r}) has no {part!r} attention"
+                + (f" (its parts: {', '.join(self.parts)})" if self.parts else ": it is not an encoder-decoder"),
+                reason="part",
+            )
+        d = self.decoder_shape
+        return ModelShape(d.num_layers, d.num_heads, d.num_kv_heads, causal=part == "decoder")
 
     def _ids(self, tokens: Tokens) -> torch.Tensor:
         import torch
@@ -137,19 +237,41 @@ class OwnEngine(_Base):
         self.model = architectures.load(files.path, files.config, device=device, dtype=dtype)
         self.shape = self.model.shape
         self.max_positions = self.model.max_positions
+        from .architectures.seq2seq import EncoderDecoder
+
+        if isinstance(self.model, EncoderDecoder):
+            self.parts = PARTS
+            self.decoder_shape = self.model.decoder_shape
 
     def forward(
         self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
     ) -> ForwardOutput:
         """Fused attention in every layer; exact weights only for ``queries`` of ``layers``,
-        and no layer after the last one asked for."""
+        and no layer after the last one asked for. (An encoder-decoder's encoder alone.)"""
         import torch
 
         chosen = tuple(range(self.num_layers)) if layers is None else tuple(layers)
+        kwargs: dict[str, Any] = {}
+        types = getattr(self.model, "type_vocab_size", None)
+        if any(tokens.type_ids) and types:
+            # A sentence pair, into a model with token-type embeddings (else ignored, as transformers does).
+            kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
         with torch.inference_mode():
-            out = self.model(self._ids(tokens), max_layer=max(chosen), layers=set(chosen), queries=queries)
+            out = self.model(self._ids(tokens), max_layer=max(chosen), layers=set(chosen), queries=queries, **kwargs)
         out.attentions = [out.attentions[layer] for layer in chosen]
         return out
+
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput:
+        """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through
+        the decoder; every layer's full weights of every part."""
+        import torch
+
+        from .architectures.seq2seq import EncoderDecoder
+
+        self.part_shape("cross")  # refuses a model with one stack
+        assert isinstance(self.model, EncoderDecoder)  # part_shape checked it
+        with torch.inference_mode():
+            return self.model.forward_seq2seq(self._ids(tokens), self._ids(target))
 
 
 class HFEngine(_Base):
@@ -191,34 +313,113 @@ class HFEngine(_Base):
             attention_sinks=any(name.endswith(".sinks") for name, _ in self.model.named_parameters()),
         )
         limit = _cfg(text_cfg, "max_position_embeddings", "n_positions", default=None)
-        self.max_positions = int(limit) if limit else None
+        # T5 has relative positions only; its n_positions is a length it was trained on, not a limit.
+        self.max_positions = int(limit) if limit and files.model_type not in ("t5", "mt5", "umt5") else None
+        if getattr(text_cfg, "is_encoder_decoder", False):
+            self.parts = PARTS
+            heads = int(_cfg(text_cfg, "decoder_attention_heads", default=self.num_heads))
+            self.decoder_shape = ModelShape(
+                num_layers=int(_cfg(text_cfg, "num_decoder_layers", "decoder_layers", default=self.num_layers)),
+                num_heads=heads,
+                num_kv_heads=heads,
+                causal=True,
+            )
 
     def forward(
         self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
     ) -> ForwardOutput:
-        """transformers computes every layer's full eager weights; we keep the asked ones."""
+        """transformers computes every layer's full eager weights; we keep the asked ones.
+        (An encoder-decoder's encoder alone.)"""
         import torch
 
-        from .architectures.base import ForwardOutput
-
         ids = self._ids(tokens)
+        # An encoder-decoder's full forward needs a decoder input; its encoder runs alone.
+        model = self.model.get_encoder() if self.parts else self.model
+        kwargs: dict[str, Any] = {}
+        if any(tokens.type_ids) and "token_type_ids" in _parameters(model.forward):
+            kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
         with torch.inference_mode():
-            out = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
-        attentions = getattr(out, "attentions", None)
-        if not attentions or any(a is None for a in attentions):
-            raise EngineError(
-                "transformers returned no attention weights for this model",
-                hint="its attention implementation does not expose weights; try the own engine",
-            )
-        hidden = getattr(out, "last_hidden_state", None)
-        if hidden is None:
-            raise EngineError(
-                "transformers returned no last_hidden_state for this model",
-                hint="its base model is not a plain encoder or decoder; try the own engine",
-            )
-        chosen = range(len(attentions)) if layers is None else layers
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True, **kwargs)
+        full = _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
+        chosen = range(len(full.attentions)) if layers is None else layers
         rows = slice(None) if queries is None else list(queries)
-        return ForwardOutput(hidden_states=hidden, attentions=[attentions[layer][:, :, rows] for layer in chosen])
+        full.attentions = [full.attentions[layer][:, :, rows] for layer in chosen]
+        return full
+
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput:
+        """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through the decoder."""
+        import torch
+
+        from .architectures.seq2seq import Seq2SeqOutput
+
+        self.part_shape("cross")  # refuses a model with one stack
+        ids, decoder_ids = self._ids(tokens), self._ids(target)
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                decoder_input_ids=decoder_ids,
+                decoder_attention_mask=torch.ones_like(decoder_ids),
+                output_attentions=True,
+            )
+        cross = getattr(out, "cross_attentions", None)
+        return Seq2SeqOutput(
+            encoder=_output(getattr(out, "encoder_attentions", None), getattr(out, "encoder_last_hidden_state", None)),
+            decoder=_output(getattr(out, "decoder_attentions", None), getattr(out, "last_hidden_state", None)),
+            cross=_output(cross, getattr(out, "last_hidden_state", None)).attentions,
+        )
+
+
+def _parameters(fn: Any) -> set[str]:
+    import inspect as pyinspect
+
+    return set(pyinspect.signature(fn).parameters)
+
+
+def _output(attentions: Any, hidden: Any) -> ForwardOutput:
+    """transformers' attentions and hidden states, checked, as our ForwardOutput."""
+    from .architectures.base import ForwardOutput
+
+    if not attentions or any(a is None for a in attentions):
+        raise EngineError(
+            "transformers returned no attention weights for this model",
+            hint="its attention implementation does not expose weights; try the own engine",
+        )
+    if hidden is None:
+        raise EngineError(
+            "transformers returned no last_hidden_state for this model",
+            hint="its base model is not a plain encoder or decoder; try the own engine",
+        )
+    return ForwardOutput(hidden_states=hidden, attentions=list(attentions))
+
+
+def decoder_start_id(files: ModelFiles, target_ids: Sequence[int] = ()) -> int:
+    """The token an encoder-decoder's decoder starts from, as its training shifted the labels:
+    ``decoder_start_token_id`` of config.json or generation_config.json; for T5 without
+    one, the pad token (T5's convention); for mBART, the target's last token (its language
+    code: mBART's ``shift_tokens_right`` wraps it around).
+
+    Raises:
+        ModelLoadError: the checkpoint names no start token and its family has no rule.
+    """
+    import json
+
+    config = files.config
+    start = config.get("decoder_start_token_id")
+    generation = files.path / "generation_config.json"
+    if start is None and generation.is_file():
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            start = json.loads(generation.read_text(encoding="utf-8")).get("decoder_start_token_id")
+    if start is None and files.model_type in ("t5", "mt5", "umt5"):
+        start = config.get("pad_token_id", 0)
+    if start is None and files.model_type == "mbart" and target_ids:
+        start = target_ids[-1]
+    if not isinstance(start, int):
+        raise ModelLoadError(
+            f"{files.path}/config.json names no decoder_start_token_id",
+            hint="add the token the decoder starts from to config.json",
+        )
+    return start
 
 
 # model_types whose base model is causal, for the hf engine's ``causal`` flag (the own engine
@@ -293,21 +494,115 @@ def _cpu_threads_for(engine: Engine, num_tokens: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def choose_part(engine: Engine, part: str | None, has_target: bool) -> str | None:
+    """Which attention to show: None for a model with one stack; for an encoder-decoder,
+    ``part`` or, when not given, "cross" with a decoder text and "encoder" without.
+
+    Raises:
+        UsageError: an unknown part, a part on a one-stack model, a decoder text for a
+            one-stack model, or a decoder part without a decoder text.
+    """
+    if part is not None and part not in PARTS:
+        raise UsageError(f"unknown part {part!r} (known: {', '.join(PARTS)})", reason="unknown_part")
+    if not engine.parts:
+        if part is not None:
+            engine.part_shape(part)  # raises, naming the model
+        if has_target:
+            engine.tokenize_target("?")  # raises, naming the model
+        return None
+    if part is None:
+        return "cross" if has_target else "encoder"
+    if part != "encoder" and not has_target:
+        raise UsageError(
+            f"{part} attention is the decoder's: it needs the decoder text (the target)", reason="no_target"
+        )
+    return part
+
+
 def inspect(
     sentence: str | Tokens,
     engine: Engine,
     layers: LayerSpec = None,
     queries: Query | Sequence[int] | None = None,
     max_memory: int | None = None,
+    *,
+    target: str | Tokens | None = None,
+    part: str | None = None,
 ) -> Attention:
     """One forward pass -> the weights of ``layers`` (default all) for ``queries`` (a
     ``Query``, or token positions; default: every token), as an ``Attention``.
-    ``max_memory``: see ``forward``."""
+    ``max_memory``: see ``forward``. Encoder-decoders: ``target`` is the decoder's text,
+    ``part`` which attention (see ``choose_part``); ``queries`` are on the part's query
+    side (the target, for "decoder" and "cross")."""
     if isinstance(queries, Query):
-        att, _ = run(sentence, engine, Selection(query=queries, layers=layers), max_memory=max_memory)
+        selection = Selection(query=queries, layers=layers, part=part)
+        att, _ = run(sentence, engine, selection, max_memory=max_memory, target=target)
     else:
-        att, _ = run(sentence, engine, Selection(layers=layers), positions=queries, max_memory=max_memory)
+        selection = Selection(layers=layers, part=part)
+        att, _ = run(sentence, engine, selection, positions=queries, max_memory=max_memory, target=target)
     return att
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One run resolved before its forward pass.
+
+    Attributes:
+        tokens: the sentence (an encoder-decoder's source).
+        target: the decoder's tokens (from ``engine.tokenize_target``) for the "decoder"
+            and "cross" parts; None otherwise.
+        part: see ``choose_part``; None for a model with one stack.
+        resolved: query rows (on the part's query side), layers (of the part), targets
+            (on its key side).
+    """
+
+    tokens: Tokens
+    target: Tokens | None
+    part: str | None
+    resolved: Resolved
+
+    @property
+    def query_tokens(self) -> Tokens:
+        """The tokens query words are found in: the target for "decoder" and "cross"."""
+        return self.tokens if self.target is None else self.target
+
+    @property
+    def where(self) -> str:
+        """The query side, in words, for messages."""
+        return "the sentence" if self.target is None else "the decoder text"
+
+
+def plan(
+    sentence: str | Tokens,
+    engine: Engine,
+    selection: Selection,
+    where: str = "the sentence",
+    *,
+    target: str | Tokens | None = None,
+) -> Plan:
+    """Tokenize and resolve the selection: every mistake found before the forward pass.
+
+    Encoder-decoders: ``sentence`` is the source and ``target`` the decoder's text; the
+    query is looked up on the part's query side (the target for "decoder" and "cross")
+    and target words on its key side (the source for "encoder" and "cross").
+    """
+    tokens = engine.tokenize(sentence) if isinstance(sentence, str) else sentence
+    part = choose_part(engine, selection.part, target is not None)
+    target_tokens = None
+    if part in ("decoder", "cross") and target is not None:
+        target_tokens = engine.tokenize_target(target) if isinstance(target, str) else target
+    query_tokens = tokens if target_tokens is None else target_tokens
+    key_tokens = tokens if part == "cross" else query_tokens
+    if target_tokens is not None:
+        where = "the decoder text"
+    resolved = selection.resolve(
+        query_tokens,
+        engine.part_shape(part).num_layers,
+        where,
+        keys=key_tokens,
+        keys_where="the source" if part == "cross" else where,
+    )
+    return Plan(tokens, target_tokens, part, resolved)
 
 
 def run(
@@ -317,18 +612,21 @@ def run(
     positions: Sequence[int] | None = None,
     where: str = "the sentence",
     max_memory: int | None = None,
+    *,
+    target: str | Tokens | None = None,
 ) -> tuple[Attention, Resolved]:
     """The pipeline of one sentence, down the layers once: tokenize, resolve the
     selection (query, layers, targets: every mistake found before the forward pass),
     one forward pass, the asked layers and query rows kept.
 
     ``positions`` (raw token positions) stand in for ``selection.query`` when given.
+    Encoder-decoders: see ``plan``.
     """
-    tokens = engine.tokenize(sentence) if isinstance(sentence, str) else sentence
-    resolved = selection.resolve(tokens, engine.num_layers, where)
+    planned = plan(sentence, engine, selection, where, target=target)
+    resolved = planned.resolved
     if positions is not None:
         resolved = Resolved(tuple(positions), resolved.layers, resolved.targets)
-    return forward(tokens, engine, resolved, max_memory), resolved
+    return forward(planned.tokens, engine, resolved, max_memory, target=planned.target, part=planned.part), resolved
 
 
 def read(
@@ -338,29 +636,46 @@ def read(
     query_groups: Sequence[Sequence[int]] = (),
     view: View | None = None,
     max_memory: int | None = None,
+    *,
+    target: Tokens | None = None,
+    part: str | None = None,
 ) -> Attention:
     """One forward pass read the way ``view`` asks (``transforms.apply``): words, special
     tokens set aside, head aggregates, rollout. ``query_groups``: the token positions of
     each query word (each becomes one query slot, the mean of its rows); none = every
     token. Rollout needs every row of layers 0..max(layers), so those are computed then.
+    Encoder-decoders: ``target`` and ``part`` as for ``forward``.
     """
     from .transforms import View, apply
 
     view = view or View()
     positions = tuple(sorted({int(p) for g in query_groups for p in g}))
     if view.needs_full:
-        att = forward(tokens, engine, Resolved((), tuple(range(max(layers) + 1))), max_memory)
+        att = forward(tokens, engine, Resolved((), tuple(range(max(layers) + 1))), max_memory, target=target, part=part)
     else:
-        att = forward(tokens, engine, Resolved(positions, tuple(layers)), max_memory)
+        att = forward(tokens, engine, Resolved(positions, tuple(layers)), max_memory, target=target, part=part)
     return apply(att, view, query_groups, layers)
 
 
-def forward(tokens: Tokens, engine: Engine, resolved: Resolved, max_memory: int | None = None) -> Attention:
+def forward(
+    tokens: Tokens,
+    engine: Engine,
+    resolved: Resolved,
+    max_memory: int | None = None,
+    *,
+    target: Tokens | None = None,
+    part: str | None = None,
+) -> Attention:
     """One forward pass of ``tokens`` -> an ``Attention`` of the resolved layers and
     query rows (every token's rows when ``resolved.queries`` is empty).
 
     Before the pass, its memory is estimated and checked against ``max_memory`` bytes,
     or against the memory free on the engine's device when None.
+
+    Encoder-decoders: ``part`` (from ``choose_part``) and, for "decoder" and "cross",
+    ``target`` (from ``engine.tokenize_target``), whose tokens the query rows index;
+    cross-attention's keys are ``tokens``, the source. Those two parts run the whole
+    model with full eager weights (no memory estimate; short texts).
 
     Raises:
         MemoryBudgetError: the pass would not fit; nothing has been allocated for it.
@@ -370,15 +685,28 @@ def forward(tokens: Tokens, engine: Engine, resolved: Resolved, max_memory: int 
 
     from . import memory
 
-    rows = resolved.queries or tuple(range(len(tokens)))
+    shape = engine.part_shape(part)
+    query_tokens, key_tokens = tokens, None
+    if part in ("decoder", "cross"):
+        if target is None:
+            raise UsageError(f"{part} attention needs the decoder text", reason="no_target")
+        query_tokens = target
+        key_tokens = tokens if part == "cross" else None
+    rows = resolved.queries or tuple(range(len(query_tokens)))
     chosen = resolved.layers
-    asked = resolved.queries or None  # None: every row, the full matrices
-    need = memory.estimate(engine, len(tokens), chosen, None if asked is None else len(asked))
-    free, where = memory.available(engine.device) if max_memory is None else (None, "")
-    memory.check(need, max_memory, free, where)
-    with _cpu_threads_for(engine, len(tokens)):
-        out = engine.forward(tokens, chosen, asked)
-    picked = torch.stack([a[0] for a in out.attentions])  # (N, H, Q, S)
+    if target is None or part in (None, "encoder"):
+        asked = resolved.queries or None  # None: every row, the full matrices
+        need = memory.estimate(engine, len(tokens), chosen, None if asked is None else len(asked))
+        free, where = memory.available(engine.device) if max_memory is None else (None, "")
+        memory.check(need, max_memory, free, where)
+        with _cpu_threads_for(engine, len(tokens)):
+            out = engine.forward(tokens, chosen, asked)
+        picked = torch.stack([a[0] for a in out.attentions])  # (N, H, Q, S)
+    else:
+        with _cpu_threads_for(engine, len(tokens) + len(target)):
+            full = engine.forward_seq2seq(tokens, target).part(part)
+        stacked = torch.stack([full.attentions[i][0] for i in chosen])  # (N, H, L, S)
+        picked = stacked[:, :, list(rows), :]  # (N, H, Q, S)
     weights = picked.to(device="cpu", dtype=torch.float32).numpy().astype(np.float32, copy=False)
     provenance = Provenance(
         model=engine.files.spec,
@@ -387,7 +715,16 @@ def forward(tokens: Tokens, engine: Engine, resolved: Resolved, max_memory: int 
         engine=engine.name,
         device=str(engine.device),
         dtype=str(engine.dtype).removeprefix("torch."),
-        shape=engine.shape,
+        shape=shape,
         attnviz_version=__version__,
+        score_terms=engine.score_terms,
     )
-    return Attention(tokens=tokens, weights=weights, layers=chosen, queries=rows, provenance=provenance)
+    return Attention(
+        tokens=query_tokens,
+        weights=weights,
+        layers=chosen,
+        queries=rows,
+        provenance=provenance,
+        part=part,
+        key_tokens=key_tokens,
+    )

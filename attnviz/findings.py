@@ -116,12 +116,14 @@ def strongest_links(
         rows = rows[:, : att.model_heads]
     if heads is not None:
         rows = np.where(np.isin(np.arange(rows.shape[1]), list(heads))[None, :, None], rows, -np.inf)
-    mask = excluded(att.tokens, span, exclude) | np.isin(np.arange(len(att.tokens)), att.hidden)
+    keys = att.keys  # the source tokens, for cross-attention (no neighbours of the query there)
+    near = span if att.is_self_attention else ()
+    mask = excluded(keys, near, exclude) | np.isin(np.arange(len(keys)), att.hidden)
     candidates = np.where(mask[None, None, :], -np.inf, rows)  # (N, H, S)
     flat = candidates.reshape(-1)
     order = np.argsort(-flat, kind="stable")[:n]
-    labels = att.tokens.labels
-    query = " ".join(labels[p] for p in span)
+    labels = keys.labels
+    query = " ".join(att.tokens.labels[p] for p in span)
     out: list[Link] = []
     for k in order:
         if not np.isfinite(flat[k]) or flat[k] <= 0:

@@ -175,7 +175,9 @@ class HeadStats:
         entropy: normalised, 0 = all on one token, 1 = uniform over what it may see.
         sink: share on special tokens; self_share, prev, next: on the query, the token
             before it, the token after it; distance: mean distance in tokens to the
-            tokens that are not special (the row renormalised over them).
+            tokens that are not special (the row renormalised over them). These four
+            compare query and key positions: None for cross-attention, whose keys are
+            another text.
         name: "h5" for a model head; "mean", "max" or "rollout" for an aggregate slot
             (whose ``head`` is then its slot number on the head axis, not a head).
         sink_logit: share on a learned sink logit (GPT-OSS), 1 - the row's sum; None
@@ -189,10 +191,10 @@ class HeadStats:
     targets: dict[str, float]
     entropy: float
     sink: float
-    self_share: float
-    prev: float
-    next: float
-    distance: float
+    self_share: float | None
+    prev: float | None
+    next: float | None
+    distance: float | None
     name: str = ""
     aggregate: bool = False
     sink_logit: float | None = None
@@ -296,25 +298,30 @@ def head_stats(
     rows = att.rows(_span(query)[0]) if len(_span(query)) == 1 else query_rows(att, span)  # (N, H, S)
     rows = np.asarray(rows, dtype=np.float64)
     size = rows.shape[-1]
+    keys = att.keys  # the source tokens, for cross-attention
     mask = causal_mask(size, span) if att.provenance.causal else None
-    special = np.asarray(att.tokens.special, dtype=bool)
-    stats = {
-        "entropy": entropy(rows, mask),
-        "sink": sink(rows, special),
-        "self_share": self_share(rows, span),
-        "prev": prev_share(rows, span),
-        "next": next_share(rows, span),
-        "distance": mean_distance(rows, span, ~special),
-    }
+    special = np.asarray(keys.special, dtype=bool)
+    spread, sunk = entropy(rows, mask), sink(rows, special)  # (N, H) each
+    # Self, neighbour and distance shares compare query and key positions: they mean
+    # something only when both index the same text (None for cross-attention).
+    positional: dict[str, np.ndarray | None] = dict.fromkeys(("self_share", "prev", "next", "distance"))
+    if att.is_self_attention:
+        positional.update(
+            self_share=self_share(rows, span),
+            prev=prev_share(rows, span),
+            next=next_share(rows, span),
+            distance=mean_distance(rows, span, ~special),
+        )
     sinks = None
     if att.provenance.attention_sinks:
         # As Attention.sink_share: NaN (None in the row) where rows lost their raw mass.
         sinks = sink_logit_share(rows)  # (N, H)
         sinks[:, ~att.sink_defined()] = np.nan
     weights = {word: target_weight(rows, idx) for word, idx in (targets or {}).items()}
-    left_out = excluded(att.tokens, span, exclude) | np.isin(np.arange(size), att.hidden)
+    # Cross-attention has no neighbours of the query among its keys (another text).
+    left_out = excluded(keys, span if att.is_self_attention else (), exclude) | np.isin(np.arange(size), att.hidden)
     top_idx, top_w = top_k(np.where(left_out, -1.0, rows), top)
-    labels = att.tokens.labels
+    labels = keys.labels
     out: list[HeadStats] = []
     for n, layer in enumerate(att.layers):
         for h in range(rows.shape[1]):
@@ -326,7 +333,9 @@ def head_stats(
                     top=tuple((labels[i], float(w)) for i, w in zip(top_idx[n, h][keep], top_w[n, h][keep])),
                     top_index=tuple(int(i) for i in top_idx[n, h][keep]),
                     targets={word: float(w[n, h]) for word, w in weights.items()},
-                    **{key: float(value[n, h]) for key, value in stats.items()},
+                    entropy=float(spread[n, h]),
+                    sink=float(sunk[n, h]),
+                    **{key: None if value is None else float(value[n, h]) for key, value in positional.items()},
                     name=att.head_name(h),
                     aggregate=h >= att.model_heads,
                     sink_logit=None if sinks is None or np.isnan(sinks[n, h]) else float(sinks[n, h]),
@@ -378,7 +387,13 @@ def sort_key(row: Row, by: str) -> float:
         return max((abs(d) for d in row.delta.values()), default=0.0)
     if by == "weight":
         return float(next(iter(stats.targets.values()))) if stats.targets else float(stats.top[0][1])
-    return float(getattr(stats, by))
+    value = getattr(stats, by)
+    if value is None:
+        raise UsageError(
+            f"cannot sort by {by}: it compares query and key positions, and cross-attention's keys are another text",
+            reason="positional_sort",
+        )
+    return float(value)
 
 
 def check_sort(by: str | None, pair: bool) -> str:

@@ -17,6 +17,7 @@ import numpy as np
 
 from .errors import OutputError, UsageError
 from .heads import ModelShape
+from .select import PARTS
 from .tokens import Tokens
 
 JSON_DIGITS = 6  # six decimals keep float32's precision and halve the JSON
@@ -50,6 +51,9 @@ class Provenance:
     dtype: str  # "float32", ...
     shape: ModelShape
     attnviz_version: str = ""
+    # What each attention score sums when it is more than q·k (DeBERTa: "c2c", "c2p",
+    # "p2c"); () for the plain content-to-content score.
+    score_terms: tuple[str, ...] = ()
 
     @property
     def num_layers(self) -> int:
@@ -83,6 +87,7 @@ class Provenance:
         keys = ("num_layers", "num_heads", "num_kv_heads", "causal", "attention_sinks")
         shape = ModelShape(**{k: data[k] for k in keys if k in data})
         rest = {k: v for k, v in data.items() if k not in keys}
+        rest["score_terms"] = tuple(rest.get("score_terms", ()))
         return cls(shape=shape, **rest)
 
 
@@ -90,17 +95,23 @@ class Provenance:
 class Attention:
     """Per-head attention weights of some query tokens, in some layers.
 
-    Shape legend: N kept layers, H heads, Q kept query positions, S tokens.
+    Shape legend: N kept layers, H heads, Q kept query positions, S key tokens.
 
     Attributes:
-        tokens: the tokenized sentence (S tokens).
+        tokens: the tokenized text the queries come from.
         weights: float32 array (N, H, Q, S); ``weights[n, h, q]`` is the attention
-            distribution of token ``queries[q]`` in layer ``layers[n]``, head ``h``.
-            Each row sums to 1 (up to rounding), or to 1 - the learned sink's share
-            when ``provenance.shape.attention_sinks``. Never averaged over heads.
+            distribution of token ``queries[q]`` over the key tokens in layer
+            ``layers[n]``, head ``h``. Each row sums to 1 (up to rounding), or to 1 - the
+            learned sink's share when ``provenance.shape.attention_sinks``. Never averaged
+            over heads.
         layers: model layer index (0-based) of each ``weights[n]``.
-        queries: token position of each ``weights[:, :, q]``.
+        queries: token position (in ``tokens``) of each ``weights[:, :, q]``.
         provenance: where the weights came from.
+        part: which attention of an encoder-decoder: "encoder" (source -> source),
+            "decoder" (target -> target, causal) or "cross" (target -> source);
+            None for a model with one stack.
+        key_tokens: the tokens the weights' last axis runs over when they are not
+            ``tokens`` (cross-attention: the source); None = ``tokens`` (self-attention).
         aggregates: names of the trailing slots of the head axis that are not a model
             head but an aggregate over heads ("mean", "max", "rollout"); the first
             ``H - len(aggregates)`` slots are the model's heads 0.. in order.
@@ -125,20 +136,34 @@ class Attention:
     query_pieces: tuple[tuple[int, ...], ...] | None = None
     hidden: tuple[int, ...] = ()
     steps: tuple[str, ...] = ()
+    part: str | None = None
+    key_tokens: Tokens | None = None
 
     def __post_init__(self) -> None:
         n, h, q, s = self.weights.shape
-        if n != len(self.layers) or q != len(self.queries) or s != len(self.tokens):
+        if n != len(self.layers) or q != len(self.queries) or s != len(self.keys):
             raise ValueError(
                 f"weights {self.weights.shape} do not match layers={len(self.layers)}, "
-                f"queries={len(self.queries)}, tokens={len(self.tokens)}"
+                f"queries={len(self.queries)}, key tokens={len(self.keys)}"
             )
+        if self.part not in (None, *PARTS):
+            raise ValueError(f"unknown part {self.part!r} (parts: {', '.join(PARTS)})")
         if len(self.aggregates) > h:
             raise ValueError(f"{len(self.aggregates)} aggregate names for a head axis of {h}")
         if self.key_pieces is not None and len(self.key_pieces) != s:
             raise ValueError(f"key_pieces has {len(self.key_pieces)} entries for {s} tokens")
         if self.query_pieces is not None and len(self.query_pieces) != q:
             raise ValueError(f"query_pieces has {len(self.query_pieces)} entries for {q} queries")
+
+    @property
+    def keys(self) -> Tokens:
+        """The tokens each weight row is spread over (the source, for cross-attention)."""
+        return self.tokens if self.key_tokens is None else self.key_tokens
+
+    @property
+    def is_self_attention(self) -> bool:
+        """Queries and keys are the same tokens: position i of a row is the query itself."""
+        return self.key_tokens is None
 
     @property
     def num_heads(self) -> int:
@@ -236,6 +261,16 @@ class Attention:
             "layers": list(self.layers),
             "queries": list(self.queries),
         }
+        if self.tokens.pair_start is not None:
+            out["type_ids"] = list(self.tokens.type_ids)
+            out["pair_start"] = self.tokens.pair_start
+        if self.part is not None:
+            out["part"] = self.part
+        if self.key_tokens is not None:
+            out["key_tokens"] = list(self.key_tokens.labels)
+            out["key_pieces"] = list(self.key_tokens.pieces)
+            out["key_special"] = list(self.key_tokens.special)
+            out["key_text"] = self.key_tokens.text
         if query is not None:
             out["query_index"] = query
             out["query_token"] = self.tokens.labels[query]
@@ -292,15 +327,13 @@ class Attention:
         """Write weights and metadata to ``path`` (.npz), atomically."""
         meta = json.dumps(
             {
-                "text": self.tokens.text,
-                "ids": list(self.tokens.ids),
-                "pieces": list(self.tokens.pieces),
-                "offsets": [list(o) for o in self.tokens.offsets],
-                "special": list(self.tokens.special),
+                **_tokens_dict(self.tokens),
                 "layers": list(self.layers),
                 "queries": list(self.queries),
                 "provenance": self.provenance.to_dict(),
                 "extra": self.extra,
+                "part": self.part,
+                "key_tokens": None if self.key_tokens is None else _tokens_dict(self.key_tokens),
                 "aggregates": list(self.aggregates),
                 "source": None if self.source is None else _tokens_dict(self.source),
                 "key_pieces": None if self.key_pieces is None else [list(g) for g in self.key_pieces],
@@ -325,6 +358,7 @@ class Attention:
         source = meta.get("source")
         key_pieces = meta.get("key_pieces")
         query_pieces = meta.get("query_pieces")
+        keys = meta.get("key_tokens")
         return cls(
             tokens=tokens,
             weights=weights,
@@ -338,6 +372,8 @@ class Attention:
             query_pieces=None if query_pieces is None else tuple(tuple(g) for g in query_pieces),
             hidden=tuple(meta.get("hidden", ())),
             steps=tuple(meta.get("steps", ())),
+            part=meta.get("part"),
+            key_tokens=None if keys is None else _tokens_from(keys),
         )
 
 
@@ -348,6 +384,8 @@ def _tokens_dict(tokens: Tokens) -> dict[str, Any]:
         "pieces": list(tokens.pieces),
         "offsets": [list(o) for o in tokens.offsets],
         "special": list(tokens.special),
+        "type_ids": list(tokens.type_ids),
+        "pair_start": tokens.pair_start,
     }
 
 
@@ -358,6 +396,8 @@ def _tokens_from(meta: dict[str, Any]) -> Tokens:
         pieces=tuple(meta["pieces"]),
         offsets=tuple((a, b) for a, b in meta["offsets"]),
         special=tuple(meta["special"]),
+        type_ids=tuple(meta.get("type_ids", ())),
+        pair_start=meta.get("pair_start"),
     )
 
 

@@ -20,6 +20,10 @@ from .tokens import Tokens, check_index, find_word, word_occurrences
 
 LayerSpec = str | int | Sequence[int] | None
 
+# The attention an encoder-decoder has: encoder self-attention (source -> source),
+# decoder self-attention (target -> target, causal) and cross-attention (target -> source).
+PARTS = ("encoder", "decoder", "cross")
+
 # A layer spec longer than this is not a list of layers anyone typed.
 _MAX_LAYER_SPEC = 10_000
 
@@ -176,22 +180,35 @@ class Resolved:
 
 @dataclass(frozen=True)
 class Selection:
-    """What one run looks at: a query token (None: every token's rows), layers, targets."""
+    """What one run looks at: a query token (None: every token's rows), layers, targets,
+    and for an encoder-decoder the part (None: the engine's default, see
+    ``engines.choose_part``)."""
 
     query: Query | None = None
     layers: LayerSpec = None
     targets: tuple[str, ...] = ()
+    part: str | None = None
 
     def __post_init__(self) -> None:
         # Targets are checked for form here (word:N with N >= 1), before any model work.
         for spec in self.targets:
             parse_target(spec)
+        if self.part is not None and self.part not in PARTS:
+            raise UsageError(f"unknown part {self.part!r} (known: {', '.join(PARTS)})", reason="unknown_part")
 
-    def resolve(self, tokens: Tokens, num_layers: int, where: str = "the sentence") -> Resolved:
-        """Everything found in ``tokens``; nothing here runs a model."""
+    def resolve(
+        self,
+        tokens: Tokens,
+        num_layers: int,
+        where: str = "the sentence",
+        keys: Tokens | None = None,
+        keys_where: str | None = None,
+    ) -> Resolved:
+        """Everything found in ``tokens`` (the query side); target words are found in
+        ``keys`` (default ``tokens``; cross-attention: the source). Nothing here runs a model."""
         queries = self.query.resolve(tokens, where) if self.query is not None else ()
         return Resolved(
             queries=queries,
             layers=parse_layers(self.layers, num_layers),
-            targets=find_targets(tokens, self.targets, where),
+            targets=find_targets(tokens if keys is None else keys, self.targets, keys_where or where),
         )

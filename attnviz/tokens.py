@@ -35,6 +35,11 @@ class Tokens:
         offsets: (start, end) character span of each token in ``text``;
             (0, 0) for special tokens.
         special: True for tokens the tokenizer added ([CLS], [SEP], <s>, ...).
+        type_ids: the segment (token type) of each token as the model is fed it: 0 for
+            sentence A, 1 for sentence B of a pair; () = all 0 (one sentence).
+        pair_start: for a sentence pair, the position of sentence B's first token (the
+            boundary the views mark); None for one sentence. The text is then
+            ``A + PAIR_SEPARATOR + B``, and B's offsets point into it.
     """
 
     text: str
@@ -42,6 +47,8 @@ class Tokens:
     pieces: tuple[str, ...]
     offsets: tuple[tuple[int, int], ...]
     special: tuple[bool, ...]
+    type_ids: tuple[int, ...] = ()
+    pair_start: int | None = None
 
     def __post_init__(self) -> None:
         n = len(self.ids)
@@ -50,6 +57,10 @@ class Tokens:
                 f"ids ({n}), pieces ({len(self.pieces)}), offsets ({len(self.offsets)}) "
                 f"and special ({len(self.special)}) must have one entry per token"
             )
+        if self.type_ids and len(self.type_ids) != n:
+            raise ValueError(f"{len(self.type_ids)} token types for {n} tokens")
+        if self.pair_start is not None and not 0 < self.pair_start < n:
+            raise ValueError(f"pair_start={self.pair_start} is not inside the {n} tokens")
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -214,6 +225,47 @@ def tokenize(tokenizer: Tokenizer, sentence: str, max_length: int | None = None)
         pieces=tuple(enc.tokens),
         offsets=tuple((int(a), int(b)) for a, b in enc.offsets),
         special=tuple(bool(s) for s in enc.special_tokens_mask),
+    )
+
+
+# Between the two sentences of a pair in ``Tokens.text``: not a word, so never matched
+# as a query or target word, and visible in titles.
+PAIR_SEPARATOR = " ‖ "
+
+
+def tokenize_pair(tokenizer: Tokenizer, first: str, second: str, max_length: int | None = None) -> Tokens:
+    """Encode a sentence pair as the model was trained on pairs (BERT's next-sentence and
+    entailment inputs, bertviz's ``sentence_b``): the tokenizer's pair template
+    ([CLS] A [SEP] B [SEP] for BERT) and its token types, 0 for A and 1 for B.
+
+    Raises:
+        UsageError: a sentence is empty, or the pair is longer than ``max_length``.
+    """
+    if not first.strip() or not second.strip():
+        raise UsageError("a sentence of the pair is empty", hint="give two non-empty sentences")
+    enc = tokenizer.encode(first, second)
+    if max_length is not None and len(enc.ids) > max_length:
+        raise UsageError(
+            f"the sentence pair has {len(enc.ids)} tokens; this model reads at most {max_length}",
+            hint="shorten the sentences",
+        )
+    shift = len(first) + len(PAIR_SEPARATOR)
+    sequence = enc.sequence_ids
+    offsets = tuple(
+        (int(a) + shift, int(b) + shift) if seq == 1 and b > a else (int(a), int(b))
+        for (a, b), seq in zip(enc.offsets, sequence)
+    )
+    starts = [i for i, seq in enumerate(sequence) if seq == 1]
+    if not starts:  # pragma: no cover - every tokenizer with a pair template marks sentence B
+        raise UsageError("this tokenizer has no template for sentence pairs", hint="give one sentence")
+    return Tokens(
+        text=first + PAIR_SEPARATOR + second,
+        ids=tuple(enc.ids),
+        pieces=tuple(enc.tokens),
+        offsets=offsets,
+        special=tuple(bool(s) for s in enc.special_tokens_mask),
+        type_ids=tuple(int(t) for t in enc.type_ids),
+        pair_start=starts[0],
     )
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import UsageError
 from .result import Attention
 from .tokens import Tokens
 
@@ -384,6 +385,13 @@ def apply(
     ``layers`` pick what is kept (None / no groups: everything ``att`` holds). With
     ``view.rollout``, ``att`` must hold the full matrices of layers 0..k.
     """
+    if not att.is_self_attention and (view.words or view.hide_special or view.rollout):
+        # Words, specials set aside and rollout read the keys as the queries' own tokens;
+        # cross-attention's keys are another text (the source).
+        raise UsageError(
+            "words, special tokens set aside and rollout are not implemented for cross-attention",
+            reason="cross_view",
+        )
     queries: list[int] | None = sorted({int(p) for g in query_groups for p in g}) or None
     rolled = select(rollout(att), layers, queries) if view.rollout else None
     att = select(att, layers, queries)

@@ -65,13 +65,15 @@ def test_padded_batch_matches_transformers(spec: Spec, engines: dict[str, tuple[
     own, hf = engines[spec.name]
     rows = [list(own.tokenize(s).ids) for s in SENTENCES[:2]]
     width = max(map(len, rows))
-    pad = int(own.model.embed.padding_idx) if spec.specials == "roberta" else 0
+    pad = int(own.model.embed.padding_idx) if spec.specials == "roberta" and spec.head != "seq2seq" else 0
     ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])  # (2, S)
     mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])  # (2, S)
     assert mask.min() == 0, "the sentences must differ in length for this test to mean anything"
+    # An encoder-decoder's AttnModel forward is its encoder: compare with transformers' encoder.
+    model = hf.model.get_encoder() if spec.head == "seq2seq" else hf.model
     with torch.inference_mode():
         ours = own.model(ids, attention_mask=mask)
-        theirs = hf.model(input_ids=ids, attention_mask=mask, output_attentions=True)
+        theirs = model(input_ids=ids, attention_mask=mask, output_attentions=True)
     real = mask.bool()
     for a, b in zip(ours.attentions, theirs.attentions, strict=True):
         # Rows of real query tokens; padded queries are not shown by attnviz.
@@ -91,7 +93,8 @@ def test_causal_structure(spec: Spec, engines: dict[str, tuple[Engine, Engine]])
             # Exactly 0, not merely small: a token never sees the future.
             assert bool((weights[..., above] == 0).all())
         else:
-            assert float(weights[..., above].min()) > 0
+            # Bidirectional: later tokens are seen (all of them, except in ModernBERT's local layers).
+            assert float(weights[..., above].max()) > 0
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
@@ -127,6 +130,54 @@ def test_grouped_query_heads(name: str, engines: dict[str, tuple[Engine, Engine]
     assert (own.num_heads, own.num_kv_heads) == (hf.num_heads, hf.num_kv_heads) == (4, 2)
     attn = own.model.blocks[0].attn
     assert attn.k_proj.out_features == 2 * attn.head_dim  # two key/value heads are stored, not four
+
+
+def test_modernbert_alternates_local_and_global_layers(engines: dict[str, tuple[Engine, Engine]]) -> None:
+    own, _ = engines["modernbert"]
+    model: Any = own.model
+    assert model.config.layer_types == ("full_attention", "sliding_attention", "sliding_attention", "full_attention")
+    assert model.config.window == 2 and (model.config.global_theta, model.config.local_theta) == (500.0, 50.0)
+    out = own.forward(own.tokenize(SENTENCES[0]))
+    length = out.attentions[0].shape[-1]
+    positions = torch.arange(length)
+    far = (positions[:, None] - positions[None, :]).abs() > 2  # (L, S): outside the local window
+    for layer, weights in enumerate(out.attentions):
+        if layer in (1, 2):
+            assert bool((weights[..., far] == 0).all())  # local: exactly nothing beyond 2 tokens
+            assert float(weights[..., ~far].min()) > 0
+        else:
+            assert float(weights.min()) > 0  # global: every token, both directions
+    assert isinstance(model.blocks[0].attn_norm, torch.nn.Identity)  # layer 0: no attention norm
+
+
+def test_deberta_states_its_score_terms(engines: dict[str, tuple[Engine, Engine]]) -> None:
+    """Which disentangled terms each checkpoint's weights include, from its config, for both engines."""
+    for name, terms in (("deberta-v3", ("c2c", "c2p", "p2c")), ("deberta-v2-conv", ("c2c", "c2p"))):
+        for engine in engines[name]:
+            assert engine.score_terms == terms
+            assert inspect(SENTENCES[0], engine, layers=[0], queries=[1]).provenance.score_terms == terms
+    v3: Any = engines["deberta-v3"][0].model
+    assert v3.positions is None and v3.rel_norm is not None and v3.conv is None  # v3: relative positions only
+    assert not hasattr(v3.blocks[0].attn, "pos_key_proj")  # share_att_key: P goes through W^K and W^Q
+    v2: Any = engines["deberta-v2-conv"][0].model
+    assert v2.conv is not None and hasattr(v2.blocks[0].attn, "pos_key_proj")
+    assert not hasattr(v2.blocks[0].attn, "pos_query_proj")  # c2p only
+    assert engines["bert"][0].score_terms == ()
+
+
+def test_deberta_log_buckets_match_transformers() -> None:
+    from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+
+    from attnviz.architectures.deberta import log_bucket_position
+
+    relative = torch.arange(-300, 301)
+    for buckets, distance in ((8, 20), (256, 512)):
+        assert torch.equal(
+            log_bucket_position(relative, buckets, distance), make_log_bucket_position(relative, buckets, distance)
+        )
+    # Exact inside ±4 for 8 buckets; beyond, log-spaced and capped near ±(buckets - 1).
+    small = log_bucket_position(torch.arange(-3, 4), 8, 20)
+    assert small.tolist() == list(range(-3, 4))
 
 
 def test_albert_shares_one_block_across_layers(engines: dict[str, tuple[Engine, Engine]]) -> None:
@@ -173,14 +224,15 @@ def _config_only_checkpoint(directory: Path, config: dict[str, Any]) -> Path:
 
 
 def test_unsupported_model_type_names_the_supported_families(tmp_path: Path) -> None:
-    from transformers import T5Config
+    # UMT5: T5 with a relative-position table in every layer, not implemented.
+    from transformers import UMT5Config
 
-    config = T5Config(vocab_size=101, d_model=48, num_layers=2, num_heads=3, d_kv=16, d_ff=37).to_dict()
-    directory = _config_only_checkpoint(tmp_path / "t5", config)
+    config = UMT5Config(vocab_size=101, d_model=48, num_layers=2, num_heads=3, d_kv=16, d_ff=37).to_dict()
+    directory = _config_only_checkpoint(tmp_path / "umt5", config)
     with pytest.raises(UnsupportedArchitectureError) as info:
         load_engine("own", str(directory), "cpu")
     message = str(info.value)
-    assert "'t5'" in message and "--" not in message  # facts here; the CLI adds the flag
+    assert "'umt5'" in message and "--" not in message  # facts here; the CLI adds the flag
     assert "--engine hf" in (hint_for(info.value) or "")
     for model_type in ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "gpt2", "llama", "qwen2"):
         assert model_type in message
@@ -196,6 +248,11 @@ def test_unsupported_model_type_names_the_supported_families(tmp_path: Path) -> 
         ("bert", {"position_embedding_type": "relative_key"}),
         ("gpt2", {"add_cross_attention": True}),
         ("bert", {"hidden_act": "some_new_activation"}),
+        ("modernbert", {"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 2.0}}}),
+        ("modernbert", {"layer_types": ["full_attention", "chunked_attention", "full_attention", "full_attention"]}),
+        ("t5", {"feed_forward_proj": "gated-relu-x"}),
+        ("deberta-v3", {"pos_att_type": ["c2p", "p2p"]}),
+        ("deberta-v3", {"attention_head_size": 8}),
     ],
 )
 def test_options_we_do_not_implement_are_refused(

@@ -140,3 +140,23 @@ def test_rows_are_distributions_and_masked_weights_are_exactly_zero(
     torch.testing.assert_close(w.sum(-1), torch.ones(b, h, length), atol=1e-5, rtol=0)
     assert torch.all(w[~mask] == 0.0)
     assert torch.all(w >= 0.0)
+
+
+def test_additive_bias_matches_sdpa_float_mask_and_keeps_masked_weights_zero() -> None:
+    """A score bias (T5's relative positions, DeBERTa's c2p/p2c) is added before the softmax,
+    exactly as torch's SDPA adds a float attn_mask; masked positions stay exactly 0."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 8)
+    bias = torch.randn(1, 3, 5, 7) * 4
+    out, weights = scaled_dot_product_attention(q, k, v, bias=bias)
+    expected = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8) + bias, dim=-1)
+    assert torch.allclose(weights, expected, atol=1e-6)
+    assert torch.allclose(out, nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias), atol=1e-5)
+    mask = torch.ones(5, 7, dtype=torch.bool).tril()  # (L, S)
+    _, masked = scaled_dot_product_attention(q, k, v, mask, bias=bias)
+    assert bool((masked[..., ~mask] == 0).all())
+    attn = MultiHeadAttention(24, 3, bias=False)
+    x = torch.randn(2, 5, 24)
+    _, with_bias = attn(x, bias=bias[..., :5])
+    _, without = attn(x)
+    assert not torch.allclose(with_bias, without)

@@ -40,8 +40,8 @@ class Spec:
     name: str  # test id
     model_type: str
     make_config: Callable[[], Any]
-    head: str  # "masked" or "causal": which task-head class saves the checkpoint
-    specials: str  # tokenizer style: "bert", "roberta", "gpt2", "llama"
+    head: str  # "masked", "causal" or "seq2seq": which task-head class saves the checkpoint
+    specials: str  # tokenizer style: "bert", "roberta", "gpt2", "llama", "t5"
     # Add noise to every norm weight, bias and sink logit after initialisation: transformers
     # starts them at 1 or 0, where a wrong formula (w vs 1 + w, a missing bias) cannot show.
     perturb: bool = False
@@ -385,6 +385,116 @@ SINK_SPECS: tuple[Spec, ...] = (
 
 SPECS = (*SPECS, *ROPE_SPECS, *FAMILY_SPECS, *MOE_SPECS, *SINK_SPECS)
 
+
+def _seq2seq(cls_name: str, **extra: Any) -> Callable[[], Any]:
+    """Encoder-decoders: a 3-layer decoder over a 2-layer encoder, so that a mix-up of the
+    two stacks shows; padding and decoder start ids as each family's checkpoints have them."""
+
+    def make() -> Any:
+        import transformers
+
+        return getattr(transformers, cls_name)(vocab_size=VOCAB_SIZE, **extra)
+
+    return make
+
+
+_T5 = dict(
+    d_model=48, d_kv=16, d_ff=37, num_layers=2, num_decoder_layers=3, num_heads=3,
+    # Few buckets and a short max distance, so that the log-spaced buckets are exercised.
+    relative_attention_num_buckets=8, relative_attention_max_distance=12,
+    pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+)  # fmt: skip
+_BART = dict(
+    d_model=48, encoder_layers=2, decoder_layers=3, encoder_attention_heads=3, decoder_attention_heads=4,
+    encoder_ffn_dim=37, decoder_ffn_dim=29, max_position_embeddings=64, init_std=0.2,
+    pad_token_id=1, bos_token_id=0, eos_token_id=2,
+)  # fmt: skip
+
+SPECS += (
+    # T5 1.0: relu MLP, tied embeddings.
+    Spec("t5", "t5", _seq2seq("T5Config", **_T5), "seq2seq", "t5"),
+    # mT5 (as T5 1.1): gated-gelu MLP, untied LM head.
+    Spec(
+        "mt5",
+        "mt5",
+        _seq2seq("MT5Config", **{**_T5, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False}),
+        "seq2seq",
+        "t5",
+    ),
+    # BART: post-norm; embeddings scaled by √d_model; 4 decoder heads over 3 encoder heads.
+    Spec("bart", "bart", _seq2seq("BartConfig", **_BART, scale_embedding=True), "seq2seq", "roberta"),
+    # mBART: pre-norm with final norms; no decoder_start_token_id (the language code wraps around).
+    Spec("mbart", "mbart", _seq2seq("MBartConfig", **_BART), "seq2seq", "roberta"),
+)
+
+SPECS += (
+    # ModernBERT: 4 layers, global at 0 and 3 and local (|i - j| <= 2) at 1 and 2; θ 500 global
+    # and 50 local; biases on everything, so each shows if misplaced.
+    Spec(
+        "modernbert",
+        "modernbert",
+        _encoder(
+            "ModernBertConfig",
+            num_hidden_layers=4,
+            global_attn_every_n_layers=3,
+            local_attention=4,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 500.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 50.0},
+            },
+            norm_bias=True,
+            attention_bias=True,
+            mlp_bias=True,
+            pad_token_id=0,
+            bos_token_id=2,
+            eos_token_id=3,
+            cls_token_id=2,
+            sep_token_id=3,
+        ),
+        "masked",
+        "bert",
+    ),
+)
+
+_DEBERTA = dict(relative_attention=True, norm_rel_ebd="layer_norm", max_position_embeddings=64)
+SPECS += (
+    # DeBERTa-v3 style: c2p and p2c through the shared W^Q/W^K, 8 log buckets up to distance
+    # 20 (so long sentences use the log-spaced buckets), no absolute positions, token types.
+    Spec(
+        "deberta-v3",
+        "deberta-v2",
+        _encoder(
+            "DebertaV2Config",
+            **_DEBERTA,
+            pos_att_type="p2c|c2p",
+            position_buckets=8,
+            max_relative_positions=20,
+            share_att_key=True,
+            position_biased_input=False,
+            type_vocab_size=2,
+        ),
+        "masked",
+        "bert",
+    ),
+    # DeBERTa-v2 xlarge style: own position projections, c2p only, distances clamped at ±6
+    # without buckets, absolute positions too, and the convolution beside layer 0.
+    Spec(
+        "deberta-v2-conv",
+        "deberta-v2",
+        _encoder(
+            "DebertaV2Config",
+            **_DEBERTA,
+            pos_att_type=["c2p"],
+            max_relative_positions=6,
+            conv_kernel_size=3,
+            conv_act="gelu",
+            embedding_size=20,
+        ),
+        "masked",
+        "bert",
+    ),
+)
+
 SPECS_BY_NAME = {spec.name: spec for spec in SPECS}
 
 
@@ -399,6 +509,7 @@ def build_tokenizer(specials: str) -> Any:
         "roberta": ["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
         "gpt2": ["<|endoftext|>", "<unk>"],
         "llama": ["<unk>", "<s>", "</s>"],
+        "t5": ["<pad>", "</s>", "<unk>"],
     }
     special = tokens[specials]
     pre = pre_tokenizers.Whitespace()
@@ -416,17 +527,24 @@ def build_tokenizer(specials: str) -> Any:
     kwargs: dict[str, Any] = {"unk_token": unk}
     if specials == "bert":
         tok.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])]
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] $B:1 [SEP]:1",  # BERT's sentence pairs: token type 1 for B
+            special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
         )
         kwargs.update(pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
     elif specials == "roberta":
         tok.post_processor = processors.TemplateProcessing(
-            single="<s> $A </s>", special_tokens=[("<s>", vocab["<s>"]), ("</s>", vocab["</s>"])]
+            single="<s> $A </s>",
+            pair="<s> $A </s> </s> $B </s>",  # RoBERTa's pairs: no token types
+            special_tokens=[("<s>", vocab["<s>"]), ("</s>", vocab["</s>"])],
         )
         kwargs.update(pad_token="<pad>", bos_token="<s>", eos_token="</s>", mask_token="<mask>")
     elif specials == "llama":
         tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
         kwargs.update(bos_token="<s>", eos_token="</s>")
+    elif specials == "t5":
+        tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", vocab["</s>"])])
+        kwargs.update(pad_token="<pad>", eos_token="</s>")
     else:  # gpt2: no special tokens added around a sentence
         kwargs.update(bos_token="<|endoftext|>", eos_token="<|endoftext|>")
     if len(vocab) > VOCAB_SIZE:
@@ -437,18 +555,35 @@ def build_tokenizer(specials: str) -> Any:
 def save_tiny(spec: Spec, directory: Path, seed: int = 0) -> Path:
     """Build ``spec``'s model with random weights (seeded) and save it with its tokenizer."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
 
     config = spec.make_config()
     torch.manual_seed(seed)
-    auto = AutoModelForCausalLM if spec.head == "causal" else AutoModelForMaskedLM
+    auto = {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM}.get(spec.head, AutoModelForMaskedLM)
     model = auto.from_config(config, attn_implementation="eager")
     if spec.perturb:
         with torch.no_grad():
             for name, param in model.named_parameters():
                 if param.ndim == 1 or name.endswith(("bias", "sinks")):
                     param.add_(0.3 * torch.randn_like(param))
+    if spec.model_type in _PERTURBED_NORMS:
+        _perturb_norms(model)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     build_tokenizer(spec.specials).save_pretrained(directory)
     return directory
+
+
+# Families whose tiny checkpoints get norm weights and biases off their 1 / 0 start.
+_PERTURBED_NORMS = {"t5", "mt5", "bart", "mbart", "modernbert", "deberta-v2"}
+
+
+def _perturb_norms(model: Any) -> None:
+    """Norm weights and biases away from their 1 / 0 initialisation, so that a norm left
+    out or applied in the wrong place shows as a difference."""
+    import torch
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.add_(0.3 * torch.randn_like(param))

@@ -28,7 +28,7 @@ from .base import AttnModel, ForwardOutput, load_into, rename
 __all__ = ["AttnModel", "ForwardOutput", "load", "registry", "supported_model_types"]
 
 # Modules of this package that are not families.
-_NOT_FAMILIES = frozenset({"base", "decoder"})
+_NOT_FAMILIES = frozenset({"base", "decoder", "seq2seq"})
 
 
 @functools.cache

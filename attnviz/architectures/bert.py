@@ -94,11 +94,13 @@ class Embeddings(nn.Module):
         """(B, S) or broadcastable: absolute positions 0..S-1."""
         return torch.arange(input_ids.size(1), device=input_ids.device)  # (S,)
 
-    def forward(self, input_ids: Tensor) -> Tensor:
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
+        """input_ids (B, S); token_type_ids (B, S), the segment of each token (0 = sentence A,
+        1 = sentence B of a pair); None = a single sentence, segment 0 throughout."""
         x = self.tokens(input_ids)  # (B, S, E)
         if self.token_types is not None:
-            # A single sentence is segment 0 throughout.
-            x = x + self.token_types(torch.zeros_like(input_ids))
+            types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids  # (B, S)
+            x = x + self.token_types(types)
         # Summed in transformers' order (tokens, types, positions) so rounding matches too.
         x = x + self.positions(self.position_ids(input_ids))
         return self.norm(x)  # (B, S, E)
@@ -149,6 +151,8 @@ class BertEncoder(AttnModel):
         self.embed = embed if embed is not None else Embeddings(c)
         self.project = nn.Linear(c.embedding_width, c.hidden_size) if project else None
         self.blocks = nn.ModuleList(Block(c) for _ in range(num_blocks or c.num_hidden_layers))
+        # Sentence pairs: the segments this model tells apart (0: no token types, DistilBERT).
+        self.type_vocab_size = c.type_vocab_size
 
     def block_index(self, layer: int) -> int:
         """Which of ``self.blocks`` computes layer ``layer``."""
@@ -159,14 +163,16 @@ class BertEncoder(AttnModel):
         input_ids: Tensor,
         attention_mask: Tensor | None = None,
         max_layer: int | None = None,
+        token_type_ids: Tensor | None = None,
         *,
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
     ) -> ForwardOutput:
+        """As ``AttnModel.forward``, plus token_type_ids (B, S): the segments of a sentence pair."""
         # 1. Embeddings (and the projection up to the blocks' width, if any).
         mask = None if attention_mask is None else Mask(padding=attention_mask.bool())
-        x = self.embed(input_ids)  # (B, S, E_emb)
+        x = self.embed(input_ids, token_type_ids)  # (B, S, E_emb)
         if self.project is not None:
             x = self.project(x)  # (B, S, E)
         # 2. The layers, each returning the weight rows asked of it.

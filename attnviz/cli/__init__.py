@@ -94,6 +94,14 @@ _REASON_HINTS: dict[str, str] = {
     "delta_without_pair": "add --vs SENTENCE, or sort by weight",
     "no_sentences": 'give one with --sentence "..."',
     "target_occurrence": "use --target WORD:1 for the first",
+    "unknown_part": "use --part encoder, decoder or cross",
+    "part": "--part applies to encoder-decoders (T5, BART); drop it",
+    "no_target": "give the decoder's text with --target-text TEXT (or --target-file PATH)",
+    "target_not_seq2seq": "drop --target-text/--target-file; for a second sentence of a pair use --pair",
+    "empty_target": "give --target-text some text",
+    "pair_seq2seq": "give the second text with --target-text: an encoder-decoder's is the decoder's",
+    "positional_sort": "use --sort weight, entropy or sink",
+    "cross_view": "drop --words/--hide-special/--rollout here, or pick --part encoder or decoder",
 }
 
 

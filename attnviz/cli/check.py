@@ -10,7 +10,7 @@ import typer
 from ..errors import ExitCode
 from . import app, errors
 from .common import stderr_console, stdout_console
-from .options import DebugOpt, DeviceOpt, JsonOpt, ModelOpt
+from .options import DebugOpt, DeviceOpt, JsonOpt, ModelOpt, Part, PartOpt
 
 
 @app.command()
@@ -21,12 +21,16 @@ def check(
         typer.Option("--sentence", "-s", metavar="SENTENCE", help="Also compare on this sentence (repeatable)."),
     ] = None,
     device: DeviceOpt = "auto",
+    part: PartOpt = None,
     json_out: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """Prove our multi-head attention exact on a model: run --engine own and transformers
     on a few sentences and print, per layer, the largest difference of the attention
-    weights (exit status 1 if any exceeds 1e-5)."""
+    weights (exit status 1 if any exceeds 1e-5).
+
+    Encoder-decoders: every part (encoder, decoder, cross-attention; each sentence the
+    source, the next one the decoder's text), or the one --part names."""
     with errors(debug):
         from ..check import DEFAULT_SENTENCES, compare_engines
 
@@ -34,7 +38,8 @@ def check(
         err = stderr_console()
         if err.is_terminal:  # progress is for people watching, not for logs
             err.print(f"comparing --engine own with transformers on {len(sentences)} sentences...", style="dim")
-        result = compare_engines(model, sentences, device)
+        parts = None if part is None else (Part(part).value,)
+        result = compare_engines(model, sentences, device, parts=parts)
         if json_out:
             typer.echo(json.dumps(result.to_dict(), ensure_ascii=False))
         else:

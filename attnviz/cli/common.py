@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
     from ..engines import Engine
     from ..select import Query
+    from ..tokens import Tokens
     from ..transforms import View
 
 
@@ -66,6 +67,45 @@ def load(text: str, model: str | None, engine: str, device: str, dtype: str = "f
 
     check_text(text)
     return load_engine(engine, model, device, dtype)
+
+
+def decoder_text(text: str | None, file: Path | None) -> str | None:
+    """The decoder's text of --target-text or --target-file ('-' in either: standard
+    input), checked before any model work; None when neither is given."""
+    from ..errors import UsageError
+
+    if text is not None and file is not None:
+        raise UsageError("give --target-text or --target-file, not both", hint="drop one of them")
+    source = str(file) if file is not None else "-" if text == "-" else None
+    if source is None:
+        return text
+    name = "standard input" if source == "-" else source
+    try:
+        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+        read = data.decode("utf-8").removeprefix("\ufeff")
+    except FileNotFoundError:
+        raise UsageError(f"{name} does not exist", hint="check the path given to --target-file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{name} is a directory", hint="give --target-file a text file") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{name} is not UTF-8 text (byte {exc.start})", hint="convert it, e.g. iconv -t utf-8"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {name}: {exc.strerror or exc}", hint="check the file's permissions") from None
+    # One final line ending belongs to the file, not to the text.
+    return read[:-2] if read.endswith("\r\n") else read[:-1] if read.endswith("\n") else read
+
+
+def sentence_tokens(eng: Engine, sentence: str, pair: str | None, target: str | None) -> Tokens | str:
+    """The sentence as the engine reads it: with --pair, the typed sentence pair."""
+    from ..errors import UsageError
+
+    if pair is None:
+        return sentence
+    if target is not None:
+        raise UsageError("--pair is for encoders, --target-text for encoder-decoders", hint="give one of them")
+    return eng.tokenize_pair(sentence, pair)
 
 
 def wrote(path: Path) -> None:

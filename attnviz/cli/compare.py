@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from . import EXAMPLE, app, errors
-from .common import budget, load, query_from, read_input, stdout_console, view_from
+from .common import budget, decoder_text, load, query_from, read_input, sentence_tokens, stdout_console, view_from
 from .options import (
     DebugOpt,
     DeviceOpt,
@@ -30,8 +30,12 @@ from .options import (
     NoPagerOpt,
     NoRenormOpt,
     Occurrence,
+    PairOpt,
+    PartOpt,
     RolloutOpt,
     SortKey,
+    TargetFileOpt,
+    TargetTextOpt,
     TextArg,
     TokenOpt,
     WordsOpt,
@@ -121,6 +125,10 @@ def compare(
     model: ModelOpt = None,
     engine: EngineOpt = EngineName.own,
     device: DeviceOpt = "auto",
+    target_text: TargetTextOpt = None,
+    target_file: TargetFileOpt = None,
+    part: PartOpt = None,
+    pair: PairOpt = None,
     json_out: JsonOpt = False,
     no_pager: NoPagerOpt = False,
     dtype: DtypeOpt = DType.float32,
@@ -136,7 +144,7 @@ def compare(
     Example: attnviz compare "The animal didn't cross the street because it was too tired" --token it --target animal
     """
     with errors(debug):
-        from ..engines import read
+        from ..engines import plan, read
         from ..errors import UsageError
         from ..findings import parse_exclude
         from ..metrics import check_sort, head_stats, sort_rows
@@ -149,6 +157,13 @@ def compare(
 
         targets = tuple(target or ())
         pairwise = vs is not None or pairs is not None
+        decoder = decoder_text(target_text, target_file)
+        if pairwise and (decoder is not None or part is not None or pair is not None):
+            # Minimal pairs align one token across two sentences of one stack.
+            raise UsageError(
+                "--vs and --pairs compare single sentences; they do not take --target-text, --part or --pair",
+                hint="compare one sentence (pair) at a time",
+            )
         # Cheap checks first: none of these needs the model.
         by = check_sort(sort.value if sort else None, pairwise)
         try:
@@ -183,13 +198,23 @@ def compare(
                 raise UsageError("--vs compares the weight on --target words", hint="add --target WORD (repeatable)")
             check_text(vs)
         query = query_from(token, occurrence, index)
-        selection = Selection(query=query, layers=layer, targets=targets)  # target forms checked here
+        # Target forms checked here.
+        selection = Selection(query=query, layers=layer, targets=targets, part=part.value if part else None)
         text = read_input(sentence, file)
         eng = load(text, model, engine.value, device, dtype.value)
         if vs is None:
-            tokens = eng.tokenize(text)
-            resolved = selection.resolve(tokens, eng.num_layers)
-            att = read(tokens, eng, resolved.layers, [resolved.queries], reading, max_memory=memory_limit)
+            planned = plan(sentence_tokens(eng, text, pair, decoder), eng, selection, target=decoder)
+            resolved = planned.resolved
+            att = read(
+                planned.tokens,
+                eng,
+                resolved.layers,
+                [resolved.queries],
+                reading,
+                max_memory=memory_limit,
+                target=planned.target,
+                part=planned.part,
+            )
             found_targets = {word: positions_in(att, idx) for word, idx in resolved.targets.items()}
             rows = head_stats(att, att.queries[0], found_targets, top, kinds)
             rows = sort_rows(rows, by, limit)

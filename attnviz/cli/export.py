@@ -19,7 +19,7 @@ from ..render import (  # stdlib only: no matplotlib
     parse_vmax,
 )
 from . import app, errors
-from .common import budget, check_heads, load, query_from, read_input, view_from, wrote
+from .common import budget, check_heads, decoder_text, load, query_from, read_input, sentence_tokens, view_from, wrote
 from .options import (
     DebugOpt,
     DeviceOpt,
@@ -35,7 +35,11 @@ from .options import (
     ModelOpt,
     NoRenormOpt,
     Occurrence,
+    PairOpt,
+    PartOpt,
     RolloutOpt,
+    TargetFileOpt,
+    TargetTextOpt,
     TextArg,
     TokenOpt,
     View,
@@ -118,6 +122,10 @@ def export(
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = DType.float32,
     max_memory: MaxMemoryOpt = None,
+    target_text: TargetTextOpt = None,
+    target_file: TargetFileOpt = None,
+    part: PartOpt = None,
+    pair: PairOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Write per-head attention heatmaps to a PNG, SVG or PDF file, or an interactive HTML page.
@@ -135,10 +143,10 @@ def export(
     Example: attnviz export "The animal didn't cross the street because it was too tired" --token it -o it.png
     """
     with errors(debug):
-        from ..engines import read
+        from ..engines import choose_part, plan, read
         from ..errors import UsageError
         from ..result import check_writable
-        from ..select import parse_layers
+        from ..select import Selection
         from ..transforms import positions_in
 
         # Everything a user can get wrong without a model is checked before loading one
@@ -147,11 +155,20 @@ def export(
         if view is View.matrix and layer is not None and layer.strip().lower() == "all":
             raise UsageError("the matrix view draws one layer", hint="give --layer N (default: the middle layer)")
         query = query_from(token, occurrence, index, required=False)
+        target = decoder_text(target_text, target_file)
         if output.suffix.lower() in HTML_FORMATS:
+            if target is not None or part is not None:
+                # The page's script draws square self-attention matrices over one text.
+                raise UsageError(
+                    "the HTML page shows self-attention over one text; encoder-decoder parts are not in it",
+                    hint="drop --target-text/--part (the encoder), or export .png/.svg/.pdf",
+                )
             # The page carries its own words / special tokens / head-mean toggles.
             text = read_input(sentence, file)
             eng = load(text, model, engine.value, device, dtype.value)
-            write_page(eng, eng.tokenize(text), query, layer, view, output, budget(max_memory))
+            first = sentence_tokens(eng, text, pair, None)
+            tokens = eng.tokenize(first) if isinstance(first, str) else first
+            write_page(eng, tokens, query, layer, view, output, budget(max_memory))
             return
         if view is View.token and query is None:
             raise UsageError(
@@ -163,13 +180,18 @@ def export(
         limit = budget(max_memory)
         text = read_input(sentence, file)
         eng = load(text, model, engine.value, device, dtype.value)
-        check_heads(picked, eng.shape.num_heads)
-        tokens = eng.tokenize(text)
-        spec = layer if layer is not None or view is View.token else str(eng.num_layers // 2)
-        layers = parse_layers(spec, eng.num_layers)
-        groups = [query.resolve(tokens)] if query is not None else []
+        source = sentence_tokens(eng, text, pair, target)
+        chosen = choose_part(eng, part.value if part else None, target is not None)
+        shape = eng.part_shape(chosen)
+        check_heads(picked, shape.num_heads)
+        spec = layer if layer is not None or view is View.token else str(shape.num_layers // 2)
+        planned = plan(source, eng, Selection(layers=spec, part=chosen), target=target)
+        layers = planned.resolved.layers
+        groups = [query.resolve(planned.query_tokens, planned.where)] if query is not None else []
         if view is View.token:
-            att = read(tokens, eng, layers, groups, reading, max_memory=limit)
+            att = read(
+                planned.tokens, eng, layers, groups, reading, max_memory=limit, target=planned.target, part=planned.part
+            )
             write_token_image(att, [positions_in(att, groups[0])[0]], output, dpi, style)
             return
         if len(layers) != 1:
@@ -179,7 +201,8 @@ def export(
             )
         from ..render.image import matrix_figure, save_figure
 
-        att = read(tokens, eng, layers, [], reading, max_memory=limit)  # every query row: the whole matrix
+        # Every query row: the whole matrix.
+        att = read(planned.tokens, eng, layers, [], reading, max_memory=limit, target=planned.target, part=planned.part)
         highlight = positions_in(att, groups[0]) if groups else ()
         save_figure(matrix_figure(att, layers[0], highlight=highlight, style=style), output, dpi)
         wrote(output)

@@ -25,6 +25,12 @@ class View(str, Enum):
     matrix = "matrix"
 
 
+class Part(str, Enum):
+    encoder = "encoder"
+    decoder = "decoder"
+    cross = "cross"
+
+
 class SortKey(str, Enum):
     weight = "weight"
     entropy = "entropy"
@@ -65,6 +71,46 @@ DeviceOpt = Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]
 
+# Encoder-decoders (T5, BART): the decoder's text and which attention to show.
+TargetTextOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--target-text",
+        metavar="TEXT",
+        help="Encoder-decoders: the text the decoder reads (teacher-forced after its start token; '-': stdin).",
+        show_default=False,
+    ),
+]
+TargetFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--target-file",
+        metavar="PATH",
+        help="Encoder-decoders: read the decoder's text from this UTF-8 file ('-': stdin).",
+        show_default=False,
+    ),
+]
+PartOpt = Annotated[
+    Part | None,
+    typer.Option(
+        "--part",
+        help="Encoder-decoders: encoder (source → source), decoder (target → target, causal) or cross "
+        "(target token → source tokens); --token picks a word of the part's query side "
+        "[default: cross with a decoder text, else encoder].",
+        show_default=False,
+    ),
+]
+# BERT-likes: a sentence pair with token types 0/1.
+PairOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--pair",
+        metavar="SENTENCE",
+        help="A second sentence: both go in as one pair, with token types 0 and 1 as the model was trained "
+        "(BERT-likes; bertviz's sentence_b).",
+        show_default=False,
+    ),
+]
 # How to read the weights (attnviz.transforms): shared by show, export and compare.
 WordsOpt = Annotated[
     bool,

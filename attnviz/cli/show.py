@@ -9,7 +9,18 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from . import app, errors
-from .common import budget, check_heads, load, queries_from, read_input, stdout_console, view_from, wrote
+from .common import (
+    budget,
+    check_heads,
+    decoder_text,
+    load,
+    queries_from,
+    read_input,
+    sentence_tokens,
+    stdout_console,
+    view_from,
+    wrote,
+)
 from .options import (
     DebugOpt,
     DeviceOpt,
@@ -28,7 +39,11 @@ from .options import (
     NoPagerOpt,
     NoRenormOpt,
     Occurrence,
+    PairOpt,
+    PartOpt,
     RolloutOpt,
+    TargetFileOpt,
+    TargetTextOpt,
     TextArg,
     TokensOpt,
     WordsOpt,
@@ -57,6 +72,10 @@ def show(
     no_renorm: NoRenormOpt = False,
     heads: HeadsOpt = None,
     rollout: RolloutOpt = False,
+    target_text: TargetTextOpt = None,
+    target_file: TargetFileOpt = None,
+    part: PartOpt = None,
+    pair: PairOpt = None,
     values: Annotated[bool, typer.Option("--values", help="Print each weight in its cell.")] = False,
     json_out: JsonOpt = False,
     npz: Annotated[
@@ -78,12 +97,15 @@ def show(
     token's neighbours. A word split into pieces is one query: the mean of its pieces' rows.
 
     Example: attnviz show "The animal didn't cross the street because it was too tired" --token it
+
+    Encoder-decoders: attnviz show SOURCE --target-text TARGET --part cross --token WORD
+    shows where the decoder's WORD looks in the source.
     """
     with errors(debug):
-        from ..engines import read
+        from ..engines import plan, read
         from ..errors import UsageError
         from ..result import check_writable
-        from ..select import parse_layers
+        from ..select import Selection
         from .export import token_image
 
         # Before any model work: a typo should cost nothing.
@@ -105,14 +127,25 @@ def show(
                 raise UsageError("--png draws one token", hint="use attnviz export --view matrix for whole matrices")
         view, picked = view_from(words, hide_special, no_renorm, heads, rollout)
         queries = queries_from(token, occurrence, index, required=not all_tokens)
+        selection = Selection(layers=layer, part=part.value if part else None)
+        target = decoder_text(target_text, target_file)
         limit = budget(max_memory)
         text = read_input(sentence, file)
         eng = load(text, model, engine.value, device, dtype.value)
-        check_heads(picked, eng.shape.num_heads)
-        tokens = eng.tokenize(text)
-        groups = [q.resolve(tokens) for q in queries]  # every word found before the forward pass
-        layers = parse_layers(layer, eng.num_layers)
-        att = read(tokens, eng, layers, groups, view, max_memory=limit)
+        planned = plan(sentence_tokens(eng, text, pair, target), eng, selection, target=target)
+        check_heads(picked, eng.part_shape(planned.part).num_heads)
+        # Every word found before the forward pass, on the part's query side.
+        groups = [q.resolve(planned.query_tokens, planned.where) for q in queries]
+        att = read(
+            planned.tokens,
+            eng,
+            planned.resolved.layers,
+            groups,
+            view,
+            max_memory=limit,
+            target=planned.target,
+            part=planned.part,
+        )
         positions = _query_positions(att, groups)
         figure = None
         if png is not None:  # laid out and held to the pixel budget before any output

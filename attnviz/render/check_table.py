@@ -23,14 +23,11 @@ def _cell(diff: float, tolerance: float) -> Text:
 def verdict(result: CheckResult) -> str:
     """The one-line conclusion, for the terminal and for logs."""
     if result.passed:
-        return (
-            f"PASS: all {result.shape.num_layers} layers within {result.tolerance:.0e} of transformers "
-            f"(worst |Δ| {result.worst:.1e})"
-        )
-    over = [f"layer {i}" for i in result.failed_layers]
-    if result.hidden > result.tolerance:
-        over.append("hidden states")
-    return f"FAIL: {', '.join(over)} over {result.tolerance:.0e} (worst |Δ| {result.worst:.1e})"
+        what = f"all {result.shape.num_layers} layers"
+        if result.parts:
+            what = "every layer of " + ", ".join(p.part for p in result.parts)
+        return f"PASS: {what} within {result.tolerance:.0e} of transformers (worst |Δ| {result.worst:.1e})"
+    return f"FAIL: {', '.join(result.failed)} over {result.tolerance:.0e} (worst |Δ| {result.worst:.1e})"
 
 
 def render_check(result: CheckResult) -> Group:
@@ -47,10 +44,26 @@ def render_check(result: CheckResult) -> Group:
     table.add_column("layer", justify="right")
     table.add_column("max |Δ| (own - hf)", justify="right")
     table.add_column("status")
-    for layer, diff in enumerate(result.attention):
-        table.add_row(f"{layer}", _cell(diff, result.tolerance), _status(diff, result.tolerance, "attention"))
-    table.add_section()
-    table.add_row("final", _cell(result.hidden, result.tolerance), _status(result.hidden, result.tolerance, "hidden"))
+    if result.parts:
+        # An encoder-decoder: one section per part, each with its stack's hidden states.
+        setup += " (each sentence the source, the next one the decoder's text)"
+        for p in result.parts:
+            for layer, diff in enumerate(p.attention):
+                table.add_row(
+                    f"{p.part} {layer}", _cell(diff, result.tolerance), _status(diff, result.tolerance, "attention")
+                )
+            # Cross-attention lives in the decoder: its hidden states are the decoder's.
+            if p.part == "encoder" or not any(q.part == "decoder" for q in result.parts) or p.part == "decoder":
+                what = "encoder final" if p.part == "encoder" else "decoder final"
+                table.add_row(what, _cell(p.hidden, result.tolerance), _status(p.hidden, result.tolerance, "hidden"))
+            table.add_section()
+    else:
+        for layer, diff in enumerate(result.attention):
+            table.add_row(f"{layer}", _cell(diff, result.tolerance), _status(diff, result.tolerance, "attention"))
+        table.add_section()
+        table.add_row(
+            "final", _cell(result.hidden, result.tolerance), _status(result.hidden, result.tolerance, "hidden")
+        )
     line = Text(verdict(result), style="bold green" if result.passed else "bold red")
     return Group(header, *(Text(f"  {note}", style="dim") for note in (setup, *notes)), table, line)
 

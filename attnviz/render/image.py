@@ -117,7 +117,7 @@ def _slots(att: Attention, style: FigureStyle) -> list[int]:
 def _columns(att: Attention) -> list[int]:
     """Token columns to draw: every token except those set aside (``att.hidden``)."""
     hidden = set(att.hidden)
-    return [i for i in range(len(att.tokens)) if i not in hidden]
+    return [i for i in range(len(att.keys)) if i not in hidden]
 
 
 def _vmax(style: FigureStyle, arrays: Sequence[np.ndarray]) -> float:
@@ -125,6 +125,41 @@ def _vmax(style: FigureStyle, arrays: Sequence[np.ndarray]) -> float:
         return float(style.vmax)
     top = max((float(np.ma.max(a)) for a in arrays if np.ma.count(a)), default=1.0)
     return top if top > 0 else 1.0
+
+
+_PART_NAMES = {
+    "encoder": "encoder self-attention",
+    "decoder": "decoder self-attention",
+    "cross": "cross-attention: decoder (rows) → source (columns)",
+}
+
+
+def _key_noun(att: Attention) -> str:
+    if att.key_pieces:
+        return "word"
+    return "source token" if att.part == "cross" else "token"
+
+
+def _texts(att: Attention) -> str:
+    """The text(s) the figure is about: for cross-attention, target and source."""
+    if att.key_tokens is None:
+        return att.tokens.text
+    return f"{att.tokens.text}  ←  {att.keys.text}"
+
+
+def _pair_rules(ax: Axes, att: Attention, cols: Sequence[int], rows: bool) -> None:
+    """A sentence pair: a white rule before sentence B's first key column (and, with
+    ``rows``, before its first query row)."""
+    start = att.keys.pair_start
+    if start is None or att.key_pieces is not None:
+        return  # one sentence, or words merged (the columns are no longer tokens)
+    after = [n for n, c in enumerate(cols) if c >= start]
+    if after and after[0] > 0:
+        ax.axvline(after[0] - 0.5, color="white", linewidth=1.2)
+    if rows and att.is_self_attention:
+        below = [n for n, q in enumerate(att.queries) if q >= start]
+        if below and below[0] > 0:
+            ax.axhline(below[0] - 0.5, color="white", linewidth=1.2)
 
 
 def _steps_text(att: Attention) -> str:
@@ -155,7 +190,7 @@ def token_figure(
     rows = att.rows(query)  # (N, H, S)
     slots = _slots(att, style)
     cols = _columns(att)
-    labels = [att.tokens.labels[i] for i in cols]
+    labels = [att.keys.labels[i] for i in cols]  # the columns: the source tokens, for cross-attention
     p = att.provenance
     n_rows, n_tok = len(slots), len(cols)
     pt = style.fontsize
@@ -174,7 +209,9 @@ def token_figure(
     unit = "word" if att.key_pieces else "token"
     subtitle = (
         f"{p.model} · engine {p.engine} · {_layers_text(layers)} · "
-        f"{' '.join(att.tokens.labels[i] for i in span)!r} → each {unit}, per head" + _steps_text(att)
+        f"{' '.join(att.tokens.labels[i] for i in span)!r} → each {_key_noun(att)}, per head"
+        + _steps_text(att)
+        + (f" · {_PART_NAMES[att.part]}" if att.part is not None else "")
     )
     if p.attention_sinks and not att.hidden:
         # Before the longer notes: a subtitle is cut after two lines.
@@ -194,7 +231,7 @@ def token_figure(
         ylabel_w=ylabel_w,
         xlabel_h=xlabel_h,
         hgap=0.12,
-        sentence=att.tokens.text,
+        sentence=_texts(att),
         subtitle=subtitle,
         style=style,
         max_w=max_w,
@@ -207,14 +244,16 @@ def token_figure(
     data = [_bin(rows[att.layer_slot(layer)][slots][:, cols], 1, block) for layer in layers]  # each (H', S'/block)
     shown = [d if future is None else np.ma.masked_array(d, np.broadcast_to(future, d.shape)) for d in data]
     vmax = _vmax(style, shown)
-    bold = tuple(sorted({c // block for c in span_cols}))
-    dim = tuple(_bin_all(np.array([att.tokens.special[i] for i in cols])[None, :], 1, block)[0])  # all special
+    # The query's own column(s) bold; cross-attention's keys are another text.
+    bold = tuple(sorted({c // block for c in span_cols})) if att.is_self_attention else ()
+    dim = tuple(_bin_all(np.array([att.keys.special[i] for i in cols])[None, :], 1, block)[0])  # all special
     image: AxesImage | None = None
     for i, (layer, d) in enumerate(zip(layers, data)):
         ax = fig.add_axes(grid.rect(i))
         image = _heatmap(ax, d, None if future is None else np.broadcast_to(future, d.shape), style, vmax)
         if att.aggregates and n_rows > len(att.aggregates):
             ax.axhline(n_rows - len(att.aggregates) - 0.5, color="white", linewidth=1.5)
+        _pair_rules(ax, att, cols, rows=False)
         ax.set_title(f"layer {layer}", fontsize=pt, pad=3, loc="left")
         # Label each grid axis once: tokens under the bottom panel of each column, heads
         # left of the first column.
@@ -243,14 +282,15 @@ def matrix_figure(
     slots = _slots(att, style)
     cols = _columns(att)
     n_panels, n_q, n_tok = len(slots), mats.shape[1], len(cols)
-    labels = att.tokens.labels
+    labels = att.keys.labels  # the columns: the source tokens, for cross-attention
     p = att.provenance
     pt = style.fontsize
     # A near-square grid of square panels; long sentences shrink the cells (and thin the
     # labels) rather than grow the page past _MAX_GRID_W in either direction.
     ncols = math.ceil(math.sqrt(n_panels))
     nrows = math.ceil(n_panels / ncols)
-    label_in = _char_in(pt) * max(len(_short(labels[i])) for i in [*cols, *att.queries]) + 0.12
+    texts = [labels[i] for i in cols] + [att.tokens.labels[q] for q in att.queries]  # keys, then queries
+    label_in = _char_in(pt) * max(len(_short(t)) for t in texts) + 0.12
     # More tokens than the largest page holds at the smallest cell: blocks of keys (summed)
     # and of queries (averaged), so a cell is still a share of one query's attention. The
     # same block size both ways keeps the cells square and the diagonal a diagonal.
@@ -258,12 +298,14 @@ def matrix_figure(
     kb, qb = math.ceil(n_tok / min(across, down)), math.ceil(n_q / min(across, down))
     hl_slots = [att.query_slot(q) for q in highlight]  # raises for a highlight that is not a kept query
     short = _block_labels([labels[i] for i in cols], kb)
-    q_short = _block_labels([labels[q] for q in att.queries], qb, hl_slots)
+    q_short = _block_labels([att.tokens.labels[q] for q in att.queries], qb, hl_slots)
     sinks = f"{_SINK_NOTE} · " if p.attention_sinks and not att.hidden else ""
     subtitle = f"{p.model} · engine {p.engine} · {sinks}layer {layer} · each head: query (row) → key (column)"
     subtitle += _steps_text(att)
     if kb > 1 or qb > 1:
         subtitle += f" · binned: a cell sums {kb} keys' weights, averaged over {qb} queries ({n_q} × {n_tok} in all)"
+    if att.part is not None:
+        subtitle += f" · {_PART_NAMES[att.part]}"
     if p.causal:
         subtitle += " · causal: the masked (grey) upper triangle is future tokens"
     grid, head, sub = _layout(
@@ -275,7 +317,7 @@ def matrix_figure(
         ylabel_w=label_in,
         xlabel_h=label_in,
         hgap=0.1,
-        sentence=att.tokens.text,
+        sentence=_texts(att),
         subtitle=subtitle,
         style=style,
         max_w=style.figsize[0] if style.figsize else None,
@@ -290,14 +332,14 @@ def matrix_figure(
         mask = _bin_all(mask, qb, kb)
     rows_hl = sorted({r // qb for r in hl_slots})
     data = [_bin(mats[h][:, cols], qb, kb) for h in slots]  # each (Q/qb, S'/kb)
-    special = np.array(att.tokens.special)
-    dim_k = tuple(_bin_all(special[cols][None, :], 1, kb)[0])
-    dim_q = tuple(_bin_all(special[list(att.queries)][None, :], 1, qb)[0])
+    dim_k = tuple(_bin_all(np.array(att.keys.special)[cols][None, :], 1, kb)[0])
+    dim_q = tuple(_bin_all(np.array(att.tokens.special)[list(att.queries)][None, :], 1, qb)[0])
     vmax = _vmax(style, [d if mask is None else np.ma.masked_array(d, mask) for d in data])
     image: AxesImage | None = None
     for i, (h, d) in enumerate(zip(slots, data)):
         ax = fig.add_axes(grid.rect(i))
         image = _heatmap(ax, d, mask, style, vmax)
+        _pair_rules(ax, att, cols, rows=True)
         ax.set_title(att.head_name(h), fontsize=pt, pad=3, loc="left")
         for r in rows_hl:
             ax.add_patch(Rectangle((-0.5, r - 0.5), len(short), 1, fill=False, edgecolor="#ff3030", linewidth=1.0))

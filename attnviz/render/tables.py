@@ -19,11 +19,12 @@ from rich.text import Text
 from ..heads import head_label
 from ..metrics import HeadStats, PairStats
 from ..result import Attention
-from .terminal import colour
+from .terminal import colour, part_note
 
 
-def _num(value: float, digits: int = 2) -> str:
-    return f"{value:.{digits}f}"
+def _num(value: float | None, digits: int = 2) -> str:
+    # None: a statistic that does not apply (positional shares of cross-attention).
+    return "–" if value is None else f"{value:.{digits}f}"
 
 
 def _weight(value: float, *, color: bool, bold: bool = False) -> Text:
@@ -206,6 +207,8 @@ def render_compare(
         )
         for step in att.steps:
             console.print(Text(step, style="dim"))
+    if header and att.part is not None:
+        console.print(Text(part_note(att), style="dim"))
     slot = att.query_slot(queries[0])
     span = att.query_span(slot)
     word = " ".join(att.tokens.labels[q] for q in span)
@@ -231,5 +234,7 @@ def render_compare(
             title = title.rsplit(",", 1)[0] + f", sorted by {sort}"
         console.print(pair_rows_table(rows, title=title + note, color=color, **kv))  # type: ignore[arg-type]
         return
+    if att.part == "cross" and kind == "token":
+        kind = "source token"
     title = f"{word!r} → each {kind}, {shown}, sorted by {sort}{note}"
     console.print(head_rows_table(rows, sort_by=sort, title=title, color=color, **kv))  # type: ignore[arg-type]

@@ -39,6 +39,7 @@ _VIRIDIS = np.array(
 _SHADES = " ·░▒▓█"
 MARK = "◆"
 MASKED = "-"  # not "·", which is a shade glyph
+PAIR_RULE = "┃"  # between the two sentences of a pair
 
 
 def colour(weight: float) -> str:
@@ -119,8 +120,8 @@ def token_heatmap(
     rows = att.rows(query)[att.layer_slot(layer)]  # (H, S)
     slots = [*(range(att.model_heads) if heads is None else heads), *range(att.model_heads, att.num_heads)]
     hidden = set(att.hidden)
-    cols = [i for i in range(len(att.tokens)) if i not in hidden]
-    labels = att.tokens.labels
+    cols = [i for i in range(len(att.keys)) if i not in hidden]
+    labels = att.keys.labels  # the columns: the source tokens, for cross-attention
     p = att.provenance
     cell_w = 5 if values else 3
     names = [att.head_name(h) for h in slots]
@@ -148,10 +149,15 @@ def token_heatmap(
         layouts.append((blocks, widths, tops, top_w))
     full, cut_ = layouts
     _, widths, tops, top_w = full if full[0] <= cut_[0] else cut_
+    # Sentence B of a pair starts at this column: a rule before it (tokens, not merged words).
+    boundary = att.keys.pair_start if att.key_pieces is None else None
+    if boundary in widths:
+        widths[boundary] += 1
     kind = "word" if att.key_pieces is not None else "token"
-    who = " ".join(labels[i] for i in span)
+    who = " ".join(att.tokens.labels[i] for i in span)
     where = f"{kind} {span[0]}" if len(span) == 1 else f"{kind}s {span[0]}-{span[-1]}, averaged"
-    title = f"layer {layer} · {who!r} ({where}) → each {kind}"
+    key_kind = "source token" if att.part == "cross" and kind == "token" else kind
+    title = f"layer {layer} · {who!r} ({where}) → each {key_kind}"
     if p.causal:
         title += f" · causal: later {kind}s ({MASKED}) are masked"
     if p.attention_sinks and not att.hidden:
@@ -175,10 +181,13 @@ def token_heatmap(
         table.add_column("strongest" if first else "", no_wrap=True, width=top_w)
         for c in chunk:
             i = cols[c]
-            style = "bold" if i in span else ("dim" if att.tokens.special[i] else "")
-            table.add_column(
-                Text(_cut(labels[i], widths[i]), style=style), justify="center", no_wrap=True, width=widths[i] + 1
-            )
+            if i == boundary:
+                table.add_column(PAIR_RULE, no_wrap=True, width=1)
+            w = widths[i] - (i == boundary)
+            # The query's own column is bold; cross-attention's keys are another text.
+            own = i in span and att.is_self_attention
+            style = "bold" if own else ("dim" if att.keys.special[i] else "")
+            table.add_column(Text(_cut(labels[i], w), style=style), justify="center", no_wrap=True, width=w + 1)
         for k, h in enumerate(slots):
             row = rows[h]
             best = max(cols, key=lambda i: (row[i], -i))
@@ -189,10 +198,11 @@ def token_heatmap(
             cells: list[RenderableType] = [name, Text(tops[k] if first else "")]
             for c in chunk:
                 i = cols[c]
+                if i == boundary:
+                    cells.append(Text(PAIR_RULE))
                 masked = p.causal and i > max(span)
-                cells.append(
-                    _cell(float(row[i]), widths[i], strongest=i == best, values=values, color=color, masked=masked)
-                )
+                w = widths[i] - (i == boundary)
+                cells.append(_cell(float(row[i]), w, strongest=i == best, values=values, color=color, masked=masked))
             table.add_row(*cells)
         tables.append(table)
     return Group(*tables, Text(""))
@@ -257,6 +267,37 @@ def matrix_heatmap(
     return Group(*tables, Text(""))
 
 
+SCORE_TERMS = {
+    "c2c": "content→content",
+    "c2p": "content→position (c2p)",
+    "p2c": "position→content (p2c)",
+}
+
+
+def score_note(terms: Sequence[str]) -> str:
+    """'scores sum content→content + content→position (c2p) + ...' (DeBERTa's disentangled attention)."""
+    named = " + ".join(SCORE_TERMS.get(t, t) for t in terms)
+    missing = [SCORE_TERMS[t] for t in ("c2p", "p2c") if t not in terms]
+    note = f"disentangled attention: each score sums {named}"
+    return note + (f"; this checkpoint has no {' or '.join(missing)} term" if missing else "")
+
+
+def pair_note(att: Attention) -> str:
+    """Where sentence B of a pair starts, for the reader of the heatmaps."""
+    start = att.keys.pair_start
+    first = att.keys.labels[start] if start is not None else "?"
+    return f"sentence pair: {PAIR_RULE} marks where sentence B (token type 1) starts, at token {start} ({first!r})"
+
+
+def part_note(att: Attention) -> str:
+    """Which attention of an encoder-decoder is shown, and over which text."""
+    if att.part == "cross":
+        return f"cross-attention: decoder token → source token · target {att.tokens.text!r} · source {att.keys.text!r}"
+    if att.part == "decoder":
+        return f"decoder self-attention (causal) · target {att.tokens.text!r}"
+    return f"encoder self-attention · source {att.tokens.text!r}"
+
+
 def legend(color: bool = True) -> Text:
     """'weight 0 ▕colours▏ 1   ◆ strongest target of the head'."""
     text = Text("weight 0 ")
@@ -272,7 +313,9 @@ def links_text(att: Attention, slot: int, links: Sequence[Link], exclude: Sequen
     """The strongest links of one query, a line each: layer, head, target, weight."""
     who = " ".join(att.tokens.labels[i] for i in att.query_span(slot))
     left_out = {"special": "special tokens", "punct": "punctuation", "adjacent": "neighbours"}
-    kinds = [left_out[k] for k in ("special", "punct", "adjacent") if k in exclude]
+    # Cross-attention's keys are the source: no neighbours of the query to leave out.
+    shown = ("special", "punct", "adjacent") if att.is_self_attention else ("special", "punct")
+    kinds = [left_out[k] for k in shown if k in exclude]
     text = Text(f"strongest links of {who!r}")
     if kinds:
         text.append(", not to " + (", ".join(kinds[:-1]) + " or " + kinds[-1] if len(kinds) > 1 else kinds[0]))
@@ -305,6 +348,12 @@ def render_show(
     p = att.provenance
     header = Text(f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads")
     console.print(header, style="dim")
+    if att.part is not None:
+        console.print(Text(part_note(att), style="dim"))
+    if att.keys.pair_start is not None and att.key_pieces is None:
+        console.print(Text(pair_note(att), style="dim"))
+    if p.score_terms:
+        console.print(Text(score_note(p.score_terms), style="dim"))
     for note in p.shape.notes():
         console.print(Text(note, style="dim"))
     for step in att.steps:
