@@ -81,6 +81,8 @@ class Engine(Protocol):
 
     def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput: ...
 
+    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput: ...
+
 
 class _Base:
     name = "?"
@@ -97,6 +99,27 @@ class _Base:
         import torch
 
         return torch.tensor([tokens.ids], dtype=torch.long, device=self.device)  # (1, S)
+
+    def _padded(self, batch: Sequence[Tokens]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded ids (B, S) and the 1/0 attention mask (B, S) of a batch.
+
+        Padding goes at the end, so every real token keeps its position in absolute and
+        rotary position schemes; it uses the config's pad_token_id (RoBERTa's position
+        ids in transformers skip exactly that id), 0 without one.
+        """
+        import torch
+
+        if not batch:
+            raise ValueError("an empty batch")
+        size = max(len(t) for t in batch)
+        pad = self.files.config.get("pad_token_id")
+        pad = int(pad) if isinstance(pad, int) else 0
+        ids = torch.full((len(batch), size), pad, dtype=torch.long)  # (B, S)
+        mask = torch.zeros((len(batch), size), dtype=torch.long)  # (B, S)
+        for b, tokens in enumerate(batch):
+            ids[b, : len(tokens)] = torch.tensor(tokens.ids, dtype=torch.long)
+            mask[b, : len(tokens)] = 1
+        return ids.to(self.device), mask.to(self.device)
 
 
 class OwnEngine(_Base):
@@ -120,6 +143,15 @@ class OwnEngine(_Base):
 
         with torch.inference_mode():
             return self.model(self._ids(tokens), max_layer=max_layer)
+
+    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput:
+        """One forward pass over right-padded texts; attentions are (B, H, S, S) per layer,
+        padding keys get weight 0 and padding query rows are to be ignored."""
+        import torch
+
+        ids, mask = self._padded(batch)
+        with torch.inference_mode():
+            return self.model(ids, attention_mask=mask, max_layer=max_layer)
 
 
 class HFEngine(_Base):
@@ -157,11 +189,20 @@ class HFEngine(_Base):
     def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput:
         import torch
 
+        ids = self._ids(tokens)
+        return self._run(ids, torch.ones_like(ids))
+
+    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput:
+        """As ``OwnEngine.forward_batch``, through transformers (every layer runs)."""
+        return self._run(*self._padded(batch))
+
+    def _run(self, ids: torch.Tensor, mask: torch.Tensor) -> ForwardOutput:
+        import torch
+
         from .architectures.base import ForwardOutput
 
-        ids = self._ids(tokens)
         with torch.inference_mode():
-            out = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
+            out = self.model(input_ids=ids, attention_mask=mask, output_attentions=True)
         attentions = getattr(out, "attentions", None)
         if not attentions or any(a is None for a in attentions):
             raise EngineError(

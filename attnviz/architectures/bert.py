@@ -91,17 +91,18 @@ class Embeddings(nn.Module):
         self.token_types = nn.Embedding(c.type_vocab_size, width) if c.type_vocab_size else None
         self.norm = nn.LayerNorm(width, eps=c.layer_norm_eps)
 
-    def position_ids(self, input_ids: Tensor) -> Tensor:
-        """(B, S) or broadcastable: absolute positions 0..S-1."""
+    def position_ids(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """(B, S) or broadcastable: absolute positions 0..S-1 (padding sits at the end,
+        so real tokens keep their positions)."""
         return torch.arange(input_ids.size(1), device=input_ids.device)  # (S,)
 
-    def forward(self, input_ids: Tensor) -> Tensor:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         x = self.tokens(input_ids)  # (B, S, E)
         if self.token_types is not None:
             # A single sentence is segment 0 throughout.
             x = x + self.token_types(torch.zeros_like(input_ids))
         # Summed in transformers' order (tokens, types, positions) so rounding matches too.
-        x = x + self.positions(self.position_ids(input_ids))
+        x = x + self.positions(self.position_ids(input_ids, attention_mask))
         return self.norm(x)  # (B, S, E)
 
 
@@ -160,7 +161,7 @@ class BertEncoder(AttnModel):
     ) -> ForwardOutput:
         # 1. Embeddings (and the projection up to the blocks' width, if any).
         mask = None if attention_mask is None else padding_mask(attention_mask)  # (B, 1, 1, S)
-        x = self.embed(input_ids)  # (B, S, E_emb)
+        x = self.embed(input_ids, attention_mask)  # (B, S, E_emb)
         if self.project is not None:
             x = self.project(x)  # (B, S, E)
         # 2. The layers, each returning its per-head weights.
