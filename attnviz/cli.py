@@ -611,6 +611,9 @@ def _show_json(att: Any, queries: Sequence[int]) -> str:
     return json.dumps(out, ensure_ascii=False)
 
 
+# Registers ``attnviz heads`` on ``app`` (imports nothing heavy).
+from . import cli_heads  # noqa: E402, F401
+
 def main() -> None:
     """Console-script entry point."""
     app()

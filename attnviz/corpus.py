@@ -20,19 +20,31 @@ length so that batches pad little): memory is flat in the corpus size.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from .detectors import CorefItem, CorefTally, DetectorConfig, HeadAccumulator, TextFeatures, features, text_scores
+from .detectors import (
+    CorefItem,
+    CorefTally,
+    DetectorConfig,
+    HeadAccumulator,
+    HeadScore,
+    TextFeatures,
+    features,
+    text_scores,
+)
 from .errors import TokenNotFoundError, UsageError
 from .metrics import parse_target
+from .result import Provenance
 from .tokens import Tokens, tokenize, word_occurrences
 
 if TYPE_CHECKING:
@@ -284,6 +296,59 @@ class ScanReport:
     truncated: int
     seconds: float
     partial: bool = False  # interrupted: covers the texts scored so far
+
+
+def report_dict(report: ScanReport, provenance: Provenance) -> dict[str, Any]:
+    """The JSON of ``attnviz heads --json``: provenance, coverage, and every
+    (layer, head, detector, mean, sd, n) row; coreference accuracy when there was any."""
+    out: dict[str, Any] = {
+        "model": provenance.model,
+        "engine": provenance.engine,
+        "device": provenance.device,
+        "dtype": provenance.dtype,
+        "layers": list(report.heads.layers),
+        "num_heads": report.heads.num_heads,
+        "detectors": list(report.heads.detectors),
+        "texts": report.texts,
+        "skipped": report.skipped,
+        "truncated": report.truncated,
+        "partial": report.partial,
+        "seconds": round(report.seconds, 3),
+        "scores": [row.to_dict() for row in report.heads.rows()],
+        "provenance": asdict(provenance),
+    }
+    if report.coref is not None:
+        out["coreference"] = {
+            "examples": report.coref.total,
+            "baseline_nearest": round(report.coref.baseline, 6),
+            "heads": [row.to_dict() for row in coref_rows(report.coref)],
+        }
+    return out
+
+
+def coref_rows(tally: CorefTally) -> list[HeadScore]:
+    """Coreference as (layer, head, 'coreference', accuracy, sd of the 0/1 hits, n) rows."""
+    n = tally.total
+    out = []
+    for i, layer in enumerate(tally.layers):
+        for h in range(tally.num_heads):
+            p = float(tally.accuracy[i, h])
+            sd = (p * (1 - p) * n / (n - 1)) ** 0.5 if n > 1 else 0.0
+            out.append(HeadScore(layer, h, "coreference", p, sd, n))
+    return out
+
+
+def report_csv(report: ScanReport) -> str:
+    """CSV with a header: layer,head,detector,mean,sd,n, one row per (layer, head,
+    detector), coreference rows last."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["layer", "head", "detector", "mean", "sd", "n"])
+    rows = report.heads.rows() + (coref_rows(report.coref) if report.coref is not None else [])
+    for row in rows:
+        d = row.to_dict()
+        writer.writerow([d["layer"], d["head"], d["detector"], d["mean"], d["sd"], d["n"]])
+    return buffer.getvalue()
 
 
 def prepare(tokens: Tokens, coref: CorefItem | None = None) -> Prepared:

@@ -320,28 +320,11 @@ def _cpu_threads_for(engine: Engine, num_tokens: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def inspect(
-    sentence: str | Tokens,
-    engine: Engine,
-    layers: str | int | Sequence[int] | None = None,
-    queries: Sequence[int] | None = None,
-) -> Attention:
-    """One forward pass -> the weights of ``layers`` (default all) for ``queries``
-    (token positions; default all), as an ``Attention``."""
-    import numpy as np
-    import torch
-
+def engine_provenance(engine: Engine) -> Provenance:
+    """Which model, engine, device and dtype ``engine`` runs."""
     from . import __version__
 
-    tokens = engine.tokenize(sentence) if isinstance(sentence, str) else sentence
-    chosen = parse_layers(layers, engine.num_layers)
-    rows = tuple(range(len(tokens))) if queries is None else tuple(queries)
-    with _cpu_threads_for(engine, len(tokens)):
-        out = engine.forward(tokens, max_layer=max(chosen))
-    stacked = torch.stack([out.attentions[i][0] for i in chosen])  # (N, H, S, S)
-    picked = stacked[:, :, list(rows), :]  # (N, H, Q, S)
-    weights = picked.to(device="cpu", dtype=torch.float32).numpy().astype(np.float32, copy=False)
-    provenance = Provenance(
+    return Provenance(
         model=engine.files.spec,
         model_path=str(engine.files.path),
         architecture=engine.files.model_type,
@@ -354,4 +337,26 @@ def inspect(
         causal=engine.causal,
         attnviz_version=__version__,
     )
+
+
+def inspect(
+    sentence: str | Tokens,
+    engine: Engine,
+    layers: str | int | Sequence[int] | None = None,
+    queries: Sequence[int] | None = None,
+) -> Attention:
+    """One forward pass -> the weights of ``layers`` (default all) for ``queries``
+    (token positions; default all), as an ``Attention``."""
+    import numpy as np
+    import torch
+
+    tokens = engine.tokenize(sentence) if isinstance(sentence, str) else sentence
+    chosen = parse_layers(layers, engine.num_layers)
+    rows = tuple(range(len(tokens))) if queries is None else tuple(queries)
+    with _cpu_threads_for(engine, len(tokens)):
+        out = engine.forward(tokens, max_layer=max(chosen))
+    stacked = torch.stack([out.attentions[i][0] for i in chosen])  # (N, H, S, S)
+    picked = stacked[:, :, list(rows), :]  # (N, H, Q, S)
+    weights = picked.to(device="cpu", dtype=torch.float32).numpy().astype(np.float32, copy=False)
+    provenance = engine_provenance(engine)
     return Attention(tokens=tokens, weights=weights, layers=chosen, queries=rows, provenance=provenance)
