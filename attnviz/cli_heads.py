@@ -63,13 +63,14 @@ def heads(
     json_out: Annotated[bool, typer.Option("--json", help="Print every (layer, head, detector) row as JSON.")] = False,
     csv_out: Annotated[bool, typer.Option("--csv", help="Print every (layer, head, detector) row as CSV.")] = False,
     ray: Annotated[
+        bool, typer.Option("--ray", help="Run the batches on Ray (a local instance unless --ray-address).")
+    ] = False,
+    ray_address: Annotated[
         str | None,
         typer.Option(
-            "--ray",
-            is_flag=False,
-            flag_value="local",
-            metavar="[ADDRESS]",
-            help="Run the batches on a Ray cluster (auto, ray://host:10001, ...); alone: a local Ray instance.",
+            "--ray-address",
+            metavar="ADDRESS",
+            help="Ray cluster to run on (auto, ray://HEAD:10001); implies --ray.",
             show_default=False,
         ),
     ] = None,
@@ -112,7 +113,8 @@ def heads(
         items, total = _texts(eng, corpus, fmt, probe, probe_texts, probe_length, seed, pairs)
         # 3. The scan, with a progress bar on a terminal only.
         quiet = json_out or csv_out or not sys.stderr.isatty()
-        report = _scan(eng, items, total, options, ray, quiet, model, engine, device, dtype)
+        where = ray_address if ray_address is not None else "local" if ray else None
+        report = _scan(eng, items, total, options, where, quiet, model, engine, device, dtype)
         # 4. Results: whole, even after Ctrl-C (marked partial).
         provenance = engine_provenance(eng)
         _notes(report, eng)

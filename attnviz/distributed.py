@@ -104,6 +104,9 @@ class RayScan:
                     hint="check the address (auto, or ray://HEAD:10001), or use --ray alone for a local instance",
                 ) from None
         ctx = ray.data.DataContext.get_current()
+        # After ray.data's import, which configures its own loggers.
+        for name in ("ray", "ray.data"):
+            logging.getLogger(name).setLevel(logging.ERROR)
         ctx.enable_progress_bars = False
         for name in ("print_on_execution_start", "enable_operator_progress_bars"):
             if hasattr(ctx, name):
@@ -114,12 +117,13 @@ class RayScan:
         """Actors per GPU where the cluster has GPUs, else one per spare CPU."""
         resources = self.ray.cluster_resources()
         gpus = int(resources.get("GPU", 0))
+        pool = self.ray.data.ActorPoolStrategy
         if gpus:
             self.worker["device"] = "cuda"
-            return {"num_gpus": 1, "concurrency": gpus}
+            return {"num_gpus": 1, "compute": pool(size=gpus)}
         self.worker["device"] = "cpu"
         cpus = int(resources.get("CPU", 1))
-        return {"num_cpus": 1, "concurrency": max(1, min(cpus - 1, 8))}
+        return {"num_cpus": 1, "compute": pool(size=max(1, min(cpus - 1, 8)))}
 
     def run(self, items: Iterable[CorpusText], progress: Progress | None = None) -> ScanReport:
         started = self._start()
