@@ -614,6 +614,7 @@ def _show_json(att: Any, queries: Sequence[int]) -> str:
 # Registers ``attnviz heads`` on ``app`` (imports nothing heavy).
 from . import cli_heads  # noqa: E402, F401
 
+
 def main() -> None:
     """Console-script entry point."""
     app()

@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 def heads(
     corpus: Annotated[
         str | None,
-        typer.Argument(help="Text file (one text per line), JSONL with a 'text' field, or - for stdin.", show_default=False),
+        typer.Argument(
+            help="Text file (one text per line), JSONL with a 'text' field, or - for stdin.", show_default=False
+        ),
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help="Corpus format: auto (by suffix), text or jsonl.")] = "auto",
     probe: Annotated[

@@ -166,7 +166,9 @@ def _json_object(line: str, name: str, number: int) -> dict[str, Any]:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{name}:{number}: not JSON: {exc.msg} at column {exc.colno}", hint="one JSON object per line")
+        raise UsageError(
+            f"{name}:{number}: not JSON: {exc.msg} at column {exc.colno}", hint="one JSON object per line"
+        ) from None
     if not isinstance(record, dict):
         raise UsageError(f"{name}:{number}: a JSON {type(record).__name__}, not an object", hint="one object per line")
     return record
@@ -225,7 +227,8 @@ def read_coref(source: str) -> Iterator[CorpusText]:
             raise UsageError(f"{name}:{number}: text, pronoun and referent must be non-empty strings", hint=None)
         words = tuple(candidates) if record["referent"] in candidates else (record["referent"], *candidates)
         seen += 1
-        yield CorpusText(record["text"], f"{name}:{number}", coref=CorefSpec(record["pronoun"], record["referent"], words))
+        spec = CorefSpec(record["pronoun"], record["referent"], words)
+        yield CorpusText(record["text"], f"{name}:{number}", coref=spec)
     if not seen:
         raise UsageError(f"pairs file {name!r} holds no examples", hint="one JSON object per line")
 

@@ -255,12 +255,7 @@ def test_induction_probe_on_a_tiny_decoder_matches_transformers(tmp_path: Path, 
             qs = [i for i in range(start, len(ids)) if any(ids[j] == ids[i] for j in range(start, i - 1))]
             per_head.append(
                 [
-                    np.mean(
-                        [
-                            sum(a[h, i, j + 1] for j in range(start, i - 1) if ids[j] == ids[i])
-                            for i in qs
-                        ]
-                    )
+                    np.mean([sum(a[h, i, j + 1] for j in range(start, i - 1) if ids[j] == ids[i]) for i in qs])
                     for h in range(a.shape[0])
                 ]
             )

@@ -197,8 +197,10 @@ def test_merge_is_the_same_as_adding_everything_in_one_batch() -> None:
     valid = rng.random((10, len(DETECTORS))) > 0.3
     empty = HeadAccumulator.empty(DETECTORS, (0, 1), 3)
     whole = empty.add(scores, valid)
-    parts = empty.add(scores[:4], valid[:4]).merge(empty.add(scores[4:7], valid[4:7])).merge(
-        empty.add(scores[7:], valid[7:])
+    parts = (
+        empty.add(scores[:4], valid[:4])
+        .merge(empty.add(scores[4:7], valid[4:7]))
+        .merge(empty.add(scores[7:], valid[7:]))
     )
     backwards = empty.add(scores[7:], valid[7:]).merge(empty.add(scores[:7], valid[:7]))
     for other in (parts, backwards):
