@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 FORMATS = ("auto", "text", "jsonl")
 PROBES = ("induction",)
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
+MAX_LINE_BYTES = 1 << 20  # far beyond any model's positions; bounds the memory one line can take
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,15 @@ def _lines(source: str) -> Iterator[tuple[int, str, str]]:
     """(line number, decoded line without its newline, name) of a file or stdin, streaming."""
     handle, name, close = _open(source)
     try:
-        for number, raw in enumerate(handle, start=1):
+        number = 0
+        # readline with a limit: a file without newlines (a blob) is never read whole.
+        while raw := handle.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            if len(raw) > MAX_LINE_BYTES:
+                raise UsageError(
+                    f"{name}:{number}: a line longer than {MAX_LINE_BYTES // 2**20} MiB: this is not a corpus of texts",
+                    hint="give one text per line",
+                )
             nul = raw.find(b"\x00")
             if nul >= 0:
                 raise UsageError(

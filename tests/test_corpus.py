@@ -81,6 +81,17 @@ def test_bad_corpora_name_the_line(tmp_path: Path, name: str, data: bytes, messa
         list(read_corpus(path))
 
 
+def test_a_file_without_newlines_is_not_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import attnviz.corpus
+
+    monkeypatch.setattr(attnviz.corpus, "MAX_LINE_BYTES", 1024)
+    path = write(tmp_path, "blob.txt", b"short\n" + b"x" * 5000)
+    texts = read_corpus(path)
+    assert next(texts).text == "short"
+    with pytest.raises(UsageError, match=r"blob\.txt:2: a line longer than"):
+        next(texts)
+
+
 def test_missing_corpus_and_directory(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="cannot read corpus"):
         list(read_corpus(str(tmp_path / "nope.txt")))
