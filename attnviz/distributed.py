@@ -31,7 +31,7 @@ def _ray() -> Any:
         import ray
     except ImportError:
         raise UsageError(
-            "Ray is not installed", hint="pip install 'attnviz[ray]' (Ray Data), or drop --ray to scan here"
+            "Ray is not installed", hint="pip install 'attnviz[ray]' (Ray Data), or scan in this process"
         ) from None
     return ray
 
@@ -101,7 +101,7 @@ class RayScan:
             except (ConnectionError, ValueError, RuntimeError) as exc:
                 raise UsageError(
                     f"cannot connect to the Ray cluster at {self.address!r}: {str(exc).splitlines()[0]}",
-                    hint="check the address (auto, or ray://HEAD:10001), or use --ray alone for a local instance",
+                    hint="check the address: auto on a node of the cluster, or ray://HEAD:10001 from outside",
                 ) from None
         ctx = ray.data.DataContext.get_current()
         # After ray.data's import, which configures its own loggers.
