@@ -10,46 +10,78 @@ Heavy libraries (torch, transformers, matplotlib) are imported only when used.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-try:
-    __version__ = version("attnviz")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0.0.0"
+from .errors import AttnvizError, ExitCode, UsageError
+from .version import __version__
 
 if TYPE_CHECKING:
     from .result import Attention
+    from .select import LayerSpec
 
-__all__ = ["inspect", "__version__"]
+__all__ = ["inspect", "Attention", "AttnvizError", "ExitCode", "UsageError", "__version__"]
 
 
 def inspect(
     sentence: str,
-    token: str | None = None,
+    token: str | Sequence[str] | None = None,
     *,
     occurrence: int | None = None,
     index: int | None = None,
     model: str | None = None,
     engine: str = "own",
-    layers: Any = None,
+    layers: LayerSpec = None,
     device: str = "auto",
+    words: bool = False,
+    hide_special: bool = False,
+    renorm: bool = True,
+    heads: Sequence[str] = (),
+    rollout: bool = False,
+    dtype: str = "float32",
+    max_memory: int | str | None = None,
 ) -> Attention:
     """Run ``sentence`` through ``model`` and return per-head attention weights.
 
-    With ``token`` (a word, matched case-insensitively; ``occurrence`` is 1-based) or
-    ``index`` (a raw token position), only that token's rows are kept; otherwise the
-    full query × key matrices. ``layers``: None/"all", an int, or a list (0-based).
+    With ``token`` (a word, matched case-insensitively; ``occurrence`` is 1-based; or a
+    list of words, each ``WORD`` or ``WORD:N``) or ``index`` (a raw token position), only
+    those tokens' rows are kept; otherwise the full query × key matrices. A word split
+    into pieces is one query: the mean of its pieces' rows. ``layers``: None/"all", an
+    int, "N,M", "A-B" or a list (0-based). The reading options are ``attnviz.transforms``:
+    ``words`` (keys summed over a word's pieces, queries averaged), ``hide_special``
+    (special tokens set aside as keys, rows renormalised unless ``renorm=False``),
+    ``heads`` (per-layer "mean"/"max" slots after the heads), ``rollout`` (a "rollout"
+    slot); ``att.steps`` says what was done. The same select stage as the command line
+    checks everything before the model loads. ``dtype``: float32, bfloat16 or float16 for
+    the model (the weights are always softmaxed in float32). ``max_memory`` (bytes, or
+    "32GB"): the budget the forward pass is checked against instead of the memory free now.
     """
-    from .engines import inspect as run
-    from .engines import load_engine
-    from .tokens import check_index, find_word
+    from .engines import load_engine, read
+    from .memory import parse_size
+    from .select import Query, Selection, parse_target
+    from .tokens import check_text
+    from .transforms import View
 
-    eng = load_engine(engine, model, device)
+    view = View(words=words, hide_special=hide_special, renorm=renorm, heads=tuple(heads), rollout=rollout)
+    if token is None or isinstance(token, str):
+        query = Query.maybe(token, occurrence, index)
+        queries = [] if query is None else [query]
+    else:
+        queries = [Query(*parse_target(spec)) for spec in token]
+    selection = Selection(layers=layers)
+    check_text(sentence)
+    budget = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
+    eng = load_engine(engine, model, device, dtype)
     tokens = eng.tokenize(sentence)
-    queries: tuple[int, ...] | None = None
-    if token is not None:
-        queries = find_word(tokens, token, occurrence)
-    elif index is not None:
-        queries = (check_index(tokens, index),)
-    return run(tokens, eng, layers, queries)
+    groups = [q.resolve(tokens) for q in queries]
+    resolved = selection.resolve(tokens, eng.num_layers)
+    return read(tokens, eng, resolved.layers, groups, view, max_memory=budget)
+
+
+def __getattr__(name: str) -> object:
+    # ``attnviz.Attention`` without importing numpy at ``import attnviz``.
+    if name == "Attention":
+        from .result import Attention
+
+        return Attention
+    raise AttributeError(f"module 'attnviz' has no attribute {name!r}")

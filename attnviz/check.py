@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .errors import EngineError, UsageError
+from .heads import ModelShape
 from .models import ModelFiles, resolve
 
 TOLERANCE = 1e-5
@@ -40,10 +41,7 @@ class CheckResult:
     model_path: str
     model_type: str
     device: str
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    causal: bool
+    shape: ModelShape
     sentences: tuple[str, ...]
     attention: tuple[float, ...]
     hidden: float
@@ -62,7 +60,8 @@ class CheckResult:
         return self.worst <= self.tolerance
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = {k: v for k, v in asdict(self).items() if k != "shape"}
+        out.update(asdict(self.shape))
         out.update(sentences=list(self.sentences), attention=list(self.attention))
         out.update(worst=self.worst, failed_layers=list(self.failed_layers), passed=self.passed)
         return out
@@ -74,10 +73,10 @@ def compare_engines(
     device: str = "auto",
     tolerance: float = TOLERANCE,
 ) -> CheckResult:
-    """Run ``--engine own`` and ``--engine hf`` on ``sentences`` and measure the differences.
+    """Run the own and the hf engine on ``sentences`` and measure the differences.
 
     Raises:
-        UsageError: no sentences; UnsupportedArchitectureError when --engine own does
+        UsageError: no sentences; UnsupportedArchitectureError when the own engine does
         not implement the model; EngineError when the engines disagree on shapes;
         the loading errors of ``load_engine``.
     """
@@ -85,7 +84,7 @@ def compare_engines(
 
     texts = tuple(s for s in sentences if s.strip())
     if not texts:
-        raise UsageError("no sentences to compare on", hint='give one with --sentence "..."')
+        raise UsageError("no sentences to compare on", reason="no_sentences")
     files = model if isinstance(model, ModelFiles) else resolve(model)
     # Our engine first: an unsupported architecture fails before transformers loads anything.
     own = load_engine("own", files, device)
@@ -97,7 +96,7 @@ def compare_engines(
         ours, theirs = own.forward(tokens), hf.forward(tokens)
         if len(ours.attentions) != len(theirs.attentions):
             raise EngineError(
-                f"--engine own computed {len(ours.attentions)} layers, transformers {len(theirs.attentions)}",
+                f"the own engine computed {len(ours.attentions)} layers, transformers {len(theirs.attentions)}",
                 hint="this checkpoint's config and architecture disagree",
             )
         for layer, (a, b) in enumerate(zip(ours.attentions, theirs.attentions, strict=True)):
@@ -108,10 +107,7 @@ def compare_engines(
         model_path=str(files.path),
         model_type=files.model_type,
         device=str(own.device),
-        num_layers=own.num_layers,
-        num_heads=own.num_heads,
-        num_kv_heads=own.num_kv_heads,
-        causal=own.causal,
+        shape=own.shape,
         sentences=texts,
         attention=tuple(attention),
         hidden=hidden,
@@ -122,7 +118,7 @@ def compare_engines(
 def _max_abs_diff(a: Any, b: Any, what: str) -> float:
     if tuple(a.shape) != tuple(b.shape):
         raise EngineError(
-            f"{what}: --engine own gives shape {tuple(a.shape)}, transformers {tuple(b.shape)}",
+            f"{what}: the own engine gives shape {tuple(a.shape)}, transformers {tuple(b.shape)}",
             hint="this checkpoint's config and architecture disagree",
         )
     # In float64 on the CPU, so the measurement adds no rounding of its own.

@@ -43,8 +43,8 @@ from .detectors import (
     text_scores,
 )
 from .errors import TokenNotFoundError, UsageError
-from .metrics import parse_target
 from .result import Provenance
+from .select import parse_target
 from .tokens import Tokens, tokenize, word_occurrences
 
 if TYPE_CHECKING:
@@ -404,11 +404,12 @@ def score_batch(
 
     out = engine.forward_batch([p.tokens for p in batch], max_layer=max(options.layers))
     weights = [out.attentions[layer].to(device="cpu", dtype=torch.float32).numpy() for layer in options.layers]
-    scores, valid = text_scores(weights, [p.features for p in batch], engine.causal, options.config)
-    acc = HeadAccumulator.empty(options.config.detectors, options.layers, engine.num_heads).add(scores, valid)
+    shape = engine.shape
+    scores, valid = text_scores(weights, [p.features for p in batch], shape.causal, options.config)
+    acc = HeadAccumulator.empty(options.config.detectors, options.layers, shape.num_heads).add(scores, valid)
     tally = None
     if any(p.coref is not None for p in batch):
-        tally = CorefTally.empty(options.layers, engine.num_heads)
+        tally = CorefTally.empty(options.layers, shape.num_heads)
         for b, p in enumerate(batch):
             if p.coref is not None:
                 n = len(p.tokens)
@@ -426,7 +427,7 @@ class Scan:
 
     def __init__(self, engine: Engine, options: ScanOptions) -> None:
         self.engine, self.options = engine, options
-        empty = HeadAccumulator.empty(options.config.detectors, options.layers, engine.num_heads)
+        empty = HeadAccumulator.empty(options.config.detectors, options.layers, engine.shape.num_heads)
         # (heads, coref, texts) in one tuple, replaced in one assignment per batch.
         self._state: tuple[HeadAccumulator, CorefTally | None, int] = (empty, None, 0)
         self.skipped = self.truncated = 0

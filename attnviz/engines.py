@@ -14,21 +14,25 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import re
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import DeviceError, EngineError, ModelLoadError, UsageError
+from .heads import ModelShape
 from .models import ModelFiles, resolve
 from .result import Attention, Provenance
+from .select import LayerSpec, Query, Resolved, Selection
 from .tokens import Tokens, load_tokenizer, tokenize
+from .version import __version__
 
 if TYPE_CHECKING:
     import torch
 
     from .architectures.base import ForwardOutput
+    from .transforms import View
 
 ENGINES = ("own", "hf")
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -50,18 +54,18 @@ def pick_device(name: str = "auto") -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise UsageError(f"unknown device {name!r}", hint="use auto, cpu, cuda, cuda:N or mps") from None
+        raise DeviceError(f"unknown device {name!r} (known: auto, cpu, cuda, cuda:N, mps)", reason="unknown") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise DeviceError("CUDA is not available on this machine", hint="use --device cpu (or auto)")
+            raise DeviceError("CUDA is not available on this machine", reason="absent")
         count = torch.cuda.device_count()
         if device.index is not None and device.index >= count:
-            raise DeviceError(f"there is no {name}: this machine has {count} CUDA device(s)", hint="use --device cuda")
+            raise DeviceError(f"there is no {name}: this machine has {count} CUDA device(s)", reason="absent")
     elif device.type == "mps":
         if not torch.backends.mps.is_available():
-            raise DeviceError("Apple MPS is not available on this machine", hint="use --device cpu (or auto)")
+            raise DeviceError("Apple MPS is not available on this machine", reason="absent")
     elif device.type != "cpu":
-        raise UsageError(f"unsupported device {name!r}", hint="use auto, cpu, cuda, cuda:N or mps")
+        raise DeviceError(f"unsupported device {name!r} (known: auto, cpu, cuda, cuda:N, mps)", reason="unknown")
     return device
 
 
@@ -72,21 +76,45 @@ class Engine(Protocol):
     files: ModelFiles
     device: torch.device
     dtype: torch.dtype
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    causal: bool
+    shape: ModelShape
+
+    @property
+    def num_layers(self) -> int: ...
 
     def tokenize(self, sentence: str) -> Tokens: ...
 
-    def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput: ...
+    def forward(
+        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+    ) -> ForwardOutput:
+        """One forward pass. ``attentions[i]`` (1, H, R, S) holds layer ``layers[i]``'s
+        weight rows of ``queries`` (default: every layer, every row)."""
+        ...
 
-    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput: ...
+    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput:
+        """One pass over right-padded texts: full (B, H, S, S) weights of layers 0..max_layer."""
+        ...
 
 
 class _Base:
     name = "?"
     max_positions: int | None = None
+    shape: ModelShape
+
+    @property
+    def num_layers(self) -> int:
+        return self.shape.num_layers
+
+    @property
+    def num_heads(self) -> int:
+        return self.shape.num_heads
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.shape.num_kv_heads
+
+    @property
+    def causal(self) -> bool:
+        return self.shape.causal
 
     def __init__(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
         self.files, self.device, self.dtype = files, device, dtype
@@ -132,26 +160,31 @@ class OwnEngine(_Base):
 
         super().__init__(files, device, dtype)
         self.model = architectures.load(files.path, files.config, device=device, dtype=dtype)
-        self.num_layers = self.model.num_layers
-        self.num_heads = self.model.num_heads
-        self.num_kv_heads = self.model.num_kv_heads
-        self.causal = self.model.causal
+        self.shape = self.model.shape
         self.max_positions = self.model.max_positions
 
-    def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput:
+    def forward(
+        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+    ) -> ForwardOutput:
+        """Fused attention in every layer; exact weights only for ``queries`` of ``layers``,
+        and no layer after the last one asked for."""
         import torch
 
+        chosen = tuple(range(self.num_layers)) if layers is None else tuple(layers)
         with torch.inference_mode():
-            return self.model(self._ids(tokens), max_layer=max_layer)
+            out = self.model(self._ids(tokens), max_layer=max(chosen), layers=set(chosen), queries=queries)
+        out.attentions = [out.attentions[layer] for layer in chosen]
+        return out
 
     def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput:
-        """One forward pass over right-padded texts; attentions are (B, H, S, S) per layer,
-        padding keys get weight 0 and padding query rows are to be ignored."""
+        """One forward pass over right-padded texts; attentions are (B, H, S, S) per layer
+        (exact eager weights), padding keys get weight 0 and padding query rows are to be
+        ignored."""
         import torch
 
         ids, mask = self._padded(batch)
         with torch.inference_mode():
-            return self.model(ids, attention_mask=mask, max_layer=max_layer)
+            return self.model(ids, attention_mask=mask, max_layer=max_layer, fused=False)
 
 
 class HFEngine(_Base):
@@ -179,27 +212,39 @@ class HFEngine(_Base):
         self.model.to(device).eval()
         cfg = self.model.config
         text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-        self.num_layers = int(_cfg(text_cfg, "num_hidden_layers", "n_layer", "num_layers"))
-        self.num_heads = int(_cfg(text_cfg, "num_attention_heads", "n_head", "num_heads"))
-        self.num_kv_heads = int(_cfg(text_cfg, "num_key_value_heads", default=self.num_heads))
-        self.causal = bool(getattr(text_cfg, "is_decoder", False)) or files.model_type in _DECODER_TYPES
+        num_heads = int(_cfg(text_cfg, "num_attention_heads", "n_head", "num_heads"))
+        self.shape = ModelShape(
+            num_layers=int(_cfg(text_cfg, "num_hidden_layers", "n_layer", "num_layers")),
+            num_heads=num_heads,
+            num_kv_heads=int(_cfg(text_cfg, "num_key_value_heads", default=num_heads)),
+            causal=bool(getattr(text_cfg, "is_decoder", False)) or files.model_type in _DECODER_TYPES,
+        )
         limit = _cfg(text_cfg, "max_position_embeddings", "n_positions", default=None)
         self.max_positions = int(limit) if limit else None
 
-    def forward(self, tokens: Tokens, max_layer: int | None = None) -> ForwardOutput:
-        import torch
-
-        ids = self._ids(tokens)
-        return self._run(ids, torch.ones_like(ids))
-
-    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput:
-        """As ``OwnEngine.forward_batch``, through transformers (every layer runs)."""
-        return self._run(*self._padded(batch))
-
-    def _run(self, ids: torch.Tensor, mask: torch.Tensor) -> ForwardOutput:
+    def forward(
+        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+    ) -> ForwardOutput:
+        """transformers computes every layer's full eager weights; we keep the asked ones."""
         import torch
 
         from .architectures.base import ForwardOutput
+
+        ids = self._ids(tokens)
+        hidden, attentions = self._run(ids, torch.ones_like(ids))
+        chosen = range(len(attentions)) if layers is None else layers
+        rows = slice(None) if queries is None else list(queries)
+        return ForwardOutput(hidden_states=hidden, attentions=[attentions[layer][:, :, rows] for layer in chosen])
+
+    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput:
+        """As ``OwnEngine.forward_batch``, through transformers (every layer runs)."""
+        from .architectures.base import ForwardOutput
+
+        hidden, attentions = self._run(*self._padded(batch))
+        return ForwardOutput(hidden_states=hidden, attentions=list(attentions))
+
+    def _run(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, Sequence[torch.Tensor]]:
+        import torch
 
         with torch.inference_mode():
             out = self.model(input_ids=ids, attention_mask=mask, output_attentions=True)
@@ -207,18 +252,18 @@ class HFEngine(_Base):
         if not attentions or any(a is None for a in attentions):
             raise EngineError(
                 "transformers returned no attention weights for this model",
-                hint="its attention implementation does not expose weights; try --engine own",
+                hint="its attention implementation does not expose weights; try the own engine",
             )
         hidden = getattr(out, "last_hidden_state", None)
         if hidden is None:
             raise EngineError(
                 "transformers returned no last_hidden_state for this model",
-                hint="its base model is not a plain encoder or decoder; try --engine own",
+                hint="its base model is not a plain encoder or decoder; try the own engine",
             )
-        return ForwardOutput(hidden_states=hidden, attentions=list(attentions))
+        return hidden, attentions
 
 
-# model_types whose base model is causal, for --engine hf's ``causal`` flag (--engine own
+# model_types whose base model is causal, for the hf engine's ``causal`` flag (the own engine
 # reads it from our model). Every causal family of attnviz.architectures must be here:
 # tests/test_architectures.py checks that both engines agree.
 _DECODER_TYPES = {
@@ -255,45 +300,14 @@ def load_engine(
     import torch
 
     if name not in ENGINES:
-        raise UsageError(f"unknown engine {name!r}", hint="use --engine own or --engine hf")
-    torch_dtype = getattr(torch, dtype, None)
-    if not isinstance(torch_dtype, torch.dtype) or not torch_dtype.is_floating_point:
-        raise UsageError(f"unknown dtype {dtype!r}", hint="use float32, float16 or bfloat16")
+        raise UsageError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})", reason="engine")
+    if dtype not in DTYPES:
+        raise UsageError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})", reason="dtype")
+    torch_dtype = getattr(torch, dtype)
     dev = pick_device(device)
     files = model if isinstance(model, ModelFiles) else resolve(model)
     engine: Engine = OwnEngine(files, dev, torch_dtype) if name == "own" else HFEngine(files, dev, torch_dtype)
     return engine
-
-
-def parse_layers(spec: str | int | Sequence[int] | None, num_layers: int) -> tuple[int, ...]:
-    """'all' / None -> every layer; 'N' or 'N,M' or 'A-B' -> those (0-based; negative from the end).
-
-    Raises:
-        UsageError: a layer out of range or a spec we cannot read.
-    """
-    if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("all", "")):
-        return tuple(range(num_layers))
-    items: list[int] = []
-    parts: Sequence[Any] = [spec] if isinstance(spec, int) else spec.split(",") if isinstance(spec, str) else spec
-    for part in parts:
-        text = str(part).strip()
-        span = re.fullmatch(r"(-?\d+)\s*-\s*(-?\d+)", text)
-        if span:
-            items.extend(range(int(span[1]), int(span[2]) + 1))
-        elif re.fullmatch(r"-?\d+", text):
-            items.append(int(text))
-        else:
-            raise UsageError(f"cannot read layer {text!r}", hint="use --layer N, N,M, A-B or all")
-    out: list[int] = []
-    for layer in items:
-        if not -num_layers <= layer < num_layers:
-            raise UsageError(
-                f"layer {layer} is out of range: this model has {num_layers} layers (0..{num_layers - 1})",
-                hint=f"use --layer 0..{num_layers - 1} or --layer all",
-            )
-        if layer % num_layers not in out:
-            out.append(layer % num_layers)
-    return tuple(out)
 
 
 # Below this many multiply-adds a CPU forward pass runs on one thread: a sentence through a
@@ -320,10 +334,70 @@ def _cpu_threads_for(engine: Engine, num_tokens: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def inspect(
+    sentence: str | Tokens,
+    engine: Engine,
+    layers: LayerSpec = None,
+    queries: Query | Sequence[int] | None = None,
+    max_memory: int | None = None,
+) -> Attention:
+    """One forward pass -> the weights of ``layers`` (default all) for ``queries`` (a
+    ``Query``, or token positions; default: every token), as an ``Attention``.
+    ``max_memory``: see ``forward``."""
+    if isinstance(queries, Query):
+        att, _ = run(sentence, engine, Selection(query=queries, layers=layers), max_memory=max_memory)
+    else:
+        att, _ = run(sentence, engine, Selection(layers=layers), positions=queries, max_memory=max_memory)
+    return att
+
+
+def run(
+    sentence: str | Tokens,
+    engine: Engine,
+    selection: Selection,
+    positions: Sequence[int] | None = None,
+    where: str = "the sentence",
+    max_memory: int | None = None,
+) -> tuple[Attention, Resolved]:
+    """The pipeline of one sentence, down the layers once: tokenize, resolve the
+    selection (query, layers, targets: every mistake found before the forward pass),
+    one forward pass, the asked layers and query rows kept.
+
+    ``positions`` (raw token positions) stand in for ``selection.query`` when given.
+    """
+    tokens = engine.tokenize(sentence) if isinstance(sentence, str) else sentence
+    resolved = selection.resolve(tokens, engine.num_layers, where)
+    if positions is not None:
+        resolved = Resolved(tuple(positions), resolved.layers, resolved.targets)
+    return forward(tokens, engine, resolved, max_memory), resolved
+
+
+def read(
+    tokens: Tokens,
+    engine: Engine,
+    layers: Sequence[int],
+    query_groups: Sequence[Sequence[int]] = (),
+    view: View | None = None,
+    max_memory: int | None = None,
+) -> Attention:
+    """One forward pass read the way ``view`` asks (``transforms.apply``): words, special
+    tokens set aside, head aggregates, rollout. ``query_groups``: the token positions of
+    each query word (each becomes one query slot, the mean of its rows); none = every
+    token. Rollout needs every row of layers 0..max(layers), so those are computed then.
+    """
+    from .transforms import View, apply
+
+    view = view or View()
+    positions = tuple(sorted({int(p) for g in query_groups for p in g}))
+    if view.needs_full:
+        att = forward(tokens, engine, Resolved((), tuple(range(max(layers) + 1))), max_memory)
+    else:
+        att = forward(tokens, engine, Resolved(positions, tuple(layers)), max_memory)
+    return apply(att, view, query_groups, layers)
+
+
 def engine_provenance(engine: Engine) -> Provenance:
     """Which model, engine, device and dtype ``engine`` runs."""
-    from . import __version__
-
     return Provenance(
         model=engine.files.spec,
         model_path=str(engine.files.path),
@@ -331,32 +405,35 @@ def engine_provenance(engine: Engine) -> Provenance:
         engine=engine.name,
         device=str(engine.device),
         dtype=str(engine.dtype).removeprefix("torch."),
-        num_layers=engine.num_layers,
-        num_heads=engine.num_heads,
-        num_kv_heads=engine.num_kv_heads,
-        causal=engine.causal,
+        shape=engine.shape,
         attnviz_version=__version__,
     )
 
 
-def inspect(
-    sentence: str | Tokens,
-    engine: Engine,
-    layers: str | int | Sequence[int] | None = None,
-    queries: Sequence[int] | None = None,
-) -> Attention:
-    """One forward pass -> the weights of ``layers`` (default all) for ``queries``
-    (token positions; default all), as an ``Attention``."""
+def forward(tokens: Tokens, engine: Engine, resolved: Resolved, max_memory: int | None = None) -> Attention:
+    """One forward pass of ``tokens`` -> an ``Attention`` of the resolved layers and
+    query rows (every token's rows when ``resolved.queries`` is empty).
+
+    Before the pass, its memory is estimated and checked against ``max_memory`` bytes,
+    or against the memory free on the engine's device when None.
+
+    Raises:
+        MemoryBudgetError: the pass would not fit; nothing has been allocated for it.
+    """
     import numpy as np
     import torch
 
-    tokens = engine.tokenize(sentence) if isinstance(sentence, str) else sentence
-    chosen = parse_layers(layers, engine.num_layers)
-    rows = tuple(range(len(tokens))) if queries is None else tuple(queries)
+    from . import memory
+
+    rows = resolved.queries or tuple(range(len(tokens)))
+    chosen = resolved.layers
+    asked = resolved.queries or None  # None: every row, the full matrices
+    need = memory.estimate(engine, len(tokens), chosen, None if asked is None else len(asked))
+    free, where = memory.available(engine.device) if max_memory is None else (None, "")
+    memory.check(need, max_memory, free, where)
     with _cpu_threads_for(engine, len(tokens)):
-        out = engine.forward(tokens, max_layer=max(chosen))
-    stacked = torch.stack([out.attentions[i][0] for i in chosen])  # (N, H, S, S)
-    picked = stacked[:, :, list(rows), :]  # (N, H, Q, S)
+        out = engine.forward(tokens, chosen, asked)
+    picked = torch.stack([a[0] for a in out.attentions])  # (N, H, Q, S)
     weights = picked.to(device="cpu", dtype=torch.float32).numpy().astype(np.float32, copy=False)
     provenance = engine_provenance(engine)
     return Attention(tokens=tokens, weights=weights, layers=chosen, queries=rows, provenance=provenance)

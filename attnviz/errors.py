@@ -1,25 +1,41 @@
-"""Exceptions attnviz raises for things a user can cause or fix.
+"""Exceptions attnviz raises for things a user can cause or fix, and the exit codes.
 
-Only ``attnviz.cli`` turns these into messages and exit codes; the library
-raises them and lets the caller decide. Stdlib only.
+The library raises these with the facts (the word, its occurrences, the tokens, the
+limit) and never names a command-line flag; only ``attnviz.cli`` turns them into one
+stderr line, adds the flag hints, and picks the exit code. Stdlib only.
 """
 
 from __future__ import annotations
 
+from enum import IntEnum
+from typing import Any
+
+
+class ExitCode(IntEnum):
+    """The process exit statuses of the ``attnviz`` command (httpie's ExitStatus idea)."""
+
+    OK = 0
+    FAILURE = 1  # a runtime failure: a forward pass, a bug, a check that found a difference
+    USAGE = 2  # bad usage or input: fix the command line or the files
+    SIGHUP = 129  # 128 + the signal number, as shells report it
+    INTERRUPTED = 130  # SIGINT (Ctrl-C)
+    SIGTERM = 143
+
 
 class AttnvizError(Exception):
-    """Base class: a one-line ``message`` plus an optional ``hint`` for the user.
+    """Base class: a one-line ``message``, an optional flag-free ``hint``, and ``facts``
+    (keyword arguments kept as a dict) from which a front end can build its own hint.
 
-    ``exit_code`` follows the CLI convention: 1 for a runtime failure,
-    2 for bad usage or input.
+    ``exit_code``: ``ExitCode.FAILURE`` for a runtime failure, ``ExitCode.USAGE`` for bad input.
     """
 
-    exit_code = 1
+    exit_code: ExitCode = ExitCode.FAILURE
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, **facts: Any) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.facts: dict[str, Any] = facts
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message} (hint: {self.hint})"
@@ -28,11 +44,19 @@ class AttnvizError(Exception):
 class UsageError(AttnvizError):
     """Bad input: an option out of range, an empty sentence, an unknown format."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class TokenNotFoundError(UsageError):
-    """The token asked for is not in the sentence, or is ambiguous."""
+    """The token asked for is not in the sentence, is ambiguous, or is out of range.
+
+    facts: ``reason`` ("missing", "ambiguous", "occurrence", "index" or "target"), and
+    ``count`` (occurrences, or tokens for "index").
+    """
+
+
+class LayerError(UsageError):
+    """A layer spec that names no layer of the model. facts: ``num_layers``."""
 
 
 class ModelNotFoundError(UsageError):
@@ -44,7 +68,7 @@ class ModelLoadError(UsageError):
 
 
 class UnsupportedArchitectureError(UsageError):
-    """``--engine own`` was asked for a model family we have not written."""
+    """The own engine was asked for a model family (or a setting) we have not written."""
 
 
 class DeviceError(UsageError):

@@ -1,6 +1,39 @@
-"""Labels for attention heads and the structure notes views show. Stdlib only."""
+"""The model's shape, labels for attention heads, and the structure notes views show.
+Stdlib only: every layer (engines, provenance, check, renderers) shares these.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What every view needs to know of a model's attention.
+
+    Attributes:
+        num_layers: L, layers with attention.
+        num_heads: H, query heads per layer.
+        num_kv_heads: G, key/value heads (G < H under grouped-query attention).
+        causal: a decoder: token i attends only to tokens 0..i.
+    """
+
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    causal: bool
+
+    def __post_init__(self) -> None:
+        if self.num_layers < 1 or self.num_heads < 1 or self.num_kv_heads < 1:
+            raise ValueError(f"a model needs at least one layer and head, got {self}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
+
+    def head_label(self, head: int) -> str:
+        return head_label(head, self.num_heads, self.num_kv_heads)
+
+    def notes(self) -> list[str]:
+        return structure_notes(self.causal, self.num_heads, self.num_kv_heads)
 
 
 def kv_group(head: int, num_heads: int, num_kv_heads: int) -> int:

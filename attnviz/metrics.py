@@ -1,7 +1,8 @@
 """Per-head statistics of attention rows, and the head tables ``attnviz compare`` prints.
 
 Pure numpy: every function takes arrays plus explicit positions or masks and returns
-arrays or plain dicts. Nothing here touches a model, torch, rich or typer.
+arrays or frozen dataclasses (``HeadStats``, ``PairStats``) that own their JSON.
+Nothing here touches a model, torch, rich or typer.
 
 Shape legend: S tokens; ``...`` any leading axes (N layers, H heads). A *row* is one
 query's attention distribution over the S tokens (non-negative, sums to 1).
@@ -23,15 +24,14 @@ Conventions (also in the README):
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .errors import TokenNotFoundError, UsageError
-from .result import Attention
-from .tokens import Tokens, word_occurrences
+from .errors import UsageError
+from .result import Attention, jsonable
 
 # Sort keys of ``sort_rows``; True = largest first.
 SORT_KEYS: dict[str, bool] = {"weight": True, "entropy": False, "sink": True, "distance": True, "delta": True}
@@ -106,18 +106,23 @@ def next_share(rows: np.ndarray, query: int | Sequence[int]) -> np.ndarray:
     return target_weight(rows, [last + 1] if last + 1 < size else [])
 
 
-def mean_distance(rows: np.ndarray, query: int | Sequence[int]) -> np.ndarray:
+def mean_distance(rows: np.ndarray, query: int | Sequence[int], keep: np.ndarray | None = None) -> np.ndarray:
     """(...) expected distance in tokens from the query to what it attends to.
 
     ``sum_j p_j · d_j``, with d_j = |j - q| from the nearest piece q of the query (0 on
-    the query itself). Special tokens count like any other, so a head parked on [CLS]
-    from the end of a sentence has a long mean distance.
+    the query itself). With ``keep`` ((S,) bool), only those tokens count and each row
+    is renormalised over them (compare leaves special tokens out, so a head parked on
+    [CLS] is not "long-range"); a row with no weight on them has distance 0.
     """
     rows = np.asarray(rows, dtype=np.float64)
     positions = np.arange(rows.shape[-1])
     span = np.asarray(_span(query))
     d = np.abs(positions[:, None] - span[None, :]).min(axis=1)  # (S,)
-    return (rows * d).sum(-1)
+    if keep is None:
+        return (rows * d).sum(-1)
+    kept = np.where(np.asarray(keep, dtype=bool), rows, 0.0)
+    total = kept.sum(-1)
+    return np.divide((kept * d).sum(-1), total, out=np.zeros_like(total), where=total > 0)
 
 
 def top_k(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -145,51 +150,99 @@ def _span(query: int | Sequence[int]) -> list[int]:
     return span
 
 
-# --- targets -------------------------------------------------------------------------
+# --- per-head rows ---------------------------------------------------------------------
 
 
-def find_targets(tokens: Tokens, words: Sequence[str], where: str = "the sentence") -> dict[str, tuple[int, ...]]:
-    """Token positions of each target word, keyed by the word as given.
+@dataclass(frozen=True)
+class HeadStats:
+    """Where one query word attends in one head (the row ``attnviz compare`` prints).
 
-    ``word`` covers every occurrence (their pieces summed); ``word:N`` only the N-th
-    (1-based). Matching is ``tokens.word_occurrences``: on the text, case-insensitive.
-
-    Raises:
-        TokenNotFoundError: a word is not in the sentence, or N is out of range; the
-            message names ``where`` and lists the sentence's tokens.
+    Attributes:
+        layer, head: 0-based.
+        top: the ``k`` strongest targets as (label, weight), largest first.
+        top_index: their token positions.
+        targets: each target word's weight (summed over its pieces and occurrences).
+        entropy: normalised, 0 = all on one token, 1 = uniform over what it may see.
+        sink: share on special tokens; self_share, prev, next: on the query, the token
+            before it, the token after it; distance: mean distance in tokens to the
+            tokens that are not special (the row renormalised over them).
+        name: "h5" for a model head; "mean", "max" or "rollout" for an aggregate slot
+            (whose ``head`` is then its slot number on the head axis, not a head).
     """
-    out: dict[str, tuple[int, ...]] = {}
-    for spec in words:
-        word, occurrence = parse_target(spec)
-        matches = word_occurrences(tokens, word)
-        if not matches:
-            raise TokenNotFoundError(
-                f"target {word!r} is not in {where}; its tokens are: {tokens.describe()}",
-                hint="pick a --target word from that list",
-            )
-        if occurrence is not None:
-            if occurrence > len(matches):
-                times = "once" if len(matches) == 1 else f"{len(matches)} times"
-                raise TokenNotFoundError(
-                    f"target {spec!r} is out of range: {word!r} occurs {times} in {where}",
-                    hint=f"use {word}:1..{len(matches)}, or {word} for all occurrences",
-                )
-            matches = [matches[occurrence - 1]]
-        out[spec] = tuple(sorted({i for m in matches for i in m}))
-    return out
+
+    layer: int
+    head: int
+    top: tuple[tuple[str, float], ...]
+    top_index: tuple[int, ...]
+    targets: dict[str, float]
+    entropy: float
+    sink: float
+    self_share: float
+    prev: float
+    next: float
+    distance: float
+    name: str = ""
+    aggregate: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (rounded as every attnviz JSON is: ``result.jsonable``). An
+        aggregate row has ``head`` null and its name in ``aggregate``."""
+        return jsonable(
+            {
+                "layer": self.layer,
+                "head": None if self.aggregate else self.head,
+                **({"aggregate": self.name} if self.aggregate else {}),
+                "top": [list(t) for t in self.top],
+                "top_index": list(self.top_index),
+                "targets": dict(self.targets),
+                "entropy": self.entropy,
+                "sink": self.sink,
+                "self": self.self_share,
+                "prev": self.prev,
+                "next": self.next,
+                "distance": self.distance,
+            }
+        )
 
 
-def parse_target(spec: str) -> tuple[str, int | None]:
-    """'street' -> ('street', None); 'the:2' -> ('the', 2)."""
-    m = re.fullmatch(r"(.+?):(\d+)", spec.strip())
-    if m is None:
-        return spec.strip(), None
-    if int(m[2]) < 1:
-        raise UsageError(f"target {spec!r}: occurrences count from 1", hint=f"use {m[1]}:1 for the first")
-    return m[1], int(m[2])
+@dataclass(frozen=True)
+class PairStats:
+    """One head in both sentences of a minimal pair: ``a`` and ``b`` are the same head's
+    ``HeadStats``; ``delta`` is B − A for each target."""
+
+    a: HeadStats
+    b: HeadStats
+
+    @property
+    def layer(self) -> int:
+        return self.a.layer
+
+    @property
+    def head(self) -> int:
+        return self.a.head
+
+    @property
+    def delta(self) -> dict[str, float]:
+        return {word: self.b.targets[word] - weight for word, weight in self.a.targets.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A's row plus B's target weights, top targets, entropy and sink (``*_vs``) and
+        ``delta`` (the JSON schema of ``compare --vs``)."""
+        return {
+            **self.a.to_dict(),
+            **jsonable(
+                {
+                    "targets_vs": dict(self.b.targets),
+                    "delta": self.delta,
+                    "top_vs": [list(t) for t in self.b.top],
+                    "entropy_vs": self.b.entropy,
+                    "sink_vs": self.b.sink,
+                }
+            ),
+        }
 
 
-# --- tables --------------------------------------------------------------------------
+Row = HeadStats | PairStats
 
 
 def query_rows(att: Attention, query: int | Sequence[int]) -> np.ndarray:
@@ -197,107 +250,132 @@ def query_rows(att: Attention, query: int | Sequence[int]) -> np.ndarray:
     return np.asarray(np.mean([att.rows(q) for q in _span(query)], axis=0, dtype=np.float64))
 
 
-def head_table(
-    att: Attention, query: int | Sequence[int], targets: Sequence[str] = (), top: int = 3
-) -> list[dict[str, Any]]:
-    """One plain dict per (layer, head) describing where the query word attends.
-
-    Keys: ``layer``, ``head``, ``top`` ([label, weight] of the ``top`` largest),
-    ``top_index`` (their positions), ``targets`` ({word: weight}), ``entropy``,
-    ``sink``, ``self``, ``prev``, ``next``, ``distance``. Rows come in (layer, head)
-    order; see ``sort_rows``. See the module docstring for split words and targets.
-
-    Raises:
-        TokenNotFoundError: a target is not in the sentence.
-    """
+def query_span(att: Attention, query: int | Sequence[int]) -> list[int]:
+    """Positions in ``att.tokens`` the query stands for: a query slot merged from several
+    tokens or words (``transforms.merge_query``) stands for all of them."""
     span = _span(query)
-    rows = query_rows(att, span)  # (N, H, S)
+    if len(span) == 1 and span[0] in att.queries:
+        return list(att.query_span(att.query_slot(span[0])))
+    return span
+
+
+def head_stats(
+    att: Attention,
+    query: int | Sequence[int],
+    targets: Mapping[str, Sequence[int]] | None = None,
+    top: int = 3,
+    exclude: Collection[str] = (),
+) -> list[HeadStats]:
+    """One ``HeadStats`` per (layer, head slot), in (layer, head) order; see ``sort_rows``.
+
+    ``targets``: each target word's positions in ``att.tokens`` (``select.find_targets``,
+    mapped to words with ``transforms.positions_in``), so the words are found once,
+    before the forward pass. ``exclude`` (``findings.EXCLUDE_KINDS``) leaves special
+    tokens, neighbours or punctuation out of the ``top`` list (and so out of the default
+    sort). Aggregate slots (head mean/max, rollout) get rows of their own, named. See
+    the module docstring for split words and targets.
+    """
+    from .findings import excluded
+
+    span = query_span(att, query)
+    rows = att.rows(_span(query)[0]) if len(_span(query)) == 1 else query_rows(att, span)  # (N, H, S)
+    rows = np.asarray(rows, dtype=np.float64)
     size = rows.shape[-1]
-    found = find_targets(att.tokens, targets)
     mask = causal_mask(size, span) if att.provenance.causal else None
+    special = np.asarray(att.tokens.special, dtype=bool)
     stats = {
         "entropy": entropy(rows, mask),
-        "sink": sink(rows, att.tokens.special),
-        "self": self_share(rows, span),
+        "sink": sink(rows, special),
+        "self_share": self_share(rows, span),
         "prev": prev_share(rows, span),
         "next": next_share(rows, span),
-        "distance": mean_distance(rows, span),
+        "distance": mean_distance(rows, span, ~special),
     }
-    weights = {word: target_weight(rows, idx) for word, idx in found.items()}
-    top_idx, top_w = top_k(rows, top)
+    weights = {word: target_weight(rows, idx) for word, idx in (targets or {}).items()}
+    left_out = excluded(att.tokens, span, exclude) | np.isin(np.arange(size), att.hidden)
+    top_idx, top_w = top_k(np.where(left_out, -1.0, rows), top)
     labels = att.tokens.labels
-    out: list[dict[str, Any]] = []
+    out: list[HeadStats] = []
     for n, layer in enumerate(att.layers):
         for h in range(rows.shape[1]):
+            keep = top_w[n, h] >= 0  # fewer than k tokens left after excluding
             out.append(
-                {
-                    "layer": int(layer),
-                    "head": h,
-                    "top": [[labels[i], float(w)] for i, w in zip(top_idx[n, h], top_w[n, h])],
-                    "top_index": [int(i) for i in top_idx[n, h]],
-                    "targets": {word: float(w[n, h]) for word, w in weights.items()},
+                HeadStats(
+                    layer=int(layer),
+                    head=h,
+                    top=tuple((labels[i], float(w)) for i, w in zip(top_idx[n, h][keep], top_w[n, h][keep])),
+                    top_index=tuple(int(i) for i in top_idx[n, h][keep]),
+                    targets={word: float(w[n, h]) for word, w in weights.items()},
                     **{key: float(value[n, h]) for key, value in stats.items()},
-                }
+                    name=att.head_name(h),
+                    aggregate=h >= att.model_heads,
+                )
             )
     return out
 
 
-def pair_table(
+def pair_stats(
     att_a: Attention,
     query_a: int | Sequence[int],
+    targets_a: Mapping[str, Sequence[int]],
     att_b: Attention,
     query_b: int | Sequence[int],
-    targets: Sequence[str],
+    targets_b: Mapping[str, Sequence[int]],
     top: int = 3,
-) -> list[dict[str, Any]]:
+    exclude: Collection[str] = (),
+) -> list[PairStats]:
     """The same query word in two sentences (a minimal pair), head by head.
 
-    Targets are found by text in each sentence separately, so they may sit at other
-    positions in B. Each row is ``head_table``'s row for A plus ``targets_vs`` (B's
-    target weights), ``delta`` (B - A per target), ``top_vs``, ``entropy_vs`` and
-    ``sink_vs``.
+    Targets are found by text in each sentence separately (``targets_a``/``targets_b``,
+    same words), so they may sit at other positions in B.
 
     Raises:
-        UsageError: no targets, or the two results do not cover the same layers/heads.
-        TokenNotFoundError: a target missing from either sentence.
+        UsageError: no targets, different target words, or the two results do not
+            cover the same layers and heads.
     """
-    if not targets:
-        raise UsageError("comparing two sentences needs a --target word", hint="add --target WORD (repeatable)")
+    if not targets_a:
+        raise UsageError("comparing two sentences needs at least one target word", reason="no_targets")
+    if list(targets_a) != list(targets_b):
+        raise UsageError(f"the targets differ: {list(targets_a)} vs {list(targets_b)}", reason="targets_differ")
     if att_a.layers != att_b.layers or att_a.num_heads != att_b.num_heads:
         raise UsageError(
             f"the two results cover different heads: layers {list(att_a.layers)} × {att_a.num_heads} heads "
             f"vs {list(att_b.layers)} × {att_b.num_heads} heads",
-            hint="run both sentences through the same model and --layer",
+            hint="run both sentences through the same model and layers",
         )
-    rows_a = head_table(att_a, query_a, targets, top)
-    # Check B's targets with its own wording, so a word missing only from B says so.
-    find_targets(att_b.tokens, targets, where="the --vs sentence")
-    rows_b = head_table(att_b, query_b, targets, top)
-    out: list[dict[str, Any]] = []
-    for a, b in zip(rows_a, rows_b):
-        row = dict(a)
-        row["targets_vs"] = dict(b["targets"])
-        row["delta"] = {word: b["targets"][word] - a["targets"][word] for word in a["targets"]}
-        row["top_vs"] = b["top"]
-        row["entropy_vs"] = b["entropy"]
-        row["sink_vs"] = b["sink"]
-        out.append(row)
-    return out
+    rows_a = head_stats(att_a, query_a, targets_a, top, exclude)
+    rows_b = head_stats(att_b, query_b, targets_b, top, exclude)
+    return [PairStats(a, b) for a, b in zip(rows_a, rows_b)]
 
 
-def sort_key(row: Mapping[str, Any], by: str) -> float:
-    """The number ``sort_rows`` orders ``row`` by."""
-    if by == "weight":
-        targets = row["targets"]
-        return float(next(iter(targets.values()))) if targets else float(row["top"][0][1])
+def sort_key(row: Row, by: str) -> float:
+    """The number ``sort_rows`` orders ``row`` by (``by`` is one of SORT_KEYS)."""
+    stats = row.a if isinstance(row, PairStats) else row
     if by == "delta":
-        if "delta" not in row:
-            raise UsageError("--sort delta needs two sentences", hint="add --vs SENTENCE, or sort by weight")
-        return max((abs(d) for d in row["delta"].values()), default=0.0)
-    return float(row[by])
+        if not isinstance(row, PairStats):
+            raise UsageError("sorting by change needs two sentences", reason="delta_without_pair")
+        return max((abs(d) for d in row.delta.values()), default=0.0)
+    if by == "weight":
+        return float(next(iter(stats.targets.values()))) if stats.targets else float(stats.top[0][1])
+    return float(getattr(stats, by))
 
 
-def sort_rows(rows: Sequence[Mapping[str, Any]], by: str | None = None, limit: int | None = None) -> list[Any]:
+def check_sort(by: str | None, pair: bool) -> str:
+    """The sort key to use (default: delta for pairs, else weight), checked before any work.
+
+    Raises:
+        UsageError: an unknown key, or delta without a pair. facts: ``reason``.
+    """
+    if by is None:
+        return "delta" if pair else "weight"
+    if by not in SORT_KEYS:
+        raise UsageError(f"cannot sort by {by!r} (known: {', '.join(SORT_KEYS)})", reason="sort_key")
+    if by == "delta" and not pair:
+        raise UsageError("sorting by change needs two sentences", reason="delta_without_pair")
+    return by
+
+
+def sort_rows(rows: Sequence[Row], by: str | None = None, limit: int | None = None) -> list[Any]:
     """Rows ordered by ``by``, best first, then cut to ``limit``.
 
     ``weight``: the first target's weight (the top weight without targets), largest
@@ -308,12 +386,9 @@ def sort_rows(rows: Sequence[Mapping[str, Any]], by: str | None = None, limit: i
     Raises:
         UsageError: an unknown key, or a limit below 1.
     """
-    if by is None:
-        by = "delta" if rows and "delta" in rows[0] else "weight"
-    if by not in SORT_KEYS:
-        raise UsageError(f"cannot sort by {by!r}", hint="use --sort " + "|".join(SORT_KEYS))
+    by = check_sort(by, bool(rows) and isinstance(rows[0], PairStats))
     if limit is not None and limit < 1:
-        raise UsageError(f"--limit must be at least 1, got {limit}", hint="drop --limit to see every head")
+        raise UsageError(f"the limit must be at least 1, got {limit}", reason="limit")
     sign = -1.0 if SORT_KEYS[by] else 1.0
     ordered = sorted(rows, key=lambda row: sign * sort_key(row, by))  # stable: ties keep order
     return ordered[:limit] if limit is not None else ordered

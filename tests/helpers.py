@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
+from .conftest import EXAMPLE
+
+__all__ = ["EXAMPLE", "save_tiny_bert"]
 
 
 def save_tiny_bert(path: Path, seed: int = 0) -> Path:

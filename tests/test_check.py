@@ -33,8 +33,8 @@ def _text(result: CheckResult) -> str:
 def test_compare_engines_on_a_tiny_grouped_query_decoder(tiny: dict[str, Path]) -> None:
     result = compare_engines(str(tiny["qwen2"]), device="cpu")
     assert result.passed and result.model_type == "qwen2"
-    assert len(result.attention) == result.num_layers == 2
-    assert (result.num_heads, result.num_kv_heads, result.causal) == (4, 2, True)
+    assert len(result.attention) == result.shape.num_layers == 2
+    assert (result.shape.num_heads, result.shape.num_kv_heads, result.shape.causal) == (4, 2, True)
     assert result.worst <= TOLERANCE
     text = _text(result)
     assert "PASS" in text and "hidden ok" in text
@@ -43,7 +43,7 @@ def test_compare_engines_on_a_tiny_grouped_query_decoder(tiny: dict[str, Path]) 
 
 def test_compare_engines_on_the_packaged_default_model() -> None:
     result = compare_engines(None, device="cpu")
-    assert result.model_type == "bert" and result.num_layers == 6
+    assert result.model_type == "bert" and result.shape.num_layers == 6
     assert result.passed, result.attention
     assert result.sentences == DEFAULT_SENTENCES
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -43,16 +44,22 @@ def test_show_prints_every_layer_and_head() -> None:
     layer3 = out.split("layer 3 ·")[1].split("layer 4 ·")[0]
     h1 = next(line for line in layer3.splitlines() if line.strip().startswith("h1 "))
     assert "animal 0.64" in h1
-    # The summary names the single strongest link to another word, over all 72 heads.
+    # The summary names the five strongest links over all 72 heads, leaving out special
+    # tokens, punctuation, "it" itself and its neighbours; recomputed here from the JSON.
     data = json.loads(run("show", EXAMPLE, "--token", "it", "--json").stdout)
-    best = max(
-        (w, layer, head, data["tokens"][i])
-        for layer, heads in enumerate(data["weights"])
-        for head, row in enumerate(heads)
-        for i, w in enumerate(row)
-        if not data["special"][i] and i != data["query_index"]
-    )
-    assert f"strongest link to another word: layer {best[1]} head {best[2]}  'it' → '{best[3]}'  {best[0]:.2f}" in out
+    q = data["query_index"]
+    best = sorted(
+        ((-w, layer, head, i) for layer, heads in enumerate(data["weights"]) for head, row in enumerate(heads)
+         for i, w in enumerate(row)
+         if not data["special"][i] and abs(i - q) > 1 and any(c.isalnum() for c in data["tokens"][i])),
+    )[:5]  # fmt: skip
+    summary = out.split("strongest links of 'it', not to special tokens, punctuation or neighbours:")[1]
+    lines = [line.split() for line in summary.strip().splitlines()]
+    assert len(lines) == 5
+    for (w, layer, head, i), line in zip(best, lines):
+        assert line == ["layer", str(layer), "head", str(head), "→", repr(data["tokens"][i]), f"{-w:.2f}"]
+    # The example's coreference heads surface without any --target.
+    assert "layer 3 head 1   → 'animal'" in summary and "layer 5 head 11  → 'animal'" in summary
 
 
 def test_show_values_prints_numbers(own_engine) -> None:
@@ -90,23 +97,20 @@ def test_json_engines_agree() -> None:
     assert diff <= 1e-5
 
 
-def test_split_word_shows_each_piece() -> None:
-    result = run(
-        "show",
-        "Antidisestablishmentarianism is long",
-        "--token",
-        "antidisestablishmentarianism",
-        "--layer",
-        "0",
-        "--json",
-    )
-    data = json.loads(result.stdout)
-    assert len(data["query_indices"]) > 1
-    assert len(data["pieces_weights"]) == len(data["query_indices"])
-    text = run(
-        "show", "Antidisestablishmentarianism is long", "--token", "antidisestablishmentarianism", "--layer", "0"
-    ).stdout
-    assert f"split into {len(data['query_indices'])} tokens" in text
+def test_split_word_is_the_mean_of_its_pieces() -> None:
+    """One rule in every view: a word split into pieces is one query, its row the mean of
+    its pieces' rows; checked against each piece's own rows (--index)."""
+    sentence, word = "Antidisestablishmentarianism is long", "antidisestablishmentarianism"
+    data = json.loads(run("show", sentence, "--token", word, "--layer", "0", "--json").stdout)
+    pieces = data["query_indices"]
+    assert len(pieces) > 1 and data["query_index"] == pieces[0] and "mean" in data["query_rule"]
+    assert data["query_token"] == "Antidisestablishmentarianism"
+    rows = [np.array(json.loads(run("show", sentence, "--index", str(i), "--layer", "0", "--json").stdout)["weights"])
+            for i in pieces]  # fmt: skip
+    np.testing.assert_allclose(np.array(data["weights"]), np.mean(rows, axis=0), atol=2e-6)
+    text = run("show", sentence, "--token", word, "--layer", "0").stdout
+    assert f"(tokens {pieces[0]}-{pieces[-1]}, averaged)" in text
+    assert text.count("layer 0 ·") == 1  # one heatmap for the word, not one per piece
 
 
 def test_index_and_occurrence() -> None:
@@ -126,15 +130,15 @@ def test_index_and_occurrence() -> None:
         (["show", "the cat saw the dog", "--token", "the"], "occurs 2 times"),
         (["show", EXAMPLE, "--token", "it", "--layer", "6"], "layer 6 is out of range: this model has 6 layers"),
         (["show", EXAMPLE, "--token", "it", "--layer", "two"], "cannot read layer 'two'"),
-        (["show", EXAMPLE, "--index", "99"], "--index 99 is out of range"),
+        (["show", EXAMPLE, "--index", "99"], "token index 99 is out of range"),
         (["show", EXAMPLE], "say which token to inspect"),
         (["show", EXAMPLE, "--token", "it", "--index", "2"], "not both"),
-        (["show", EXAMPLE, "--token", "it", "--engine", "fast"], "unknown engine 'fast'"),
+        (["show", EXAMPLE, "--token", "it", "--engine", "fast"], "'fast' is not one of 'own', 'hf'"),
         (["show", EXAMPLE, "--token", "it", "--device", "tpu"], "device"),
         (["show", EXAMPLE, "--token", "it", "--model", "/no/such/dir"], "no model directory at '/no/such/dir'"),
         (["show", EXAMPLE, "--token", "it", "--model", "nobody-xyz/no-such-model"], "could not be downloaded"),
         (["show", EXAMPLE, "--token", "it", "--bogus"], "No such option: --bogus"),
-        (["show"], "Missing argument"),
+        (["show"], "say which token to inspect"),  # the text may come from --file, so it is not required
         (["nosuchcommand"], "No such command"),
     ],
 )

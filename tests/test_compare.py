@@ -14,7 +14,9 @@ from attnviz.cli import app
 from attnviz.models import resolve
 from attnviz.pairs import read_pairs
 
-TIRED = "The animal didn't cross the street because it was too tired"
+from .conftest import EXAMPLE
+
+TIRED = EXAMPLE
 WIDE = "The animal didn't cross the street because it was too wide"
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "minimal_pairs.tsv"
 
@@ -28,7 +30,9 @@ def run(*args: str) -> Any:
 def run_json(*args: str) -> list[dict[str, Any]]:
     result = run(*args, "--json")
     assert result.exit_code == 0, result.stderr
-    rows = json.loads(result.stdout)
+    data = json.loads(result.stdout)
+    assert data["provenance"]["model"] == "all-MiniLM-L6-v2" and data["provenance"]["num_heads"] == 12
+    rows = data["rows"]
     assert isinstance(rows, list)
     return rows
 
@@ -127,11 +131,11 @@ def test_vs_deltas_are_the_difference_of_two_runs(reference: dict[str, np.ndarra
     [
         (["--token", "it", "--target", "zebra"], "target 'zebra' is not in the sentence; its tokens are: 0:[CLS]"),
         (["--token", "it", "--target", "the:3"], "'the' occurs 2 times"),
-        (["--token", "it", "--vs", "The animal was tired", "--target", "street"], "not in the --vs sentence"),
-        (["--token", "because", "--vs", "The animal was tired", "--target", "animal"], "not in the --vs sentence"),
+        (["--token", "it", "--vs", "The animal was tired", "--target", "street"], "not in sentence B"),
+        (["--token", "because", "--vs", "The animal was tired", "--target", "animal"], "not in sentence B"),
         (["--token", "it", "--vs", WIDE], "--vs compares the weight on --target words"),
-        (["--token", "it", "--sort", "size"], "cannot sort by 'size'"),
-        (["--token", "it", "--sort", "delta"], "--sort delta needs two sentences"),
+        (["--token", "it", "--sort", "size"], "'size' is not one of"),
+        (["--token", "it", "--sort", "delta"], "sorting by change needs two sentences"),
         (["--index", "9", "--vs", WIDE, "--target", "animal"], "--vs aligns the token by its text"),
         (["--token", "it", "--pairs", "samples/minimal_pairs.tsv"], "--pairs takes the sentences"),
     ],
@@ -166,4 +170,66 @@ def test_pairs_file_errors(tmp_path: Path) -> None:
     missing = tmp_path / "missing.tsv"
     missing.write_text(f"sentence_a\tsentence_b\ttoken\ttargets\n{TIRED}\t{WIDE}\tit\tanimal,zebra\n")
     result = run("compare", "--pairs", str(missing))
-    assert result.exit_code == 2 and f"{missing}:2: target 'zebra' is not in the sentence" in result.stderr
+    assert result.exit_code == 2 and f"{missing}:2: target 'zebra' is not in sentence A" in result.stderr
+
+
+def test_without_targets_the_coreference_heads_come_first(reference: dict[str, np.ndarray]) -> None:
+    """compare without --target ranks heads by their strongest link that is not to a
+    special token, punctuation or a neighbour: layer 3 head 1 and layer 5 head 11 ->
+    animal are among the first three."""
+    rows = run_json("compare", TIRED, "--token", "it", "--limit", "3")
+    named = {(r["layer"], r["head"], r["top"][0][0]) for r in rows}
+    assert {(3, 1, "animal"), (5, 11, "animal")} <= named
+    for row in rows:
+        if row["top"][0][0] == "animal":
+            assert row["top"][0][1] == pytest.approx(
+                float(reference["tired/animal"][row["layer"], row["head"]]), abs=1e-5
+            )
+    raw = run_json("compare", TIRED, "--token", "it", "--limit", "1", "--exclude", "none")
+    assert (raw[0]["layer"], raw[0]["head"], raw[0]["top"][0][0]) == (0, 2, "because")  # a previous-token head
+    text = run("compare", TIRED, "--token", "it", "--limit", "3").stdout
+    assert "top lists leave out special tokens, punctuation and neighbours" in text
+
+
+def test_distance_leaves_special_tokens_out() -> None:
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    path = str(resolve(None).path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+    enc = tokenizer(TIRED, return_tensors="pt")
+    with torch.no_grad():
+        row = model(**enc, output_attentions=True).attentions[3][0, 1].numpy()  # (S, S) of layer 3, head 1
+    it = tokenizer.convert_ids_to_tokens(enc["input_ids"][0]).index("it")
+    w = row[it].astype(np.float64)
+    w[[0, -1]] = 0.0  # [CLS] and [SEP] left out, the rest renormalised
+    expected = float((w * np.abs(np.arange(len(w)) - it)).sum() / w.sum())
+    rows = run_json("compare", TIRED, "--token", "it", "--layer", "3")
+    assert next(r for r in rows if r["head"] == 1)["distance"] == pytest.approx(expected, abs=1e-4)
+
+
+def test_pairs_summary_against_the_rows() -> None:
+    result = run("compare", "--pairs", str(SAMPLES), "--layer", "3", "--limit", "12", "--json", "--seed", "4")
+    data = json.loads(result.stdout)
+    pairs = read_pairs(SAMPLES)
+    toward: dict[tuple[int, int], list[float]] = {}
+    for row in data["rows"]:
+        ref = pairs[row["pair"] - 1].targets[0]
+        toward.setdefault((row["layer"], row["head"]), []).append(row["targets"][ref] - row["targets_vs"][ref])
+    assert all(len(v) == len(pairs) for v in toward.values()) and len(toward) == 12
+    summary = data["summary"]
+    means = [s["mean_toward_referent"] for s in summary]
+    assert means == sorted(means, reverse=True)
+    keys = list(toward)
+    values = np.array([toward[k] for k in keys]).T  # (P, K)
+    draw = np.random.default_rng(4).integers(0, len(pairs), size=(2000, len(pairs)))
+    boot = values[draw].mean(axis=1)
+    for s in summary:
+        k = keys.index((s["layer"], int(s["head"][1:])))
+        assert s["mean_toward_referent"] == pytest.approx(values[:, k].mean(), abs=2e-6)
+        assert s["pairs_moved"] == int((values[:, k] > 0).sum()) and s["pairs"] == len(pairs)
+        low, high = np.percentile(boot[:, k], [2.5, 97.5])
+        assert s["interval"] == pytest.approx([low, high], abs=2e-6)
+    text = run("compare", "--pairs", str(SAMPLES), "--layer", "3", "--limit", "1").stdout
+    assert f"across {len(pairs)} pairs" in text and "95% interval" in text

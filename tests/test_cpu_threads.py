@@ -11,7 +11,7 @@ import torch
 
 import attnviz.engines as engines
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
+from .conftest import EXAMPLE
 
 
 @pytest.fixture(scope="module")

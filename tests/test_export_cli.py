@@ -8,6 +8,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import matplotlib.image as mpimg
 import numpy as np
@@ -19,7 +20,7 @@ import attnviz.engines
 from attnviz.cli import app
 from attnviz.result import Attention
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
+from .conftest import EXAMPLE
 
 
 @pytest.fixture
@@ -78,9 +79,9 @@ def test_export_matrix_view_defaults_to_the_middle_layer(
 
     real = image.matrix_figure
 
-    def spy(att: Attention, layer: int, highlight: tuple[int, ...] = ()) -> Figure:
+    def spy(att: Attention, layer: int, highlight: tuple[int, ...] = (), **kwargs: Any) -> Figure:
         drawn.append((layer, tuple(highlight), len(att.queries)))
-        return real(att, layer, highlight)
+        return real(att, layer, highlight, **kwargs)
 
     monkeypatch.setattr(image, "matrix_figure", spy)
     out = tmp_path / "m.png"
@@ -97,7 +98,7 @@ def test_export_matrix_view_defaults_to_the_middle_layer(
     [
         (["-o", "{tmp}/missing/heads.png"], "does not exist"),
         (["-o", "{tmp}/heads.jpg"], "extension"),
-        (["-o", "{tmp}/heads.png", "--view", "cube"], "unknown view"),
+        (["-o", "{tmp}/heads.png", "--view", "cube"], "'cube' is not one of 'token', 'matrix'"),
         (["-o", "{tmp}/heads.png", "--view", "matrix", "--layer", "all"], "one layer"),
     ],
 )
@@ -196,7 +197,7 @@ def test_exported_token_view_matches_the_json(
 def test_help_does_not_import_matplotlib_or_torch(argv: list[str]) -> None:
     code = (
         "import sys\n"
-        "from attnviz.cli import main\n"
+        "from attnviz.cli import app as main\n"
         f"sys.argv = ['attnviz', *{argv!r}]\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "print('LOADED', sorted(m for m in ('matplotlib', 'torch', 'transformers') if m in sys.modules))\n"
@@ -206,10 +207,30 @@ def test_help_does_not_import_matplotlib_or_torch(argv: list[str]) -> None:
     assert "Usage" in out
 
 
-def test_split_word_exports_its_first_piece_and_says_so(runner: CliRunner, tmp_path: Path) -> None:
+def test_split_word_exports_the_mean_of_its_pieces(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own_engine: Any
+) -> None:
+    """The one rule for a split word: the image draws the mean of its pieces' rows."""
+    import attnviz.render.image as image
+    from attnviz.engines import inspect
+
+    drawn: list[np.ndarray] = []
+    real = image.token_figure
+
+    def spy(att: Attention, query: int, *args: Any, **kwargs: Any) -> Figure:
+        fig = real(att, query, *args, **kwargs)
+        drawn.append(np.asarray([ax.images[0].get_array() for ax in fig.axes if ax.images]))
+        return fig
+
+    monkeypatch.setattr(image, "token_figure", spy)
+    sentence = "They walked in unhurried silence"
     out = tmp_path / "u.png"
-    result = runner.invoke(app, ["export", "They walked in unhurried silence", "-t", "unhurried", "-o", str(out)])
+    result = runner.invoke(app, ["export", sentence, "-t", "unhurried", "-l", "2", "-o", str(out)])
     assert result.exit_code == 0, result.output
-    note = [line for line in result.stderr.splitlines() if line.startswith("note:")]
-    assert len(note) == 1 and "'un'" in note[0] and "the first" in note[0]
-    assert out.exists()
+    assert "note:" not in result.stderr and out.exists()
+    tokens = own_engine.tokenize(sentence)
+    pieces = [i for i, label in enumerate(tokens.labels) if label in ("un", "##hur", "##ried")]
+    assert len(pieces) > 1
+    raw = inspect(tokens, own_engine, [2], pieces)
+    expected = np.mean([raw.rows(p)[0] for p in pieces], axis=0)  # (H, S)
+    np.testing.assert_allclose(drawn[0][0], expected, atol=1e-6)

@@ -17,13 +17,32 @@ def test_head_label_names_the_key_value_group() -> None:
     assert head_label(5, 6, 1) == "h5 (kv0)"
 
 
-def test_kv_group_matches_repeat_interleave() -> None:
-    """The grouping the label claims is the one attention.py computes with."""
+def test_kv_group_is_the_grouping_multi_head_attention_computes_with() -> None:
+    """The group a label names is the key/value head MultiHeadAttention really uses: give
+    each key/value head a distinct key (so a distinct attention pattern) and check which
+    pattern each query head reproduces."""
     import torch
 
-    kv = torch.arange(3)  # key/value head ids
-    expanded = kv.repeat_interleave(12 // 3)  # what MultiHeadAttention does for 12 heads over 3
-    assert [kv_group(h, 12, 3) for h in range(12)] == expanded.tolist()
+    from attnviz.attention import MultiHeadAttention
+
+    heads, kv_heads, d = 12, 3, 4
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(heads * d, heads, n_kv_heads=kv_heads, head_dim=d, bias=False).eval()
+    x = torch.randn(1, 5, heads * d)
+    with torch.no_grad():
+        attn.q_proj.weight.copy_(torch.cat([torch.eye(d, heads * d)] * heads))  # every query head: x[:d]
+        _, weights = attn(x)  # (1, H, L, S)
+        patterns = []
+        for g in range(kv_heads):
+            only = torch.zeros_like(attn.k_proj.weight)
+            only[g * d : (g + 1) * d] = attn.k_proj.weight[g * d : (g + 1) * d]
+            k = x @ only.T  # (1, S, G·D): zero except group g
+            k_g = k[..., g * d : (g + 1) * d]
+            q = x[..., :d]
+            patterns.append(torch.softmax(q @ k_g.transpose(-1, -2) / d**0.5, -1)[0])  # (L, S)
+    for h in range(heads):
+        matches = [g for g in range(kv_heads) if torch.allclose(weights[0, h], patterns[g], atol=1e-6)]
+        assert matches == [kv_group(h, heads, kv_heads)], h
 
 
 @pytest.mark.parametrize(("head", "heads", "kv"), [(3, 3, 3), (-1, 4, 2), (0, 4, 3), (0, 4, 0)])

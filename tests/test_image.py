@@ -17,11 +17,13 @@ from matplotlib.figure import Figure
 
 from attnviz.engines import Engine, inspect, load_engine
 from attnviz.errors import OutputError, UsageError
+from attnviz.heads import ModelShape
 from attnviz.render.image import MASKED, matrix_figure, save_figure, token_figure
 from attnviz.result import Attention, Provenance
 from attnviz.tokens import Tokens
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
+from .conftest import EXAMPLE
+
 LONG = (
     "When the committee finally published its long-awaited report on the river, the fishermen who had "
     "waited for years read every page, because it described, in careful and unhurried detail, how the "
@@ -326,5 +328,7 @@ def _synthetic(
         logits = np.where(future, -np.inf, logits)
     weights = np.exp(logits - logits.max(-1, keepdims=True))
     weights = (weights / weights.sum(-1, keepdims=True)).astype(np.float32)
-    prov = Provenance("tiny", "/tmp", "gpt2" if causal else "bert", "own", "cpu", "float32", 1, 2, 2, causal)
+    prov = Provenance(
+        "tiny", "/tmp", "gpt2" if causal else "bert", "own", "cpu", "float32", ModelShape(1, 2, 2, causal)
+    )
     return Attention(tokens, weights, (0,), queries, prov)

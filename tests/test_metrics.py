@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -14,7 +15,9 @@ from hypothesis.extra.numpy import arrays
 
 from attnviz import metrics
 from attnviz.errors import TokenNotFoundError, UsageError
+from attnviz.heads import ModelShape
 from attnviz.result import Attention, Provenance
+from attnviz.select import find_targets
 from attnviz.tokens import Tokens
 
 # --- hand-made sentences ---------------------------------------------------------------
@@ -46,10 +49,7 @@ def make_att(tokens: Tokens, weights: np.ndarray, queries: tuple[int, ...], caus
         engine="own",
         device="cpu",
         dtype="float32",
-        num_layers=n,
-        num_heads=h,
-        num_kv_heads=h,
-        causal=causal,
+        shape=ModelShape(num_layers=n, num_heads=h, num_kv_heads=h, causal=causal),
     )
     return Attention(
         tokens=tokens, weights=weights.astype(np.float32), layers=tuple(range(n)), queries=queries, provenance=prov
@@ -158,22 +158,31 @@ def test_properties(raw: np.ndarray, data: st.DataObject) -> None:
 
 
 def test_find_targets_sums_occurrences_or_picks_one() -> None:
-    assert metrics.find_targets(CAT, ["cat"]) == {"cat": (2,)}
-    assert metrics.find_targets(CAT, ["the"]) == {"the": (1, 5)}
-    assert metrics.find_targets(CAT, ["THE:2"]) == {"THE:2": (5,)}
-    assert metrics.find_targets(SPLIT, ["councilmen"]) == {"councilmen": (2, 3)}
+    assert find_targets(CAT, ["cat"]) == {"cat": (2,)}
+    assert find_targets(CAT, ["the"]) == {"the": (1, 5)}
+    assert find_targets(CAT, ["THE:2"]) == {"THE:2": (5,)}
+    assert find_targets(SPLIT, ["councilmen"]) == {"councilmen": (2, 3)}
 
 
 def test_find_targets_errors_list_the_tokens() -> None:
-    with pytest.raises(TokenNotFoundError, match=r"'dog' is not in the --vs sentence.*2:cat"):
-        metrics.find_targets(CAT, ["dog"], where="the --vs sentence")
+    with pytest.raises(TokenNotFoundError, match=r"'dog' is not in sentence B.*2:cat"):
+        find_targets(CAT, ["dog"], where="sentence B")
     with pytest.raises(TokenNotFoundError, match="occurs 2 times"):
-        metrics.find_targets(CAT, ["the:3"])
+        find_targets(CAT, ["the:3"])
     with pytest.raises(UsageError, match="count from 1"):
-        metrics.find_targets(CAT, ["the:0"])
+        find_targets(CAT, ["the:0"])
 
 
 # --- tables ----------------------------------------------------------------------------
+
+
+def stats(att: Attention, query: tuple[int, ...], targets: list[str] | tuple[str, ...] = (), top: int = 3) -> list:
+    return metrics.head_stats(att, query, find_targets(att.tokens, targets), top)
+
+
+def head_table(att: Attention, query: tuple[int, ...], targets: list[str] | tuple[str, ...] = (), top: int = 3) -> list:
+    """The rows as compare --json prints them (HeadStats.to_dict: the JSON schema)."""
+    return [row.to_dict() for row in stats(att, query, targets, top)]
 
 
 def cat_attention() -> Attention:
@@ -186,7 +195,7 @@ def cat_attention() -> Attention:
 
 
 def test_head_table_rows() -> None:
-    rows = metrics.head_table(cat_attention(), (3,), ["cat", "the"], top=2)
+    rows = head_table(cat_attention(), (3,), ["cat", "the"], top=2)
     assert [(r["layer"], r["head"]) for r in rows] == [(0, 0), (0, 1), (0, 2)]
     r0, r1, r2 = rows
     assert r0["top"][0][0] == "cat" and r0["top"][0][1] == pytest.approx(0.7)
@@ -194,35 +203,38 @@ def test_head_table_rows() -> None:
     assert r0["targets"] == {"cat": pytest.approx(0.7), "the": pytest.approx(0.1)}
     assert r0["self"] == pytest.approx(0.2) and r0["prev"] == pytest.approx(0.7) and r0["next"] == 0.0
     assert r0["distance"] == pytest.approx(0.1 * 2 + 0.7 * 1)
-    assert r1["sink"] == pytest.approx(1.0) and r1["entropy"] == 0.0 and r1["distance"] == pytest.approx(4.0)
+    # All on [SEP]: distance leaves special tokens out, and nothing else is left.
+    assert r1["sink"] == pytest.approx(1.0) and r1["entropy"] == 0.0 and r1["distance"] == 0.0
     assert r2["entropy"] == pytest.approx(1.0)
     assert r2["targets"]["the"] == pytest.approx(2 / 8)  # both occurrences
+    json.dumps(rows)  # plain JSON types only
 
 
 def test_split_query_word_averages_its_pieces() -> None:
     w = np.zeros((1, 1, 2, 6))
     w[0, 0, 0] = one_hot(6, 4)  # council -> met
     w[0, 0, 1] = one_hot(6, 1)  # ##men -> the
-    (row,) = metrics.head_table(make_att(SPLIT, w, (2, 3)), (2, 3), ["met", "the"])
+    (row,) = head_table(make_att(SPLIT, w, (2, 3)), (2, 3), ["met", "the"])
     assert row["targets"] == {"met": pytest.approx(0.5), "the": pytest.approx(0.5)}
     assert row["prev"] == pytest.approx(0.5) and row["next"] == pytest.approx(0.5) and row["self"] == 0.0
 
 
 def test_sort_rows() -> None:
-    rows = metrics.head_table(cat_attention(), (3,), ["cat"])
-    assert [r["head"] for r in metrics.sort_rows(rows)] == [0, 2, 1]  # weight on "cat"
-    assert [r["head"] for r in metrics.sort_rows(rows, "entropy")] == [1, 0, 2]
-    assert [r["head"] for r in metrics.sort_rows(rows, "sink", limit=1)] == [1]
-    assert [r["head"] for r in metrics.sort_rows(rows, "distance")] == [1, 2, 0]
-    untargeted = metrics.head_table(cat_attention(), (3,))
-    assert [r["head"] for r in metrics.sort_rows(untargeted)] == [1, 0, 2]  # top weight: 1.0, 0.7, 0.125
+    rows = stats(cat_attention(), (3,), ["cat"])
+    assert [r.head for r in metrics.sort_rows(rows)] == [0, 2, 1]  # weight on "cat"
+    assert [r.head for r in metrics.sort_rows(rows, "entropy")] == [1, 0, 2]
+    assert [r.head for r in metrics.sort_rows(rows, "sink", limit=1)] == [1]
+    # Distance over the non-special tokens: uniform over tokens 1..6 from 3 is 9/6, h0 0.9, h1 0.
+    assert [r.head for r in metrics.sort_rows(rows, "distance")] == [2, 0, 1]
+    untargeted = stats(cat_attention(), (3,))
+    assert [r.head for r in metrics.sort_rows(untargeted)] == [1, 0, 2]  # top weight: 1.0, 0.7, 0.125
     with pytest.raises(UsageError, match="cannot sort by 'size'"):
         metrics.sort_rows(rows, "size")
     with pytest.raises(UsageError, match="needs two sentences"):
         metrics.sort_rows(rows, "delta")
 
 
-def test_pair_table_aligns_targets_by_text() -> None:
+def test_pair_stats_align_targets_by_text() -> None:
     a = cat_attention()
     # B swaps "cat" and "mat": "cat" is now token 6.
     b_tokens = make_tokens(
@@ -233,16 +245,17 @@ def test_pair_table_aligns_targets_by_text() -> None:
     w[0, 0, 0] = one_hot(8, 6)  # head 0: all on "cat" (position 6 now): +0.3
     w[0, 1, 0] = one_hot(8, 7)  # head 1: unchanged
     w[0, 2, 0] = one_hot(8, 2)  # head 2: all on "mat": "cat" 1/8 -> 0
-    rows = metrics.pair_table(a, (3,), make_att(b_tokens, w, (3,)), (3,), ["cat"])
-    by_head = {r["head"]: r for r in rows}
+    b = make_att(b_tokens, w, (3,))
+    rows = metrics.pair_stats(a, (3,), find_targets(a.tokens, ["cat"]), b, (3,), find_targets(b_tokens, ["cat"]))
+    by_head = {r.head: r.to_dict() for r in rows}
     assert by_head[0]["targets_vs"]["cat"] == pytest.approx(1.0)
     assert by_head[0]["delta"]["cat"] == pytest.approx(0.3)
     assert by_head[2]["delta"]["cat"] == pytest.approx(-1 / 8)
-    assert [r["head"] for r in metrics.sort_rows(rows)] == [0, 2, 1]  # by largest |change|
-    with pytest.raises(TokenNotFoundError, match="not in the --vs sentence"):
-        metrics.pair_table(a, (3,), make_att(SPLIT, np.zeros((1, 3, 1, 6)), (4,)), (4,), ["cat"])
-    with pytest.raises(UsageError, match="needs a --target"):
-        metrics.pair_table(a, (3,), a, (3,), [])
+    assert [r.head for r in metrics.sort_rows(rows)] == [0, 2, 1]  # by largest |change|
+    with pytest.raises(UsageError, match="at least one target"):
+        metrics.pair_stats(a, (3,), {}, a, (3,), {})
+    with pytest.raises(UsageError, match="targets differ"):
+        metrics.pair_stats(a, (3,), {"cat": (2,)}, a, (3,), {"mat": (2,)})
 
 
 @pytest.mark.parametrize(

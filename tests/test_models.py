@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from attnviz.cli import hint_for
 from attnviz.errors import ModelLoadError, ModelNotFoundError
 from attnviz.models import DEFAULT_MODEL, resolve
 
@@ -51,7 +52,8 @@ def test_hub_id_offline_fails_with_a_hint() -> None:
     with pytest.raises(ModelNotFoundError) as info:
         resolve("nobody-xyz/not-a-model")
     assert "could not be downloaded" in info.value.message
-    assert "--model DIR" in (info.value.hint or "")
+    assert info.value.facts["reason"] == "offline"
+    assert "--model DIR" in (hint_for(info.value) or "")
 
 
 def test_hub_id_from_the_local_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

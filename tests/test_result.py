@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnviz.engines import inspect, parse_layers
+from attnviz.engines import inspect
 from attnviz.errors import OutputError, UsageError
 from attnviz.result import Attention, atomic_write, check_writable
 
@@ -34,8 +34,10 @@ def test_shapes_and_slots(att: Attention) -> None:
 def test_subset_of_queries_equals_the_full_matrix(own_engine, att: Attention) -> None:
     subset = inspect(att.tokens, own_engine, "1,3", (10, 2))
     assert subset.queries == (10, 2)
-    assert np.array_equal(subset.rows(2), att.rows(2))
-    assert np.array_equal(subset.rows(10), att.rows(10))
+    # Two rows and the whole matrix go through matrix products of different shapes,
+    # which may round the last bit differently: equal to float32 precision, not bitwise.
+    np.testing.assert_allclose(subset.rows(2), att.rows(2), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(subset.rows(10), att.rows(10), rtol=0, atol=1e-6)
 
 
 def test_provenance(att: Attention) -> None:
@@ -103,27 +105,3 @@ def test_check_writable_permission(tmp_path: Path) -> None:
     locked.mkdir(mode=0o500)
     with pytest.raises(OutputError, match="permission denied"):
         check_writable(locked / "x.png", (".png",))
-
-
-@pytest.mark.parametrize(
-    ("spec", "expected"),
-    [
-        (None, (0, 1, 2, 3, 4, 5)),
-        ("all", (0, 1, 2, 3, 4, 5)),
-        ("3", (3,)),
-        (2, (2,)),
-        ("-1", (5,)),
-        ("1,3", (1, 3)),
-        ("2-4", (2, 3, 4)),
-        ("4, 4, 0", (4, 0)),
-        ([0, 5], (0, 5)),
-    ],
-)
-def test_parse_layers(spec, expected) -> None:
-    assert parse_layers(spec, 6) == expected
-
-
-@pytest.mark.parametrize("spec", ["6", "-7", "x", "1-9", "1.5"])
-def test_parse_layers_rejects(spec: str) -> None:
-    with pytest.raises(UsageError):
-        parse_layers(spec, 6)

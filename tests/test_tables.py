@@ -2,27 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from rich.console import Console
 
+from attnviz.metrics import HeadStats, PairStats
 from attnviz.render.tables import head_rows_table, pair_rows_table
 
-ROW: dict[str, Any] = {
-    "layer": 5,
-    "head": 11,
-    "top": [["animal", 0.65], ["[CLS]", 0.15], ["tired", 0.04]],
-    "top_index": [2, 0, 13],
-    "targets": {"animal": 0.65, "street": 0.02},
-    "entropy": 0.5,
-    "sink": 0.17,
-    "self": 0.03,
-    "prev": 0.01,
-    "next": 0.01,
-    "distance": 7.4,
-}
-PAIR = {**ROW, "targets_vs": {"animal": 0.5, "street": 0.04}, "delta": {"animal": -0.15, "street": 0.02}}
-PAIR["top_vs"] = [["animal", 0.5], ["[CLS]", 0.23], ["street", 0.04]]
+ROW = HeadStats(
+    layer=5,
+    head=11,
+    top=(("animal", 0.65), ("[CLS]", 0.15), ("tired", 0.04)),
+    top_index=(2, 0, 13),
+    targets={"animal": 0.65, "street": 0.02},
+    entropy=0.5,
+    sink=0.17,
+    self_share=0.03,
+    prev=0.01,
+    next=0.01,
+    distance=7.4,
+)
+B = dataclasses.replace(
+    ROW, targets={"animal": 0.5, "street": 0.04}, top=(("animal", 0.5), ("[CLS]", 0.23), ("street", 0.04))
+)
+PAIR = PairStats(ROW, B)
 
 
 def render(renderable: Any, width: int, color: bool) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from attnviz.cli import hint_for
 from attnviz.errors import TokenNotFoundError, UsageError
 from attnviz.tokens import Tokens, check_index, find_word, load_tokenizer, tokenize, word_occurrences
 
@@ -42,9 +43,10 @@ def test_split_word_gives_all_its_pieces(tok) -> None:
 
 def test_repeated_word_needs_an_occurrence(tok) -> None:
     tokens = tokenize(tok, "the cat saw the dog")
-    with pytest.raises(TokenNotFoundError, match=r"occurs 2 times \(at token 1, 4\)") as info:
+    with pytest.raises(TokenNotFoundError, match=r"occurs 2 times in the sentence \(at token 1, 4\)") as info:
         find_word(tokens, "the")
-    assert "--occurrence 1..2" in (info.value.hint or "")
+    assert info.value.facts == {"reason": "ambiguous", "count": 2}
+    assert "--occurrence 1..2" in (hint_for(info.value) or "")
     assert find_word(tokens, "the", occurrence=2) == (4,)
     with pytest.raises(TokenNotFoundError, match="out of range"):
         find_word(tokens, "the", occurrence=3)

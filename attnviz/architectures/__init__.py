@@ -13,45 +13,59 @@ torch + safetensors only: nothing here imports transformers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
+import pkgutil
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from ..errors import UnsupportedArchitectureError
-from .base import AttnModel, ForwardOutput, load_into, read_config, read_weights, rename
+from ..models import read_config, read_weights
+from .base import AttnModel, ForwardOutput, load_into, rename
 
-__all__ = ["AttnModel", "ForwardOutput", "load", "supported_model_types", "read_config"]
+__all__ = ["AttnModel", "ForwardOutput", "load", "registry", "supported_model_types"]
 
-# model_type -> module in this package. Import is lazy: one family per run.
-_FAMILIES: dict[str, str] = {
-    "bert": "bert",
-    "roberta": "roberta",
-    "xlm-roberta": "roberta",
-    "distilbert": "distilbert",
-    "albert": "albert",
-    "electra": "electra",
-    "gpt2": "gpt2",
-    "llama": "llama",
-    "mistral": "llama",
-    "qwen2": "llama",
-}
+# Modules of this package that are not families.
+_NOT_FAMILIES = frozenset({"base", "decoder"})
+
+
+@functools.cache
+def registry() -> dict[str, ModuleType]:
+    """model_type -> family module, built from each family module's own ``MODEL_TYPES``.
+
+    A new family is one new module here; nothing else needs to list it. (Importing every
+    family costs ~10 ms once torch is loaded, which the own engine needs anyway.)
+    """
+    out: dict[str, ModuleType] = {}
+    for info in pkgutil.iter_modules(__path__):
+        if info.name in _NOT_FAMILIES or info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for model_type in getattr(module, "MODEL_TYPES", ()):
+            if model_type in out:
+                raise RuntimeError(
+                    f"model_type {model_type!r} is declared twice: {out[model_type].__name__}, {info.name}"
+                )
+            out[model_type] = module
+    return out
 
 
 def supported_model_types() -> list[str]:
-    return sorted(_FAMILIES)
+    return sorted(registry())
 
 
 def family(config: dict[str, Any]) -> ModuleType:
     model_type = config.get("model_type")
-    if model_type not in _FAMILIES:
+    found = registry().get(model_type) if isinstance(model_type, str) else None
+    if found is None:
         raise UnsupportedArchitectureError(
-            f"--engine own does not implement model_type {model_type!r} "
+            f"the own engine does not implement model_type {model_type!r} "
             f"(it implements: {', '.join(supported_model_types())})",
-            hint="use --engine hf for any other architecture",
+            model_type=str(model_type),
         )
-    return importlib.import_module(f"{__name__}.{_FAMILIES[model_type]}")
+    return found
 
 
 def load(model_dir: Path, config: dict[str, Any] | None = None, device: Any = "cpu", dtype: Any = None) -> AttnModel:

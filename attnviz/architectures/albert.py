@@ -36,8 +36,7 @@ def build(config: dict[str, Any]) -> AlbertEncoder:
     if inner != 1:
         # Several distinct layers per group would make a "layer" run several attentions.
         raise UnsupportedArchitectureError(
-            f"ALBERT with inner_group_num={inner} is not implemented by --engine own (only 1)",
-            hint="use --engine hf",
+            f"ALBERT with inner_group_num={inner} is not implemented by the own engine (only 1)"
         )
     groups = int(config.get("num_hidden_groups", 1) or 1)
     layers = int(config.get("num_hidden_layers", 12))

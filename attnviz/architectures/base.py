@@ -6,10 +6,9 @@ torch + safetensors only: nothing here imports transformers.
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..attention import RowRequest
 from ..errors import ModelLoadError, UnsupportedArchitectureError
+from ..heads import ModelShape
 
 
 @dataclass
@@ -26,7 +27,8 @@ class ForwardOutput:
 
     Attributes:
         hidden_states: (B, S, E) output of the last layer computed.
-        attentions: one (B, H, S, S) tensor per layer computed, first layer first.
+        attentions: one (B, H, R, S) tensor per layer computed, first layer first: the
+            rows asked for (R = S for every row), or none (R = 0) in a layer not asked for.
     """
 
     hidden_states: Tensor
@@ -43,11 +45,35 @@ class AttnModel(nn.Module):
     causal: bool
     max_positions: int | None
 
+    @property
+    def shape(self) -> ModelShape:
+        return ModelShape(self.num_layers, self.num_heads, self.num_kv_heads, self.causal)
+
     def forward(  # pragma: no cover - interface
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, max_layer: int | None = None
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        max_layer: int | None = None,
+        *,
+        layers: Collection[int] | None = None,
+        queries: Sequence[int] | None = None,
+        fused: bool = True,
     ) -> ForwardOutput:
-        """input_ids (B, S), attention_mask (B, S) of 1/0; stop after layer ``max_layer``."""
+        """input_ids (B, S), attention_mask (B, S) of 1/0; stop after layer ``max_layer``.
+
+        ``layers`` (default all) return the weight rows of ``queries`` (default every
+        row); the other layers return none. ``fused=False`` runs the eager reference.
+        """
         raise NotImplementedError
+
+    @staticmethod
+    def row_requests(
+        last: int, layers: Collection[int] | None, queries: Sequence[int] | None, fused: bool
+    ) -> list[RowRequest]:
+        """Per layer 0..last: what its attention returns beside its output."""
+        wanted = RowRequest(None if queries is None else tuple(queries), fused)
+        nothing = RowRequest((), fused)
+        return [wanted if layers is None or layer in layers else nothing for layer in range(last + 1)]
 
 
 # --- activations ---------------------------------------------------------------
@@ -74,71 +100,11 @@ def activation(name: str) -> Callable[[Tensor], Tensor]:
         return ACTIVATIONS[name]
     except KeyError:
         raise UnsupportedArchitectureError(
-            f"activation {name!r} is not implemented by --engine own",
-            hint="use --engine hf",
+            f"activation {name!r} is not implemented by the own engine", setting=f"hidden_act={name}"
         ) from None
 
 
 # --- checkpoint reading --------------------------------------------------------
-
-
-def read_config(model_dir: Path) -> dict[str, Any]:
-    path = model_dir / "config.json"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelLoadError(
-            f"{model_dir} has no config.json", hint="a checkpoint directory needs config.json"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelLoadError(
-            f"cannot read {path}: {exc}", hint="the file is corrupt; re-download or re-save it"
-        ) from exc
-    if not isinstance(config, dict):
-        raise ModelLoadError(f"{path} is not a JSON object", hint="the file is corrupt; re-download or re-save it")
-    return config
-
-
-def weight_files(model_dir: Path) -> list[Path]:
-    """The checkpoint's weight files, safetensors first (single file or shards),
-    then PyTorch .bin (read with ``weights_only=True``)."""
-    for single, index in (
-        ("model.safetensors", "model.safetensors.index.json"),
-        ("pytorch_model.bin", "pytorch_model.bin.index.json"),
-    ):
-        if (model_dir / single).is_file():
-            return [model_dir / single]
-        if (model_dir / index).is_file():
-            try:
-                shards = json.loads((model_dir / index).read_text(encoding="utf-8"))["weight_map"].values()
-            except (OSError, ValueError, KeyError, AttributeError) as exc:
-                raise ModelLoadError(f"cannot read {model_dir / index}: {exc}", hint="the index is corrupt") from exc
-            return [model_dir / name for name in sorted(set(shards))]
-    raise ModelLoadError(
-        f"{model_dir} has no weights (model.safetensors or pytorch_model.bin)",
-        hint="save the model with model.save_pretrained(DIR)",
-    )
-
-
-def read_weights(model_dir: Path) -> dict[str, Tensor]:
-    """All tensors of the checkpoint, by their names in the file."""
-    tensors: dict[str, Tensor] = {}
-    for path in weight_files(model_dir):
-        try:
-            if path.suffix == ".safetensors":
-                from safetensors.torch import load_file
-
-                tensors.update(load_file(str(path)))
-            else:
-                tensors.update(torch.load(path, map_location="cpu", weights_only=True))
-        except FileNotFoundError:
-            raise ModelLoadError(f"weight file {path} is missing", hint="re-download the checkpoint") from None
-        except Exception as exc:  # safetensors and torch raise assorted errors on bad bytes
-            raise ModelLoadError(
-                f"cannot read weights from {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-                hint="the file is corrupt or truncated; re-download or re-save the checkpoint",
-            ) from exc
-    return tensors
 
 
 Rules = Iterable[tuple[str, str]]

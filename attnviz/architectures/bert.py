@@ -20,13 +20,14 @@ torch only; reads the checkpoint's config.json and weights without transformers.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention, padding_mask
+from ..attention import EAGER, Mask, MultiHeadAttention, RowRequest
 from ..errors import UnsupportedArchitectureError
 from .base import AttnModel, ForwardOutput, activation
 
@@ -58,16 +59,14 @@ class BertConfig:
             )
         if self.position_embedding_type != "absolute":
             raise UnsupportedArchitectureError(
-                f"position_embedding_type={self.position_embedding_type!r} is not implemented by --engine own",
-                hint="use --engine hf",
+                f"position_embedding_type={self.position_embedding_type!r} is not implemented by the own engine"
             )
         # A BERT-like stack saved as a decoder (RobertaForCausalLM, ...) masks the future
         # and may cross-attend; we implement only the encoder.
         if self.is_decoder or self.add_cross_attention:
             raise UnsupportedArchitectureError(
                 "this BERT-like checkpoint is configured as a decoder (is_decoder/add_cross_attention), "
-                "which --engine own does not implement",
-                hint="use --engine hf",
+                "which the own engine does not implement"
             )
 
     @property
@@ -120,9 +119,9 @@ class Block(nn.Module):
         self.ffn_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.act = activation(c.hidden_act)
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, mask: Mask | None, request: RowRequest = EAGER) -> tuple[Tensor, Tensor]:
         # 1. Self-attention, residual, LayerNorm.
-        a, weights = self.attn(x, mask=mask)  # (B, S, E), (B, H, S, S)
+        a, weights = self.attn(x, mask=mask, request=request)  # (B, S, E), (B, H, R, S)
         x = self.attn_norm(x + a)
         # 2. Position-wise feed-forward, residual, LayerNorm.
         x = self.ffn_norm(x + self.ffn_out(self.act(self.ffn_in(x))))
@@ -157,18 +156,26 @@ class BertEncoder(AttnModel):
         return layer
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, max_layer: int | None = None
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        max_layer: int | None = None,
+        *,
+        layers: Collection[int] | None = None,
+        queries: Sequence[int] | None = None,
+        fused: bool = True,
     ) -> ForwardOutput:
         # 1. Embeddings (and the projection up to the blocks' width, if any).
-        mask = None if attention_mask is None else padding_mask(attention_mask)  # (B, 1, 1, S)
+        mask = None if attention_mask is None else Mask(padding=attention_mask.bool())
         x = self.embed(input_ids, attention_mask)  # (B, S, E_emb)
         if self.project is not None:
             x = self.project(x)  # (B, S, E)
-        # 2. The layers, each returning its per-head weights.
+        # 2. The layers, each returning the weight rows asked of it.
         attentions: list[Tensor] = []
         last = self.num_layers - 1 if max_layer is None else max_layer
+        requests = self.row_requests(last, layers, queries, fused)
         for layer in range(last + 1):
-            x, weights = self.blocks[self.block_index(layer)](x, mask)
+            x, weights = self.blocks[self.block_index(layer)](x, mask, requests[layer])
             attentions.append(weights)
         return ForwardOutput(hidden_states=x, attentions=attentions)
 

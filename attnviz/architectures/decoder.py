@@ -13,11 +13,11 @@ torch only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention, QKTransform, causal_mask, padding_mask
+from ..attention import EAGER, Mask, MultiHeadAttention, QKTransform, RowRequest
 from .base import AttnModel, ForwardOutput
 
 
@@ -29,9 +29,13 @@ class PreNormBlock(nn.Module):
         self.attn_norm, self.attn = attn_norm, attn
         self.mlp_norm, self.mlp = mlp_norm, mlp
 
-    def forward(self, x: Tensor, mask: Tensor, qk_transform: QKTransform | None = None) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, mask: Mask, qk_transform: QKTransform | None = None, request: RowRequest = EAGER
+    ) -> tuple[Tensor, Tensor]:
         # 1. Self-attention on the normed input, added back to the residual stream.
-        a, weights = self.attn(self.attn_norm(x), mask=mask, qk_transform=qk_transform)  # (B, L, E), (B, H, L, S)
+        a, weights = self.attn(
+            self.attn_norm(x), mask=mask, qk_transform=qk_transform, request=request
+        )  # (B, L, E), (B, H, R, S)
         x = x + a
         # 2. The MLP, likewise.
         x = x + self.mlp(self.mlp_norm(x))
@@ -56,29 +60,33 @@ class DecoderModel(AttnModel):
         return None
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, max_layer: int | None = None
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        max_layer: int | None = None,
+        *,
+        layers: Collection[int] | None = None,
+        queries: Sequence[int] | None = None,
+        fused: bool = True,
     ) -> ForwardOutput:
-        """input_ids (B, S), attention_mask (B, S) of 1/0.
+        """input_ids (B, S), attention_mask (B, S) of 1/0; the rest as in ``AttnModel.forward``.
 
         ``hidden_states`` is after the final norm when every layer ran (transformers'
         ``last_hidden_state``), else the raw output of layer ``max_layer``.
         """
-        length = input_ids.size(1)
         # 1. Token (and, for GPT-2, position) embeddings.
         x = self.embed(input_ids)  # (B, S, E)
         qk = self.qk_transform(input_ids, x)
-        # 2. One mask per distinct window: causal, limited to the window, and never to padding.
-        masks: dict[int | None, Tensor] = {}
-        for window in set(self.windows):
-            mask = causal_mask(length, input_ids.device, window)[None, None]  # (1, 1, L, S)
-            if attention_mask is not None:
-                mask = mask & padding_mask(attention_mask)  # (B, 1, L, S)
-            masks[window] = mask
-        # 3. The layers, each returning its per-head weights.
+        # 2. One mask per distinct window: causal, limited to the window, and never to
+        #    padding. Described, not materialised: (S, S) booleans are 1 GiB at 32k tokens.
+        padding = None if attention_mask is None else attention_mask.bool()  # (B, S)
+        masks = {window: Mask(causal=True, window=window, padding=padding) for window in set(self.windows)}
+        # 3. The layers, each returning the weight rows asked of it.
         attentions: list[Tensor] = []
         last = self.num_layers - 1 if max_layer is None else max_layer
+        requests = self.row_requests(last, layers, queries, fused)
         for layer in range(last + 1):
-            x, weights = self.blocks[layer](x, masks[self.windows[layer]], qk)
+            x, weights = self.blocks[layer](x, masks[self.windows[layer]], qk, requests[layer])
             attentions.append(weights)
         # 4. The final norm belongs to the output of the whole stack.
         if last == self.num_layers - 1:

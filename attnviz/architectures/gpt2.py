@@ -47,8 +47,7 @@ class GPT2Config:
     def from_dict(cls, config: dict[str, Any]) -> GPT2Config:
         if config.get("add_cross_attention"):
             raise UnsupportedArchitectureError(
-                "GPT-2 with cross-attention (add_cross_attention) is not implemented by --engine own",
-                hint="use --engine hf",
+                "GPT-2 with cross-attention (add_cross_attention) is not implemented by the own engine"
             )
         # reorder_and_upcast_attn only changes the order of q·kᵀ and the scale and
         # computes them in float32: the same math, so in float32 the same weights.

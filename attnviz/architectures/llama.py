@@ -100,14 +100,12 @@ def _rope_theta(config: dict[str, Any]) -> float:
     older configs have top-level ``rope_theta`` and ``rope_scaling``."""
     params = config.get("rope_parameters") or config.get("rope_scaling") or {}
     if not isinstance(params, dict) or any(isinstance(v, dict) for v in params.values()):
-        raise UnsupportedArchitectureError(
-            "per-layer rope_parameters are not implemented by --engine own", hint="use --engine hf"
-        )
+        raise UnsupportedArchitectureError("per-layer rope_parameters are not implemented by the own engine")
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type != "default":
         # llama3 / yarn / linear / dynamic rescale the frequencies: other math.
         raise UnsupportedArchitectureError(
-            f"rope_type {rope_type!r} is not implemented by --engine own (only plain RoPE)", hint="use --engine hf"
+            f"rope_type {rope_type!r} is not implemented by the own engine (only plain RoPE)"
         )
     return float(params.get("rope_theta") or config.get("rope_theta") or 10000.0)
 
@@ -127,7 +125,7 @@ def _windows(config: dict[str, Any], model_type: str, layers: int) -> tuple[int 
         return tuple(window if kind == "sliding_attention" else None for kind in types)
     if config.get("layer_types") and any(kind != "full_attention" for kind in config["layer_types"]):
         raise UnsupportedArchitectureError(
-            f"layer_types other than full_attention are not implemented for {model_type!r}", hint="use --engine hf"
+            f"layer_types other than full_attention are not implemented for {model_type!r}"
         )
     return (None,) * layers
 

@@ -1,6 +1,84 @@
-"""Renderers: data (an ``Attention``) in, terminal renderables or image files out."""
+"""Renderers: data (an ``Attention``) in, terminal renderables, image files or an
+interactive HTML page out."""
 
-# Here, not in render.image, so the CLI can check an output path and show its defaults
-# without importing matplotlib.
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Here, not in render.image / render.html, so the CLI can check an output path and show its
+# defaults without importing matplotlib or numpy.
 IMAGE_FORMATS = (".png", ".svg", ".pdf")
+HTML_FORMATS = (".html",)
+EXPORT_FORMATS = IMAGE_FORMATS + HTML_FORMATS
 DEFAULT_DPI = 150
+DEFAULT_FONT_PT = 8.0  # tick labels; titles scale with it
+COLUMN_IN = 6.3  # a one-layer figure fits this width (a paper's text column) by default
+
+
+@dataclass(frozen=True)
+class FigureStyle:
+    """How an image is laid out, for papers (stdlib only, so the CLI can validate it).
+
+    Attributes:
+        figsize: (width, height) in inches: the figure is exactly that size and the cells
+            shrink or grow to fit; None = computed from the data.
+        fontsize: tick-label size in points (titles scale with it).
+        heads: model head indices to draw (aggregate rows are always drawn); None = all.
+        vmax: the top of the colour scale: a number in (0, 1], or "auto" (the largest
+            weight drawn). The bottom is always 0.
+        title: draw the sentence and provenance above the panels.
+        cmap: a matplotlib colormap name (checked when drawing).
+    """
+
+    figsize: tuple[float, float] | None = None
+    fontsize: float = DEFAULT_FONT_PT
+    heads: tuple[int, ...] | None = None
+    vmax: float | str = 1.0
+    title: bool = True
+    cmap: str = "viridis"
+
+    def __post_init__(self) -> None:
+        if self.figsize is not None:
+            w, h = self.figsize
+            if not (0.5 <= w <= 100 and 0.5 <= h <= 100):
+                raise ValueError(f"figure size {w} x {h} inches is out of range (0.5 to 100 each)")
+        if not 3 <= self.fontsize <= 40:
+            raise ValueError(f"font size {self.fontsize} pt is out of range (3 to 40)")
+        if isinstance(self.vmax, str):
+            if self.vmax != "auto":
+                raise ValueError(f"vmax {self.vmax!r} is neither a number nor 'auto'")
+        elif not 0 < self.vmax <= 1:
+            raise ValueError(f"vmax {self.vmax} is out of range: attention weights lie in 0..1")
+        if self.heads is not None and (not self.heads or min(self.heads) < 0):
+            raise ValueError(f"heads {list(self.heads)}: give head indices from 0")
+
+
+def parse_figsize(spec: str) -> tuple[float, float]:
+    """'6.3x2.5' (or '6.3,2.5') -> (6.3, 2.5) inches.
+
+    Raises:
+        ValueError: not two positive numbers.
+    """
+    parts = spec.lower().replace("×", "x").replace(",", "x").split("x")
+    try:
+        w, h = (float(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"cannot read figure size {spec!r}: give WIDTHxHEIGHT in inches, e.g. 6.3x2.5") from None
+    return w, h
+
+
+def parse_vmax(spec: str) -> float | str:
+    """'auto' -> 'auto'; '0.5' -> 0.5."""
+    if spec.strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(spec)
+    except ValueError:
+        raise ValueError(f"cannot read vmax {spec!r}: give a number in (0, 1] or auto") from None
+
+
+# The largest HTML page `attnviz export -o view.html` writes. The page holds every weight of
+# every kept layer and head (layers × heads × tokens², 2 bytes each, base64: 8/3 bytes), so
+# 16 MB is e.g. MiniLM's 6 layers × 12 heads at 288 tokens, or one of its layers at 707 tokens.
+# Past it a browser spends seconds parsing and the page is no longer something to mail.
+HTML_BUDGET_BYTES = 16_000_000

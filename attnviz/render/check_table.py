@@ -11,8 +11,6 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..heads import structure_notes
-
 if TYPE_CHECKING:
     from ..check import CheckResult
 
@@ -26,7 +24,7 @@ def verdict(result: CheckResult) -> str:
     """The one-line conclusion, for the terminal and for logs."""
     if result.passed:
         return (
-            f"PASS: all {result.num_layers} layers within {result.tolerance:.0e} of transformers "
+            f"PASS: all {result.shape.num_layers} layers within {result.tolerance:.0e} of transformers "
             f"(worst |Δ| {result.worst:.1e})"
         )
     over = [f"layer {i}" for i in result.failed_layers]
@@ -37,14 +35,14 @@ def verdict(result: CheckResult) -> str:
 
 def render_check(result: CheckResult) -> Group:
     """Header, the per-layer table, and the verdict line."""
-    heads = f"{result.num_heads} heads" + (
-        f" over {result.num_kv_heads} kv heads" if result.num_kv_heads != result.num_heads else ""
+    heads = f"{result.shape.num_heads} heads" + (
+        f" over {result.shape.num_kv_heads} kv heads" if result.shape.num_kv_heads != result.shape.num_heads else ""
     )
     header = Text.assemble(
-        ("attnviz check: ", "bold"), f"{result.model} ({result.model_type}, {result.num_layers} layers, {heads})"
+        ("attnviz check: ", "bold"), f"{result.model} ({result.model_type}, {result.shape.num_layers} layers, {heads})"
     )
     setup = f"{result.device}, float32, {len(result.sentences)} sentences, transformers eager attention"
-    notes = structure_notes(result.causal, result.num_heads, result.num_kv_heads)
+    notes = result.shape.notes()
     table = Table()
     table.add_column("layer", justify="right")
     table.add_column("max |Δ| (own - hf)", justify="right")

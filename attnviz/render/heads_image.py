@@ -18,9 +18,8 @@ from matplotlib.image import AxesImage
 from ..corpus import ScanReport
 from ..heads import head_label
 from ..result import Provenance
-from .image import _CHAR_IN, _colorbar, _figure, _heatmap, _layout, _ticks, _title
-
-_CELL = 0.2  # inches per head/layer cell
+from . import FigureStyle
+from .image import _char_in, _colorbar, _figure, _heatmap, _layout, _ticks, _title
 
 
 def panels(report: ScanReport) -> list[tuple[str, np.ndarray]]:
@@ -36,40 +35,45 @@ def panels(report: ScanReport) -> list[tuple[str, np.ndarray]]:
     return out
 
 
-def heads_figure(report: ScanReport, p: Provenance) -> Figure:
+def heads_figure(report: ScanReport, p: Provenance, style: FigureStyle | None = None) -> Figure:
     """A grid of panels, one per detector: rows are layers, columns heads, the colour the
-    head's mean score over the corpus on one shared 0..1 viridis scale."""
+    head's mean score over the corpus on one shared 0..1 scale."""
+    style = style or FigureStyle()
+    pt = style.fontsize
     shown = panels(report)
     layers = report.heads.layers
     n_heads = report.heads.num_heads
     ncols = min(len(shown), 3)
     nrows = math.ceil(len(shown) / ncols)
-    cell = max(0.06, min(_CELL, 14.0 / (n_heads * ncols)))
     head_names = [head_label(h, p.num_heads, p.num_kv_heads) for h in range(n_heads)]
     layer_names = [f"L{layer}" for layer in layers]
     what = f"{report.texts} texts" + (" (PARTIAL: interrupted)" if report.partial else "")
     grid, head, sub = _layout(
         nrows,
         ncols,
-        panel_w=n_heads * cell,
-        panel_h=len(layers) * cell,
-        ylabel_w=_CHAR_IN * max(len(s) for s in layer_names) + 0.12,
-        xlabel_h=_CHAR_IN * max(len(s) for s in head_names) + 0.12,
+        n_x=n_heads,
+        n_y=len(layers),
+        cell_h=None,
+        ylabel_w=_char_in(pt) * max(len(s) for s in layer_names) + 0.12,
+        xlabel_h=_char_in(pt) * max(len(s) for s in head_names) + 0.12,
         hgap=0.3,
         sentence=f"{p.model}: what each head does over {what}",
         subtitle=f"engine {p.engine} · {p.device} · mean score per head over the corpus (layers × heads)",
+        style=style,
+        max_w=style.figsize[0] if style.figsize else None,
     )
     fig = _figure(grid)
-    # _layout quotes its first line as a sentence; this title is not one.
-    _title(fig, grid, [line.strip("“”") for line in head], sub)
+    if style.title:
+        # _layout quotes its first line as a sentence; this title is not one.
+        _title(fig, grid, [line.strip("“”") for line in head], sub, pt)
     image: AxesImage | None = None
     for i, (title, values) in enumerate(shown):
         ax = fig.add_axes(grid.rect(i))
-        image = _heatmap(ax, values, None)
-        ax.set_title(title, fontsize=7, pad=3, loc="left")
-        _ticks(ax, "x", head_names, cell, show=i + ncols >= len(shown))
-        _ticks(ax, "y", layer_names, cell, show=i % ncols == 0)
+        image = _heatmap(ax, values, None, style, 1.0)
+        ax.set_title(title, fontsize=pt, pad=3, loc="left")
+        _ticks(ax, "x", head_names, grid.cell_w, pt, show=i + ncols >= len(shown))
+        _ticks(ax, "y", layer_names, grid.cell_h, pt, show=i % ncols == 0)
     if image is not None:
-        _colorbar(fig, grid, image)
-        fig.axes[-1].set_ylabel("mean score", fontsize=7)
+        _colorbar(fig, grid, image, pt)
+        fig.axes[-1].set_ylabel("mean score", fontsize=pt)
     return fig

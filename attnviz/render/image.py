@@ -17,11 +17,13 @@ Shape legend: N layers, H heads, Q query positions, S tokens.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -32,25 +34,27 @@ from matplotlib.image import AxesImage
 from matplotlib.patches import Rectangle
 
 from ..errors import UsageError
-from ..heads import head_label
 from ..result import Attention, atomic_write, check_writable
-from . import DEFAULT_DPI, IMAGE_FORMATS
+from . import COLUMN_IN, DEFAULT_DPI, DEFAULT_FONT_PT, IMAGE_FORMATS, FigureStyle
 
-CMAP = "viridis"  # perceptually uniform and readable with the common colour-vision deficiencies
 MASKED = "#d0d0d0"  # light grey: not on the viridis ramp, so a masked cell never reads as a weight
 
-# Sizes in inches / points. Cells shrink for long sentences down to _MIN_CELL; labels
-# then thin out instead of overlapping.
-_TICK_PT = 7.0
-_LINE_IN = _TICK_PT * 1.25 / 72  # height of one line of tick text
-_CHAR_IN = _TICK_PT * 0.62 / 72  # a generous average glyph width (DejaVu Sans)
+# Sizes in inches / points, for tick labels of ``pt`` points (FigureStyle.fontsize). Cells
+# shrink for long sentences down to _MIN_CELL; labels then thin out instead of overlapping.
 _MAX_LABEL = 14  # characters; longer token labels are cut with "…"
 _MAX_GRID_W = 15.0  # the panels' total width never exceeds this
 _MIN_CELL = 0.03
-_PANEL_TITLE_IN = 0.24
 _COLORBAR_IN = 0.14
-_TITLE_PT = 10.0
-_SUBTITLE_PT = 7.5
+
+
+def _line_in(pt: float) -> float:
+    """Height of one line of ``pt``-point text, in inches."""
+    return pt * 1.25 / 72
+
+
+def _char_in(pt: float) -> float:
+    """A generous average glyph width of ``pt``-point DejaVu Sans, in inches."""
+    return pt * 0.62 / 72
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,8 @@ class _Grid:
     vgap: float
     width: float
     height: float
+    cell_w: float
+    cell_h: float
 
     def rect(self, i: int) -> tuple[float, float, float, float]:
         """Figure-fraction [left, bottom, width, height] of panel ``i`` (row-major)."""
@@ -84,67 +90,124 @@ class _Grid:
         return self.nrows * self.panel_h + (self.nrows - 1) * self.vgap
 
 
-def token_figure(att: Attention, query: int, layers: Sequence[int] | None = None) -> Figure:
+def _slots(att: Attention, style: FigureStyle) -> list[int]:
+    """Head-axis slots to draw: the chosen model heads (all by default), then every aggregate."""
+    if style.heads is None:
+        heads = list(range(att.model_heads))
+    else:
+        bad = [h for h in style.heads if not 0 <= h < att.model_heads]
+        if bad:
+            raise UsageError(
+                f"head {bad[0]} is out of range: the model has {att.model_heads} heads (0..{att.model_heads - 1})",
+                hint=f"pick heads 0..{att.model_heads - 1}",
+            )
+        heads = list(dict.fromkeys(style.heads))
+    return heads + list(range(att.model_heads, att.num_heads))
+
+
+def _columns(att: Attention) -> list[int]:
+    """Token columns to draw: every token except those set aside (``att.hidden``)."""
+    hidden = set(att.hidden)
+    return [i for i in range(len(att.tokens)) if i not in hidden]
+
+
+def _vmax(style: FigureStyle, arrays: Sequence[np.ndarray]) -> float:
+    if style.vmax != "auto":
+        return float(style.vmax)
+    top = max((float(np.ma.max(a)) for a in arrays if np.ma.count(a)), default=1.0)
+    return top if top > 0 else 1.0
+
+
+def _steps_text(att: Attention) -> str:
+    tags = [step.split(":", 1)[0] for step in att.steps]
+    return " · " + "; ".join(tags) if tags else ""
+
+
+def token_figure(
+    att: Attention, query: int, layers: Sequence[int] | None = None, style: FigureStyle | None = None
+) -> Figure:
     """One token's attention: per layer, a panel of heads (rows) × tokens (columns).
 
-    With several layers the panels go on a grid with one shared colour scale (0..1,
-    the same in every layer and every figure) and one colour bar. For causal models
-    the tokens after ``query`` cannot be attended to and are drawn masked (grey).
+    With several layers the panels go on a grid with one shared colour scale (0..1 by
+    default, the same in every layer and every figure; ``style.vmax`` changes the top)
+    and one colour bar. Aggregate slots (head mean/max, rollout) are extra rows below a
+    white rule. Tokens set aside (``att.hidden``) are not drawn. For causal models the
+    tokens after ``query`` cannot be attended to and are drawn masked (grey).
 
     Raises:
-        UsageError: ``query`` was not kept as a query row or a layer was not computed.
+        UsageError: ``query`` was not kept as a query row, a layer was not computed, a
+            head is out of range, or the colormap is unknown.
     """
+    style = style or FigureStyle()
     layers = tuple(att.layers if layers is None else layers)
     if not layers:
         raise UsageError("no layers to draw", hint="give at least one layer")
+    slot = att.query_slot(query)
     rows = att.rows(query)  # (N, H, S)
-    labels = att.tokens.labels
+    slots = _slots(att, style)
+    cols = _columns(att)
+    labels = [att.tokens.labels[i] for i in cols]
     p = att.provenance
-    n_heads, n_tok = rows.shape[1], rows.shape[2]
+    n_rows, n_tok = len(slots), len(cols)
+    pt = style.fontsize
     # Wide sentences get fewer columns so each panel keeps readable cells.
     ncols = min(len(layers), 3 if n_tok <= 20 else 2 if n_tok <= 40 else 1)
     nrows = math.ceil(len(layers) / ncols)
-    cell_w = _cell(n_tok * ncols)
-    cell_h = 0.16
-    head_names = [head_label(h, p.num_heads, p.num_kv_heads) for h in range(n_heads)]
+    head_names = [att.head_name(h) for h in slots]
     short = [_short(s) for s in labels]
+    span = att.query_span(slot)
     subtitle = (
         f"{p.model} · engine {p.engine} · {_layers_text(layers)} · "
-        f"token {labels[query]!r} (position {query}) → each token, per head"
+        f"{' '.join(att.tokens.labels[i] for i in span)!r} → each {'word' if att.key_pieces else 'token'}, per head"
+        + _steps_text(att)
     )
     if p.causal:
         subtitle += " · causal: later tokens masked (grey)"
+    # One layer fits a paper's text column unless a size is given.
+    max_w = style.figsize[0] if style.figsize else COLUMN_IN if len(layers) == 1 else None
     grid, head, sub = _layout(
         nrows,
         ncols,
-        panel_w=n_tok * cell_w,
-        panel_h=n_heads * cell_h,
-        ylabel_w=_CHAR_IN * max(len(s) for s in head_names) + 0.12,
-        xlabel_h=_CHAR_IN * max(len(s) for s in short) + 0.12,
+        n_x=n_tok,
+        n_y=n_rows,
+        cell_h=0.16 * pt / DEFAULT_FONT_PT,
+        ylabel_w=_char_in(pt) * max(len(s) for s in head_names) + 0.12,
+        xlabel_h=_char_in(pt) * max(len(s) for s in short) + 0.12,
         hgap=0.12,
         sentence=att.tokens.text,
         subtitle=subtitle,
+        style=style,
+        max_w=max_w,
     )
     fig = _figure(grid)
-    _title(fig, grid, head, sub)
-    mask = np.arange(n_tok) > query if p.causal else None  # (S,)
+    if style.title:
+        _title(fig, grid, head, sub, pt)
+    future = np.array(cols) > max(span) if p.causal else None  # (S',)
+    data = [rows[att.layer_slot(layer)][slots][:, cols] for layer in layers]  # each (H', S')
+    shown = [d if future is None else np.ma.masked_array(d, np.broadcast_to(future, d.shape)) for d in data]
+    vmax = _vmax(style, shown)
+    bold = tuple(cols.index(i) for i in span if i in cols)
+    dim = tuple(att.tokens.special[i] for i in cols)
     image: AxesImage | None = None
-    for i, layer in enumerate(layers):
-        data = rows[att.layer_slot(layer)]  # (H, S)
+    for i, (layer, d) in enumerate(zip(layers, data)):
         ax = fig.add_axes(grid.rect(i))
-        image = _heatmap(ax, data, None if mask is None else np.broadcast_to(mask, data.shape))
-        ax.set_title(f"layer {layer}", fontsize=8, pad=3, loc="left")
+        image = _heatmap(ax, d, None if future is None else np.broadcast_to(future, d.shape), style, vmax)
+        if att.aggregates and n_rows > len(att.aggregates):
+            ax.axhline(n_rows - len(att.aggregates) - 0.5, color="white", linewidth=1.5)
+        ax.set_title(f"layer {layer}", fontsize=pt, pad=3, loc="left")
         # Label each grid axis once: tokens under the bottom panel of each column, heads
         # left of the first column.
         bottom_of_column = i + ncols >= len(layers)
-        _ticks(ax, "x", short, cell_w, show=bottom_of_column, bold=(query,), dim=att.tokens.special)
-        _ticks(ax, "y", head_names, cell_h, show=i % ncols == 0)
+        _ticks(ax, "x", short, grid.cell_w, pt, show=bottom_of_column, bold=bold, dim=dim)
+        _ticks(ax, "y", head_names, grid.cell_h, pt, show=i % ncols == 0)
     assert image is not None  # layers is not empty (checked above)
-    _colorbar(fig, grid, image)
+    _colorbar(fig, grid, image, pt)
     return fig
 
 
-def matrix_figure(att: Attention, layer: int, highlight: Sequence[int] = ()) -> Figure:
+def matrix_figure(
+    att: Attention, layer: int, highlight: Sequence[int] = (), style: FigureStyle | None = None
+) -> Figure:
     """One layer's full query × key matrix for each head, as a grid of panels.
 
     Tokens are labelled on the outer axes only (keys under the bottom row, queries left
@@ -154,50 +217,72 @@ def matrix_figure(att: Attention, layer: int, highlight: Sequence[int] = ()) -> 
     Raises:
         UsageError: ``layer`` was not computed, or a highlighted token is not a kept query.
     """
+    style = style or FigureStyle()
     mats = att.matrix(layer)  # (H, Q, S)
-    n_heads, n_q, n_tok = mats.shape
+    slots = _slots(att, style)
+    cols = _columns(att)
+    n_panels, n_q, n_tok = len(slots), mats.shape[1], len(cols)
     labels = att.tokens.labels
     p = att.provenance
+    pt = style.fontsize
     # A near-square grid of square panels; long sentences shrink the cells (and thin the
     # labels) rather than grow the page past _MAX_GRID_W in either direction.
-    ncols = math.ceil(math.sqrt(n_heads))
-    nrows = math.ceil(n_heads / ncols)
-    cell = min(0.16, _cell(n_tok * ncols, smallest=0.01), _cell(n_tok * nrows, smallest=0.01))
-    short = [_short(s) for s in labels]
-    q_short = [short[q] for q in att.queries]
-    label_in = _CHAR_IN * max(len(s) for s in short) + 0.12
-    subtitle = f"{p.model} · engine {p.engine} · layer {layer} · each head: query (row) → key (column)"
+    ncols = math.ceil(math.sqrt(n_panels))
+    nrows = math.ceil(n_panels / ncols)
+    short = [_short(labels[i]) for i in cols]
+    q_short = [_short(labels[q]) for q in att.queries]
+    label_in = _char_in(pt) * max(len(s) for s in [*short, *q_short]) + 0.12
+    subtitle = f"{p.model} · engine {p.engine} · layer {layer} · each head: query (row) → key (column)" + _steps_text(
+        att
+    )
     if p.causal:
         subtitle += " · causal: the masked (grey) upper triangle is future tokens"
     grid, head, sub = _layout(
         nrows,
         ncols,
-        panel_w=n_tok * cell,
-        panel_h=n_q * cell,
+        n_x=n_tok,
+        n_y=n_q,
+        cell_h=None,
         ylabel_w=label_in,
         xlabel_h=label_in,
         hgap=0.1,
         sentence=att.tokens.text,
         subtitle=subtitle,
+        style=style,
+        max_w=style.figsize[0] if style.figsize else None,
     )
     fig = _figure(grid)
-    _title(fig, grid, head, sub)
-    # (Q, S): True where query queries[q] may not see key s.
-    mask = np.arange(n_tok)[None, :] > np.array(att.queries)[:, None] if p.causal else None
+    if style.title:
+        _title(fig, grid, head, sub, pt)
+    # (Q, S'): True where query queries[q] may not see key cols[s].
+    mask = np.array(cols)[None, :] > np.array(att.queries)[:, None] if p.causal else None
     rows_hl = [att.query_slot(q) for q in highlight]
+    data = [mats[h][:, cols] for h in slots]
+    vmax = _vmax(style, [d if mask is None else np.ma.masked_array(d, mask) for d in data])
     image: AxesImage | None = None
-    for h in range(n_heads):
-        ax = fig.add_axes(grid.rect(h))
-        image = _heatmap(ax, mats[h], mask)
-        ax.set_title(head_label(h, p.num_heads, p.num_kv_heads), fontsize=8, pad=3, loc="left")
+    for i, (h, d) in enumerate(zip(slots, data)):
+        ax = fig.add_axes(grid.rect(i))
+        image = _heatmap(ax, d, mask, style, vmax)
+        ax.set_title(att.head_name(h), fontsize=pt, pad=3, loc="left")
         for r in rows_hl:
             ax.add_patch(Rectangle((-0.5, r - 0.5), n_tok, 1, fill=False, edgecolor="#ff3030", linewidth=1.0))
-        _ticks(ax, "x", short, cell, show=h + ncols >= n_heads, dim=att.tokens.special)
+        _ticks(ax, "x", short, grid.cell_w, pt, show=i + ncols >= n_panels, dim=[att.tokens.special[c] for c in cols])
         dim_q = tuple(att.tokens.special[q] for q in att.queries)
-        _ticks(ax, "y", q_short, cell, show=h % ncols == 0, bold=tuple(rows_hl), dim=dim_q)
+        _ticks(ax, "y", q_short, grid.cell_h, pt, show=i % ncols == 0, bold=tuple(rows_hl), dim=dim_q)
     assert image is not None  # a model has at least one head
-    _colorbar(fig, grid, image)
+    _colorbar(fig, grid, image, pt)
     return fig
+
+
+# Fonts as fonts: TrueType (Type 42) in PDF and PostScript, which paper checkers accept
+# (Type 3 is flagged), and text as <text> in SVG, editable and searchable. A fixed hash
+# salt makes SVG ids, and so the whole file, the same on every run.
+PAPER_RC: Any = {  # Any: matplotlib types rc keys as literals
+    "pdf.fonttype": 42,
+    "ps.fonttype": 42,
+    "svg.fonttype": "none",
+    "svg.hashsalt": "attnviz",
+}
 
 
 def save_figure(fig: Figure, path: Path, dpi: int = DEFAULT_DPI) -> None:
@@ -215,17 +300,15 @@ def save_figure(fig: Figure, path: Path, dpi: int = DEFAULT_DPI) -> None:
         # The temporary name ends in .tmp, so say the format; metadata without dates
         # keeps the files reproducible.
         metadata = {"Software": None} if fmt == "png" else {"Date": None} if fmt == "svg" else {"CreationDate": None}
-        fig.savefig(tmp, format=fmt, dpi=dpi, metadata=metadata)
+        from matplotlib import rc_context
+
+        with rc_context(PAPER_RC):
+            fig.savefig(tmp, format=fmt, dpi=dpi, metadata=metadata)
 
     atomic_write(path, write)
 
 
 # --- layout helpers -----------------------------------------------------------
-
-
-def _cell(columns: int, smallest: float = _MIN_CELL) -> float:
-    """Cell size (inches) so that ``columns`` cells fit the maximum grid width."""
-    return max(smallest, min(0.26, _MAX_GRID_W / max(columns, 1)))
 
 
 def _short(label: str) -> str:
@@ -236,31 +319,59 @@ def _layout(
     nrows: int,
     ncols: int,
     *,
-    panel_w: float,
-    panel_h: float,
+    n_x: int,
+    n_y: int,
+    cell_h: float | None,
     ylabel_w: float,
     xlabel_h: float,
     hgap: float,
     sentence: str,
     subtitle: str,
+    style: FigureStyle,
+    max_w: float | None,
 ) -> tuple[_Grid, list[str], list[str]]:
-    """Place the panel grid inside margins for labels, title and colour bar.
+    """Size the cells and place the panel grid inside margins for labels, title and bar.
 
-    Returns the grid and the title's sentence lines and subtitle lines, wrapped to the
-    figure's width (the sentence to at most two lines).
+    Each panel is ``n_x`` cells wide and ``n_y`` high. Cells are at most 0.26 in wide,
+    narrower when the figure must fit ``max_w`` inches (or _MAX_GRID_W of panels);
+    ``cell_h`` None makes them square. With ``style.figsize`` the figure is exactly
+    that size and the cells fill it. Returns the grid and the title's sentence lines and
+    subtitle lines, wrapped to the figure's width (the sentence to at most two lines).
     """
+    pt = style.fontsize
+    title_pt, sub_pt = pt * 1.25, pt * 0.95
     left = ylabel_w + 0.1
     bottom = xlabel_h + 0.1
-    right = 0.12 + _COLORBAR_IN + 0.55  # gap, bar, its tick labels and caption
-    vgap = _PANEL_TITLE_IN
-    grid_w = ncols * panel_w + (ncols - 1) * hgap
-    grid_h = nrows * panel_h + (nrows - 1) * vgap
-    width = max(left + grid_w + right, 6.0)  # room for a readable title line
-    head = textwrap.wrap(f"“{sentence.strip()}”", _fit(width, _TITLE_PT), max_lines=2, placeholder=" …”")
-    sub = textwrap.wrap(subtitle, _fit(width, _SUBTITLE_PT), max_lines=2, placeholder=" …")
-    top = 0.12 + _lines_in(len(head), _TITLE_PT) + 0.06 + _lines_in(len(sub), _SUBTITLE_PT) + _PANEL_TITLE_IN + 0.02
-    height = bottom + grid_h + top
-    return _Grid(nrows, ncols, panel_w, panel_h, left, bottom, hgap, vgap, width, height), head, sub
+    right = 0.12 + _COLORBAR_IN + _char_in(pt) * 4 + _line_in(pt) + 0.1  # gap, bar, tick labels, caption
+    vgap = _line_in(pt) + 0.1  # room for each panel's title
+    side = left + right + (ncols - 1) * hgap
+    room_w = (max_w - side) if max_w is not None else _MAX_GRID_W
+    smallest = 0.005 if style.figsize else _MIN_CELL if cell_h is not None else 0.01
+    cell_w = max(smallest, min(0.26 if cell_h is not None else 0.16, room_w / max(n_x * ncols, 1)))
+    if cell_h is None:  # square cells, and a square-ish page
+        cell_w = min(cell_w, max(smallest, _MAX_GRID_W / max(n_y * nrows, 1)))
+    # At least 6 in wide, for a readable title line (still inside a 6.3 in column).
+    width = style.figsize[0] if style.figsize else max(left + ncols * n_x * cell_w + (ncols - 1) * hgap + right, 6.0)
+    head = sub = []
+    top = 0.08
+    if style.title:
+        head = textwrap.wrap(f"“{sentence.strip()}”", _fit(width, title_pt), max_lines=2, placeholder=" …”")
+        sub = textwrap.wrap(subtitle, _fit(width, sub_pt), max_lines=3, placeholder=" …")
+        top = 0.12 + _lines_in(len(head), title_pt) + 0.06 + _lines_in(len(sub), sub_pt)
+    top += vgap + 0.02
+    h_cell = cell_w if cell_h is None else cell_h
+    if style.figsize:
+        room_h = style.figsize[1] - top - bottom - (nrows - 1) * vgap
+        h_cell = max(0.005, room_h / max(n_y * nrows, 1))
+        if cell_h is None:  # square cells, fitted both ways
+            cell_w = h_cell = min(cell_w, h_cell)
+    grid_h = nrows * n_y * h_cell + (nrows - 1) * vgap
+    height = style.figsize[1] if style.figsize else bottom + grid_h + top
+    grid = _Grid(nrows, ncols, n_x * cell_w, n_y * h_cell, left, bottom, hgap, vgap, width, height, cell_w, h_cell)
+    # With a fixed size the grid sits under the title; what is left over is at the bottom.
+    if style.figsize:
+        grid = dataclasses.replace(grid, bottom=max(bottom, height - top - grid.grid_h))
+    return grid, head, sub
 
 
 def _fit(width: float, points: float) -> int:
@@ -278,15 +389,15 @@ def _figure(grid: _Grid) -> Figure:
     return fig
 
 
-def _title(fig: Figure, grid: _Grid, head: list[str], sub: list[str]) -> None:
+def _title(fig: Figure, grid: _Grid, head: list[str], sub: list[str], pt: float) -> None:
     """The sentence, quoted, then a grey line of provenance, above the grid."""
     x = 0.1 / grid.width
     y = 1 - 0.12 / grid.height
     # parse_math=False: a "$" in a sentence or token is text, not the start of mathtext.
-    fig.text(x, y, "\n".join(head), ha="left", va="top", fontsize=_TITLE_PT, linespacing=1.2, parse_math=False)
-    y -= (_lines_in(len(head), _TITLE_PT) + 0.06) / grid.height
+    fig.text(x, y, "\n".join(head), ha="left", va="top", fontsize=pt * 1.25, linespacing=1.2, parse_math=False)
+    y -= (_lines_in(len(head), pt * 1.25) + 0.06) / grid.height
     fig.text(
-        x, y, "\n".join(sub), ha="left", va="top", fontsize=_SUBTITLE_PT, color="0.3", linespacing=1.2, parse_math=False
+        x, y, "\n".join(sub), ha="left", va="top", fontsize=pt * 0.95, color="0.3", linespacing=1.2, parse_math=False
     )
 
 
@@ -298,17 +409,22 @@ def _layers_text(layers: Sequence[int]) -> str:
     return "layers " + ",".join(str(x) for x in layers)
 
 
-def _heatmap(ax: Axes, data: np.ndarray, mask: np.ndarray | None) -> AxesImage:
-    """One panel: ``data`` (rows × columns) on the shared 0..1 viridis scale."""
-    cmap: Colormap | str = CMAP
+def _heatmap(ax: Axes, data: np.ndarray, mask: np.ndarray | None, style: FigureStyle, vmax: float) -> AxesImage:
+    """One panel: ``data`` (rows × columns) on the shared 0..vmax scale."""
+    from matplotlib import colormaps
+
+    try:
+        cmap: Colormap = colormaps[style.cmap]
+    except KeyError:
+        raise UsageError(
+            f"unknown colormap {style.cmap!r}", hint="use a matplotlib colormap, e.g. viridis, magma, Greys, Blues"
+        ) from None
     shown: np.ndarray = data
     if mask is not None:
         shown = np.ma.masked_array(data, mask=mask)
-        from matplotlib import colormaps
-
-        cmap = colormaps[CMAP].with_extremes(bad=MASKED)
+        cmap = cmap.with_extremes(bad=MASKED)
     # One imshow per panel (not a pcolormesh of cells): one raster, fast in every format.
-    return ax.imshow(shown, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+    return ax.imshow(shown, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
 
 
 def _ticks(
@@ -316,6 +432,7 @@ def _ticks(
     axis: str,
     labels: Sequence[str],
     cell: float,
+    pt: float,
     *,
     show: bool,
     bold: Sequence[int] = (),
@@ -327,13 +444,13 @@ def _ticks(
     so along either axis a label needs one line height of room.
     """
     n = len(labels)
-    step = max(1, math.ceil(_LINE_IN * 1.1 / cell))
+    step = max(1, math.ceil(_line_in(pt) * 1.1 / cell))
     keep = list(range(0, n, step))
     for b in bold:  # the chosen token is always labelled; its close neighbours make room
         keep = [k for k in keep if abs(k - b) >= step or k == b]
         if b not in keep:
             keep = sorted([*keep, b])
-    ax.tick_params(axis="x" if axis == "x" else "y", length=0, pad=2, labelsize=_TICK_PT)
+    ax.tick_params(axis="x" if axis == "x" else "y", length=0, pad=2, labelsize=pt)
     x = axis == "x"
     (ax.set_xticks if x else ax.set_yticks)(keep if show else [])
     if not show:
@@ -349,12 +466,12 @@ def _ticks(
             text.set_color("0.45")
 
 
-def _colorbar(fig: Figure, grid: _Grid, image: AxesImage) -> None:
+def _colorbar(fig: Figure, grid: _Grid, image: AxesImage, pt: float) -> None:
     """One colour bar for all panels, right of the grid and as tall as it."""
     x = grid.left + grid.grid_w + 0.12
     cax = fig.add_axes(
         (x / grid.width, grid.bottom / grid.height, _COLORBAR_IN / grid.width, grid.grid_h / grid.height)
     )
     bar = fig.colorbar(image, cax=cax)
-    bar.set_label("attention weight", fontsize=_TICK_PT)
-    bar.ax.tick_params(labelsize=_TICK_PT)
+    bar.set_label("attention weight", fontsize=pt)
+    bar.ax.tick_params(labelsize=pt)

@@ -1,5 +1,6 @@
-"""Terminal tables of per-head metrics: the rows of ``attnviz.metrics.head_table`` and
-``pair_table`` (plain dicts) in, a rich ``Table`` out. No model, no torch.
+"""Terminal tables of per-head metrics: ``attnviz.metrics.HeadStats`` and ``PairStats``
+rows in, rich renderables out (``render_compare`` is compare's counterpart of
+``render_show``). No model, no torch.
 
 Colour is optional (``color=False`` on a pipe or under NO_COLOR): weights then print as
 plain numbers and a change keeps its sign, so nothing is carried by colour alone.
@@ -7,15 +8,17 @@ plain numbers and a change keeps its sign, so nothing is carried by colour alone
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
 from ..heads import head_label
+from ..metrics import HeadStats, PairStats
+from ..result import Attention
 from .terminal import colour
 
 
@@ -40,22 +43,20 @@ def _delta(value: float, *, color: bool) -> Text:
     return Text(text, style="green" if value > 0 else "red")
 
 
-def _top(row: Mapping[str, Any], key: str = "top", stacked: bool = False) -> str:
+def _top(stats: HeadStats, stacked: bool = False) -> str:
     # Stacked (one entry per line) when the line would not fit: rich wraps at any space,
     # and would split a token from its weight.
-    return ("\n" if stacked else "  ").join(f"{label} {weight:.2f}" for label, weight in row[key])
+    return ("\n" if stacked else "  ").join(f"{label} {weight:.2f}" for label, weight in stats.top)
 
 
-def _stack(
-    rows: Sequence[Mapping[str, Any]], keys: Sequence[str], fixed: int, width: int | None, widest_entry: bool = False
-) -> bool:
-    """Whether the top-k columns (``keys``) overflow ``width`` beside ``fixed`` columns:
-    as one line each, or (``widest_entry``) even with one entry per line."""
-    if width is None or not rows:
+def _stack(columns: Sequence[Sequence[HeadStats]], fixed: int, width: int | None, widest_entry: bool = False) -> bool:
+    """Whether the top-k ``columns`` overflow ``width`` beside ``fixed`` columns: as one
+    line each, or (``widest_entry``) even with one entry per line."""
+    if width is None or not columns or not columns[0]:
         return False
     needed = 0
-    for key in keys:
-        cells = [_top(row, key, stacked=widest_entry) for row in rows]
+    for column in columns:
+        cells = [_top(stats, stacked=widest_entry) for stats in column]
         needed += max(len(line) for cell in cells for line in cell.split("\n")) + 1
     return fixed + needed > width
 
@@ -76,14 +77,14 @@ def _titled(title: str | None, table: Table, note: str | None = None) -> Rendera
     return parts[0] if len(parts) == 1 else Group(*parts)
 
 
-def _head(row: Mapping[str, Any], num_heads: int | None, num_kv_heads: int | None) -> str:
+def _head(head: int, num_heads: int | None, num_kv_heads: int | None) -> str:
     if num_heads and num_kv_heads:
-        return head_label(int(row["head"]), num_heads, num_kv_heads)
-    return str(row["head"])
+        return head_label(head, num_heads, num_kv_heads)
+    return str(head)
 
 
 def head_rows_table(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[HeadStats],
     *,
     sort_by: str | None = None,
     title: str | None = None,
@@ -92,14 +93,14 @@ def head_rows_table(
     num_kv_heads: int | None = None,
     width: int | None = None,
 ) -> RenderableType:
-    """One line per head: top targets, each --target's weight, entropy and shares.
+    """One line per head: top targets, each target word's weight, entropy and shares.
 
     ``sort_by`` names the column the rows are ordered by; its header is marked ▼/▲.
     ``width``: the terminal's; when the top-k list does not fit on one line beside the
     numbers, its entries go one per line.
     """
-    targets = list(rows[0]["targets"]) if rows else []
-    k = len(rows[0]["top"]) if rows else 0
+    targets = list(rows[0].targets) if rows else []
+    k = len(rows[0].top) if rows else 0
     top_name = f"top {k}" if k > 1 else "top"
     marks = {"weight": targets[0] if targets else top_name, "entropy": "entropy", "sink": "sink", "distance": "dist"}
     marked = marks.get(sort_by or "")
@@ -109,7 +110,7 @@ def head_rows_table(
 
     # layer, head, targets, entropy ▲, four shares, dist: each plus one space.
     fixed = 6 + 5 + sum(max(len(w) + 2, 5) for w in targets) + 10 + 4 * 5 + 6
-    stacked = _stack(rows, ["top"], fixed, width)
+    stacked = _stack([rows], fixed, width)
     table = _table()
     table.add_column("layer", justify="right", no_wrap=True)
     table.add_column("head", justify="right", no_wrap=True)
@@ -122,19 +123,19 @@ def head_rows_table(
     table.add_column(header("dist"), justify="right", no_wrap=True)
     for row in rows:
         table.add_row(
-            str(row["layer"]),
-            _head(row, num_heads, num_kv_heads),
+            str(row.layer),
+            row.name or _head(row.head, num_heads, num_kv_heads),
             _top(row, stacked=stacked),
-            *(_weight(row["targets"][w], color=color, bold=w == marked) for w in targets),
-            _num(row["entropy"]),
-            *(_num(row[name]) for name in ("sink", "self", "prev", "next")),
-            _num(row["distance"], 1),
+            *(_weight(row.targets[w], color=color, bold=w == marked) for w in targets),
+            _num(row.entropy),
+            *(_num(share) for share in (row.sink, row.self_share, row.prev, row.next)),
+            _num(row.distance, 1),
         )
     return _titled(title, table)
 
 
 def pair_rows_table(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[PairStats],
     *,
     title: str | None = None,
     color: bool = True,
@@ -144,12 +145,13 @@ def pair_rows_table(
 ) -> RenderableType:
     """One line per head of a minimal pair: each target's weight in A and B, the change
     B - A, and where the token looks in each sentence (stacked when ``width`` is short)."""
-    targets = list(rows[0]["targets"]) if rows else []
+    targets = list(rows[0].a.targets) if rows else []
     fixed = 6 + 5 + sum(2 * max(len(w) + 3, 5) + 6 for w in targets)
-    stacked = _stack(rows, ["top", "top_vs"], fixed, width)
+    columns = [[row.a for row in rows], [row.b for row in rows]]
+    stacked = _stack(columns, fixed, width)
     # Too narrow even stacked: the changes are what this table is for, so the top-k
     # lists give way (they are in --json, and in the table on a wider terminal).
-    show_top = not (stacked and _stack(rows, ["top", "top_vs"], fixed, width, widest_entry=True))
+    show_top = not (stacked and _stack(columns, fixed, width, widest_entry=True))
     table = _table()
     table.add_column("layer", justify="right", no_wrap=True)
     table.add_column("head", justify="right", no_wrap=True)
@@ -162,14 +164,67 @@ def pair_rows_table(
         table.add_column("top B", no_wrap=True)
     note = None if show_top else "(top targets left out to fit the terminal: widen it, or use --json)"
     for row in rows:
-        cells: list[Any] = [str(row["layer"]), _head(row, num_heads, num_kv_heads)]
+        cells: list[Any] = [str(row.layer), row.a.name or _head(row.head, num_heads, num_kv_heads)]
+        delta = row.delta
         for word in targets:
             cells += [
-                _weight(row["targets"][word], color=color),
-                _weight(row["targets_vs"][word], color=color),
-                _delta(row["delta"][word], color=color),
+                _weight(row.a.targets[word], color=color),
+                _weight(row.b.targets[word], color=color),
+                _delta(delta[word], color=color),
             ]
         if show_top:
-            cells += [_top(row, stacked=stacked), _top(row, "top_vs", stacked=stacked)]
+            cells += [_top(row.a, stacked=stacked), _top(row.b, stacked=stacked)]
         table.add_row(*cells)
     return _titled(title, table, note)
+
+
+def render_compare(
+    console: Console,
+    att: Attention,
+    queries: Sequence[int],
+    rows: Sequence[HeadStats] | Sequence[PairStats],
+    sort: str,
+    *,
+    header: bool = True,
+    exclude: Sequence[str] = (),
+) -> None:
+    """Print compare's answer: a provenance line (``header``), the reading steps, a note
+    for a split word, and the head table (``PairStats`` rows: the minimal-pair table).
+    ``exclude``: the kinds of target left out of the top list, said in the title."""
+    # NO_COLOR keeps rich's colour system but strips colours: render the plain variant.
+    color = console.color_system is not None and not console.no_color
+    p = att.provenance
+    if header:
+        console.print(
+            Text(f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads"),
+            style="dim",
+        )
+        for step in att.steps:
+            console.print(Text(step, style="dim"))
+    slot = att.query_slot(queries[0])
+    span = att.query_span(slot)
+    word = " ".join(att.tokens.labels[q] for q in span)
+    pieces = att.pieces_of_query(slot)
+    if len(pieces) > 1 and header:
+        console.print(Text(f"{word!r} covers {len(pieces)} tokens: its row is their mean", style="dim"))
+    shown = f"{len(rows)} heads" if len(rows) < len(att.layers) * att.num_heads else "every head"
+    kv = {"num_heads": p.num_heads, "num_kv_heads": p.num_kv_heads, "width": console.width}
+    left_out = {"special": "special tokens", "punct": "punctuation", "adjacent": "neighbours"}
+    kinds = [left_out[k] for k in ("special", "punct", "adjacent") if k in exclude]
+    if kinds and header:
+        console.print(
+            Text(
+                f"top lists leave out {', '.join(kinds[:-1]) + ' and ' if len(kinds) > 1 else ''}{kinds[-1]}",
+                style="dim",
+            )
+        )
+    note = ""
+    kind = "word" if att.key_pieces is not None else "token"
+    if rows and isinstance(rows[0], PairStats):
+        title = f"{word!r}: weight on each target in sentence A and B, Δ = B − A, {shown}, largest change first"
+        if sort != "delta":
+            title = title.rsplit(",", 1)[0] + f", sorted by {sort}"
+        console.print(pair_rows_table(rows, title=title + note, color=color, **kv))  # type: ignore[arg-type]
+        return
+    title = f"{word!r} → each {kind}, {shown}, sorted by {sort}{note}"
+    console.print(head_rows_table(rows, sort_by=sort, title=title, color=color, **kv))  # type: ignore[arg-type]

@@ -8,7 +8,9 @@ colour (NO_COLOR, a pipe) the cells fall back to shade glyphs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from rich.console import Console, Group, RenderableType
@@ -16,7 +18,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from ..heads import head_label, structure_notes
+from ..findings import DEFAULT_EXCLUDE, Link, strongest_links
 from ..result import Attention
 
 # viridis at 9 stops (matplotlib's values), interpolated linearly between them.
@@ -81,6 +83,16 @@ def _chunks(widths: list[int], room: int) -> Iterator[range]:
     yield range(start, len(widths))
 
 
+def _cut(label: str, width: int) -> str:
+    return label if len(label) <= width else label[: width - 1] + "…"
+
+
+# Token labels longer than this are cut with "…" when the sentence would not fit the
+# terminal in one block at full length; on a wide terminal they are printed whole.
+_CUT_LABEL = 8
+_FULL_LABEL = 24
+
+
 def token_heatmap(
     att: Attention,
     query: int,
@@ -89,26 +101,55 @@ def token_heatmap(
     values: bool = False,
     color: bool = True,
     width: int = 120,
+    heads: Sequence[int] | None = None,
 ) -> RenderableType:
-    """One layer: rows = heads, columns = tokens, cell = weight of ``query`` -> token.
+    """One layer: rows = heads (then any aggregate slots), columns = tokens (or words),
+    cell = weight of ``query`` -> token.
 
-    The strongest target of each head is marked with ◆ and named in the last column.
-    For causal models, tokens after the query cannot be attended to and show as -.
+    The strongest target of each row is marked with ◆ and named in the second column.
+    Tokens set aside (``att.hidden``) are left out. For causal models, tokens after the
+    query cannot be attended to and show as -. Blocks that wrap keep the gutter (head
+    and strongest columns) so the token columns line up under it.
     """
+    slot = att.query_slot(query)
+    span = att.query_span(slot)
     rows = att.rows(query)[att.layer_slot(layer)]  # (H, S)
+    slots = [*(range(att.model_heads) if heads is None else heads), *range(att.model_heads, att.num_heads)]
+    hidden = set(att.hidden)
+    cols = [i for i in range(len(att.tokens)) if i not in hidden]
     labels = att.tokens.labels
     p = att.provenance
     cell_w = 5 if values else 3
-    widths = [max(cell_w, min(len(label), 8)) for label in labels]
-    head_w = max(len(head_label(h, p.num_heads, p.num_kv_heads)) for h in range(rows.shape[0]))
-    tops = [f" {labels[int(np.argmax(row))][:10]} {row.max():.2f}" for row in rows]
-    top_w = max(len(t) for t in tops) + 1
-    title = f"layer {layer} · {labels[query]!r} (token {query}) → each token"
+    names = [att.head_name(h) for h in slots]
+    head_w = max(len(n) for n in names)
+
+    def tops_for(cut: int) -> list[str]:
+        out = []
+        for h in slots:
+            best = max(cols, key=lambda i: (rows[h, i], -i))
+            out.append(f" {_cut(labels[best], cut)} {rows[h, best]:.2f}")
+        return out
+
+    # Whole labels unless cutting them saves a block (a wrap) on this terminal.
+    layouts = []
+    for cut in (_FULL_LABEL, _CUT_LABEL):
+        widths = {i: max(cell_w, min(len(labels[i]), cut)) for i in cols}
+        tops = tops_for(min(cut, 10) if cut == _CUT_LABEL else cut)
+        top_w = max(len(t) for t in tops) + 1
+        blocks = len(list(_chunks([widths[i] for i in cols], max(width - head_w - top_w - 2, 20))))
+        layouts.append((blocks, widths, tops, top_w))
+    full, cut_ = layouts
+    _, widths, tops, top_w = full if full[0] <= cut_[0] else cut_
+    kind = "word" if att.key_pieces is not None else "token"
+    who = " ".join(labels[i] for i in span)
+    where = f"{kind} {span[0]}" if len(span) == 1 else f"{kind}s {span[0]}-{span[-1]}, averaged"
+    title = f"layer {layer} · {who!r} ({where}) → each {kind}"
     if p.causal:
-        title += f" · causal: later tokens ({MASKED}) are masked"
+        title += f" · causal: later {kind}s ({MASKED}) are masked"
     tables: list[RenderableType] = []
-    for cols in _chunks(widths, max(width - head_w - top_w - 2, 20)):
-        first = cols.start == 0
+    column_widths = [widths[i] for i in cols]
+    for chunk in _chunks(column_widths, max(width - head_w - top_w - 2, 20)):
+        first = chunk.start == 0
         table = Table(
             title=title if first else None,
             title_justify="left",
@@ -120,19 +161,22 @@ def token_heatmap(
             header_style="",  # so the query token (bold) and specials (dim) stand out
         )
         table.add_column("", justify="right", no_wrap=True, width=head_w + 1)
-        if first:  # the answer first, the detail after
-            table.add_column("strongest", no_wrap=True, width=top_w)
-        for i in cols:
-            label = labels[i] if len(labels[i]) <= widths[i] else labels[i][: widths[i] - 1] + "…"
-            style = "bold" if i == query else ("dim" if att.tokens.special[i] else "")
-            table.add_column(Text(label, style=style), justify="center", no_wrap=True, width=widths[i] + 1)
-        for h, row in enumerate(rows):
-            best = int(np.argmax(row))
-            cells: list[RenderableType] = [Text(head_label(h, p.num_heads, p.num_kv_heads) + " ", style="dim")]
-            if first:
-                cells.append(Text(tops[h]))
-            for i in cols:
-                masked = p.causal and i > query
+        # The answer first, the detail after; continuation blocks keep the gutter blank.
+        table.add_column("strongest" if first else "", no_wrap=True, width=top_w)
+        for c in chunk:
+            i = cols[c]
+            style = "bold" if i in span else ("dim" if att.tokens.special[i] else "")
+            table.add_column(
+                Text(_cut(labels[i], widths[i]), style=style), justify="center", no_wrap=True, width=widths[i] + 1
+            )
+        for k, h in enumerate(slots):
+            row = rows[h]
+            best = max(cols, key=lambda i: (row[i], -i))
+            style = "dim" if h < att.model_heads else "dim italic"
+            cells: list[RenderableType] = [Text(names[k] + " ", style=style), Text(tops[k] if first else "")]
+            for c in chunk:
+                i = cols[c]
+                masked = p.causal and i > max(span)
                 cells.append(
                     _cell(float(row[i]), widths[i], strongest=i == best, values=values, color=color, masked=masked)
                 )
@@ -152,46 +196,66 @@ def legend(color: bool = True) -> Text:
     return text
 
 
-def summary(att: Attention, query: int) -> Text:
-    """The strongest link from ``query`` to another (non-special) token over all shown
-    heads; when that is a neighbour (positional heads are common), also the strongest
-    link that reaches further."""
-    rows = att.rows(query).copy()  # (N, H, S)
-    rows[:, :, np.array(att.tokens.special)] = -1.0
-    rows[:, :, query] = -1.0
-    text = Text()
-    for lead, exclude in (("strongest link to another word", ()), ("beyond the neighbours", (query - 1, query + 1))):
-        candidates = rows.copy()
-        for i in exclude:
-            if 0 <= i < candidates.shape[-1]:
-                candidates[:, :, i] = -1.0
-        n, h, s = np.unravel_index(int(np.argmax(candidates)), candidates.shape)
-        if candidates[n, h, s] < 0:
-            break
-        text.append(f"{lead}: " if not exclude else f"\n{lead}: ")
-        text.append(f"layer {att.layers[n]} head {h}", style="bold")
-        text.append(f"  {att.tokens.labels[query]!r} → {att.tokens.labels[s]!r}  {candidates[n, h, s]:.2f}")
-        if abs(int(s) - query) > 1:
-            break  # the strongest link already reaches past the neighbours
+def links_text(att: Attention, slot: int, links: Sequence[Link], exclude: Sequence[str]) -> Text:
+    """The strongest links of one query, a line each: layer, head, target, weight."""
+    who = " ".join(att.tokens.labels[i] for i in att.query_span(slot))
+    left_out = {"special": "special tokens", "punct": "punctuation", "adjacent": "neighbours"}
+    kinds = [left_out[k] for k in ("special", "punct", "adjacent") if k in exclude]
+    text = Text(f"strongest links of {who!r}")
+    if kinds:
+        text.append(", not to " + (", ".join(kinds[:-1]) + " or " + kinds[-1] if len(kinds) > 1 else kinds[0]))
+    text.append(":" if links else ": none")
+    names = [f"layer {x.layer} head {x.head.removeprefix('h')}" for x in links]
+    targets = [repr(x.target) for x in links]
+    for name, target, x in zip(names, targets, links):
+        text.append("\n  ")
+        text.append(name.ljust(max(map(len, names))), style="bold")
+        text.append(f"  → {target.ljust(max(map(len, targets)))}  {x.weight:.2f}")
     return text
 
 
-def render_show(att: Attention, queries: tuple[int, ...], console: Console, *, values: bool = False) -> None:
-    """Print every kept layer's heatmap for each query token, then a legend and summary."""
+def render_show(
+    att: Attention,
+    queries: Sequence[int],
+    console: Console,
+    *,
+    values: bool = False,
+    heads: Sequence[int] | None = None,
+    links: int = 5,
+    exclude: Sequence[str] = DEFAULT_EXCLUDE,
+) -> None:
+    """Print every kept layer's heatmap for each query (token positions in ``att``), then
+    a legend and, per query, the ``links`` strongest links that are not to ``exclude``d
+    tokens (see attnviz.findings)."""
     # rich keeps a colour system under NO_COLOR but drops background colours, which
     # would leave blank cells: use the glyph fallback instead.
     color = console.color_system is not None and not console.no_color
     p = att.provenance
     header = Text(f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads")
     console.print(header, style="dim")
-    for note in structure_notes(p.causal, p.num_heads, p.num_kv_heads):
+    for note in p.shape.notes():
         console.print(Text(note, style="dim"))
-    if len(queries) > 1:
-        pieces = " + ".join(repr(att.tokens.labels[q]) for q in queries)
-        console.print(Text(f"the word is split into {len(queries)} tokens ({pieces}); each is shown", style="dim"))
+    for step in att.steps:
+        console.print(Text(step, style="dim"))
     for q in queries:
         for layer in att.layers:
-            console.print(token_heatmap(att, q, layer, values=values, color=color, width=console.width))
+            console.print(token_heatmap(att, q, layer, values=values, color=color, width=console.width, heads=heads))
     console.print(legend(color))
-    for q in queries:
-        console.print(summary(att, q))
+    if links > 0:
+        for q in queries:
+            slot = att.query_slot(q)
+            found = strongest_links(att, slot, links, exclude, heads=heads)
+            console.print(links_text(att, slot, found, exclude))
+
+
+@contextlib.contextmanager
+def paged(console: Console, enabled: bool = True) -> Iterator[None]:
+    """Send what ``console`` prints inside the block through a pager, as git does: only
+    when ``enabled`` and stdout is a terminal; ``less`` gets ``LESS=FRX`` unless the user
+    set LESS (quit when it fits one screen, keep colours, leave the text on screen)."""
+    if not enabled or not console.is_terminal:
+        yield
+        return
+    os.environ.setdefault("LESS", "FRX")
+    with console.pager(styles=console.color_system is not None):
+        yield

@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from .cli import DebugOpt, DeviceOpt, EngineOpt, LayerOpt, ModelOpt, app, errors, stderr_console, stdout_console
-from .errors import UsageError
-from .render import DEFAULT_DPI, IMAGE_FORMATS
+from ..errors import ExitCode, UsageError
+from ..render import DEFAULT_DPI, IMAGE_FORMATS
+from . import app, errors
+from .common import stderr_console, stdout_console, wrote
+from .options import DebugOpt, DeviceOpt, DType, DtypeOpt, EngineName, EngineOpt, LayerOpt, ModelOpt
 
 if TYPE_CHECKING:
-    from .corpus import CorpusText, ScanReport
+    from ..corpus import CorpusText, ScanReport
 
 
 @app.command()
@@ -47,10 +49,10 @@ def heads(
         ),
     ] = None,
     model: ModelOpt = None,
-    engine: EngineOpt = "own",
+    engine: EngineOpt = EngineName.own,
     layer: LayerOpt = "all",
     device: DeviceOpt = "auto",
-    dtype: Annotated[str, typer.Option("--dtype", help="float32, float16 or bfloat16.")] = "float32",
+    dtype: DtypeOpt = DType.float32,
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, help="Texts per forward pass.")] = 16,
     truncate: Annotated[
         bool, typer.Option("--truncate", help="Cut texts longer than the model's positions instead of skipping them.")
@@ -83,8 +85,8 @@ def heads(
     Example: attnviz heads corpus.txt --top 5 -o heads.png
     """
     with errors(debug):
-        from .corpus import PROBES, corpus_format
-        from .result import check_writable
+        from ..corpus import PROBES, corpus_format
+        from ..result import check_writable
 
         # 1. Cheap checks, before any model work.
         if corpus is not None and probe is not None:
@@ -99,12 +101,14 @@ def heads(
             corpus_format(corpus, fmt)
         if output is not None:
             check_writable(output, IMAGE_FORMATS)
-        from .detectors import DetectorConfig
-        from .engines import engine_provenance, load_engine, parse_layers
+        from ..detectors import DetectorConfig
+        from ..engines import engine_provenance, load_engine
+        from ..select import parse_layers
 
         # 2. The model.
-        eng = load_engine(engine, model, device, dtype)
-        from .corpus import ScanOptions
+        engine_name, dtype_name = EngineName(engine).value, DType(dtype).value
+        eng = load_engine(engine_name, model, device, dtype_name)
+        from ..corpus import ScanOptions
 
         options = ScanOptions(
             layers=parse_layers(layer, eng.num_layers),
@@ -116,35 +120,35 @@ def heads(
         # 3. The scan, with a progress bar on a terminal only.
         quiet = json_out or csv_out or not sys.stderr.isatty()
         where = ray_address if ray_address is not None else "local" if ray else None
-        report = _scan(eng, items, total, options, where, quiet, model, engine, device, dtype)
+        report = _scan(eng, items, total, options, where, quiet, model, engine_name, device, dtype_name)
         # 4. Results: whole, even after Ctrl-C (marked partial).
         provenance = engine_provenance(eng)
         _notes(report, eng)
         if report.texts == 0 and report.partial:
             raise KeyboardInterrupt
         if output is not None:
-            from .render.heads_image import heads_figure
-            from .render.image import save_figure
+            from ..render.heads_image import heads_figure
+            from ..render.image import save_figure
 
             save_figure(heads_figure(report, provenance), output, dpi)
         if json_out:
-            from .corpus import report_dict
+            from ..corpus import report_dict
 
             typer.echo(json.dumps(report_dict(report, provenance), ensure_ascii=False))
         elif csv_out:
-            from .corpus import report_csv
+            from ..corpus import report_csv
 
             typer.echo(report_csv(report), nl=False)
         else:
-            from .render.heads_table import heads_table
+            from ..render.heads_table import heads_table
 
             console = stdout_console()
             console.print(heads_table(report, provenance, top=top, color=console.is_terminal and not console.no_color))
         if output is not None and not (json_out or csv_out):
-            stderr_console().print(f"wrote {output}", highlight=False)
+            wrote(output)
         if report.partial:
             sys.stderr.write(f"attnviz: interrupted: the results cover the first {report.texts} texts (partial)\n")
-            raise SystemExit(130)
+            raise SystemExit(ExitCode.INTERRUPTED)
 
 
 def _texts(
@@ -160,7 +164,7 @@ def _texts(
     """The texts to scan, lazily, and how many there are when that is cheap to know."""
     import itertools
 
-    from .corpus import count_lines, induction_probe, read_coref, read_corpus
+    from ..corpus import count_lines, induction_probe, read_coref, read_corpus
 
     sources: list[Iterator[CorpusText]] = []
     total: int | None = 0
@@ -199,7 +203,7 @@ def _scan(
 ) -> ScanReport:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from .corpus import Scan
+    from ..corpus import Scan
 
     progress = Progress(
         TextColumn("scanning"),
@@ -223,7 +227,7 @@ def _scan(
 
     with progress:
         if ray is not None:
-            from .distributed import RayScan
+            from ..distributed import RayScan
 
             address = None if ray == "local" else ray
             runner = RayScan(eng, options, address, model=model, engine_name=engine, device=device, dtype=dtype)

@@ -1,0 +1,44 @@
+"""attnviz check: proof that our multi-head attention is exact on a model."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from ..errors import ExitCode
+from . import app, errors
+from .common import stderr_console, stdout_console
+from .options import DebugOpt, DeviceOpt, JsonOpt, ModelOpt
+
+
+@app.command()
+def check(
+    model: ModelOpt = None,
+    sentence: Annotated[
+        list[str] | None,
+        typer.Option("--sentence", "-s", metavar="SENTENCE", help="Also compare on this sentence (repeatable)."),
+    ] = None,
+    device: DeviceOpt = "auto",
+    json_out: JsonOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Prove our multi-head attention exact on a model: run --engine own and transformers
+    on a few sentences and print, per layer, the largest difference of the attention
+    weights (exit status 1 if any exceeds 1e-5)."""
+    with errors(debug):
+        from ..check import DEFAULT_SENTENCES, compare_engines
+
+        sentences = (*DEFAULT_SENTENCES, *(sentence or ()))
+        err = stderr_console()
+        if err.is_terminal:  # progress is for people watching, not for logs
+            err.print(f"comparing --engine own with transformers on {len(sentences)} sentences...", style="dim")
+        result = compare_engines(model, sentences, device)
+        if json_out:
+            typer.echo(json.dumps(result.to_dict(), ensure_ascii=False))
+        else:
+            from ..render.check_table import render_check
+
+            stdout_console().print(render_check(result))
+    raise typer.Exit(ExitCode.OK if result.passed else ExitCode.FAILURE)

@@ -1,0 +1,129 @@
+"""What several commands share: consoles, the query and text checks done before any
+model loads, and loading the engine."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..engines import Engine
+    from ..select import Query
+    from ..transforms import View
+
+
+def stdout_console() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False)
+
+
+def stderr_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def query_from(token: str | None, occurrence: int | None, index: int | None, required: bool = True) -> Query | None:
+    """The query of --token/--occurrence/--index, checked before any model work."""
+    from ..errors import UsageError
+    from ..select import Query
+
+    query = Query.maybe(token, occurrence, index)
+    if query is None and required:
+        raise UsageError("say which token to inspect", reason="no_query")
+    return query
+
+
+def read_input(sentence: str | None, file: Path | None) -> str:
+    """The text: the argument, or --file (either may be '-' for standard input)."""
+    from ..errors import UsageError
+    from ..tokens import read_text
+
+    if sentence is not None and file is not None:
+        raise UsageError("give the text or --file, not both", hint="drop the sentence argument or --file")
+    if file is not None:
+        return read_text(str(file))
+    if sentence is None:
+        raise UsageError("give a text (or --file PATH)", reason="empty")
+    return read_text("-") if sentence == "-" else sentence
+
+
+def budget(max_memory: str | None) -> int | None:
+    """--max-memory in bytes (None: the free memory is the limit)."""
+    from ..memory import parse_size
+
+    return None if max_memory is None else parse_size(max_memory)
+
+
+def load(text: str, model: str | None, engine: str, device: str, dtype: str = "float32") -> Engine:
+    """Check the text, then load the engine (the text's mistakes cost no model load)."""
+    from ..engines import load_engine
+    from ..tokens import check_text
+
+    check_text(text)
+    return load_engine(engine, model, device, dtype)
+
+
+def wrote(path: Path) -> None:
+    # The file is the result; a confirmation is a diagnostic, so stderr (stdout may be --json).
+    sys.stderr.write(f"wrote {path}\n")
+
+
+def view_from(
+    words: bool, hide_special: bool, no_renorm: bool, heads: str | None, rollout: bool
+) -> tuple[View, tuple[int, ...] | None]:
+    """The reading options as a ``transforms.View`` and the heads picked with --heads N,M
+    (None: every head), checked before any model work."""
+    from ..errors import UsageError
+    from ..transforms import View, parse_heads
+
+    if no_renorm and not hide_special:
+        raise UsageError("--no-renorm goes with --hide-special", hint="add --hide-special, or drop --no-renorm")
+    try:
+        picked, kinds = parse_heads(heads)
+    except ValueError as exc:
+        raise UsageError(str(exc), hint="e.g. --heads mean, --heads mean,max or --heads 1,11") from None
+    return View(words=words, hide_special=hide_special, renorm=not no_renorm, heads=kinds, rollout=rollout), picked
+
+
+def check_heads(picked: tuple[int, ...] | None, num_heads: int) -> None:
+    """Head numbers of --heads against the loaded model."""
+    from ..errors import UsageError
+
+    bad = [h for h in picked or () if h >= num_heads]
+    if bad:
+        raise UsageError(
+            f"head {bad[0]} is out of range: this model has {num_heads} heads (0..{num_heads - 1})",
+            hint=f"use --heads with numbers 0..{num_heads - 1}",
+        )
+
+
+def queries_from(
+    tokens: list[str] | None, occurrence: int | None, index: int | None, required: bool = True
+) -> list[Query]:
+    """The queries of a repeatable --token WORD[:N] (or --index K / --occurrence N),
+    checked before any model work."""
+    from ..errors import UsageError
+    from ..select import Query, parse_target
+
+    words = list(tokens or [])
+    if len(words) <= 1:
+        query = query_from(words[0] if words else None, occurrence, index, required)
+        if query is not None and query.word is not None and occurrence is None:
+            word, n = parse_target(query.word)
+            if n is not None and word.strip():
+                query = Query(word, n)
+        return [] if query is None else [query]
+    if index is not None:
+        raise UsageError("give --token or --index, not both", hint="--token WORD picks by text, --index K by position")
+    if occurrence is not None:
+        raise UsageError("--occurrence is for one --token", hint="with several, write --token WORD:N")
+    out = []
+    for spec in words:
+        word, n = parse_target(spec)
+        out.append(Query(word, n))
+    return out

@@ -1,0 +1,287 @@
+"""attnviz compare: rank the heads by what one token does; minimal pairs with --vs/--pairs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from . import EXAMPLE, app, errors
+from .common import budget, load, query_from, read_input, stdout_console, view_from
+from .options import (
+    DebugOpt,
+    DeviceOpt,
+    DType,
+    DtypeOpt,
+    EngineName,
+    EngineOpt,
+    FileOpt,
+    HeadsOpt,
+    HideSpecialOpt,
+    IndexOpt,
+    JsonOpt,
+    LayerOpt,
+    MaxMemoryOpt,
+    ModelOpt,
+    NoPagerOpt,
+    NoRenormOpt,
+    Occurrence,
+    RolloutOpt,
+    SortKey,
+    TextArg,
+    TokenOpt,
+    WordsOpt,
+)
+
+if TYPE_CHECKING:
+    from ..engines import Engine
+    from ..pairs import MinimalPair, PairOptions
+    from ..result import Attention
+
+PAIRS_LIMIT = 5  # heads shown per pair with --pairs, unless --limit says otherwise
+
+TargetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--target",
+        metavar="WORD[:N]",
+        help="Word to measure the token's attention to (repeatable; pieces summed; every occurrence, "
+        "or WORD:N for the N-th).",
+    ),
+]
+SortOpt = Annotated[
+    SortKey | None,
+    typer.Option(
+        "--sort",
+        "-s",
+        help="weight (first --target, else top weight) | entropy (most focused first) | sink | distance | "
+        "delta (largest change, with --vs) [default: delta with --vs, else weight].",
+        show_default=False,
+    ),
+]
+
+
+ExcludeOpt = Annotated[
+    str,
+    typer.Option(
+        "--exclude",
+        metavar="KINDS",
+        help="Leave these targets out of the top list (and so of the default sort): special, adjacent "
+        "(the token itself and its neighbours), punct; comma-separated, or none.",
+    ),
+]
+SUMMARY_HEADS = 10  # heads in the --pairs summary
+
+
+@app.command()
+def compare(
+    sentence: TextArg = None,
+    file: FileOpt = None,
+    token: TokenOpt = None,
+    target: TargetOpt = None,
+    vs: Annotated[
+        str | None,
+        typer.Option(
+            "--vs",
+            metavar="SENTENCE",
+            help="A second sentence (a minimal pair): per head, the change in each target's weight.",
+        ),
+    ] = None,
+    pairs: Annotated[
+        Path | None,
+        typer.Option(
+            "--pairs",
+            metavar="PATH",
+            help="Run every pair of a tab-separated file (sentence_a, sentence_b, token, targets), "
+            f"e.g. samples/minimal_pairs.tsv; {PAIRS_LIMIT} heads each unless --limit, then a summary.",
+            show_default=False,
+        ),
+    ] = None,
+    occurrence: Occurrence = None,
+    index: IndexOpt = None,
+    top: Annotated[
+        int, typer.Option("--top", "-k", metavar="N", min=1, help="How many strongest targets to list per head.")
+    ] = 3,
+    exclude: ExcludeOpt = "special,adjacent,punct",
+    sort: SortOpt = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", metavar="N", min=1, help="Show only the first N heads.")
+    ] = None,
+    layer: LayerOpt = "all",
+    words: WordsOpt = False,
+    hide_special: HideSpecialOpt = False,
+    no_renorm: NoRenormOpt = False,
+    heads: HeadsOpt = None,
+    rollout: RolloutOpt = False,
+    seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the --pairs bootstrap.")] = 0,
+    model: ModelOpt = None,
+    engine: EngineOpt = EngineName.own,
+    device: DeviceOpt = "auto",
+    json_out: JsonOpt = False,
+    no_pager: NoPagerOpt = False,
+    dtype: DtypeOpt = DType.float32,
+    max_memory: MaxMemoryOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Rank the heads by what one token does: top targets, weight on --target words,
+    entropy, sink, self/prev/next shares, distance; with --vs, the change between two sentences.
+
+    Without --target the heads are ranked by their strongest link that is not to a special
+    token, punctuation or the token's neighbours (--exclude none: any link).
+
+    Example: attnviz compare "The animal didn't cross the street because it was too tired" --token it --target animal
+    """
+    with errors(debug):
+        from ..engines import read
+        from ..errors import UsageError
+        from ..findings import parse_exclude
+        from ..metrics import check_sort, head_stats, sort_rows
+        from ..pairs import MinimalPair, PairOptions, read_pairs, run_pair
+        from ..render.tables import render_compare
+        from ..render.terminal import paged
+        from ..select import Selection
+        from ..tokens import check_text
+        from ..transforms import positions_in
+
+        targets = tuple(target or ())
+        pairwise = vs is not None or pairs is not None
+        # Cheap checks first: none of these needs the model.
+        by = check_sort(sort.value if sort else None, pairwise)
+        try:
+            kinds = parse_exclude(exclude)
+        except ValueError as exc:
+            raise UsageError(str(exc), hint="e.g. --exclude special,adjacent,punct or --exclude none") from None
+        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout)
+        if picked is not None:
+            raise UsageError("compare ranks every head", hint="use --heads mean or max here, --layer to narrow")
+        memory_limit = budget(max_memory)
+        options = PairOptions(
+            occurrence=occurrence, layers=layer, top=top, view=reading, exclude=kinds, max_memory=memory_limit
+        )
+        if pairs is not None:
+            if any(x is not None for x in (sentence, file, vs, token, index)) or targets:
+                raise UsageError(
+                    "--pairs takes the sentences, token and targets from the file",
+                    hint="drop the sentence, --file, --vs, --token, --target and --index",
+                )
+            found = read_pairs(pairs)  # a bad file fails before the model loads
+            eng = load(found[0].sentence_a, model, engine.value, device, dtype.value)
+            _compare_pairs(eng, found, pairs, options, by, limit, seed, json_out, no_pager)
+            return
+        if sentence is None and file is None:
+            raise UsageError(
+                "give a sentence (or --file PATH, or --pairs FILE)", hint=f'e.g. attnviz compare "{EXAMPLE}" --token it'
+            )
+        if vs is not None:
+            if index is not None:
+                raise UsageError("--vs aligns the token by its text", hint="use --token WORD instead of --index")
+            if not targets:
+                raise UsageError("--vs compares the weight on --target words", hint="add --target WORD (repeatable)")
+            check_text(vs)
+        query = query_from(token, occurrence, index)
+        selection = Selection(query=query, layers=layer, targets=targets)  # target forms checked here
+        text = read_input(sentence, file)
+        eng = load(text, model, engine.value, device, dtype.value)
+        if vs is None:
+            tokens = eng.tokenize(text)
+            resolved = selection.resolve(tokens, eng.num_layers)
+            att = read(tokens, eng, resolved.layers, [resolved.queries], reading, max_memory=memory_limit)
+            found_targets = {word: positions_in(att, idx) for word, idx in resolved.targets.items()}
+            rows = head_stats(att, att.queries[0], found_targets, top, kinds)
+            rows = sort_rows(rows, by, limit)
+        else:
+            assert token is not None  # query_from needs --token or --index, and --index was refused
+            result = run_pair(eng, MinimalPair(text, vs, token, targets), **options.kwargs())
+            att = result.att_a
+            rows = sort_rows(result.stats, by, limit)
+        if json_out:
+            out = {**_meta(att, kinds, by), "rows": [row.to_dict() for row in rows]}
+            typer.echo(json.dumps(out, ensure_ascii=False))
+            return
+        console = stdout_console()
+        with paged(console, not no_pager):
+            render_compare(console, att, att.queries[:1], rows, by, exclude=kinds)
+
+
+def _meta(att: Attention, exclude: Sequence[str], by: str) -> dict[str, object]:
+    """What every compare --json carries: the model's provenance, the reading, the sort."""
+    p = att.provenance
+    out: dict[str, object] = {"model": p.model, "engine": p.engine, "device": p.device, "dtype": p.dtype}
+    out["provenance"] = p.to_dict()
+    if att.steps:
+        out["steps"] = list(att.steps)
+    out["exclude"] = list(exclude)
+    out["sort"] = by
+    return out
+
+
+def _compare_pairs(
+    eng: Engine,
+    found: list[MinimalPair],
+    path: Path,
+    options: PairOptions,
+    by: str,
+    limit: int | None,
+    seed: int,
+    json_out: bool,
+    no_pager: bool,
+) -> None:
+    """Every pair of a file through one loaded engine, then the summary across pairs."""
+    from rich.text import Text
+
+    from ..findings import pair_shifts, toward_referent
+    from ..metrics import sort_rows
+    from ..pairs import run_pairs
+    from ..render.shifts import shifts_table
+    from ..render.tables import render_compare
+    from ..render.terminal import paged
+
+    console = stdout_console()
+    everything: list[dict[str, object]] = []
+    unsorted = []
+    att = None
+    with contextlib.ExitStack() as stack:
+        if not json_out:
+            stack.enter_context(paged(console, not no_pager))
+        for n, result in enumerate(run_pairs(eng, found, path, **options.kwargs()), 1):
+            att = result.att_a
+            unsorted.append(result.stats)
+            rows = sort_rows(result.stats, by, PAIRS_LIMIT if limit is None else limit)
+            p = result.pair
+            if json_out:
+                meta = {"pair": n, "sentence": p.sentence_a, "sentence_vs": p.sentence_b, "token": p.token}
+                everything += [{**meta, **row.to_dict()} for row in rows]
+                continue
+            indent = " " * len(f"{n}. ")
+            console.print(Text(f"{n}. A: {p.sentence_a}\n{indent}B: {p.sentence_b}", style="bold"))
+            render_compare(
+                console, result.att_a, result.att_a.queries[:1], rows, by, header=n == 1, exclude=options.exclude
+            )
+            console.print()
+        toward, heads = toward_referent(unsorted)
+        shifts = pair_shifts(toward, heads, seed=seed)
+        if json_out:
+            assert att is not None  # read_pairs returns at least one pair
+            out = {**_meta(att, options.exclude, by), "rows": everything}
+            out["summary"] = [s.to_dict() for s in shifts]
+            out["summary_rule"] = SUMMARY_RULE.format(n=len(unsorted), seed=seed)
+            typer.echo(json.dumps(out, ensure_ascii=False))
+            return
+        title = f"across {len(unsorted)} pairs, {SUMMARY_HEADS} heads that move most toward the referent"
+        console.print(
+            shifts_table(
+                shifts[:SUMMARY_HEADS], color=console.color_system is not None and not console.no_color, title=title
+            )
+        )
+        console.print(Text(SUMMARY_RULE.format(n=len(unsorted), seed=seed), style="dim"))
+
+
+SUMMARY_RULE = (
+    "toward referent: weight on the pair's first target (the referent in A) in A minus in B, "
+    "mean over {n} pairs; pairs: how many moved that way; interval: percentile bootstrap of the mean "
+    "(2000 resamples of the pairs, seed {seed})"
+)

@@ -1,0 +1,234 @@
+"""attnviz export: per-head heatmaps as PNG, SVG or PDF files."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from ..render import (  # stdlib only: no matplotlib
+    DEFAULT_DPI,
+    DEFAULT_FONT_PT,
+    EXPORT_FORMATS,
+    HTML_FORMATS,
+    FigureStyle,
+    parse_figsize,
+    parse_vmax,
+)
+from . import app, errors
+from .common import budget, check_heads, load, query_from, read_input, view_from, wrote
+from .options import (
+    DebugOpt,
+    DeviceOpt,
+    DType,
+    DtypeOpt,
+    EngineName,
+    EngineOpt,
+    FileOpt,
+    HeadsOpt,
+    HideSpecialOpt,
+    IndexOpt,
+    MaxMemoryOpt,
+    ModelOpt,
+    NoRenormOpt,
+    Occurrence,
+    RolloutOpt,
+    TextArg,
+    TokenOpt,
+    View,
+    WordsOpt,
+)
+
+if TYPE_CHECKING:
+    from ..engines import Engine
+    from ..result import Attention
+    from ..select import Query
+    from ..tokens import Tokens
+
+ViewOpt = Annotated[
+    View, typer.Option("--view", help="token: heads × tokens for one token, per layer; matrix: query × key per head.")
+]
+ImageLayerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--layer",
+        "-l",
+        metavar="LAYERS",
+        help="Layer(s), 0-based: N, N,M, A-B or all "
+        "[default: all for --view token and .html; the middle layer for matrix].",
+        show_default=False,
+    ),
+]
+
+
+FigsizeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--figsize", metavar="WxH", help="Figure size in inches, e.g. 6.3x2.5 (cells fit it).", show_default=False
+    ),
+]
+FontsizeOpt = Annotated[float, typer.Option("--fontsize", metavar="PT", help="Label size in points.")]
+VmaxOpt = Annotated[
+    str, typer.Option("--vmax", metavar="auto|X", help="Top of the colour scale: a weight in (0, 1], or auto.")
+]
+CmapOpt = Annotated[str, typer.Option("--cmap", metavar="NAME", help="A matplotlib colormap, e.g. viridis, magma.")]
+NoTitleOpt = Annotated[bool, typer.Option("--no-title", help="No sentence or provenance line above the panels.")]
+
+
+@app.command()
+def export(
+    sentence: TextArg = None,
+    file: FileOpt = None,
+    *,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="PATH",
+            help="Image file (.png, .svg, .pdf) or interactive page (.html).",
+            show_default=False,
+        ),
+    ],
+    token: TokenOpt = None,
+    occurrence: Occurrence = None,
+    index: IndexOpt = None,
+    view: ViewOpt = View.token,
+    layer: ImageLayerOpt = None,
+    words: WordsOpt = False,
+    hide_special: HideSpecialOpt = False,
+    no_renorm: NoRenormOpt = False,
+    heads: HeadsOpt = None,
+    rollout: RolloutOpt = False,
+    figsize: FigsizeOpt = None,
+    fontsize: FontsizeOpt = DEFAULT_FONT_PT,
+    vmax: VmaxOpt = "1",
+    cmap: CmapOpt = "viridis",
+    no_title: NoTitleOpt = False,
+    dpi: Annotated[
+        int, typer.Option("--dpi", metavar="N", min=10, max=2400, help="Pixels per inch (PNG; images in SVG/PDF).")
+    ] = DEFAULT_DPI,
+    model: ModelOpt = None,
+    engine: EngineOpt = EngineName.own,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = DType.float32,
+    max_memory: MaxMemoryOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Write per-head attention heatmaps to a PNG, SVG or PDF file, or an interactive HTML page.
+
+    --view token (default) draws, for the chosen token, heads × tokens in each layer on one
+    colour scale. --view matrix draws the full query × key matrix of each head of ONE layer
+    (default: the middle layer); --token is optional there and outlines that token's row.
+    PDFs embed TrueType fonts, SVGs keep text as text and are the same bytes on every run.
+
+    -o view.html writes one self-contained page (it needs no network) holding every head of
+    the chosen layers (default: all): head view, model view, matrix, and words / special
+    tokens / head mean toggles. --token is optional and pins that token; --view matrix
+    opens the matrix.
+
+    Example: attnviz export "The animal didn't cross the street because it was too tired" --token it -o it.png
+    """
+    with errors(debug):
+        from ..engines import read
+        from ..errors import UsageError
+        from ..result import check_writable
+        from ..select import parse_layers
+        from ..transforms import positions_in
+
+        # Everything a user can get wrong without a model is checked before loading one
+        # (and before importing matplotlib).
+        check_writable(output, EXPORT_FORMATS)
+        if view is View.matrix and layer is not None and layer.strip().lower() == "all":
+            raise UsageError("the matrix view draws one layer", hint="give --layer N (default: the middle layer)")
+        query = query_from(token, occurrence, index, required=False)
+        if output.suffix.lower() in HTML_FORMATS:
+            # The page carries its own words / special tokens / head-mean toggles.
+            text = read_input(sentence, file)
+            eng = load(text, model, engine.value, device, dtype.value)
+            write_page(eng, eng.tokenize(text), query, layer, view, output, budget(max_memory))
+            return
+        if view is View.token and query is None:
+            raise UsageError(
+                "say which token to draw",
+                hint="add --token WORD (or --index K), or use --view matrix for whole matrices",
+            )
+        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout)
+        style = _style(figsize, fontsize, vmax, cmap, no_title, picked)
+        limit = budget(max_memory)
+        text = read_input(sentence, file)
+        eng = load(text, model, engine.value, device, dtype.value)
+        check_heads(picked, eng.shape.num_heads)
+        tokens = eng.tokenize(text)
+        spec = layer if layer is not None or view is View.token else str(eng.num_layers // 2)
+        layers = parse_layers(spec, eng.num_layers)
+        groups = [query.resolve(tokens)] if query is not None else []
+        if view is View.token:
+            att = read(tokens, eng, layers, groups, reading, max_memory=limit)
+            write_token_image(att, [positions_in(att, groups[0])[0]], output, dpi, style)
+            return
+        if len(layers) != 1:
+            raise UsageError(
+                f"the matrix view draws one layer, not {len(layers)}",
+                hint="give --layer N, or use --view token for several layers",
+            )
+        from ..render.image import matrix_figure, save_figure
+
+        att = read(tokens, eng, layers, [], reading, max_memory=limit)  # every query row: the whole matrix
+        highlight = positions_in(att, groups[0]) if groups else ()
+        save_figure(matrix_figure(att, layers[0], highlight=highlight, style=style), output, dpi)
+        wrote(output)
+
+
+def write_page(
+    eng: Engine,
+    tokens: Tokens,
+    query: Query | None,
+    layer: str | None,
+    view: View,
+    path: Path,
+    max_memory: int | None = None,
+) -> None:
+    """The interactive page: every query row of the chosen layers (default all), its size
+    checked from the token count before the forward pass."""
+    from ..engines import forward
+    from ..render.html import check_page_size, save_html
+    from ..select import Resolved, Selection
+
+    resolved = Selection(query=query, layers=layer).resolve(tokens, eng.num_layers)
+    check_page_size(len(resolved.layers), eng.shape.num_heads, len(tokens))
+    att = forward(tokens, eng, Resolved((), resolved.layers), max_memory)  # every query row: whole matrices
+    pinned = resolved.queries[0] if resolved.queries else None  # a split word: its first piece
+    save_html(att, path, query=pinned, view="matrix" if view is View.matrix else "head")
+    wrote(path)
+
+
+def _style(
+    figsize: str | None, fontsize: float, vmax: str, cmap: str, no_title: bool, heads: tuple[int, ...] | None
+) -> FigureStyle:
+    """The figure options as a ``FigureStyle``, checked before any model work."""
+    from ..errors import UsageError
+
+    try:
+        size = parse_figsize(figsize) if figsize is not None else None
+        return FigureStyle(
+            figsize=size, fontsize=fontsize, heads=heads, vmax=parse_vmax(vmax), title=not no_title, cmap=cmap
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc), hint="see attnviz export --help for --figsize, --fontsize and --vmax") from None
+
+
+def write_token_image(
+    att: Attention, queries: Sequence[int], path: Path, dpi: int, style: FigureStyle | None = None
+) -> None:
+    """The token view of ``queries[0]`` (a split word: the mean of its pieces' rows)."""
+    from ..render.image import save_figure, token_figure
+
+    if len(queries) > 1:
+        # One figure per token would multiply files.
+        sys.stderr.write(f"note: the image shows the first of {len(queries)} tokens; export the others one by one\n")
+    save_figure(token_figure(att, queries[0], style=style), path, dpi)
+    wrote(path)

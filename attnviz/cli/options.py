@@ -1,0 +1,142 @@
+"""The options every command spells the same way, and the choices typer lists in --help."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+class EngineName(str, Enum):
+    own = "own"
+    hf = "hf"
+
+
+class DType(str, Enum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+class View(str, Enum):
+    token = "token"
+    matrix = "matrix"
+
+
+class SortKey(str, Enum):
+    weight = "weight"
+    entropy = "entropy"
+    sink = "sink"
+    distance = "distance"
+    delta = "delta"
+
+
+Sentence = Annotated[
+    str, typer.Argument(metavar="SENTENCE", help="The sentence to run through the model.", show_default=False)
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--token", "-t", metavar="WORD", help="Word whose attention to show (case-insensitive; all of its pieces)."
+    ),
+]
+Occurrence = Annotated[
+    int | None,
+    typer.Option("--occurrence", "-n", metavar="N", min=1, help="Which occurrence of a repeated word (1 = first)."),
+]
+IndexOpt = Annotated[
+    int | None, typer.Option("--index", "-i", metavar="K", help="Raw token position instead of --token (0-based).")
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model", "-m", metavar="DIR|ID", help="Checkpoint directory or Hub id [default: packaged all-MiniLM-L6-v2]."
+    ),
+]
+EngineOpt = Annotated[
+    EngineName, typer.Option("--engine", "-e", help="own: our multi-head attention; hf: transformers' own heads.")
+]
+LayerOpt = Annotated[
+    str, typer.Option("--layer", "-l", metavar="LAYERS", help="Layer(s), 0-based: N, N,M, A-B or all.")
+]
+DeviceOpt = Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto, cpu, cuda, cuda:N or mps.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]
+
+# How to read the weights (attnviz.transforms): shared by show, export and compare.
+WordsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--words",
+        help="Words, not pieces: keys summed over a word's pieces, queries averaged (Clark et al. 2019).",
+    ),
+]
+HideSpecialOpt = Annotated[
+    bool,
+    typer.Option(
+        "--hide-special",
+        help="Set aside [CLS]/[SEP]/<s>/BOS as keys and renormalise each row over the other tokens.",
+    ),
+]
+NoRenormOpt = Annotated[
+    bool, typer.Option("--no-renorm", help="With --hide-special: keep the raw mass (rows sum to 1 - sink).")
+]
+HeadsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--heads",
+        metavar="mean|max|N,M",
+        help="Add per-layer aggregate rows (mean, max; e.g. mean,max) and/or keep only these heads (e.g. 1,11).",
+        show_default=False,
+    ),
+]
+RolloutOpt = Annotated[
+    bool,
+    typer.Option(
+        "--rollout",
+        help="Add attention rollout (Abnar & Zuidema 2020): (A + I)/2 per layer, multiplied through the layers.",
+    ),
+]
+TokensOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--token",
+        "-t",
+        metavar="WORD[:N]",
+        help="Word whose attention to show (case-insensitive; a split word's rows are averaged). "
+        "Repeatable; WORD:N picks the N-th occurrence.",
+    ),
+]
+NoPagerOpt = Annotated[bool, typer.Option("--no-pager", help="Print straight to the terminal, without a pager.")]
+
+# Long inputs (issue 9): the text from a file or standard input, the model's dtype, a memory budget.
+TextArg = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="SENTENCE", help="The text to run through the model ('-': standard input).", show_default=False
+    ),
+]
+FileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--file",
+        "-f",
+        metavar="PATH",
+        help="Read the text from this UTF-8 file ('-': standard input).",
+        show_default=False,
+    ),
+]
+DtypeOpt = Annotated[
+    DType, typer.Option("--dtype", help="The model's dtype (attention rows are softmaxed in float32).")
+]
+MaxMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-memory",
+        metavar="SIZE",
+        help="Memory the forward pass may use (e.g. 32GB), instead of what is free now.",
+        show_default=False,
+    ),
+]

@@ -1,0 +1,143 @@
+"""attnviz show: head by head, where one token puts its attention."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from . import app, errors
+from .common import budget, check_heads, load, queries_from, read_input, stdout_console, view_from, wrote
+from .options import (
+    DebugOpt,
+    DeviceOpt,
+    DType,
+    DtypeOpt,
+    EngineName,
+    EngineOpt,
+    FileOpt,
+    HeadsOpt,
+    HideSpecialOpt,
+    IndexOpt,
+    JsonOpt,
+    LayerOpt,
+    MaxMemoryOpt,
+    ModelOpt,
+    NoPagerOpt,
+    NoRenormOpt,
+    Occurrence,
+    RolloutOpt,
+    TextArg,
+    TokensOpt,
+    WordsOpt,
+)
+
+if TYPE_CHECKING:
+    from ..result import Attention
+
+
+@app.command()
+def show(
+    sentence: TextArg = None,
+    file: FileOpt = None,
+    token: TokensOpt = None,
+    occurrence: Occurrence = None,
+    index: IndexOpt = None,
+    all_tokens: Annotated[
+        bool, typer.Option("--all-tokens", help="Every token's rows (the full matrices), for --json or --npz.")
+    ] = False,
+    model: ModelOpt = None,
+    engine: EngineOpt = EngineName.own,
+    layer: LayerOpt = "all",
+    device: DeviceOpt = "auto",
+    words: WordsOpt = False,
+    hide_special: HideSpecialOpt = False,
+    no_renorm: NoRenormOpt = False,
+    heads: HeadsOpt = None,
+    rollout: RolloutOpt = False,
+    values: Annotated[bool, typer.Option("--values", help="Print each weight in its cell.")] = False,
+    json_out: JsonOpt = False,
+    npz: Annotated[
+        Path | None,
+        typer.Option("--npz", metavar="PATH", help="Also write the weights and their provenance to an .npz file."),
+    ] = None,
+    png: Annotated[
+        Path | None,
+        typer.Option("--png", metavar="PATH", help="Also write the heatmaps to this PNG file.", show_default=False),
+    ] = None,
+    no_pager: NoPagerOpt = False,
+    dtype: DtypeOpt = DType.float32,
+    max_memory: MaxMemoryOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Show, head by head, where one token puts its attention.
+
+    Ends with the strongest links that are not to special tokens, punctuation or the
+    token's neighbours. A word split into pieces is one query: the mean of its pieces' rows.
+
+    Example: attnviz show "The animal didn't cross the street because it was too tired" --token it
+    """
+    with errors(debug):
+        from ..engines import read
+        from ..errors import UsageError
+        from ..result import check_writable
+        from ..select import parse_layers
+        from .export import write_token_image
+
+        # Before any model work: a typo should cost nothing.
+        if png is not None:
+            if png.suffix.lower() != ".png":
+                raise UsageError(
+                    f"--png writes PNG, but {str(png)!r} does not end in .png",
+                    hint=f"for SVG or PDF use attnviz export ... -o {png.with_suffix('.svg').name}",
+                )
+            check_writable(png, (".png",))
+        if npz is not None:
+            check_writable(npz, (".npz",))
+        if all_tokens:
+            if token or index is not None:
+                raise UsageError("--all-tokens reads every token", hint="drop --token/--index, or drop --all-tokens")
+            if not (json_out or npz):
+                raise UsageError("--all-tokens prints every row as data", hint="add --json or --npz PATH")
+            if png is not None:
+                raise UsageError("--png draws one token", hint="use attnviz export --view matrix for whole matrices")
+        view, picked = view_from(words, hide_special, no_renorm, heads, rollout)
+        queries = queries_from(token, occurrence, index, required=not all_tokens)
+        limit = budget(max_memory)
+        text = read_input(sentence, file)
+        eng = load(text, model, engine.value, device, dtype.value)
+        check_heads(picked, eng.shape.num_heads)
+        tokens = eng.tokenize(text)
+        groups = [q.resolve(tokens) for q in queries]  # every word found before the forward pass
+        layers = parse_layers(layer, eng.num_layers)
+        att = read(tokens, eng, layers, groups, view, max_memory=limit)
+        positions = _query_positions(att, groups)
+        if npz is not None:
+            att.save_npz(npz)
+            wrote(npz)
+        if json_out:
+            if all_tokens:
+                typer.echo(json.dumps(att.to_dict(), ensure_ascii=False))
+            else:
+                found = [att.query_dict(q) for q in positions]
+                typer.echo(json.dumps(found[0] if len(found) == 1 else found, ensure_ascii=False))
+        elif not all_tokens:
+            from ..render.terminal import paged, render_show
+
+            console = stdout_console()
+            with paged(console, not no_pager):
+                render_show(att, positions, console, values=values, heads=picked)
+        if png is not None:
+            from ..render import DEFAULT_DPI, FigureStyle
+
+            write_token_image(att, positions, png, DEFAULT_DPI, FigureStyle(heads=picked))
+
+
+def _query_positions(att: Attention, groups: list[tuple[int, ...]]) -> list[int]:
+    """Each --token word's query position in ``att``, in the order the options were given
+    (a merged query sits at its first token or word); none given: every query."""
+    from ..transforms import positions_in
+
+    return [positions_in(att, g)[0] for g in groups] if groups else list(att.queries)

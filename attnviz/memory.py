@@ -1,0 +1,170 @@
+"""Will a forward pass fit? An estimate of what it allocates, checked before it runs.
+
+A run that does not fit should stop with a line that says so, not be killed by the
+operating system halfway (or swap the machine to a halt). The estimate counts what a
+forward pass adds to the loaded model:
+
+    activations  a few (S, widest layer) tensors per layer, in the model's dtype
+    attention    the weights the engine keeps: --engine own, the asked rows of the asked
+                 layers (N × H × R × S float32, twice: kept and packed) plus one block of
+                 rows being computed; --engine hf, every layer's full (H, S, S) matrices,
+                 as transformers returns them, plus the float32 scores of one layer
+
+and compares it with the memory free now (MemAvailable and the cgroup's limit on
+Linux, free memory on a CUDA device), or with a budget the caller gives.
+The model's weights are already loaded (so already off the free memory); they are
+reported, not counted again. Stdlib only; torch is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .engines import Engine
+
+GB = 1024**3
+
+
+class MemoryBudgetError(UsageError):
+    """The forward pass would need more memory than is free (or than the budget allows)."""
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes a forward pass adds, by kind, and the weights already loaded."""
+
+    weights: int
+    activations: int
+    attention: int
+
+    def __post_init__(self) -> None:
+        if min(self.weights, self.activations, self.attention) < 0:
+            raise ValueError(f"negative sizes in {self}")
+
+    @property
+    def forward(self) -> int:
+        """What the forward pass allocates beyond the loaded weights."""
+        return self.activations + self.attention
+
+
+def estimate(engine: Engine, num_tokens: int, layers: Sequence[int], num_queries: int | None) -> MemoryEstimate:
+    """What ``engine`` allocates to run ``num_tokens`` tokens and keep the weight rows of
+    ``num_queries`` queries (None: every row) in ``layers``."""
+    import torch
+
+    from .attention import CHUNK_ELEMENTS
+
+    model: Any = getattr(engine, "model", None)
+    params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+    weights = sum(p.numel() * p.element_size() for p in params)
+    size = torch.empty((), dtype=engine.dtype).element_size()
+    widest = max(
+        [m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)] if params else [4096],
+        default=4096,
+    )
+    s, h, n = num_tokens, engine.shape.num_heads, len(layers)
+    # x, its norm, the residual, q/k/v and the MLP's two or three widest tensors: ~8 (S, widest).
+    activations = 8 * s * widest * size
+    rows = s if num_queries is None else num_queries
+    kept = 2 * n * h * rows * s * 4  # float32 rows, and their stacked copy for the result
+    if engine.name == "hf":
+        # Every layer's (H, S, S) weights in the model's dtype, kept to the end of the pass;
+        # one layer's float32 scores and softmax, and the float (S, S) causal mask besides.
+        attention = engine.num_layers * h * s * s * size + 2 * h * s * s * 4 + s * s * size + kept
+    else:
+        # The asked rows of the asked layers, and one block of rows at a time (scores,
+        # weights, mask); with every row, a block is at most CHUNK_ELEMENTS.
+        block = min(CHUNK_ELEMENTS, h * rows * s)
+        attention = kept + 3 * block * 4
+    return MemoryEstimate(weights=weights, activations=activations, attention=attention)
+
+
+def available(device: Any) -> tuple[int | None, str]:
+    """(bytes free now, where) on ``device``: a CUDA device's free memory, else the RAM
+    this process may still take (MemAvailable, capped by a cgroup limit). None when unknown."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        free_gpu, _ = torch.cuda.mem_get_info(device)
+        return int(free_gpu), f"free on {device}"
+    if device.type != "cpu":
+        return None, str(device)  # MPS shares RAM but does not say how much it may take
+    free = _meminfo_available()
+    limit = _cgroup_room()
+    if limit is not None and (free is None or limit < free):
+        return limit, "left under this container's memory limit"
+    return free, "of RAM available"
+
+
+def _meminfo_available(path: Path = Path("/proc/meminfo")) -> int | None:
+    try:
+        text = path.read_text()
+    except OSError:
+        pages = os.sysconf("SC_AVPHYS_PAGES") if hasattr(os, "sysconf") else None
+        return None if pages is None else int(pages) * os.sysconf("SC_PAGE_SIZE")
+    match = re.search(r"^MemAvailable:\s+(\d+) kB", text, flags=re.MULTILINE)
+    return int(match[1]) * 1024 if match else None
+
+
+def _cgroup_room(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """cgroup v2 memory.max - memory.current, when a limit is set."""
+    try:
+        limit = (root / "memory.max").read_text().strip()
+        current = int((root / "memory.current").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return None if limit == "max" else max(0, int(limit) - current)
+
+
+def check(est: MemoryEstimate, budget: int | None, free: int | None, where: str) -> None:
+    """Raise when the forward pass would not fit: in ``budget`` bytes if given, else in
+    the ``free`` bytes (``where`` says which memory). Unknown free memory passes.
+
+    Raises:
+        MemoryBudgetError: with the estimate, its parts and what there is.
+    """
+    room, what = (budget, "the memory budget") if budget is not None else (free, f"{human(free or 0)} {where}")
+    if room is None or est.forward <= room:
+        return
+    if budget is not None:
+        what = f"the budget of {human(budget)}"
+    raise MemoryBudgetError(
+        f"this forward pass needs about {human(est.forward)} ({human(est.attention)} of attention weights, "
+        f"{human(est.activations)} of activations) beside the {human(est.weights)} of loaded weights, "
+        f"more than {what}",
+        hint="ask for the own engine, fewer layers or a shorter text, or raise the memory budget",
+    )
+
+
+def human(size: int) -> str:
+    """Bytes as '1.5 GB', '320 MB', '12 KB' (powers of 1024, as free(1) counts)."""
+    for unit, scale in (("GB", GB), ("MB", 1024**2), ("KB", 1024)):
+        if size >= scale:
+            value = size / scale
+            return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+    return f"{size} B"
+
+
+_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2}
+_UNITS.update({"g": GB, "gb": GB, "gib": GB, "t": 1024**4, "tb": 1024**4, "tib": 1024**4})
+
+
+def parse_size(text: str) -> int:
+    """'32GB', '1.5 GiB', '800M', '1000000' (bytes) -> bytes; units are powers of 1024.
+
+    Raises:
+        UsageError: not a size.
+    """
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not match or match[2].lower() not in _UNITS or float(match[1]) <= 0:
+        raise UsageError(f"cannot read the memory size {text!r}", hint="write it like 32GB, 1.5GB or 800MB")
+    return int(float(match[1]) * _UNITS[match[2].lower()])

@@ -1,0 +1,258 @@
+"""The interactive HTML view: one self-contained file, the weights embedded.
+
+``html_page(att)`` returns the page as a string; ``save_html(att, path)`` writes it
+atomically. The page's JavaScript and CSS (``render/assets/``) are inlined: no CDN, no
+web font, no request to any network, so it opens offline in any current browser.
+
+What the page holds: every weight of every kept layer and head, the full token × token
+matrices (an ``Attention`` from ``engines.inspect(tokens, engine, layers, None)``),
+quantised to uint16 (``round(w · 65535)``, so each weight is within 0.0000077 of the float32
+value) and base64-encoded: 8/3 bytes per weight. A page grows as
+layers × heads × tokens²; ``check_page_size`` refuses one past a budget from the token
+count alone, before any forward pass.
+
+Everything else is computed in the page from those per-token matrices, with the rules of
+``attnviz.transforms`` (issue 11), in its order (one place documents them for the page:
+``assets/view.js``, function ``reduce``):
+
+1. special tokens set aside: as keys they get weight 0 and each token's row is divided by
+   what remains (renormalised to 1). The page then also leaves their rows out. A row with
+   under 1% left is shown empty: transforms renormalises any row with something left, but
+   the page holds weights rounded to 1/65535, and scaled up those steps would read as a
+   confident pattern.
+2. words (Clark et al. 2019): the attention *to* a word is the sum over its pieces (keys);
+   the attention *of* a word is the mean of its pieces' rows (queries). A token continues
+   the previous word when neither is special, it starts where that one ends, and the
+   characters on both sides of the joint are letters or digits ("council" + "men", not
+   "didn" + "'"): ``word_groups``, the rule that labels a piece ``##men``.
+3. head mean: the mean over the layer's heads of the rows as 1-2 made them.
+
+numpy + stdlib only: renderers never import torch or transformers.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError
+from ..heads import head_label, structure_notes
+from ..result import Attention, atomic_write, check_writable
+from ..tokens import Tokens
+from ..transforms import word_groups  # the CLI's word rule, so the page's words are its words
+from . import HTML_BUDGET_BYTES, HTML_FORMATS
+
+ASSETS = Path(__file__).with_name("assets")
+SCALE = 65535  # uint16 quantisation: the page decodes w = q / SCALE
+FORMAT_VERSION = 1
+# The page around the weights (CSS, JS, markup, labels): measured ~40 kB; a generous bound so
+# the estimate never undershoots.
+_PAGE_OVERHEAD = 64_000
+_PER_TOKEN = 200  # labels, words, offsets in the embedded JSON, per token (generous)
+
+
+def page_size(num_layers: int, num_heads: int, num_tokens: int) -> int:
+    """Upper bound on the bytes of a page holding ``num_layers`` × ``num_heads`` full
+    ``num_tokens`` × ``num_tokens`` matrices (uint16, base64: 4 characters per 3 bytes)."""
+    raw = 2 * num_layers * num_heads * num_tokens * num_tokens
+    return 4 * math.ceil(raw / 3) + _PAGE_OVERHEAD + _PER_TOKEN * num_tokens
+
+
+def layers_that_fit(num_heads: int, num_tokens: int, budget: int = HTML_BUDGET_BYTES, most: int = 10_000) -> int:
+    """How many layers (up to ``most``) a page of ``num_tokens`` tokens can hold within
+    ``budget`` bytes; 0 when not even one fits."""
+    fit = 0
+    while fit < most and page_size(fit + 1, num_heads, num_tokens) <= budget:
+        fit += 1
+    return fit
+
+
+def check_page_size(num_layers: int, num_heads: int, num_tokens: int, budget: int = HTML_BUDGET_BYTES) -> int:
+    """The page's estimated size, or an error if it would exceed ``budget`` bytes.
+
+    Cheap: call it with the token count before the forward pass.
+
+    Raises:
+        UsageError: the page would be larger than ``budget``. The message gives the
+            estimate, the budget and how many layers would fit.
+    """
+    size = page_size(num_layers, num_heads, num_tokens)
+    if size <= budget:
+        return size
+    fit = layers_that_fit(num_heads, num_tokens, budget, num_layers)
+    if fit >= 1:
+        hint = f"at most {fit} of the {num_layers} layers fit; pick fewer layers, or a shorter sentence"
+    else:
+        hint = "even one layer is too large: shorten the sentence, or draw a PNG/SVG/PDF instead"
+    raise UsageError(
+        f"an HTML page of {num_layers} layers × {num_heads} heads × {num_tokens}² tokens would be about "
+        f"{size / 1e6:.1f} MB, over the {budget / 1e6:.0f} MB budget (it grows as layers × heads × tokens²)",
+        hint=hint,
+        reason="page_size",
+        fit=fit,
+    )
+
+
+def _word_label(tokens: Tokens, group: tuple[int, ...]) -> str:
+    if len(group) == 1:
+        return tokens.labels[group[0]]
+    start, end = tokens.offsets[group[0]][0], tokens.offsets[group[-1]][1]
+    return tokens.text[start:end].strip()
+
+
+def encode_weights(weights: np.ndarray) -> dict[str, Any]:
+    """uint16 little-endian, base64, with the scale the page divides by.
+
+    ``weights`` must hold values in [0, 1] (attention weights); NaN is refused.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    if not np.isfinite(w).all():
+        raise UsageError("the attention weights contain NaN or infinity; nothing to draw")
+    q = np.rint(np.clip(w, 0.0, 1.0) * SCALE).astype("<u2")
+    return {
+        "dtype": "uint16",
+        "scale": SCALE,
+        "shape": list(w.shape),
+        "base64": base64.b64encode(q.tobytes(order="C")).decode("ascii"),
+    }
+
+
+def decode_weights(encoded: dict[str, Any]) -> np.ndarray:
+    """The inverse of ``encode_weights`` (what the page's JavaScript does), as float32."""
+    raw = np.frombuffer(base64.b64decode(encoded["base64"]), dtype="<u2")
+    return (raw.astype(np.float32) / np.float32(encoded["scale"])).reshape(encoded["shape"])
+
+
+def versions(engine: str) -> dict[str, str]:
+    """Installed versions of what produced the weights (read from package metadata, so
+    nothing is imported): attnviz, torch, tokenizers, and transformers for --engine hf."""
+    names = ["attnviz", "torch", "tokenizers", "numpy"] + (["transformers"] if engine == "hf" else [])
+    out: dict[str, str] = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "?"
+    return out
+
+
+VIEWS = ("head", "model", "matrix")
+
+
+def page_data(att: Attention, query: int | None = None, view: str = "head", layer: int | None = None) -> dict[str, Any]:
+    """Everything the page's JavaScript reads, as one JSON-ready dict.
+
+    ``query`` (a token position) is pinned when the page opens, ``view`` is the view it
+    opens in, ``layer`` (a model layer) the layer it shows (default: the middle kept one).
+
+    Raises:
+        UsageError: ``att`` does not hold every token as a query (the page needs full
+            matrices: ``inspect(tokens, engine, layers, None)``), or the initial query,
+            view or layer is not in it.
+    """
+    n_tok = len(att.tokens)
+    if tuple(att.queries) != tuple(range(n_tok)):
+        raise UsageError(
+            f"the HTML view needs every token's row; this Attention holds {len(att.queries)} of {n_tok}",
+            hint="compute it with queries=None (all tokens)",
+        )
+    if view not in VIEWS:
+        raise UsageError(f"unknown view {view!r}", hint="use one of " + ", ".join(VIEWS))
+    if query is not None and not 0 <= query < n_tok:
+        raise UsageError(f"token {query} is out of range: the sentence has {n_tok} tokens (0..{n_tok - 1})")
+    slot = att.layer_slot(layer) if layer is not None else (len(att.layers) - 1) // 2
+    p = att.provenance
+    tokens = att.tokens
+    groups = word_groups(tokens)
+    return {
+        "format": FORMAT_VERSION,
+        "text": tokens.text,
+        "labels": list(tokens.labels),
+        "pieces": list(tokens.pieces),
+        "special": list(tokens.special),
+        "words": [list(g) for g in groups],
+        "word_labels": [_word_label(tokens, g) for g in groups],
+        "layers": list(att.layers),
+        "heads": [head_label(h, p.num_heads, p.num_kv_heads) for h in range(att.num_heads)],
+        "causal": p.causal,
+        "notes": structure_notes(p.causal, p.num_heads, p.num_kv_heads),
+        "provenance": {
+            "model": p.model,
+            "architecture": p.architecture,
+            "engine": p.engine,
+            "device": p.device,
+            "dtype": p.dtype,
+            "num_layers": p.num_layers,
+            "num_heads": p.num_heads,
+            "num_kv_heads": p.num_kv_heads,
+        },
+        "versions": versions(p.engine),
+        "initial": {"view": view, "query": query, "slot": slot},
+        "weights": encode_weights(att.weights),
+    }
+
+
+def _asset(name: str) -> str:
+    return (ASSETS / name).read_text(encoding="utf-8")
+
+
+def _script_json(data: dict[str, Any]) -> str:
+    # Inside <script> only "</script" (and "<!--") can end or confuse the element; escaping
+    # every "<" as \u003c keeps the JSON valid and the sentence unable to close it.
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def html_page(att: Attention, query: int | None = None, view: str = "head", layer: int | None = None) -> str:
+    """The whole page: markup, inline CSS and JS, the weights as embedded JSON. The
+    arguments set what the page shows when it opens (see ``page_data``).
+
+    Raises:
+        UsageError: ``att`` lacks some query rows, or a bad initial state (``page_data``).
+    """
+    data = page_data(att, query, view, layer)
+    title = f"attnviz · {att.tokens.text.strip()[:80]}"
+    parts = {
+        "TITLE": _escape(title),
+        "CSS": _asset("view.css"),
+        "DATA": _script_json(data),
+        "JS": _asset("view.js"),
+    }
+    # One pass, so text inserted for one placeholder is never scanned for another.
+    return re.sub(r"\{\{(TITLE|CSS|DATA|JS)\}\}", lambda m: parts[m[1]], _asset("page.html"))
+
+
+def save_html(
+    att: Attention,
+    path: Path,
+    query: int | None = None,
+    view: str = "head",
+    layer: int | None = None,
+    budget: int = HTML_BUDGET_BYTES,
+) -> int:
+    """Write the page to ``path`` atomically; returns its size in bytes.
+
+    Raises:
+        OutputError: ``path`` is not .html or cannot be written.
+        UsageError: the page would exceed ``budget`` bytes, ``att`` lacks rows, or a bad
+            initial state (``page_data``).
+    """
+    path = check_writable(Path(path), HTML_FORMATS)
+    check_page_size(len(att.layers), att.num_heads, len(att.tokens), budget)
+    encoded = html_page(att, query, view, layer).encode("utf-8")
+
+    def write(tmp: Path) -> None:
+        tmp.write_bytes(encoded)
+
+    atomic_write(path, write)
+    return len(encoded)

@@ -1,0 +1,197 @@
+"""What to look at: the query token, the layers and the target words, checked before any
+model work and resolved against a tokenized sentence.
+
+    Selection ──check()──► (cheap rules, no model)
+              ──resolve(tokens, num_layers)──► Resolved(queries, layers, targets)
+
+Used by the Python API and by the CLI alike, so each rule lives here once. Messages
+carry facts (the word, its occurrences, the tokens, the limit) and name no command-line
+flag: the CLI adds those. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .errors import LayerError, TokenNotFoundError, UsageError
+from .tokens import Tokens, check_index, find_word, word_occurrences
+
+LayerSpec = str | int | Sequence[int] | None
+
+# A layer spec longer than this is not a list of layers anyone typed.
+_MAX_LAYER_SPEC = 10_000
+
+
+@dataclass(frozen=True)
+class Query:
+    """One query token: a word found in the text (``occurrence``: 1-based, for a repeated
+    word), or a raw token position ``index`` (negative counts from the end).
+
+    Raises (on construction):
+        UsageError: both or neither of word and index, an occurrence without a word, or
+            an occurrence below 1. facts: ``reason``.
+    """
+
+    word: str | None = None
+    occurrence: int | None = None
+    index: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.word is not None and self.index is not None:
+            raise UsageError("a query is a word or a token index, not both", reason="word_and_index")
+        if self.word is None and self.index is None:
+            raise UsageError("no query token given", reason="no_query")
+        if self.occurrence is not None:
+            if self.index is not None:
+                raise UsageError("an occurrence picks among a word's repeats, not a token index", reason="occ_index")
+            if self.occurrence < 1:
+                raise UsageError(f"occurrences count from 1, got {self.occurrence}", reason="occ_range")
+        if self.word is not None and not self.word.strip():
+            raise UsageError("the query word is empty", reason="empty_word")
+
+    @classmethod
+    def maybe(cls, word: str | None = None, occurrence: int | None = None, index: int | None = None) -> Query | None:
+        """A Query, or None when neither a word nor an index is given (the checks still run)."""
+        if word is None and index is None:
+            if occurrence is not None:
+                raise UsageError("an occurrence needs a word to count", reason="occ_without_word")
+            return None
+        return cls(word, occurrence, index)
+
+    def resolve(self, tokens: Tokens, where: str = "the sentence") -> tuple[int, ...]:
+        """The token positions this query covers (a word split into pieces gives them all).
+
+        Raises:
+            TokenNotFoundError: see ``tokens.find_word`` and ``tokens.check_index``.
+        """
+        if self.word is not None:
+            return find_word(tokens, self.word, self.occurrence, where=where)
+        assert self.index is not None  # __post_init__ guarantees one of the two
+        return (check_index(tokens, self.index),)
+
+
+def parse_target(spec: str) -> tuple[str, int | None]:
+    """'street' -> ('street', None); 'the:2' -> ('the', 2)."""
+    m = re.fullmatch(r"(.+?):(\d+)", spec.strip())
+    if m is None:
+        return spec.strip(), None
+    if int(m[2]) < 1:
+        raise UsageError(f"target {spec!r}: occurrences count from 1", reason="target_occurrence")
+    return m[1], int(m[2])
+
+
+def find_targets(tokens: Tokens, words: Sequence[str], where: str = "the sentence") -> dict[str, tuple[int, ...]]:
+    """Token positions of each target word, keyed by the word as given.
+
+    ``word`` covers every occurrence (their pieces together); ``word:N`` only the N-th
+    (1-based). Matching is ``tokens.word_occurrences``: on the text, case-insensitive.
+
+    Raises:
+        TokenNotFoundError: a word is not in the sentence, or N is out of range; the
+            message names ``where`` and lists the sentence's tokens. facts: reason "target".
+    """
+    out: dict[str, tuple[int, ...]] = {}
+    for spec in words:
+        word, occurrence = parse_target(spec)
+        matches = word_occurrences(tokens, word)
+        if not matches:
+            raise TokenNotFoundError(
+                f"target {word!r} is not in {where}; its tokens are: {tokens.describe()}", reason="target", count=0
+            )
+        if occurrence is not None:
+            if occurrence > len(matches):
+                times = "once" if len(matches) == 1 else f"{len(matches)} times"
+                raise TokenNotFoundError(
+                    f"target {spec!r} is out of range: {word!r} occurs {times} in {where}",
+                    hint=f"use {word}:1..{len(matches)}, or {word} for all occurrences",
+                    reason="target",
+                    count=len(matches),
+                )
+            matches = [matches[occurrence - 1]]
+        out[spec] = tuple(sorted({i for m in matches for i in m}))
+    return out
+
+
+def parse_layers(spec: LayerSpec, num_layers: int) -> tuple[int, ...]:
+    """'all' / None -> every layer; 'N', 'N,M', 'A-B' (inclusive), or ints -> those,
+    0-based, negative counting from the end, in the order given, without repeats.
+
+    Ranges are checked by their ends, never expanded first: '0-200000000' is refused
+    at once, and the result never holds more than ``num_layers`` entries.
+
+    Raises:
+        LayerError: a layer out of range, a reversed range, or a spec we cannot read.
+            facts: ``num_layers``.
+    """
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("all", "")):
+        return tuple(range(num_layers))
+    if isinstance(spec, str) and len(spec) > _MAX_LAYER_SPEC:
+        raise LayerError(f"the layer list is {len(spec)} characters long", num_layers=num_layers)
+    parts: Sequence[object] = [spec] if isinstance(spec, int) else spec.split(",") if isinstance(spec, str) else spec
+
+    def check(layer: int) -> int:
+        if not -num_layers <= layer < num_layers:
+            raise LayerError(
+                f"layer {layer} is out of range: this model has {num_layers} layers (0..{num_layers - 1})",
+                num_layers=num_layers,
+            )
+        return layer % num_layers
+
+    out: dict[int, None] = {}  # ordered set
+    for part in parts:
+        text = str(part).strip()
+        span = re.fullmatch(r"(-?\d+)\s*-\s*(-?\d+)", text)
+        if span:
+            first, last = check(int(span[1])), check(int(span[2]))
+            if first > last:
+                raise LayerError(
+                    f"layer range {text!r} runs backwards ({first} > {last})",
+                    hint=f"write it low to high: {last}-{first}",
+                    num_layers=num_layers,
+                )
+            out.update(dict.fromkeys(range(first, last + 1)))
+        elif re.fullmatch(r"-?\d+", text):
+            out[check(int(text))] = None
+        else:
+            raise LayerError(f"cannot read layer {text!r}", num_layers=num_layers)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A Selection resolved against one tokenized sentence.
+
+    Attributes:
+        queries: the query token's positions (a split word: all its pieces); () = every token.
+        layers: model layers (0-based), in the order asked.
+        targets: each target word's positions.
+    """
+
+    queries: tuple[int, ...]
+    layers: tuple[int, ...]
+    targets: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What one run looks at: a query token (None: every token's rows), layers, targets."""
+
+    query: Query | None = None
+    layers: LayerSpec = None
+    targets: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Targets are checked for form here (word:N with N >= 1), before any model work.
+        for spec in self.targets:
+            parse_target(spec)
+
+    def resolve(self, tokens: Tokens, num_layers: int, where: str = "the sentence") -> Resolved:
+        """Everything found in ``tokens``; nothing here runs a model."""
+        queries = self.query.resolve(tokens, where) if self.query is not None else ()
+        return Resolved(
+            queries=queries,
+            layers=parse_layers(self.layers, num_layers),
+            targets=find_targets(tokens, self.targets, where),
+        )

@@ -1,0 +1,408 @@
+"""Attention -> Attention: words merged, special tokens set aside, head aggregates, rollout.
+
+Pure numpy on an ``Attention`` (no model, no torch, no renderer). Every function returns a
+new ``Attention`` whose ``steps`` say, in words, what was done; the per-head weights stay
+per head and each aggregate is a labelled slot of its own (``Attention.aggregates``).
+
+Shape legend: N layers, H heads (slots), Q query slots, S tokens (or words), W words.
+
+The rules, also in the README:
+
+- **Words** (``merge_words``), as Clark et al. (2019, "What Does BERT Look At?"): attention
+  *to* a word is the sum over its pieces (keys summed), attention *from* a word is the mean of
+  its pieces' rows (queries averaged), so each word row still sums to 1. Words come from the
+  tokenizer's character offsets: a token continues the previous word when it starts where that
+  one ends and both characters at the joint are letters or digits ("council" + "men",
+  not "didn" + "'"), the same rule that labels a piece ``##men``.
+- **A query that covers several tokens** (a ``--token`` word split into pieces, or one that
+  covers several words) is one query: its row is the mean of the rows it covers
+  (``merge_query``), with or without words. One rule for every view, JSON included.
+- **Special tokens set aside** (``hide_special``): the tokens the tokenizer added ([CLS],
+  [SEP], <s>, BOS/EOS) get weight 0 as keys and each row is renormalised over what remains
+  (``renorm=False`` keeps the raw mass, so rows sum to 1 - sink). A row whose whole mass was
+  on special tokens stays all zero.
+- **Head aggregates** (``head_aggregates``): per layer, the mean or the elementwise max over
+  the model's heads, appended as slots named "mean" / "max" (a max row does not sum to 1).
+- **Rollout** (``rollout``), Abnar & Zuidema (2020, "Quantifying Attention Flow in
+  Transformers"): per layer the head mean A, the residual added as Â = (A + I) / 2, rows
+  renormalised, and multiplied through the layers: R₀ = Â₀, Rₗ = Âₗ · Rₗ₋₁. A product of
+  lower-triangular matrices is lower triangular, so a causal model's rollout stays causal.
+  It needs the full S × S matrices of every layer from 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .result import Attention
+from .tokens import Tokens
+
+HEAD_AGGREGATES = ("mean", "max")
+
+ROLLOUT_STEP = "rollout: per layer the head mean A, (A + I)/2 with rows renormalised, multiplied through the layers"
+
+
+# --- words ---------------------------------------------------------------------------
+
+
+def step_tags(att: Attention) -> list[str]:
+    """The short name of each step (the text before its colon), for titles."""
+    return [step.split(":", 1)[0] for step in att.steps]
+
+
+def word_groups(tokens: Tokens) -> tuple[tuple[int, ...], ...]:
+    """The tokens of each word, in order (a partition of 0..S-1).
+
+    A token continues the previous word when neither is special, it starts where the
+    previous one ends, and the characters on both sides of that joint are letters or
+    digits. Special tokens are words of their own.
+    """
+    groups: list[list[int]] = []
+    prev_end = -1
+    for i, ((start, end), special) in enumerate(zip(tokens.offsets, tokens.special)):
+        empty = special or end <= start
+        joins = (
+            not empty
+            and groups
+            and start == prev_end
+            and start > 0
+            and tokens.text[start - 1].isalnum()
+            and tokens.text[start].isalnum()
+        )
+        if joins:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+        prev_end = -1 if empty else end
+    return tuple(tuple(g) for g in groups)
+
+
+def word_tokens(tokens: Tokens, groups: Sequence[Sequence[int]]) -> Tokens:
+    """A ``Tokens`` with one entry per word: its span of the text, its pieces' strings
+    joined by spaces, and its first piece's id (a word has no id of its own)."""
+    return Tokens(
+        text=tokens.text,
+        ids=tuple(tokens.ids[g[0]] for g in groups),
+        pieces=tuple(" ".join(tokens.pieces[i] for i in g) for g in groups),
+        offsets=tuple((tokens.offsets[g[0]][0], tokens.offsets[g[-1]][1]) for g in groups),
+        special=tuple(all(tokens.special[i] for i in g) for g in groups),
+    )
+
+
+def merge_words(att: Attention) -> Attention:
+    """Word-level attention: keys summed over each word's pieces, the rows of a word's
+    pieces averaged into one query row (Clark et al. 2019).
+
+    Raises:
+        ValueError: words are merged already, a query was merged already, or a kept query word is missing
+            some of its pieces' rows (the mean needs them all). Aggregate slots are
+            merged like heads (a max slot then holds the sum of per-piece maxima).
+    """
+    if att.key_pieces is not None:
+        raise ValueError("words are merged already")
+    if att.query_pieces is not None:
+        raise ValueError("merge words before merging a query's pieces")
+    groups = word_groups(att.tokens)
+    word_of = np.empty(len(att.tokens), dtype=np.int64)
+    for w, group in enumerate(groups):
+        word_of[list(group)] = w
+    # Keys: (N, H, Q, S) @ (S, W) one-hot membership sums each word's columns.
+    member = np.zeros((len(att.tokens), len(groups)), dtype=np.float64)
+    member[np.arange(len(att.tokens)), word_of] = 1.0
+    summed = att.weights.astype(np.float64) @ member  # (N, H, Q, W)
+    # Queries: every word with a kept query, each averaged over all of its pieces.
+    kept = {q: slot for slot, q in enumerate(att.queries)}
+    words = sorted({int(word_of[q]) for q in att.queries})
+    rows = []
+    for w in words:
+        missing = [i for i in groups[w] if i not in kept]
+        if missing:
+            raise ValueError(f"word {w} covers tokens {list(groups[w])} but the rows of {missing} were not kept")
+        rows.append(summed[:, :, [kept[i] for i in groups[w]], :].mean(axis=2))  # (N, H, W)
+    weights = np.stack(rows, axis=2).astype(np.float32)  # (N, H, Q', W)
+    hidden = tuple(sorted({int(word_of[i]) for i in att.hidden}))
+    return dataclasses.replace(
+        att,
+        tokens=word_tokens(att.tokens, groups),
+        weights=weights,
+        queries=tuple(words),
+        source=att.tokens,
+        key_pieces=groups,
+        query_pieces=None,
+        hidden=hidden,
+        steps=(*att.steps, "words: keys summed over a word's pieces, queries averaged over them (Clark et al. 2019)"),
+    )
+
+
+def positions_in(att: Attention, positions: Sequence[int]) -> tuple[int, ...]:
+    """Token positions (of the tokenization before words were merged) as positions in
+    ``att.tokens``: the words that hold them, or the positions themselves."""
+    if att.key_pieces is None:
+        return tuple(positions)
+    word_of = {i: w for w, group in enumerate(att.key_pieces) for i in group}
+    return tuple(sorted({word_of[int(p)] for p in positions}))
+
+
+def merge_query(att: Attention, positions: Sequence[int]) -> Attention:
+    """One query slot for a query that covers several tokens (or words): the mean of their
+    rows, at the position of the first. Other query slots are kept as they are.
+    With one position this returns ``att`` unchanged.
+
+    Raises:
+        ValueError: no positions, or one of them is not a kept query.
+    """
+    positions = sorted({int(p) for p in positions})
+    if not positions:
+        raise ValueError("the query has no token positions")
+    slots = []
+    for p in positions:
+        if p not in att.queries:
+            raise ValueError(f"token {p} was not kept as a query (have {list(att.queries)})")
+        slots.append(att.queries.index(p))
+    if len(positions) == 1:
+        return att
+    merged = att.weights[:, :, slots, :].astype(np.float64).mean(axis=2).astype(np.float32)  # (N, H, S)
+    pieces = tuple(sorted({i for s in slots for i in att.pieces_of_query(s)}))
+    first = slots[0]
+    keep = [s for s in range(len(att.queries)) if s not in slots[1:]]
+    weights = att.weights[:, :, keep, :].copy()  # (N, H, Q', S)
+    weights[:, :, keep.index(first), :] = merged
+    query_pieces = tuple(pieces if s == first else att.pieces_of_query(s) for s in keep)
+    labels = " ".join(att.tokens.labels[p] for p in positions)
+    return dataclasses.replace(
+        att,
+        weights=weights,
+        queries=tuple(att.queries[s] for s in keep),
+        query_pieces=query_pieces,
+        steps=(*att.steps, f"query {labels!r} averaged: the mean of the rows of its {len(positions)} tokens"),
+    )
+
+
+# --- special tokens ------------------------------------------------------------------
+
+
+def hide_special(att: Attention, renorm: bool = True) -> Attention:
+    """Set the special tokens aside as keys: weight 0, and each row renormalised over
+    the remaining tokens (``renorm=False``: raw mass kept, rows sum to 1 - sink).
+    Aggregate slots are treated like heads (aggregate after hiding for a mean that
+    sums to 1). A row with all of its mass on special tokens stays all zero.
+    """
+    special = np.flatnonzero(np.asarray(att.tokens.special, dtype=bool))
+    weights = att.weights.astype(np.float64)  # (N, H, Q, S)
+    weights[..., special] = 0.0
+    if renorm:
+        total = weights.sum(-1, keepdims=True)
+        weights = np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
+    step = "specials set aside: " + (
+        "weight 0 as keys, rows renormalised over the rest" if renorm else "weight 0 as keys, raw mass kept"
+    )
+    return dataclasses.replace(
+        att,
+        weights=weights.astype(np.float32),
+        hidden=tuple(sorted({*att.hidden, *(int(i) for i in special)})),
+        steps=(*att.steps, step),
+    )
+
+
+# --- aggregates over heads -------------------------------------------------------------
+
+
+def head_aggregates(att: Attention, kinds: Sequence[str]) -> Attention:
+    """Append per-layer aggregates over the model's heads as named slots: "mean" (the
+    average row; sums to 1 where the heads' rows do) and "max" (elementwise maximum).
+
+    Raises:
+        ValueError: an unknown kind.
+    """
+    slots = []
+    for kind in kinds:
+        if kind not in HEAD_AGGREGATES:
+            raise ValueError(f"unknown head aggregate {kind!r} (use one of {', '.join(HEAD_AGGREGATES)})")
+        heads = att.weights[:, : att.model_heads].astype(np.float64)  # (N, H, Q, S)
+        slots.append(heads.mean(axis=1) if kind == "mean" else heads.max(axis=1))  # (N, Q, S)
+    if not slots:
+        return att
+    extra = np.stack(slots, axis=1).astype(np.float32)  # (N, K, Q, S)
+    step = f"head {', '.join(kinds)}: over the {att.model_heads} heads of each layer, as extra rows"
+    return dataclasses.replace(
+        att,
+        weights=np.concatenate([att.weights, extra], axis=1),
+        aggregates=(*att.aggregates, *kinds),
+        steps=(*att.steps, step),
+    )
+
+
+def rollout_matrices(weights: np.ndarray) -> np.ndarray:
+    """Attention rollout (Abnar & Zuidema 2020) of full matrices.
+
+    Args:
+        weights: (N, H, S, S) every head's full matrix in layers 0..N-1, in order.
+
+    Returns:
+        (N, S, S) float64: ``out[l]`` is the rollout through layers 0..l,
+        Âₗ · Âₗ₋₁ · … · Â₀ with Â = (mean over heads + I) / 2, rows renormalised.
+    """
+    a = np.asarray(weights, dtype=np.float64).mean(axis=1)  # (N, S, S)
+    size = a.shape[-1]
+    a = 0.5 * a + 0.5 * np.eye(size)[None]
+    a = a / a.sum(-1, keepdims=True)
+    out = np.empty_like(a)
+    acc = np.eye(size)
+    for layer in range(a.shape[0]):
+        acc = a[layer] @ acc  # (S, S)
+        out[layer] = acc
+    return out
+
+
+def rollout(att: Attention) -> Attention:
+    """The rollout of raw full matrices as an Attention with one slot, "rollout".
+
+    Raises:
+        ValueError: ``att`` does not hold every query row of layers 0..k, holds
+            aggregates, or was transformed already (rollout reads raw weights).
+    """
+    size = len(att.tokens)
+    if att.queries != tuple(range(size)):
+        raise ValueError("rollout needs every token's row (the full matrices)")
+    if att.layers != tuple(range(len(att.layers))):
+        raise ValueError(f"rollout needs every layer from 0 up; have {list(att.layers)}")
+    if att.aggregates or att.steps:
+        raise ValueError("rollout reads the raw per-head weights")
+    rolled = rollout_matrices(att.weights)[:, None]  # (N, 1, S, S)
+    return dataclasses.replace(att, weights=rolled.astype(np.float32), aggregates=("rollout",), steps=(ROLLOUT_STEP,))
+
+
+def append_slots(att: Attention, other: Attention) -> Attention:
+    """``att`` with ``other``'s aggregate slots appended to its head axis (``other``
+    holds aggregates only, over the same layers, queries and tokens)."""
+    if other.model_heads != 0:
+        raise ValueError("only aggregate slots can be appended")
+    if other.layers != att.layers or other.queries != att.queries or other.tokens != att.tokens:
+        raise ValueError("the slots cover other layers, queries or tokens")
+    return dataclasses.replace(
+        att,
+        weights=np.concatenate([att.weights, other.weights], axis=1),
+        aggregates=(*att.aggregates, *other.aggregates),
+        steps=(*att.steps, *(s for s in other.steps if s not in att.steps)),
+    )
+
+
+def select(att: Attention, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None) -> Attention:
+    """The given layers and query positions of ``att`` (None: all), in the given order."""
+    n = [att.layer_slot(x) for x in layers] if layers is not None else list(range(len(att.layers)))
+    q = [att.query_slot(x) for x in queries] if queries is not None else list(range(len(att.queries)))
+    qp = None if att.query_pieces is None else tuple(att.query_pieces[i] for i in q)
+    return dataclasses.replace(
+        att,
+        weights=att.weights[n][:, :, q],
+        layers=tuple(att.layers[i] for i in n),
+        queries=tuple(att.queries[i] for i in q),
+        query_pieces=qp,
+    )
+
+
+# --- the whole view ----------------------------------------------------------------
+
+
+def parse_heads(spec: str | Sequence[str | int] | None) -> tuple[tuple[int, ...] | None, tuple[str, ...]]:
+    """'1,11' -> ((1, 11), ()); 'mean' -> (None, ('mean',)); '1,11,max' -> ((1, 11), ('max',)).
+
+    Head indices (0-based) pick model heads to draw; "mean" and "max" add per-layer
+    aggregates over all of the model's heads. None or "all" -> (None, ()).
+
+    Raises:
+        ValueError: an item that is neither a head index nor an aggregate's name.
+    """
+    if spec is None:
+        return None, ()
+    items = [str(x).strip().lower() for x in (spec.split(",") if isinstance(spec, str) else spec)]
+    heads: list[int] = []
+    kinds: list[str] = []
+    for item in items:
+        if not item or item == "all":
+            continue
+        if item in HEAD_AGGREGATES:
+            kinds.append(item)
+        elif item.isdigit():
+            heads.append(int(item))
+        else:
+            raise ValueError(f"cannot read head {item!r}: give head numbers (0-based) and/or mean, max")
+    return (tuple(dict.fromkeys(heads)) or None), tuple(dict.fromkeys(kinds))
+
+
+@dataclass(frozen=True)
+class View:
+    """What to do to the raw weights before showing them (the CLI's reading options).
+
+    Attributes:
+        words: merge pieces into words (keys summed, queries averaged).
+        hide_special: set special tokens aside as keys.
+        renorm: with ``hide_special``, renormalise rows over what remains.
+        heads: head aggregates to append per layer ("mean", "max").
+        rollout: append the attention rollout as a slot (needs full matrices).
+    """
+
+    words: bool = False
+    hide_special: bool = False
+    renorm: bool = True
+    heads: tuple[str, ...] = ()
+    rollout: bool = False
+
+    def __post_init__(self) -> None:
+        for kind in self.heads:
+            if kind not in HEAD_AGGREGATES:
+                raise ValueError(f"unknown head aggregate {kind!r} (use one of {', '.join(HEAD_AGGREGATES)})")
+        if len(set(self.heads)) != len(self.heads):
+            raise ValueError(f"head aggregates repeated: {list(self.heads)}")
+
+    @property
+    def needs_full(self) -> bool:
+        """Whether the engine must return every query row of every layer from 0."""
+        return self.rollout
+
+
+def apply(
+    att: Attention,
+    view: View,
+    query_groups: Sequence[Sequence[int]] = (),
+    layers: Sequence[int] | None = None,
+) -> Attention:
+    """Everything ``view`` asks for, in one documented order.
+
+    1. rollout, from the raw full matrices (if asked), kept aside;
+    2. special tokens set aside (per head), then words merged;
+    3. each query group (the token positions of one ``--token`` word) merged into one
+       query slot, the mean of its rows (``merge_query``);
+    4. head aggregates over the transformed per-head rows, then the rollout slot, passed
+       through steps 2-3 itself, appended last.
+
+    ``query_groups`` are token positions in ``att.tokens`` (before words); they and
+    ``layers`` pick what is kept (None / no groups: everything ``att`` holds). With
+    ``view.rollout``, ``att`` must hold the full matrices of layers 0..k.
+    """
+    queries: list[int] | None = sorted({int(p) for g in query_groups for p in g}) or None
+    rolled = select(rollout(att), layers, queries) if view.rollout else None
+    att = select(att, layers, queries)
+
+    def reading(a: Attention) -> Attention:
+        if view.hide_special:
+            a = hide_special(a, view.renorm)
+        groups = [tuple(g) for g in query_groups]
+        if view.words:
+            a = merge_words(a)
+            assert a.key_pieces is not None  # set by merge_words
+            word_of = {i: w for w, g in enumerate(a.key_pieces) for i in g}
+            groups = [tuple(sorted({word_of[p] for p in g})) for g in groups]
+        for g in groups:
+            a = merge_query(a, g)
+        return a
+
+    att = reading(att)
+    att = head_aggregates(att, view.heads)
+    if rolled is not None:
+        att = append_slots(att, reading(rolled))
+    return att

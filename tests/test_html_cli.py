@@ -1,0 +1,105 @@
+"""`attnviz export ... -o view.html`: the page written, what it opens on, and the size
+budget checked from the token count before any forward pass."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import attnviz.engines
+from attnviz.cli import app
+from attnviz.render.html import decode_weights
+
+EXAMPLE = "The animal didn't cross the street because it was too tired"
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def embedded(path: Path) -> dict[str, Any]:
+    m = re.search(r'<script type="application/json" id="attnviz-data">(.*?)</script>', path.read_text("utf-8"), re.S)
+    assert m is not None
+    return json.loads(m[1])
+
+
+def test_export_html_writes_one_small_page(runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "view.html"
+    result = runner.invoke(app, ["export", EXAMPLE, "--token", "it", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    assert result.stderr.strip() == f"wrote {out}"
+    assert out.stat().st_size < 1_000_000
+    data = embedded(out)
+    assert data["layers"] == [0, 1, 2, 3, 4, 5]
+    assert decode_weights(data["weights"]).shape == (6, 12, 15, 15)
+    assert data["initial"] == {"view": "head", "query": 10, "slot": 2}  # "it" pinned, middle layer
+    assert [p.name for p in tmp_path.iterdir()] == ["view.html"]
+
+
+def test_layer_and_view_shape_the_page(runner: CliRunner, tmp_path: Path) -> None:
+    full, one = tmp_path / "full.html", tmp_path / "one.html"
+    assert runner.invoke(app, ["export", EXAMPLE, "-o", str(full)]).exit_code == 0
+    result = runner.invoke(app, ["export", EXAMPLE, "--layer", "3", "--view", "matrix", "-o", str(one)])
+    assert result.exit_code == 0, result.output
+    data = embedded(one)
+    assert data["layers"] == [3]
+    assert data["initial"] == {"view": "matrix", "query": None, "slot": 0}
+    # One layer of six: the weights part shrinks six-fold.
+    w_full, w_one = (len(embedded(p)["weights"]["base64"]) for p in (full, one))
+    assert w_one * 6 == pytest.approx(w_full, rel=0.001)
+
+
+def test_a_split_word_pins_its_first_piece(runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "v.html"
+    assert runner.invoke(app, ["export", EXAMPLE, "--token", "didn't", "-o", str(out)]).exit_code == 0
+    assert embedded(out)["initial"]["query"] == 3  # didn ' t -> 3, 4, 5
+
+
+def test_over_the_budget_is_a_usage_error_before_the_forward_pass(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    real = attnviz.engines.forward
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        calls.append("forward")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attnviz.engines, "forward", recording)
+    long = " ".join(["word"] * 400)  # 402 tokens: 6 × 12 × 402² weights ≈ 31 MB of page
+    out = tmp_path / "big.html"
+    result = runner.invoke(app, ["export", long, "-o", str(out)])
+    assert result.exit_code == 2
+    assert calls == []  # refused from the token count alone
+    assert not out.exists()
+    line = result.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert "6 layers × 12 heads × 402² tokens" in line and "over the 16 MB budget" in line
+    assert "(hint: keep at most 3 layers, e.g. --layer 0-2)" in line
+    # What the hint says works.
+    result = runner.invoke(app, ["export", long, "--layer", "0-2", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert calls == ["forward"]
+    assert out.stat().st_size < 16_000_000
+
+
+def test_bad_html_path_fails_before_loading_a_model(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the model must not be loaded for this error")
+
+    monkeypatch.setattr(attnviz.engines, "load_engine", refuse)
+    result = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "nope" / "view.html")])
+    assert result.exit_code == 2
+    assert "does not exist" in result.stderr
+    result = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "view.htm")])
+    assert result.exit_code == 2
+    assert ".html" in result.stderr  # the formats it accepts, .html among them
