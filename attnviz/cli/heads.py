@@ -30,20 +30,30 @@ def heads(
     corpus: Annotated[
         str | None,
         typer.Argument(
-            help="Text file (one text per line), JSONL with a 'text' field, or - for stdin.", show_default=False
+            metavar="CORPUS",
+            help="Text file (one text per line), JSONL with a 'text' field, or - for stdin.",
+            show_default=False,
         ),
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", help="Corpus format: auto (by suffix), text or jsonl.")] = "auto",
+    fmt: Annotated[
+        str, typer.Option("--format", metavar="auto|text|jsonl", help="Corpus format: auto (by suffix), text or jsonl.")
+    ] = "auto",
     probe: Annotated[
-        str | None, typer.Option("--probe", help="Built-in probe instead of a corpus: induction.", show_default=False)
+        str | None,
+        typer.Option(
+            "--probe", metavar="induction", help="Built-in probe instead of a corpus: induction.", show_default=False
+        ),
     ] = None,
-    probe_texts: Annotated[int, typer.Option("--probe-texts", min=1, help="Texts in the probe.")] = 200,
-    probe_length: Annotated[int, typer.Option("--probe-length", min=1, help="Random tokens, repeated twice.")] = 20,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the probe's random tokens.")] = 0,
+    probe_texts: Annotated[int, typer.Option("--probe-texts", metavar="N", min=1, help="Texts in the probe.")] = 200,
+    probe_length: Annotated[
+        int, typer.Option("--probe-length", metavar="N", min=1, help="Random tokens, repeated twice.")
+    ] = 20,
+    seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the probe's random tokens.")] = 0,
     pairs: Annotated[
         Path | None,
         typer.Option(
             "--pairs",
+            metavar="PATH",
             help="Coreference examples: a minimal-pairs TSV or JSONL of text, pronoun, referent, candidates.",
             show_default=False,
         ),
@@ -53,17 +63,23 @@ def heads(
     layer: LayerOpt = "all",
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = DType.float32,
-    batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, help="Texts per forward pass.")] = 16,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", "-b", metavar="N", min=1, help="Texts per forward pass.")
+    ] = 16,
     truncate: Annotated[
         bool, typer.Option("--truncate", help="Cut texts longer than the model's positions instead of skipping them.")
     ] = False,
-    local_k: Annotated[int, typer.Option("--local-k", min=0, help="The local detector's window: ±k tokens.")] = 2,
-    top: Annotated[int, typer.Option("--top", min=1, max=12, help="Heads shown per detector.")] = 3,
+    local_k: Annotated[
+        int, typer.Option("--local-k", metavar="K", min=0, help="The local detector's window: ±k tokens.")
+    ] = 2,
+    top: Annotated[int, typer.Option("--top", metavar="N", min=1, max=12, help="Heads shown per detector.")] = 3,
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="Also draw one layers × heads panel per detector (.png, .svg, .pdf)."),
+        typer.Option(
+            "--output", "-o", metavar="PATH", help="Also draw one layers × heads panel per detector (.png, .svg, .pdf)."
+        ),
     ] = None,
-    dpi: Annotated[int, typer.Option("--dpi", help="Pixels per inch of -o.")] = DEFAULT_DPI,
+    dpi: Annotated[int, typer.Option("--dpi", metavar="N", help="Pixels per inch of -o.")] = DEFAULT_DPI,
     json_out: Annotated[bool, typer.Option("--json", help="Print every (layer, head, detector) row as JSON.")] = False,
     csv_out: Annotated[bool, typer.Option("--csv", help="Print every (layer, head, detector) row as CSV.")] = False,
     ray: Annotated[
