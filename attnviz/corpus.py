@@ -61,7 +61,7 @@ MAX_LINE_BYTES = 1 << 20  # far beyond any model's positions; bounds the memory 
 @dataclass(frozen=True)
 class CorefSpec:
     """Words of one coreference example, found in the text once it is tokenized.
-    ``word:N`` picks the N-th occurrence, as compare's ``--target`` does."""
+    ``word:N`` picks the N-th occurrence, as compare's targets do."""
 
     pronoun: str
     referent: str
