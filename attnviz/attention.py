@@ -56,6 +56,8 @@ def scaled_dot_product_attention(
     v: Tensor,
     mask: Tensor | None = None,
     scale: float | None = None,
+    softcap: float | None = None,
+    sinks: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """softmax(q·kᵀ · scale) · v, per head, returning the output and the weights.
 
@@ -65,23 +67,42 @@ def scaled_dot_product_attention(
         v: (B, H, S, Dv) values.
         mask: boolean, broadcastable to (B, H, L, S); True = may attend.
         scale: defaults to 1/√D.
+        softcap: attention logit soft-capping (Gemma 2): the scores become
+            softcap · tanh(scores / softcap) before the mask and the softmax, so no
+            logit leaves (-softcap, softcap).
+        sinks: (H,) learned per-head sink logits (GPT-OSS): each row's softmax runs
+            over the S scores and one extra logit that belongs to no key; that column
+            is dropped afterwards, so a row's weights sum to 1 - its sink share.
 
     Returns:
-        output (B, H, L, Dv) and weights (B, H, L, S). Each weight row sums to 1;
-        masked positions hold exactly 0, and a row with nothing to attend to is all 0.
+        output (B, H, L, Dv) and weights (B, H, L, S). Each weight row sums to 1 (to
+        1 - the sink's share with ``sinks``); masked positions hold exactly 0, and a
+        row with nothing to attend to is all 0.
     """
     if scale is None:
         scale = 1.0 / math.sqrt(q.size(-1))
     # 1. Similarity of every query with every key. (Scaled in place: at 2,048 tokens a
     #    second (B, H, L, S) tensor made this function 1.8x slower than torch's module.)
     scores = (q @ k.transpose(-2, -1)).mul_(scale)  # (B, H, L, S)
+    if softcap is not None:
+        # In this order (divide, tanh, multiply), as transformers' Gemma 2.
+        scores = torch.tanh(scores / softcap) * softcap  # (B, H, L, S)
     # 2. Forbidden positions get -inf, so softmax gives them exactly 0.
     if mask is not None:
         scores = scores.masked_fill_(~mask, float("-inf"))
-    # 3. Normalise each query's row into a distribution over keys: softmax, written out
-    #    and done in place (a fresh (B, H, L, S) tensor costs more than the arithmetic).
-    weights = scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()  # (B, H, L, S)
-    weights = weights.div_(weights.sum(dim=-1, keepdim=True))  # (B, H, L, S)
+    # 3. Normalise each query's row into a distribution over keys (and the sink), in
+    #    float32 whatever the model's dtype, then back, as transformers' eager attention
+    #    does: half-precision exp/sum loses digits, and the reference must round alike.
+    if sinks is None:
+        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)  # (B, H, L, S)
+    else:
+        b, h, length, _ = scores.shape
+        sink = sinks.to(scores.dtype).reshape(1, h, 1, 1).expand(b, h, length, 1)  # (B, H, L, 1)
+        combined = torch.cat((scores, sink), dim=-1)  # (B, H, L, S+1)
+        # The max subtracted first, as transformers' GPT-OSS does (softmax itself would
+        # too; doing it twice is what makes the weights bit-identical).
+        combined = combined - combined.max(dim=-1, keepdim=True).values
+        weights = torch.softmax(combined, dim=-1)[..., :-1]  # (B, H, L, S): the sink column dropped
     if mask is not None:
         # A fully masked row (a padding query) is exp(-inf - -inf) = NaN; make it 0.
         weights = weights.masked_fill_(~mask, 0.0)
@@ -381,6 +402,8 @@ class MultiHeadAttention(nn.Module):
         bias: whether the q/k/v projections carry biases.
         out_bias: whether W^O carries a bias; defaults to ``bias``.
         scale: the factor on q·kᵀ; defaults to 1/√D.
+        softcap: attention logit soft-capping (see ``scaled_dot_product_attention``).
+        sinks: whether each head has a learned sink logit, the parameter ``sinks`` (H,).
 
     Projections are named ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj``
     (``o_proj`` is W^O).
@@ -396,6 +419,8 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         out_bias: bool | None = None,
         scale: float | None = None,
+        softcap: float | None = None,
+        sinks: bool = False,
     ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -406,12 +431,13 @@ class MultiHeadAttention(nn.Module):
         if n_heads % n_kv_heads:
             raise ValueError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv_heads}")
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
-        self.scale = scale
+        self.scale, self.softcap = scale, softcap
         # W^Q = [W_1^Q | ... | W_H^Q]: the H per-head projections side by side.
         self.q_proj = nn.Linear(d_model, n_heads * head_dim, bias=bias)
         self.k_proj = nn.Linear(d_model, n_kv_heads * head_dim, bias=bias)
         self.v_proj = nn.Linear(d_model, n_kv_heads * head_dim, bias=bias)
         self.o_proj = nn.Linear(n_heads * head_dim, d_model, bias=bias if out_bias is None else out_bias)
+        self.sinks = nn.Parameter(torch.zeros(n_heads)) if sinks else None
 
     def _split(self, x: Tensor, heads: int) -> Tensor:
         b, t, _ = x.shape
@@ -451,8 +477,11 @@ class MultiHeadAttention(nn.Module):
         if qk_transform is not None:
             q, k = qk_transform(q, k)
         # 2. head_i = softmax(Q_i K_iᵀ / √d_k) V_i, all heads at once; with grouped-query
-        #    attention each key/value head serves H/G query heads (see ``attend``).
-        heads, weights = attend(q, k, v, mask, self.scale, request)  # (B, H, L, D), (B, H, R, S)
+        #    attention each key/value head serves H/G query heads (see ``attend``). Score
+        #    modifiers (soft-capping, sinks) send the layer to the blocked eager path.
+        heads, weights = attend(
+            q, k, v, mask, self.scale, request, softcap=self.softcap, sinks=self.sinks
+        )  # (B, H, L, D), (B, H, R, S)
         # 3. Concat(head_1, ..., head_H): put the heads back side by side.
         b, _, length, _ = heads.shape
         concat = heads.transpose(1, 2).reshape(b, length, self.n_heads * self.head_dim)  # (B, L, H·D)

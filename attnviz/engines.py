@@ -203,7 +203,11 @@ class HFEngine(_Base):
         try:
             # transformers prints load reports to stdout; keep stdout for results.
             with contextlib.redirect_stdout(io.StringIO()):
-                self.model: Any = AutoModel.from_pretrained(str(files.path), attn_implementation="eager", dtype=dtype)
+                # Eager experts too: the default grouped-matmul MoE kernels refuse odd sizes
+                # ("strides should be multiple of 16 bytes" on CPU) and are not the reference.
+                self.model: Any = AutoModel.from_pretrained(
+                    str(files.path), attn_implementation="eager", experts_implementation="eager", dtype=dtype
+                )
         except Exception as exc:
             raise ModelLoadError(
                 f"transformers cannot load {str(files.path)!r}: {_first_line(exc)}",
@@ -218,6 +222,8 @@ class HFEngine(_Base):
             num_heads=num_heads,
             num_kv_heads=int(_cfg(text_cfg, "num_key_value_heads", default=num_heads)),
             causal=bool(getattr(text_cfg, "is_decoder", False)) or files.model_type in _DECODER_TYPES,
+            # GPT-OSS-style learned sink logits: a ``sinks`` parameter in the attention modules.
+            attention_sinks=any(name.endswith(".sinks") for name, _ in self.model.named_parameters()),
         )
         limit = _cfg(text_cfg, "max_position_embeddings", "n_positions", default=None)
         self.max_positions = int(limit) if limit else None
@@ -269,7 +275,8 @@ class HFEngine(_Base):
 _DECODER_TYPES = {
     "gpt2", "gpt_neo", "gptj", "gpt_bigcode", "gpt_neox", "codegen", "opt", "bloom", "falcon",
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-    "gemma", "gemma2", "phi", "phi3", "olmo", "olmo2", "starcoder2", "stablelm", "cohere", "granite",
+    "gemma", "gemma2", "gemma3_text", "gpt_oss", "phi", "phi3", "olmo", "olmo2",
+    "starcoder2", "stablelm", "cohere", "granite",
 }  # fmt: skip
 
 

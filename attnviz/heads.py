@@ -16,12 +16,16 @@ class ModelShape:
         num_heads: H, query heads per layer.
         num_kv_heads: G, key/value heads (G < H under grouped-query attention).
         causal: a decoder: token i attends only to tokens 0..i.
+        attention_sinks: learned per-head sink logits (GPT-OSS): each row's softmax also
+            covers a logit that is no token, so the weights of a row sum to 1 - the
+            sink's share (1 - the row's sum; ``Attention.sink_share``).
     """
 
     num_layers: int
     num_heads: int
     num_kv_heads: int
     causal: bool
+    attention_sinks: bool = False
 
     def __post_init__(self) -> None:
         if self.num_layers < 1 or self.num_heads < 1 or self.num_kv_heads < 1:
@@ -33,7 +37,7 @@ class ModelShape:
         return head_label(head, self.num_heads, self.num_kv_heads)
 
     def notes(self) -> list[str]:
-        return structure_notes(self.causal, self.num_heads, self.num_kv_heads)
+        return structure_notes(self.causal, self.num_heads, self.num_kv_heads, self.attention_sinks)
 
 
 def kv_group(head: int, num_heads: int, num_kv_heads: int) -> int:
@@ -59,11 +63,19 @@ def head_label(head: int, num_heads: int, num_kv_heads: int | None = None) -> st
     return f"h{head} (kv{kv_group(head, num_heads, num_kv_heads)})"
 
 
-def structure_notes(causal: bool, num_heads: int, num_kv_heads: int) -> list[str]:
+SINK_NOTE = (
+    "learned attention sinks: each head's softmax also covers a learned sink logit that is no token, "
+    "so a row's weights sum to 1 - the sink's share (shown as 'logit sink')"
+)
+
+
+def structure_notes(causal: bool, num_heads: int, num_kv_heads: int, attention_sinks: bool = False) -> list[str]:
     """One line per structural fact a view of this model's weights should state."""
     notes: list[str] = []
     if causal:
         notes.append("causal (decoder): each token attends only to itself and earlier tokens")
     if num_kv_heads != num_heads:
         notes.append(f"grouped-query attention: {num_heads} query heads share {num_kv_heads} key/value heads")
+    if attention_sinks:
+        notes.append(SINK_NOTE)
     return notes

@@ -20,6 +20,8 @@ Conventions (also in the README):
   the N-th occurrence only.
 - Special tokens are the ones the tokenizer added ([CLS], [SEP], <s>, BOS): their total
   weight is the "sink" share.
+- Models with learned sink logits (GPT-OSS) put part of each row on no token at all:
+  that share, 1 - the row's sum, is ``sink_logit`` (None for every other model).
 """
 
 from __future__ import annotations
@@ -86,6 +88,14 @@ def sink(rows: np.ndarray, special_mask: np.ndarray | Sequence[bool]) -> np.ndar
     """(...) share of each row on special tokens ([CLS], [SEP], BOS): the attention sink."""
     special = np.asarray(special_mask, dtype=bool)
     return target_weight(rows, np.flatnonzero(special).tolist())
+
+
+def sink_logit_share(rows: np.ndarray) -> np.ndarray:
+    """(...) share of each row on a learned sink logit (GPT-OSS): 1 - the row's sum.
+
+    Only meaningful for models with learned sinks, whose rows sum to less than 1; for
+    any other model it is rounding noise."""
+    return np.clip(1.0 - np.asarray(rows, dtype=np.float64).sum(-1), 0.0, 1.0)
 
 
 def self_share(rows: np.ndarray, query: int | Sequence[int]) -> np.ndarray:
@@ -168,6 +178,8 @@ class HeadStats:
             tokens that are not special (the row renormalised over them).
         name: "h5" for a model head; "mean", "max" or "rollout" for an aggregate slot
             (whose ``head`` is then its slot number on the head axis, not a head).
+        sink_logit: share on a learned sink logit (GPT-OSS), 1 - the row's sum; None
+            (and absent from the JSON) for models without learned sinks.
     """
 
     layer: int
@@ -183,10 +195,12 @@ class HeadStats:
     distance: float
     name: str = ""
     aggregate: bool = False
+    sink_logit: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (rounded as every attnviz JSON is: ``result.jsonable``). An
         aggregate row has ``head`` null and its name in ``aggregate``."""
+        sink_logit = {} if self.sink_logit is None else {"sink_logit": self.sink_logit}
         return jsonable(
             {
                 "layer": self.layer,
@@ -201,6 +215,7 @@ class HeadStats:
                 "prev": self.prev,
                 "next": self.next,
                 "distance": self.distance,
+                **sink_logit,
             }
         )
 
@@ -291,6 +306,11 @@ def head_stats(
         "next": next_share(rows, span),
         "distance": mean_distance(rows, span, ~special),
     }
+    sinks = None
+    if att.provenance.attention_sinks:
+        # As Attention.sink_share: NaN (None in the row) where rows lost their raw mass.
+        sinks = sink_logit_share(rows)  # (N, H)
+        sinks[:, ~att.sink_defined()] = np.nan
     weights = {word: target_weight(rows, idx) for word, idx in (targets or {}).items()}
     left_out = excluded(att.tokens, span, exclude) | np.isin(np.arange(size), att.hidden)
     top_idx, top_w = top_k(np.where(left_out, -1.0, rows), top)
@@ -309,6 +329,7 @@ def head_stats(
                     **{key: float(value[n, h]) for key, value in stats.items()},
                     name=att.head_name(h),
                     aggregate=h >= att.model_heads,
+                    sink_logit=None if sinks is None or np.isnan(sinks[n, h]) else float(sinks[n, h]),
                 )
             )
     return out

@@ -67,6 +67,10 @@ class Provenance:
     def causal(self) -> bool:
         return self.shape.causal
 
+    @property
+    def attention_sinks(self) -> bool:
+        return self.shape.attention_sinks
+
     def to_dict(self) -> dict[str, Any]:
         """Flat: the shape's fields sit beside the others (the JSON schema of ``provenance``)."""
         out = {k: v for k, v in asdict(self).items() if k != "shape"}
@@ -75,8 +79,10 @@ class Provenance:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Provenance:
-        shape = ModelShape(**{k: data[k] for k in ("num_layers", "num_heads", "num_kv_heads", "causal")})
-        rest = {k: v for k, v in data.items() if k not in ("num_layers", "num_heads", "num_kv_heads", "causal")}
+        # attention_sinks is optional: files written before it existed had none.
+        keys = ("num_layers", "num_heads", "num_kv_heads", "causal", "attention_sinks")
+        shape = ModelShape(**{k: data[k] for k in keys if k in data})
+        rest = {k: v for k, v in data.items() if k not in keys}
         return cls(shape=shape, **rest)
 
 
@@ -90,7 +96,8 @@ class Attention:
         tokens: the tokenized sentence (S tokens).
         weights: float32 array (N, H, Q, S); ``weights[n, h, q]`` is the attention
             distribution of token ``queries[q]`` in layer ``layers[n]``, head ``h``.
-            Each row sums to 1 (up to rounding). Never averaged over heads.
+            Each row sums to 1 (up to rounding), or to 1 - the learned sink's share
+            when ``provenance.shape.attention_sinks``. Never averaged over heads.
         layers: model layer index (0-based) of each ``weights[n]``.
         queries: token position of each ``weights[:, :, q]``.
         provenance: where the weights came from.
@@ -188,6 +195,28 @@ class Attention:
     def rows(self, query: int) -> np.ndarray:
         """(N, H, S): every kept layer's and head's attention row for token ``query``."""
         return self.weights[:, :, self.query_slot(query), :]
+
+    def sink_share(self) -> np.ndarray:
+        """(N, H, Q) float64: each row's weight on the learned sink logit, 1 - the row's
+        sum; all 0 for models without learned sinks (their rows sum to 1 by construction).
+
+        Defined while the rows keep their raw mass: NaN everywhere once tokens are set
+        aside (``hidden``: their mass is gone, or renormalised away), and in "max" and
+        "rollout" slots; a "mean" slot holds the heads' mean share.
+        """
+        if not self.provenance.attention_sinks:
+            return np.zeros(self.weights.shape[:-1])
+        share = np.clip(1.0 - self.weights.sum(-1, dtype=np.float64), 0.0, 1.0)
+        share[:, ~self.sink_defined()] = np.nan
+        return share
+
+    def sink_defined(self) -> np.ndarray:
+        """(H,) bool: the head slots whose rows still sum to 1 - the learned sink's share
+        (see ``sink_share``)."""
+        defined = np.full(self.num_heads, not self.hidden)
+        for i, name in enumerate(self.aggregates):
+            defined[self.model_heads + i] &= name == "mean"
+        return defined
 
     def matrix(self, layer: int) -> np.ndarray:
         """(H, Q, S): one layer's weights for every kept query."""

@@ -189,8 +189,8 @@ def test_unsupported_model_type_names_the_supported_families(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("name", "change"),
     [
-        ("llama", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}}),
-        ("llama", {"rope_parameters": None, "rope_scaling": {"type": "linear", "factor": 2.0}}),
+        ("llama", {"rope_parameters": {"rope_type": "proportional", "rope_theta": 500.0, "factor": 2.0}}),
+        ("llama", {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.5}}),
         ("albert", {"inner_group_num": 2}),
         ("bert", {"is_decoder": True}),
         ("bert", {"position_embedding_type": "relative_key"}),
@@ -213,7 +213,7 @@ def test_rope_theta_from_an_older_config_layout(saved: dict[str, Path]) -> None:
     config = json.loads((saved["llama"] / "config.json").read_text(encoding="utf-8"))
     theta = config.pop("rope_parameters")["rope_theta"]
     model: Any = architectures.load(saved["llama"], {**config, "rope_theta": theta, "rope_scaling": None})
-    assert model.config.rope_theta == 500.0
+    assert model.config.rope.theta == 500.0 and model.config.rope.rope_type == "default"
 
 
 def test_architectures_never_import_transformers() -> None:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-HEAVY = ("torch", "transformers", "matplotlib")
+HEAVY = ("torch", "transformers", "matplotlib", "textual")
 
 
 def loaded_after(code: str) -> set[str]:
@@ -19,7 +19,7 @@ def loaded_after(code: str) -> set[str]:
     return set(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["show", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["show", "--help"], ["explore", "--help"]])
 def test_help_and_version_import_nothing_heavy(argv: list[str]) -> None:
     code = (
         f"import sys; sys.argv = ['attnviz', *{argv!r}]\n"
@@ -43,24 +43,31 @@ def test_own_engine_never_imports_transformers() -> None:
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
-        ("attnviz", ("torch", "transformers", "matplotlib", "rich", "typer")),
-        ("attnviz.errors", ("torch", "numpy", "rich", "typer", "matplotlib", "transformers")),
-        ("attnviz.version", ("torch", "numpy", "rich", "typer", "matplotlib", "transformers")),
-        ("attnviz.heads", ("torch", "numpy", "rich", "typer", "matplotlib", "transformers")),
-        ("attnviz.select", ("torch", "numpy", "rich", "typer", "matplotlib", "transformers")),
-        ("attnviz.pairs", ("torch", "rich", "typer", "matplotlib", "transformers")),
-        ("attnviz.metrics", ("torch", "rich", "typer", "matplotlib", "transformers")),
-        ("attnviz.attention", ("rich", "matplotlib", "typer", "transformers")),
-        ("attnviz.architectures", ("rich", "matplotlib", "typer", "transformers")),
-        ("attnviz.architectures.bert", ("rich", "matplotlib", "typer", "transformers")),
-        ("attnviz.tokens", ("rich", "matplotlib", "typer", "transformers", "torch")),
-        ("attnviz.result", ("rich", "matplotlib", "typer", "transformers", "torch")),
-        ("attnviz.transforms", ("rich", "matplotlib", "typer", "transformers", "torch")),
-        ("attnviz.findings", ("rich", "matplotlib", "typer", "transformers", "torch")),
-        ("attnviz.models", ("rich", "matplotlib", "typer", "transformers", "torch")),
-        ("attnviz.engines", ("rich", "matplotlib", "typer", "transformers", "torch")),
-        ("attnviz.render.terminal", ("transformers", "typer", "torch", "matplotlib")),
-        ("attnviz.render.html", ("transformers", "typer", "torch", "matplotlib", "rich")),
+        ("attnviz", ("torch", "transformers", "matplotlib", "rich", "typer", "textual")),
+        ("attnviz.errors", ("torch", "numpy", "rich", "typer", "matplotlib", "transformers", "textual")),
+        ("attnviz.version", ("torch", "numpy", "rich", "typer", "matplotlib", "transformers", "textual")),
+        ("attnviz.heads", ("torch", "numpy", "rich", "typer", "matplotlib", "transformers", "textual")),
+        ("attnviz.select", ("torch", "numpy", "rich", "typer", "matplotlib", "transformers", "textual")),
+        ("attnviz.pairs", ("torch", "rich", "typer", "matplotlib", "transformers", "textual")),
+        ("attnviz.metrics", ("torch", "rich", "typer", "matplotlib", "transformers", "textual")),
+        ("attnviz.attention", ("rich", "matplotlib", "typer", "transformers", "textual")),
+        ("attnviz.architectures", ("rich", "matplotlib", "typer", "transformers", "textual")),
+        ("attnviz.architectures.bert", ("rich", "matplotlib", "typer", "transformers", "textual")),
+        ("attnviz.tokens", ("rich", "matplotlib", "typer", "transformers", "torch", "textual")),
+        ("attnviz.result", ("rich", "matplotlib", "typer", "transformers", "torch", "textual")),
+        ("attnviz.transforms", ("rich", "matplotlib", "typer", "transformers", "torch", "textual")),
+        ("attnviz.findings", ("rich", "matplotlib", "typer", "transformers", "torch", "textual")),
+        ("attnviz.models", ("rich", "matplotlib", "typer", "transformers", "torch", "textual")),
+        ("attnviz.engines", ("rich", "matplotlib", "typer", "transformers", "torch", "textual")),
+        ("attnviz.render.terminal", ("transformers", "typer", "torch", "matplotlib", "textual")),
+        ("attnviz.render.html", ("transformers", "typer", "torch", "matplotlib", "rich", "textual")),
+        ("attnviz.render.tables", ("transformers", "typer", "torch", "matplotlib", "textual")),
+        ("attnviz.render.image", ("transformers", "typer", "torch", "rich", "textual")),
+        ("attnviz.cli", ("transformers", "torch", "matplotlib", "textual")),
+        ("attnviz.cli.explore", ("transformers", "torch", "matplotlib", "textual")),
+        # The explorer draws with the terminal renderers and reads weights: no model code,
+        # and matplotlib only once a PNG is asked for.
+        ("attnviz.explore", ("transformers", "torch", "matplotlib", "typer")),
     ],
 )
 def test_import_rules(module: str, forbidden: tuple[str, ...]) -> None:

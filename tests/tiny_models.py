@@ -42,6 +42,9 @@ class Spec:
     make_config: Callable[[], Any]
     head: str  # "masked" or "causal": which task-head class saves the checkpoint
     specials: str  # tokenizer style: "bert", "roberta", "gpt2", "llama"
+    # Add noise to every norm weight, bias and sink logit after initialisation: transformers
+    # starts them at 1 or 0, where a wrong formula (w vs 1 + w, a missing bias) cannot show.
+    perturb: bool = False
 
 
 def _encoder(cls_name: str, **extra: Any) -> Callable[[], Any]:
@@ -172,6 +175,216 @@ SPECS: tuple[Spec, ...] = (
     ),
 )
 
+
+def _decoder(cls_name: str, **extra: Any) -> Callable[[], Any]:
+    """A rotary decoder of the later families at odd sizes: hidden 48, 4 query heads of
+    16 dims (4·16 != 48) over 2 key/value heads, 3 layers, intermediate 37."""
+    return _llama_like(cls_name, **{"head_dim": 16, "num_hidden_layers": 3, **extra})
+
+
+# Scaled rotary embeddings (issue 10, part 1), each with parameters that put its
+# frequencies in every regime of its formula for 12- or 16-dim heads.
+ROPE_SPECS: tuple[Spec, ...] = (
+    # llama3 with original context 32: wavelengths 6.3 (kept, < 32/4), 17.7 (smoothed), longer (/ 8).
+    Spec(
+        "llama-rope-llama3",
+        "llama",
+        _llama_like(
+            "LlamaConfig",
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 500.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "llama-rope-linear",
+        "llama",
+        _llama_like("LlamaConfig", rope_parameters={"rope_type": "linear", "rope_theta": 500.0, "factor": 3.0}),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    # Dynamic NTK only changes θ past max_position_embeddings; test_rope.py runs longer inputs.
+    Spec(
+        "llama-rope-dynamic",
+        "llama",
+        _llama_like("LlamaConfig", rope_parameters={"rope_type": "dynamic", "rope_theta": 500.0, "factor": 2.0}),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    # Qwen long context: yarn over an original 16 tokens (cos/sin · 0.1·ln 4 + 1).
+    Spec(
+        "qwen2-rope-yarn",
+        "qwen2",
+        _llama_like(
+            "Qwen2Config",
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 1000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
+
+# Phi-3 long context: fused qkv and gate_up, half the head dims rotary, longrope with an
+# original context of 8 tokens (the test sentences use both the short and the long
+# factors), a sliding window of 5.
+PHI3_SPEC = Spec(
+    "phi3-longrope",
+    "phi3",
+    _llama_like(
+        "Phi3Config",
+        pad_token_id=0,
+        max_position_embeddings=64,
+        original_max_position_embeddings=8,
+        sliding_window=5,
+        rope_parameters={
+            "rope_type": "longrope",
+            "rope_theta": 300.0,
+            "partial_rotary_factor": 0.5,
+            "short_factor": [1.0, 1.3, 2.1],
+            "long_factor": [1.1, 2.5, 5.0],
+        },
+    ),
+    "causal",
+    "llama",
+    perturb=True,
+)
+
+FAMILY_SPECS: tuple[Spec, ...] = (
+    # q/k RMSNorm per head; biases on q/k/v/o; sliding window of 4 from layer 1 on.
+    Spec(
+        "qwen3",
+        "qwen3",
+        _decoder("Qwen3Config", attention_bias=True, use_sliding_window=True, sliding_window=4, max_window_layers=1),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    # Norms after the sub-layers; q/k norms over the full projections; biases.
+    Spec("olmo2", "olmo2", _decoder("Olmo2Config", attention_bias=True), "causal", "llama", perturb=True),
+    PHI3_SPEC,
+    # (1 + w) norms, √E embedding scale, GELU-gated MLP, biases.
+    Spec("gemma", "gemma", _decoder("GemmaConfig", attention_bias=True), "causal", "llama", perturb=True),
+    # Soft-capping at 2 (scores of these weights exceed it), query_pre_attn_scalar 20,
+    # sliding (window 4) / global / sliding layers, the sandwich norms.
+    Spec(
+        "gemma2",
+        "gemma2",
+        _decoder(
+            "Gemma2Config",
+            attention_bias=True,
+            query_pre_attn_scalar=20,
+            attn_logit_softcapping=2.0,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    # q/k norms; local layers θ = 100, the global one θ = 10 000 with linear scaling ×2;
+    # soft-capping switched on too.
+    Spec(
+        "gemma3_text",
+        "gemma3_text",
+        _decoder(
+            "Gemma3TextConfig",
+            attention_bias=True,
+            query_pre_attn_scalar=24,
+            attn_logit_softcapping=3.0,
+            sliding_window=4,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                "full_attention": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
+            },
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
+
+# Mixture of experts (issue 10, part 3): 5 experts, 2 per token.
+MOE_SPECS: tuple[Spec, ...] = (
+    Spec(
+        "mixtral",
+        "mixtral",
+        _decoder("MixtralConfig", num_local_experts=5, num_experts_per_tok=2, sliding_window=6),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    # Layer 1 dense (mlp_only_layers); top-2 weights not renormalised.
+    Spec(
+        "qwen3_moe",
+        "qwen3_moe",
+        _decoder(
+            "Qwen3MoeConfig",
+            attention_bias=True,
+            num_experts=5,
+            num_experts_per_tok=2,
+            moe_intermediate_size=19,
+            mlp_only_layers=[1],
+            norm_topk_prob=False,
+            # Every layer windowed: transformers' Qwen3-MoE ignores max_window_layers.
+            use_sliding_window=True,
+            sliding_window=5,
+            max_window_layers=2,
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
+
+# Learned attention sinks (issue 10, part 5): GPT-OSS with yarn RoPE, alternating
+# sliding (window 4) and global layers, 4 experts, SwiGLU clamped at 1 so the clamp acts.
+SINK_SPECS: tuple[Spec, ...] = (
+    Spec(
+        "gpt_oss",
+        "gpt_oss",
+        _decoder(
+            "GptOssConfig",
+            num_hidden_layers=2,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention"],
+            swiglu_limit=1.0,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 1000.0,
+                "factor": 4.0,
+                "beta_fast": 8.0,
+                "beta_slow": 1.0,
+                "truncate": False,
+                "original_max_position_embeddings": 16,
+            },
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
+
+SPECS = (*SPECS, *ROPE_SPECS, *FAMILY_SPECS, *MOE_SPECS, *SINK_SPECS)
+
 SPECS_BY_NAME = {spec.name: spec for spec in SPECS}
 
 
@@ -230,6 +443,11 @@ def save_tiny(spec: Spec, directory: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     auto = AutoModelForCausalLM if spec.head == "causal" else AutoModelForMaskedLM
     model = auto.from_config(config, attn_implementation="eager")
+    if spec.perturb:
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if param.ndim == 1 or name.endswith(("bias", "sinks")):
+                    param.add_(0.3 * torch.randn_like(param))
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     build_tokenizer(spec.specials).save_pretrained(directory)

@@ -44,10 +44,12 @@ class AttnModel(nn.Module):
     num_kv_heads: int
     causal: bool
     max_positions: int | None
+    # Learned per-head sink logits: the weights of a row sum to 1 - the sink's share.
+    attention_sinks: bool = False
 
     @property
     def shape(self) -> ModelShape:
-        return ModelShape(self.num_layers, self.num_heads, self.num_kv_heads, self.causal)
+        return ModelShape(self.num_layers, self.num_heads, self.num_kv_heads, self.causal, self.attention_sinks)
 
     def forward(  # pragma: no cover - interface
         self,

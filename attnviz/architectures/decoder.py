@@ -1,4 +1,4 @@
-"""What the decoder families (GPT-2, Llama/Mistral/Qwen2) share: the pre-norm block
+"""What the decoder families (GPT-2, the Llama-like rotary families) share: the pre-norm block
 and the causal stack around it.
 
     x = x + MultiHeadAttention(Norm_1(x))     (causal: token i sees tokens 0..i)
@@ -59,6 +59,11 @@ class DecoderModel(AttnModel):
         ``x`` (B, S, E) is the embedded input, for its dtype and device."""
         return None
 
+    def qk_transforms(self, input_ids: Tensor, x: Tensor) -> Sequence[QKTransform | None]:
+        """One q/k transform per layer; ``qk_transform``'s in every layer unless a family
+        overrides this (Gemma 3 rotates local and global layers with different bases)."""
+        return [self.qk_transform(input_ids, x)] * self.num_layers
+
     def forward(
         self,
         input_ids: Tensor,
@@ -76,7 +81,7 @@ class DecoderModel(AttnModel):
         """
         # 1. Token (and, for GPT-2, position) embeddings.
         x = self.embed(input_ids)  # (B, S, E)
-        qk = self.qk_transform(input_ids, x)
+        qk = self.qk_transforms(input_ids, x)  # one per layer
         # 2. One mask per distinct window: causal, limited to the window, and never to
         #    padding. Described, not materialised: (S, S) booleans are 1 GiB at 32k tokens.
         padding = None if attention_mask is None else attention_mask.bool()  # (B, S)
@@ -86,7 +91,7 @@ class DecoderModel(AttnModel):
         last = self.num_layers - 1 if max_layer is None else max_layer
         requests = self.row_requests(last, layers, queries, fused)
         for layer in range(last + 1):
-            x, weights = self.blocks[layer](x, masks[self.windows[layer]], qk, requests[layer])
+            x, weights = self.blocks[layer](x, masks[self.windows[layer]], qk[layer], requests[layer])
             attentions.append(weights)
         # 4. The final norm belongs to the output of the whole stack.
         if last == self.num_layers - 1:

@@ -121,6 +121,11 @@ def hint_for(exc: AttnvizError) -> str | None:
         if not fit:
             return "shorten the sentence, or export a .png/.svg/.pdf"
         return "keep one layer, e.g. --layer 0" if fit == 1 else f"keep at most {fit} layers, e.g. --layer 0-{fit - 1}"
+    if reason == "pixels":  # an image over render.image.MAX_PIXELS: facts ``largest`` (the dpi that fits)
+        largest = int(facts["largest"])
+        if facts.get("command") == "show":  # show --png has no --dpi
+            return f"draw fewer layers or heads (--layer, --heads), or use attnviz export --dpi {largest}"
+        return f"use --dpi {largest} or less, or draw fewer layers or heads (--layer, --heads) or a smaller --figsize"
     if isinstance(exc, ModelNotFoundError) and reason == "offline":
         return "when offline, pass a local checkpoint directory with --model DIR"
     if type(exc).__name__ == "MemoryBudgetError":  # attnviz.memory: not imported for --help
@@ -177,7 +182,7 @@ def _main(
 
 
 # The commands register themselves on ``app`` when imported.
-from . import check, compare, export, heads, show  # noqa: E402,F401
+from . import check, compare, explore, export, heads, show  # noqa: E402,F401
 
 
 def main() -> None:

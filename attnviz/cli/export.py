@@ -43,6 +43,8 @@ from .options import (
 )
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from ..engines import Engine
     from ..result import Attention
     from ..select import Query
@@ -221,14 +223,24 @@ def _style(
         raise UsageError(str(exc), hint="see attnviz export --help for --figsize, --fontsize and --vmax") from None
 
 
-def write_token_image(
-    att: Attention, queries: Sequence[int], path: Path, dpi: int, style: FigureStyle | None = None
-) -> None:
-    """The token view of ``queries[0]`` (a split word: the mean of its pieces' rows)."""
-    from ..render.image import save_figure, token_figure
+def token_image(att: Attention, queries: Sequence[int], dpi: int, style: FigureStyle | None = None) -> Figure:
+    """The token view of ``queries[0]`` (a split word: the mean of its pieces' rows),
+    checked against the pixel budget at ``dpi`` (nothing is drawn yet)."""
+    from ..render.image import check_pixels, token_figure
 
     if len(queries) > 1:
         # One figure per token would multiply files.
         sys.stderr.write(f"note: the image shows the first of {len(queries)} tokens; export the others one by one\n")
-    save_figure(token_figure(att, queries[0], style=style), path, dpi)
+    fig = token_figure(att, queries[0], style=style)
+    check_pixels(fig, dpi)
+    return fig
+
+
+def write_token_image(
+    att: Attention, queries: Sequence[int], path: Path, dpi: int, style: FigureStyle | None = None
+) -> None:
+    """Write the token view of ``queries[0]`` to ``path``."""
+    from ..render.image import save_figure
+
+    save_figure(token_image(att, queries, dpi, style), path, dpi)
     wrote(path)

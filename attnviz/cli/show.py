@@ -84,7 +84,7 @@ def show(
         from ..errors import UsageError
         from ..result import check_writable
         from ..select import parse_layers
-        from .export import write_token_image
+        from .export import token_image
 
         # Before any model work: a typo should cost nothing.
         if png is not None:
@@ -114,6 +114,15 @@ def show(
         layers = parse_layers(layer, eng.num_layers)
         att = read(tokens, eng, layers, groups, view, max_memory=limit)
         positions = _query_positions(att, groups)
+        figure = None
+        if png is not None:  # laid out and held to the pixel budget before any output
+            from ..render import DEFAULT_DPI, FigureStyle
+
+            try:
+                figure = token_image(att, positions, DEFAULT_DPI, FigureStyle(heads=picked))
+            except UsageError as exc:
+                exc.facts.setdefault("command", "show")  # for the hint: show has no --dpi
+                raise
         if npz is not None:
             att.save_npz(npz)
             wrote(npz)
@@ -129,10 +138,12 @@ def show(
             console = stdout_console()
             with paged(console, not no_pager):
                 render_show(att, positions, console, values=values, heads=picked)
-        if png is not None:
-            from ..render import DEFAULT_DPI, FigureStyle
+        if png is not None and figure is not None:
+            from ..render import DEFAULT_DPI
+            from ..render.image import save_figure
 
-            write_token_image(att, positions, png, DEFAULT_DPI, FigureStyle(heads=picked))
+            save_figure(figure, png, DEFAULT_DPI)
+            wrote(png)
 
 
 def _query_positions(att: Attention, groups: list[tuple[int, ...]]) -> list[int]:

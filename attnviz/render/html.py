@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
-from ..heads import head_label, structure_notes
+from ..heads import head_label
 from ..result import Attention, atomic_write, check_writable
 from ..tokens import Tokens
 from ..transforms import word_groups  # the CLI's word rule, so the page's words are its words
@@ -182,7 +182,7 @@ def page_data(att: Attention, query: int | None = None, view: str = "head", laye
         "layers": list(att.layers),
         "heads": [head_label(h, p.num_heads, p.num_kv_heads) for h in range(att.num_heads)],
         "causal": p.causal,
-        "notes": structure_notes(p.causal, p.num_heads, p.num_kv_heads),
+        "notes": p.shape.notes(),  # causal, grouped-query, learned attention sinks
         "provenance": {
             "model": p.model,
             "architecture": p.architecture,

@@ -44,7 +44,12 @@ MASKED = "#d0d0d0"  # light grey: not on the viridis ramp, so a masked cell neve
 _MAX_LABEL = 14  # characters; longer token labels are cut with "…"
 _MAX_GRID_W = 15.0  # the panels' total width never exceeds this
 _MIN_CELL = 0.03
+_MIN_MATRIX_CELL = 0.01  # the matrix view's cells may be smaller: a matrix reads as a texture
+_MIN_FIXED_CELL = 0.005  # with a fixed figure size (style.figsize), cells may shrink this far
 _COLORBAR_IN = 0.14
+# The largest image drawn: 100 million pixels, a 400 MB RGBA buffer (an unbounded --dpi
+# on a 500-token matrix asked matplotlib for 11 GB).
+MAX_PIXELS = 100_000_000
 
 
 def _line_in(pt: float) -> float:
@@ -88,6 +93,10 @@ class _Grid:
     @property
     def grid_h(self) -> float:
         return self.nrows * self.panel_h + (self.nrows - 1) * self.vgap
+
+
+# Models with learned sink logits (GPT-OSS): no row of their weights sums to 1.
+_SINK_NOTE = "learned sinks: rows sum to 1 - the logit sink"
 
 
 def _slots(att: Attention, style: FigureStyle) -> list[int]:
@@ -154,13 +163,24 @@ def token_figure(
     ncols = min(len(layers), 3 if n_tok <= 20 else 2 if n_tok <= 40 else 1)
     nrows = math.ceil(len(layers) / ncols)
     head_names = [att.head_name(h) for h in slots]
-    short = [_short(s) for s in labels]
+    ylabel_w = _char_in(pt) * max(len(s) for s in head_names) + 0.12
+    xlabel_h = _char_in(pt) * max(len(_short(s)) for s in labels) + 0.12
     span = att.query_span(slot)
+    span_cols = [cols.index(i) for i in span if i in cols]  # the chosen token(s), as columns
+    # Longer texts than the widest figure holds at the smallest cell: blocks of tokens, summed.
+    across, _ = _capacity(nrows, ncols, square=False, ylabel_w=ylabel_w, xlabel_h=xlabel_h, hgap=0.12, style=style)
+    block = math.ceil(n_tok / across)
+    short = _block_labels(labels, block, span_cols)
+    unit = "word" if att.key_pieces else "token"
     subtitle = (
         f"{p.model} · engine {p.engine} · {_layers_text(layers)} · "
-        f"{' '.join(att.tokens.labels[i] for i in span)!r} → each {'word' if att.key_pieces else 'token'}, per head"
-        + _steps_text(att)
+        f"{' '.join(att.tokens.labels[i] for i in span)!r} → each {unit}, per head" + _steps_text(att)
     )
+    if p.attention_sinks and not att.hidden:
+        # Before the longer notes: a subtitle is cut after two lines.
+        subtitle = subtitle.replace(f"engine {p.engine} · ", f"engine {p.engine} · {_SINK_NOTE} · ", 1)
+    if block > 1:
+        subtitle += f" · binned: each cell sums the weights of {block} {unit}s ({n_tok} in all)"
     if p.causal:
         subtitle += " · causal: later tokens masked (grey)"
     # One layer fits a paper's text column unless a size is given.
@@ -168,11 +188,11 @@ def token_figure(
     grid, head, sub = _layout(
         nrows,
         ncols,
-        n_x=n_tok,
+        n_x=len(short),
         n_y=n_rows,
         cell_h=0.16 * pt / DEFAULT_FONT_PT,
-        ylabel_w=_char_in(pt) * max(len(s) for s in head_names) + 0.12,
-        xlabel_h=_char_in(pt) * max(len(s) for s in short) + 0.12,
+        ylabel_w=ylabel_w,
+        xlabel_h=xlabel_h,
         hgap=0.12,
         sentence=att.tokens.text,
         subtitle=subtitle,
@@ -182,12 +202,13 @@ def token_figure(
     fig = _figure(grid)
     if style.title:
         _title(fig, grid, head, sub, pt)
-    future = np.array(cols) > max(span) if p.causal else None  # (S',)
-    data = [rows[att.layer_slot(layer)][slots][:, cols] for layer in layers]  # each (H', S')
+    # (S'/block,): a block is masked only when every token in it is in the future.
+    future = _bin_all((np.array(cols) > max(span))[None, :], 1, block)[0] if p.causal else None
+    data = [_bin(rows[att.layer_slot(layer)][slots][:, cols], 1, block) for layer in layers]  # each (H', S'/block)
     shown = [d if future is None else np.ma.masked_array(d, np.broadcast_to(future, d.shape)) for d in data]
     vmax = _vmax(style, shown)
-    bold = tuple(cols.index(i) for i in span if i in cols)
-    dim = tuple(att.tokens.special[i] for i in cols)
+    bold = tuple(sorted({c // block for c in span_cols}))
+    dim = tuple(_bin_all(np.array([att.tokens.special[i] for i in cols])[None, :], 1, block)[0])  # all special
     image: AxesImage | None = None
     for i, (layer, d) in enumerate(zip(layers, data)):
         ax = fig.add_axes(grid.rect(i))
@@ -229,19 +250,27 @@ def matrix_figure(
     # labels) rather than grow the page past _MAX_GRID_W in either direction.
     ncols = math.ceil(math.sqrt(n_panels))
     nrows = math.ceil(n_panels / ncols)
-    short = [_short(labels[i]) for i in cols]
-    q_short = [_short(labels[q]) for q in att.queries]
-    label_in = _char_in(pt) * max(len(s) for s in [*short, *q_short]) + 0.12
-    subtitle = f"{p.model} · engine {p.engine} · layer {layer} · each head: query (row) → key (column)" + _steps_text(
-        att
-    )
+    label_in = _char_in(pt) * max(len(_short(labels[i])) for i in [*cols, *att.queries]) + 0.12
+    # More tokens than the largest page holds at the smallest cell: blocks of keys (summed)
+    # and of queries (averaged), so a cell is still a share of one query's attention. The
+    # same block size both ways keeps the cells square and the diagonal a diagonal.
+    across, down = _capacity(nrows, ncols, square=True, ylabel_w=label_in, xlabel_h=label_in, hgap=0.1, style=style)
+    kb, qb = math.ceil(n_tok / min(across, down)), math.ceil(n_q / min(across, down))
+    hl_slots = [att.query_slot(q) for q in highlight]  # raises for a highlight that is not a kept query
+    short = _block_labels([labels[i] for i in cols], kb)
+    q_short = _block_labels([labels[q] for q in att.queries], qb, hl_slots)
+    sinks = f"{_SINK_NOTE} · " if p.attention_sinks and not att.hidden else ""
+    subtitle = f"{p.model} · engine {p.engine} · {sinks}layer {layer} · each head: query (row) → key (column)"
+    subtitle += _steps_text(att)
+    if kb > 1 or qb > 1:
+        subtitle += f" · binned: a cell sums {kb} keys' weights, averaged over {qb} queries ({n_q} × {n_tok} in all)"
     if p.causal:
         subtitle += " · causal: the masked (grey) upper triangle is future tokens"
     grid, head, sub = _layout(
         nrows,
         ncols,
-        n_x=n_tok,
-        n_y=n_q,
+        n_x=len(short),
+        n_y=len(q_short),
         cell_h=None,
         ylabel_w=label_in,
         xlabel_h=label_in,
@@ -254,10 +283,16 @@ def matrix_figure(
     fig = _figure(grid)
     if style.title:
         _title(fig, grid, head, sub, pt)
-    # (Q, S'): True where query queries[q] may not see key cols[s].
+    # (Q, S'): True where query queries[q] may not see key cols[s]; binned, a cell is grey
+    # only when every weight in it is masked.
     mask = np.array(cols)[None, :] > np.array(att.queries)[:, None] if p.causal else None
-    rows_hl = [att.query_slot(q) for q in highlight]
-    data = [mats[h][:, cols] for h in slots]
+    if mask is not None:
+        mask = _bin_all(mask, qb, kb)
+    rows_hl = sorted({r // qb for r in hl_slots})
+    data = [_bin(mats[h][:, cols], qb, kb) for h in slots]  # each (Q/qb, S'/kb)
+    special = np.array(att.tokens.special)
+    dim_k = tuple(_bin_all(special[cols][None, :], 1, kb)[0])
+    dim_q = tuple(_bin_all(special[list(att.queries)][None, :], 1, qb)[0])
     vmax = _vmax(style, [d if mask is None else np.ma.masked_array(d, mask) for d in data])
     image: AxesImage | None = None
     for i, (h, d) in enumerate(zip(slots, data)):
@@ -265,9 +300,8 @@ def matrix_figure(
         image = _heatmap(ax, d, mask, style, vmax)
         ax.set_title(att.head_name(h), fontsize=pt, pad=3, loc="left")
         for r in rows_hl:
-            ax.add_patch(Rectangle((-0.5, r - 0.5), n_tok, 1, fill=False, edgecolor="#ff3030", linewidth=1.0))
-        _ticks(ax, "x", short, grid.cell_w, pt, show=i + ncols >= n_panels, dim=[att.tokens.special[c] for c in cols])
-        dim_q = tuple(att.tokens.special[q] for q in att.queries)
+            ax.add_patch(Rectangle((-0.5, r - 0.5), len(short), 1, fill=False, edgecolor="#ff3030", linewidth=1.0))
+        _ticks(ax, "x", short, grid.cell_w, pt, show=i + ncols >= n_panels, dim=dim_k)
         _ticks(ax, "y", q_short, grid.cell_h, pt, show=i % ncols == 0, bold=tuple(rows_hl), dim=dim_q)
     assert image is not None  # a model has at least one head
     _colorbar(fig, grid, image, pt)
@@ -285,15 +319,41 @@ PAPER_RC: Any = {  # Any: matplotlib types rc keys as literals
 }
 
 
+def check_pixels(fig: Figure, dpi: int) -> None:
+    """Refuse a figure that at ``dpi`` would have more than MAX_PIXELS pixels.
+
+    The Agg canvas allocates width × height × 4 bytes when it draws (for SVG and PDF too,
+    for the panels' rasters), so this runs before anything is drawn.
+
+    Raises:
+        UsageError: over the budget; facts ``reason`` "pixels" and ``largest``, the
+            largest dpi that fits.
+    """
+    width, height = fig.get_size_inches()
+    pixels = (width * dpi) * (height * dpi)
+    if pixels > MAX_PIXELS:
+        largest = int(math.sqrt(MAX_PIXELS / (width * height)))
+        raise UsageError(
+            f"at {dpi} dpi the image would be {width * dpi:.0f} × {height * dpi:.0f} pixels "
+            f"({pixels / 1e6:.0f} megapixels; the limit is {MAX_PIXELS / 1e6:.0f})",
+            hint=f"use a dpi of at most {largest}",
+            reason="pixels",
+            largest=largest,
+        )
+
+
 def save_figure(fig: Figure, path: Path, dpi: int = DEFAULT_DPI) -> None:
     """Write ``fig`` to ``path`` in the format its extension names, atomically.
 
     Raises:
         OutputError: the extension is not .png/.svg/.pdf, or the file cannot be written.
+        UsageError: the dpi is out of range, or the figure at that dpi has more than
+            MAX_PIXELS pixels (``check_pixels``, before anything is drawn).
     """
     path = check_writable(Path(path), IMAGE_FORMATS)
     if not 10 <= dpi <= 2400:
         raise UsageError(f"dpi {dpi} is out of range", hint="use a dpi between 10 and 2400 (e.g. 150 or 300)")
+    check_pixels(fig, dpi)
     fmt = path.suffix.lower().lstrip(".")
 
     def write(tmp: Path) -> None:
@@ -306,6 +366,63 @@ def save_figure(fig: Figure, path: Path, dpi: int = DEFAULT_DPI) -> None:
             fig.savefig(tmp, format=fmt, dpi=dpi, metadata=metadata)
 
     atomic_write(path, write)
+
+
+# --- binning long inputs --------------------------------------------------------
+
+
+def _bin(data: np.ndarray, row_block: int, col_block: int) -> np.ndarray:
+    """(R, C) -> (⌈R/row_block⌉, ⌈C/col_block⌉): each block of columns (keys) summed,
+    each block of rows (queries) averaged, so a cell stays a share of one query's
+    attention (0..1) and a row of cells still sums to 1."""
+    if row_block == col_block == 1:
+        return data
+    rows, cols = data.shape
+    summed = np.add.reduceat(data, np.arange(0, cols, col_block), axis=1)  # (R, C')
+    totals = np.add.reduceat(summed, np.arange(0, rows, row_block), axis=0)  # (R', C')
+    counts = np.diff(np.r_[np.arange(0, rows, row_block), rows])  # rows in each block
+    return (totals / counts[:, None]).astype(data.dtype, copy=False)
+
+
+def _bin_all(flags: np.ndarray, row_block: int, col_block: int) -> np.ndarray:
+    """(R, C) booleans -> True where every flag in the block is True."""
+    if row_block == col_block == 1:
+        return flags
+    rows, cols = flags.shape
+    by_cols = np.logical_and.reduceat(flags, np.arange(0, cols, col_block), axis=1)
+    return np.logical_and.reduceat(by_cols, np.arange(0, rows, row_block), axis=0)
+
+
+def _block_labels(labels: Sequence[str], block: int, keep: Sequence[int] = ()) -> list[str]:
+    """One short label per block of ``block`` labels: its first, or the first of ``keep``
+    (a chosen token's position) that falls in it, so the chosen token keeps its name."""
+    shown = [_short(labels[i]) for i in range(0, len(labels), block)]
+    for k in sorted(keep, reverse=True):
+        shown[k // block] = _short(labels[k])
+    return shown
+
+
+def _capacity(
+    nrows: int, ncols: int, *, square: bool, ylabel_w: float, xlabel_h: float, hgap: float, style: FigureStyle
+) -> tuple[int, int]:
+    """The most cells one panel can hold across and down at the smallest cell size.
+
+    The room is what the largest figure leaves for panels: _MAX_GRID_W each way (a
+    one-layer figure grows past the paper column before it bins), or exactly
+    ``style.figsize`` less its margins (the title assumed at its longest, 2 + 3 lines).
+    ``down`` is for square cells (the matrix view); the token view's head rows are not binned.
+    """
+    smallest = _smallest(style, square)
+    room_w = room_h = _MAX_GRID_W
+    if style.figsize:
+        left, bottom, right, vgap = _margins(style.fontsize, ylabel_w, xlabel_h)
+        room_w = style.figsize[0] - left - right - (ncols - 1) * hgap
+        top = _top(style, 2, 3)
+        room_h = style.figsize[1] - top - bottom - (nrows - 1) * vgap
+    # A hair over the quotient, so that e.g. 15 / 0.02 is 750 cells, not 749.
+    across = max(1, math.floor(room_w / (ncols * smallest) + 1e-9))
+    down = max(1, math.floor(room_h / (nrows * smallest) + 1e-9))
+    return across, down
 
 
 # --- layout helpers -----------------------------------------------------------
@@ -340,25 +457,20 @@ def _layout(
     """
     pt = style.fontsize
     title_pt, sub_pt = pt * 1.25, pt * 0.95
-    left = ylabel_w + 0.1
-    bottom = xlabel_h + 0.1
-    right = 0.12 + _COLORBAR_IN + _char_in(pt) * 4 + _line_in(pt) + 0.1  # gap, bar, tick labels, caption
-    vgap = _line_in(pt) + 0.1  # room for each panel's title
+    left, bottom, right, vgap = _margins(pt, ylabel_w, xlabel_h)
     side = left + right + (ncols - 1) * hgap
     room_w = (max_w - side) if max_w is not None else _MAX_GRID_W
-    smallest = 0.005 if style.figsize else _MIN_CELL if cell_h is not None else 0.01
+    smallest = _smallest(style, cell_h is None)
     cell_w = max(smallest, min(0.26 if cell_h is not None else 0.16, room_w / max(n_x * ncols, 1)))
     if cell_h is None:  # square cells, and a square-ish page
         cell_w = min(cell_w, max(smallest, _MAX_GRID_W / max(n_y * nrows, 1)))
     # At least 6 in wide, for a readable title line (still inside a 6.3 in column).
     width = style.figsize[0] if style.figsize else max(left + ncols * n_x * cell_w + (ncols - 1) * hgap + right, 6.0)
     head = sub = []
-    top = 0.08
     if style.title:
         head = textwrap.wrap(f"“{sentence.strip()}”", _fit(width, title_pt), max_lines=2, placeholder=" …”")
         sub = textwrap.wrap(subtitle, _fit(width, sub_pt), max_lines=3, placeholder=" …")
-        top = 0.12 + _lines_in(len(head), title_pt) + 0.06 + _lines_in(len(sub), sub_pt)
-    top += vgap + 0.02
+    top = _top(style, len(head), len(sub))
     h_cell = cell_w if cell_h is None else cell_h
     if style.figsize:
         room_h = style.figsize[1] - top - bottom - (nrows - 1) * vgap
@@ -372,6 +484,29 @@ def _layout(
     if style.figsize:
         grid = dataclasses.replace(grid, bottom=max(bottom, height - top - grid.grid_h))
     return grid, head, sub
+
+
+def _margins(pt: float, ylabel_w: float, xlabel_h: float) -> tuple[float, float, float, float]:
+    """(left, bottom, right, vgap) in inches around and between the panels."""
+    left = ylabel_w + 0.1
+    bottom = xlabel_h + 0.1
+    right = 0.12 + _COLORBAR_IN + _char_in(pt) * 4 + _line_in(pt) + 0.1  # gap, bar, tick labels, caption
+    vgap = _line_in(pt) + 0.1  # room for each panel's title
+    return left, bottom, right, vgap
+
+
+def _smallest(style: FigureStyle, square: bool) -> float:
+    """The smallest cell, in inches: a fixed-size figure's, a matrix's, or a token row's."""
+    return _MIN_FIXED_CELL if style.figsize else _MIN_MATRIX_CELL if square else _MIN_CELL
+
+
+def _top(style: FigureStyle, head_lines: int, sub_lines: int) -> float:
+    """Inches above the panels: the title's lines (when drawn) and the first panel title."""
+    pt = style.fontsize
+    top = 0.08
+    if style.title:
+        top = 0.12 + _lines_in(head_lines, pt * 1.25) + 0.06 + _lines_in(sub_lines, pt * 0.95)
+    return top + _line_in(pt) + 0.1 + 0.02
 
 
 def _fit(width: float, points: float) -> int:

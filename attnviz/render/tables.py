@@ -108,8 +108,10 @@ def head_rows_table(
     def header(name: str, ascending: bool = False) -> str:
         return name + (" ▲" if ascending else " ▼") if name == marked else name
 
-    # layer, head, targets, entropy ▲, four shares, dist: each plus one space.
-    fixed = 6 + 5 + sum(max(len(w) + 2, 5) for w in targets) + 10 + 4 * 5 + 6
+    # Models with learned sink logits (GPT-OSS): the share of each row that no token got.
+    logit_sink = any(row.sink_logit is not None for row in rows)
+    # layer, head, targets, entropy ▲, four shares, dist (, logit sink): each plus one space.
+    fixed = 6 + 5 + sum(max(len(w) + 2, 5) for w in targets) + 10 + 4 * 5 + 6 + (11 if logit_sink else 0)
     stacked = _stack([rows], fixed, width)
     table = _table()
     table.add_column("layer", justify="right", no_wrap=True)
@@ -121,6 +123,8 @@ def head_rows_table(
     for name in ("sink", "self", "prev", "next"):
         table.add_column(header(name), justify="right", no_wrap=True)
     table.add_column(header("dist"), justify="right", no_wrap=True)
+    if logit_sink:
+        table.add_column("logit sink", justify="right", no_wrap=True)
     for row in rows:
         table.add_row(
             str(row.layer),
@@ -130,6 +134,7 @@ def head_rows_table(
             _num(row.entropy),
             *(_num(share) for share in (row.sink, row.self_share, row.prev, row.next)),
             _num(row.distance, 1),
+            *([_num(row.sink_logit) if row.sink_logit is not None else "-"] if logit_sink else []),
         )
     return _titled(title, table)
 

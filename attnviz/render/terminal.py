@@ -102,9 +102,12 @@ def token_heatmap(
     color: bool = True,
     width: int = 120,
     heads: Sequence[int] | None = None,
+    selected: int | None = None,
 ) -> RenderableType:
     """One layer: rows = heads (then any aggregate slots), columns = tokens (or words),
     cell = weight of ``query`` -> token.
+
+    ``selected``: a head slot whose label is shown reversed with a ▸ (the explorer's cursor).
 
     The strongest target of each row is marked with ◆ and named in the second column.
     Tokens set aside (``att.hidden``) are left out. For causal models, tokens after the
@@ -121,13 +124,18 @@ def token_heatmap(
     p = att.provenance
     cell_w = 5 if values else 3
     names = [att.head_name(h) for h in slots]
-    head_w = max(len(n) for n in names)
+    head_w = max(len(n) for n in names) + (selected is not None)
+    # Learned sink logits: the share no token received (NaN where it is not defined).
+    sink = att.sink_share()[att.layer_slot(layer), :, slot] if p.attention_sinks else None  # (H,)
 
     def tops_for(cut: int) -> list[str]:
         out = []
         for h in slots:
             best = max(cols, key=lambda i: (rows[h, i], -i))
-            out.append(f" {_cut(labels[best], cut)} {rows[h, best]:.2f}")
+            top = f" {_cut(labels[best], cut)} {rows[h, best]:.2f}"
+            if sink is not None and not np.isnan(sink[h]):
+                top += f" · logit sink {sink[h]:.2f}"
+            out.append(top)
         return out
 
     # Whole labels unless cutting them saves a block (a wrap) on this terminal.
@@ -146,6 +154,8 @@ def token_heatmap(
     title = f"layer {layer} · {who!r} ({where}) → each {kind}"
     if p.causal:
         title += f" · causal: later {kind}s ({MASKED}) are masked"
+    if p.attention_sinks and not att.hidden:
+        title += " · rows sum to 1 - the logit sink"
     tables: list[RenderableType] = []
     column_widths = [widths[i] for i in cols]
     for chunk in _chunks(column_widths, max(width - head_w - top_w - 2, 20)):
@@ -172,13 +182,75 @@ def token_heatmap(
         for k, h in enumerate(slots):
             row = rows[h]
             best = max(cols, key=lambda i: (row[i], -i))
-            style = "dim" if h < att.model_heads else "dim italic"
-            cells: list[RenderableType] = [Text(names[k] + " ", style=style), Text(tops[k] if first else "")]
+            if h == selected:  # reversed and marked, so the cursor shows without colour too
+                name = Text("▸" + names[k] + " ", style="bold reverse")
+            else:
+                name = Text(names[k] + " ", style="dim" if h < att.model_heads else "dim italic")
+            cells: list[RenderableType] = [name, Text(tops[k] if first else "")]
             for c in chunk:
                 i = cols[c]
                 masked = p.causal and i > max(span)
                 cells.append(
                     _cell(float(row[i]), widths[i], strongest=i == best, values=values, color=color, masked=masked)
+                )
+            table.add_row(*cells)
+        tables.append(table)
+    return Group(*tables, Text(""))
+
+
+def matrix_heatmap(
+    att: Attention,
+    layer: int,
+    head: int,
+    *,
+    query: int | None = None,
+    values: bool = False,
+    color: bool = True,
+    width: int = 120,
+) -> RenderableType:
+    """One head slot's query × key matrix: rows = kept query tokens (or words), columns =
+    tokens (those set aside, ``att.hidden``, left out).
+
+    Each row's strongest target is marked with ◆; the row of ``query`` (if given) is
+    labelled reversed with a ▸. For causal models a query's later tokens show as -.
+    """
+    mat = att.matrix(layer)[head]  # (Q, S)
+    labels = att.tokens.labels
+    hidden = set(att.hidden)
+    cols = [i for i in range(len(att.tokens)) if i not in hidden]
+    p = att.provenance
+    cell_w = 5 if values else 3
+    widths = [max(cell_w, min(len(labels[i]), _CUT_LABEL)) for i in cols]
+    names = [_cut(labels[q], 10) for q in att.queries]
+    row_w = max(len(n) for n in names) + 2
+    kind = "word" if att.key_pieces is not None else "token"
+    title = f"layer {layer} · {att.head_name(head)} · each {kind} (row) → each {kind} (column)"
+    if p.causal:
+        title += f" · causal: later {kind}s ({MASKED}) are masked"
+    # The title on its own line: as a Table title it would wrap at a narrow table's width.
+    tables: list[RenderableType] = [Text(title)]
+    for chunk in _chunks(widths, max(width - row_w - 1, 20)):
+        table = Table(box=None, padding=(0, 0), pad_edge=False, collapse_padding=True, show_edge=False, header_style="")
+        table.add_column("", justify="right", no_wrap=True, width=row_w)
+        for c in chunk:
+            i = cols[c]
+            style = "bold" if i == query else ("dim" if att.tokens.special[i] else "")
+            table.add_column(
+                Text(_cut(labels[i], widths[c]), style=style), justify="center", no_wrap=True, width=widths[c] + 1
+            )
+        for slot, q in enumerate(att.queries):
+            row = mat[slot]  # (S,)
+            best = max(cols, key=lambda i: (row[i], -i))
+            if q == query:
+                name = Text("▸" + names[slot] + " ", style="bold reverse")
+            else:
+                name = Text(names[slot] + " ", style="dim" if att.tokens.special[q] else "")
+            cells: list[RenderableType] = [name]
+            for c in chunk:
+                i = cols[c]
+                masked = p.causal and i > q
+                cells.append(
+                    _cell(float(row[i]), widths[c], strongest=i == best, values=values, color=color, masked=masked)
                 )
             table.add_row(*cells)
         tables.append(table)

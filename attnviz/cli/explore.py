@@ -1,0 +1,84 @@
+"""attnviz explore: the terminal explorer over one loaded model (textual, in attnviz.explore)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..render import DEFAULT_DPI
+from . import app, errors
+from .common import load, query_from
+from .options import DebugOpt, DeviceOpt, EngineName, EngineOpt, LayerOpt, ModelOpt, Occurrence, Sentence
+
+StartTokenOpt = Annotated[
+    str | None, typer.Option("--token", "-t", metavar="WORD", help="Word to start on (default: the first word).")
+]
+StartIndexOpt = Annotated[
+    int | None, typer.Option("--index", "-i", metavar="K", help="Raw token position to start on (0-based).")
+]
+ExportDirOpt = Annotated[
+    Path,
+    typer.Option(
+        "--export-dir", metavar="DIR", help="Where the e key writes PNG files [default: .].", show_default=False
+    ),
+]
+
+
+@app.command()
+def explore(
+    sentence: Sentence,
+    token: StartTokenOpt = None,
+    occurrence: Occurrence = None,
+    index: StartIndexOpt = None,
+    model: ModelOpt = None,
+    engine: EngineOpt = EngineName.own,
+    layer: LayerOpt = "all",
+    device: DeviceOpt = "auto",
+    export_dir: ExportDirOpt = Path("."),
+    debug: DebugOpt = False,
+) -> None:
+    """Explore a sentence's attention in the terminal: the model loads once, then keys move
+    the token (←/→), the layer (↑/↓) and the head (the bracket keys), switch views (v), run a
+    new sentence (/), export the view to PNG (e); ? lists every key, q quits.
+
+    Example: attnviz explore "The animal didn't cross the street because it was too tired" --token it
+    """
+    with errors(debug):
+        from ..errors import UsageError
+
+        # Everything a user can get wrong without a model, before loading one.
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            raise UsageError(
+                "attnviz explore is interactive and needs a terminal",
+                hint="for a pipe or a file use attnviz show, compare or export",
+            )
+        if not export_dir.is_dir():
+            raise UsageError(f"--export-dir {str(export_dir)!r} is not a directory", hint="create it first")
+        query = query_from(token, occurrence, index, required=False)
+        eng = load(sentence, model, engine.value, device)
+
+        from ..explore import ExploreApp, runner
+        from ..select import parse_layers
+
+        tokens = eng.tokenize(sentence)
+        start = query.resolve(tokens)[0] if query is not None else None
+        run = runner(eng, parse_layers(layer, eng.num_layers))
+        try:
+            att = run(tokens)
+        except UsageError as exc:
+            if exc.facts.get("reason") != "explore_size":
+                raise
+            raise UsageError(exc.message, hint="pick layers with --layer N or A-B, or shorten the sentence") from None
+        explorer = ExploreApp(att, run, query=start, export_dir=export_dir, dpi=DEFAULT_DPI)
+        if "transformers" in sys.modules:
+            # Its log handler holds the real stderr, past textual's capture: a warning during a
+            # forward pass (--engine hf) would be written across the screen.
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.set_verbosity_error()
+        explorer.run()
+        if explorer.return_code:  # textual has printed what went wrong
+            raise typer.Exit(explorer.return_code)

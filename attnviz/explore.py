@@ -1,0 +1,744 @@
+"""The terminal explorer (``attnviz explore``): one loaded model, keys to move through
+tokens, layers, heads and views. textual lives here alone; only the CLI imports this.
+
+The app takes data, never a model: an ``Attention`` with every query row (the whole
+L×H×S×S of the kept layers) and a function that runs a new sentence through the model
+the CLI has already loaded. Every keypress is answered from memory: the weights are all
+there, a query token's per-head metrics are computed once, and each drawn view is kept,
+so moving back and forth costs a dictionary lookup and a repaint (bench/explore_latency.py).
+The two slow things, a new forward pass (``/``) and an image export (``e``), run in a
+worker thread and say so on the message line while the keys keep working.
+
+Views (``v`` cycles, ``1``-``3`` pick):
+
+- ``heads``: the token heatmap of ``attnviz show``: heads × tokens for the query token
+  in one layer (render.terminal.token_heatmap), the selected head marked;
+- ``table``: one line per head of the layer with where the token attends (top 3,
+  entropy, sink, self, prev, next, distance: metrics.head_stats, render.tables);
+- ``matrix``: the full query × key matrix of the selected head (render.terminal.matrix_heatmap).
+
+With NO_COLOR set, textual draws in monochrome and the cells fall back to the shade
+glyphs of the plain-terminal heatmap, so nothing is carried by colour alone.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rich.console import Console, Group, RenderableType
+from rich.segment import Segment
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.geometry import Region, Size
+from textual.screen import ModalScreen
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Input, Static
+
+from .errors import AttnvizError, UsageError
+from .metrics import HeadStats, head_stats
+from .render.tables import head_rows_table
+from .render.terminal import legend, matrix_heatmap, token_heatmap
+from .result import Attention
+from .tokens import Tokens
+from .transforms import View, apply
+
+if TYPE_CHECKING:
+    from .engines import Engine
+
+VIEWS = ("heads", "table", "matrix")
+VIEW_TITLES = {"heads": "token heatmap", "table": "head table", "matrix": "matrix of one head"}
+
+# What the footer says, one line that fits 80 columns; `?` lists every key.
+FOOTER = (
+    ("←→", "token"),
+    ("↑↓", "layer"),
+    ("[ ]", "head"),
+    ("v", "view"),
+    ("n", "values"),
+    ("w", "words"),
+    ("s", "specials"),
+    ("m", "mean"),
+    ("/", "sentence"),
+    ("e", "export PNG"),
+    ("?", "keys"),
+    ("q", "quit"),
+)
+
+
+def footer(width: int) -> str:
+    """The footer's key · action pairs, wrapped between pairs (never inside one) to ``width``."""
+    lines: list[str] = []
+    for key, action in FOOTER:
+        pair = f"{key} {action}"
+        if lines and len(lines[-1]) + 2 + len(pair) <= width:
+            lines[-1] += "  " + pair
+        else:
+            lines.append(pair)
+    return "\n".join(lines)
+
+
+KEYS: tuple[tuple[str, str], ...] = (
+    ("← →", "previous / next query token"),
+    ("↑ ↓", "next / previous layer"),
+    ("[ ]", "previous / next head"),
+    ("v", "next view: token heatmap → head table → matrix of one head"),
+    ("1 2 3", "token heatmap / head table / matrix of one head"),
+    ("n", "show each weight as a number (on / off)"),
+    ("w", "words: pieces merged, keys summed and query rows averaged (on / off)"),
+    ("s", "special tokens set aside as keys, rows renormalised over the rest (on / off)"),
+    ("m", "the mean over the heads, as one more row after the heads (on / off)"),
+    ("/", "type a new sentence (Enter runs it through the loaded model, Esc cancels)"),
+    ("e", "export the current view to a PNG file (the head table exports its layer's heatmap)"),
+    ("PgUp PgDn Home End", "scroll a view taller than the screen"),
+    ("?", "this list (Esc or ? closes it)"),
+    ("q", "quit"),
+)
+
+MAX_BYTES = 2**30  # the full matrices kept in memory: 1 GiB (MiniLM, 512 tokens: 72 MiB)
+_CACHE_SIZE = 512  # drawn views kept; one is a few kB of segments
+# Idle time (s) before a view is drawn ahead: longer than a held key's repeat (~30 ms), shorter
+# than reading a screen. One view is ~11 ms of CPU (MiniLM example, measured on 2 busy cores).
+_WARM_DELAY = 0.1
+# CPU s: a view that took longer to draw is not drawn ahead again for this sentence (the
+# example's views take ~11 ms; a 56-token sentence's matrix ~160 ms).
+_WARM_MAX = 0.05
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """What the screen shows: a view of one query token, layer and head."""
+
+    view: str
+    layer: int  # model layer (0-based), one of Attention.layers
+    head: int  # 0-based
+    query: int  # token position
+    values: bool = False  # numbers in the cells
+
+    def __post_init__(self) -> None:
+        if self.view not in VIEWS:
+            raise ValueError(f"unknown view {self.view!r}; views are {', '.join(VIEWS)}")
+
+
+def check_size(num_layers: int, num_heads: int, num_tokens: int, budget: int = MAX_BYTES) -> None:
+    """The explorer keeps every layer's full matrices (4 bytes a weight); refuse before
+    the forward pass when they would not fit ``budget`` bytes.
+
+    Raises:
+        UsageError: the matrices would take more than ``budget`` bytes.
+    """
+    size = 4 * num_layers * num_heads * num_tokens * num_tokens
+    if size > budget:
+        raise UsageError(
+            f"{num_layers} layers × {num_heads} heads × {num_tokens}² tokens of weights take "
+            f"{_bytes(size)}, over the explorer's {_bytes(budget)}",
+            hint="explore fewer layers or a shorter sentence",
+            reason="explore_size",
+        )
+
+
+def runner(engine: Engine, layers: tuple[int, ...], budget: int = MAX_BYTES) -> Callable[[str | Tokens], Attention]:
+    """What the explorer runs a sentence with: ``engine`` (loaded once), every query row
+    of ``layers``, the text and the matrices' size checked before the forward pass.
+
+    Raises (from the returned function):
+        UsageError: empty text, too many tokens for the model, or matrices over ``budget`` bytes.
+    """
+    from .engines import forward
+    from .select import Resolved
+    from .tokens import check_text
+
+    def run(sentence: str | Tokens) -> Attention:
+        tokens = engine.tokenize(check_text(sentence)) if isinstance(sentence, str) else sentence
+        check_size(len(layers), engine.shape.num_heads, len(tokens), budget)
+        return forward(tokens, engine, Resolved((), layers))  # () = every token's rows
+
+    return run
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
+
+
+def first_query(att: Attention) -> int:
+    """The first token the tokenizer did not add (position 0 if all are special)."""
+    return next((i for i, special in enumerate(att.tokens.special) if not special), 0)
+
+
+def landing(cursor: Cursor, old: Attention, new: Attention) -> Cursor:
+    """Where the cursor goes on a new sentence: the same word if the new sentence has it
+    (else its first real token), the same layer and head where they exist."""
+    word = old.tokens.labels[cursor.query]
+    labels = new.tokens.labels
+    query = labels.index(word) if word in labels else first_query(new)
+    layer = cursor.layer if cursor.layer in new.layers else new.layers[0]
+    return replace(cursor, query=query, layer=layer, head=min(cursor.head, new.num_heads - 1))
+
+
+def _raw_position(att: Attention, position: int) -> int:
+    """The engine's token position of ``position`` in ``att`` (a word: its first piece)."""
+    return att.key_pieces[position][0] if att.key_pieces is not None else position
+
+
+def _position_of(att: Attention, raw: int) -> int:
+    """Where the engine's token ``raw`` sits in ``att`` (words merged: its word)."""
+    if att.key_pieces is None:
+        return raw
+    return next(w for w, pieces in enumerate(att.key_pieces) if raw in pieces)
+
+
+def export_name(cursor: Cursor, att: Attention) -> str:
+    """'attnviz-matrix-layer3-h1-it.png': what the file holds, and where it was taken."""
+    kind = "matrix" if cursor.view == "matrix" else "token"
+    token = re.sub(r"\W+", "", att.tokens.labels[cursor.query])[:20] or f"t{cursor.query}"
+    slot = f"h{cursor.head}" if cursor.head < att.model_heads else att.head_name(cursor.head)  # 'mean'
+    head = f"-{slot}" if kind == "matrix" else ""
+    return f"attnviz-{kind}-layer{cursor.layer}{head}-{token}.png"
+
+
+def free_path(directory: Path, name: str) -> Path:
+    """``directory / name``, or name-2, name-3, ... if it exists: an export never replaces a file."""
+    path = directory / name
+    n = 2
+    while path.exists():
+        path = directory / f"{Path(name).stem}-{n}{Path(name).suffix}"
+        n += 1
+    return path
+
+
+def write_view_png(att: Attention, cursor: Cursor, path: Path, dpi: int) -> None:
+    """Draw ``cursor``'s view with render.image and write it atomically to ``path``.
+
+    The token heatmap and the head table both export the layer's heads × tokens panel
+    for the query token; the matrix view exports the selected head's matrix with the
+    query row outlined.
+    """
+    from .render import FigureStyle
+    from .render.image import matrix_figure, save_figure, token_figure  # matplotlib: only on export
+
+    if cursor.view == "matrix":
+        if cursor.head < att.model_heads:
+            fig = matrix_figure(att, cursor.layer, highlight=(cursor.query,), style=FigureStyle(heads=(cursor.head,)))
+        else:  # an aggregate slot (the head mean) alone: the only slot, so no model head is drawn
+            k = cursor.head - att.model_heads
+            alone = replace(att, weights=att.weights[:, cursor.head : cursor.head + 1], aggregates=(att.aggregates[k],))
+            fig = matrix_figure(alone, cursor.layer, highlight=(cursor.query,))
+    else:
+        fig = token_figure(att, cursor.query, (cursor.layer,))
+    save_figure(fig, path, dpi)
+
+
+def _drawn_as(cursor: Cursor) -> Cursor:
+    """The cursor that draws the same lines: the head table prints numbers either way."""
+    return replace(cursor, values=False) if cursor.view == "table" else cursor
+
+
+class Views:
+    """The drawn views of one ``Attention``, computed on first use and kept.
+
+    A view is drawn once into lines of segments (``render``), so showing it again is a
+    lookup: textual re-measures and re-renders a rich Table on every repaint (measured
+    ~70 ms a key for the 12 × 14 heatmap on a busy 2-core machine), lines it only copies.
+    ``head_rows(query)`` (``HeadStats`` of every layer and head for one query token) is
+    computed once per token.
+    """
+
+    def __init__(self, att: Attention) -> None:
+        if att.queries != tuple(range(len(att.tokens))):
+            raise ValueError("the explorer needs every query row: run the sentence with queries=None")
+        self.att = att
+        self._rows: dict[int, list[HeadStats]] = {}
+        self._drawn: OrderedDict[tuple[Any, ...], list[Strip]] = OrderedDict()
+        self._lock = threading.Lock()  # a worker thread may draw while the app reads
+
+    def head_rows(self, query: int) -> list[HeadStats]:
+        """metrics.head_stats's rows (every kept layer and head) for ``query``."""
+        with self._lock:
+            if query not in self._rows:
+                self._rows[query] = head_stats(self.att, query)
+            return self._rows[query]
+
+    def has(self, cursor: Cursor, width: int, color: bool) -> bool:
+        """Whether ``cursor``'s view is drawn for this width and colour."""
+        with self._lock:
+            return (_drawn_as(cursor), width, color) in self._drawn
+
+    def render(self, cursor: Cursor, width: int, color: bool) -> list[Strip]:
+        """The lines of ``cursor``'s view laid out for ``width`` columns."""
+        key = (_drawn_as(cursor), width, color)
+        with self._lock:
+            if key in self._drawn:
+                self._drawn.move_to_end(key)
+                return self._drawn[key]
+        console = Console(
+            width=width, color_system="truecolor", force_terminal=True, highlight=False, emoji=False, no_color=False
+        )
+        lines = console.render_lines(self.renderable(cursor, width, color), console.options, pad=False)
+        # Every segment gets a Style: textual's NO_COLOR filter reads .color of each one.
+        plain = Style()
+        strips = [Strip([Segment(text, style or plain, ctl) for text, style, ctl in line]) for line in lines]
+        with self._lock:
+            self._drawn[key] = strips
+            while len(self._drawn) > _CACHE_SIZE:
+                self._drawn.popitem(last=False)
+        return strips
+
+    def renderable(self, c: Cursor, width: int, color: bool) -> RenderableType:
+        """``c``'s view as a rich renderable (from the shared terminal renderers)."""
+        att = self.att
+        if c.view == "heads":
+            return Group(
+                token_heatmap(att, c.query, c.layer, values=c.values, color=color, width=width, selected=c.head),
+                legend(color),
+            )
+        if c.view == "matrix":
+            return matrix_heatmap(att, c.layer, c.head, query=c.query, values=c.values, color=color, width=width)
+        return self._table(c, width, color)
+
+    def _table(self, c: Cursor, width: int, color: bool) -> RenderableType:
+        p = self.att.provenance
+        # The model's heads (an aggregate slot has no line in compare's table).
+        heads = self.att.model_heads
+        rows = [row for row in self.head_rows(c.query) if row.layer == c.layer and row.head < heads]
+        table = head_rows_table(rows, color=color, num_heads=p.num_heads, num_kv_heads=p.num_kv_heads, width=width)
+        if isinstance(table, Table) and c.head < heads:  # (untitled: a Table) the selected head's line
+            table.rows[c.head].style = "reverse"
+        title = Text(f"layer {c.layer} · {self.att.tokens.labels[c.query]!r} (token {c.query}) → each token, per head")
+        note = Text(
+            "top 3: largest weights · entropy: 0 = one token, 1 = uniform · sink: share on special tokens · "
+            "self/prev/next: share on the token, the one before, the one after · dist: mean distance in tokens",
+            style="dim",
+        )
+        return Group(title, table, Text(""), note)
+
+
+class Lines(ScrollView, can_focus=False):
+    """Pre-drawn lines in a scrolling window (textual's line API): a repaint copies
+    the visible part of each line and draws nothing."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.strips: list[Strip] = []
+        self._style = Style()
+        self._width = 0
+
+    def show(self, strips: list[Strip]) -> None:
+        self.strips = strips
+        width = max((strip.cell_length for strip in strips), default=0)
+        self.virtual_size = Size(width, len(strips))
+        self.refresh()
+
+    @property
+    def text(self) -> str:
+        """The lines as plain text (what a reader sees, without styles)."""
+        return "\n".join(strip.text for strip in self.strips)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # The widget's style and width, once per repaint rather than once per line (a
+        # third of a repaint's time when asked per line).
+        self._style = self.rich_style
+        self._width = self.scrollable_content_region.width
+        return super().render_lines(crop)
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self._width
+        if index >= len(self.strips):
+            return Strip.blank(width, self._style)
+        # The widget's colours under the lines' own (cached per style by textual).
+        return self.strips[index].apply_style(self._style).crop_extend(scroll_x, scroll_x + width, self._style)
+
+
+class KeysScreen(ModalScreen[None]):
+    """The list of keys (``?``)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss", "close"),
+        Binding("question_mark", "dismiss", "close"),
+        Binding("q", "dismiss", "close"),
+    ]
+    DEFAULT_CSS = """
+    KeysScreen { align: center middle; }
+    #keys { width: auto; max-width: 100%; height: auto; border: round $primary; padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        text = Text("attnviz explore: keys\n\n", style="bold")
+        width = max(len(k) for k, _ in KEYS)
+        for key, what in KEYS:
+            text.append(key.ljust(width + 2), style="bold")
+            text.append(what + "\n")
+        text.append("\nNo mouse needed; works over SSH. NO_COLOR draws shade glyphs instead of colours.", style="dim")
+        yield Static(text, id="keys")
+
+
+class ExploreApp(App[None]):
+    """Explore one sentence's attention with the keyboard; ``/`` runs another.
+
+    Args:
+        att: the sentence's weights with every query row (``inspect(..., queries=None)``).
+        run: runs a new sentence through the already-loaded model and returns the same
+            kind of ``Attention``; None disables ``/``. Called in a worker thread.
+        query: the token to start on (default: the first one the tokenizer did not add).
+        export_dir: where ``e`` writes PNG files (default: the current directory).
+        dpi: the PNG's resolution.
+    """
+
+    TITLE = "attnviz explore"
+    ENABLE_COMMAND_PALETTE = False
+    AUTO_FOCUS = None  # keys go to the app's bindings; the sentence box takes them only when open
+    CSS = """
+    Screen { layout: vertical; }
+    #header { height: auto; color: $text-muted; }
+    #status { height: 1; text-style: bold; }
+    #tokens { height: auto; max-height: 4; margin-bottom: 1; }
+    #view { height: 1fr; }
+    #message { height: auto; max-height: 3; }
+    #ask { display: none; }
+    #ask.open { display: block; }
+    #footer { height: auto; max-height: 2; background: $panel; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("left", "move_query(-1)", "previous token", show=False),
+        Binding("right", "move_query(1)", "next token", show=False),
+        Binding("up", "move_layer(1)", "next layer", show=False),
+        Binding("down", "move_layer(-1)", "previous layer", show=False),
+        Binding("left_square_bracket", "move_head(-1)", "previous head", show=False),
+        Binding("right_square_bracket", "move_head(1)", "next head", show=False),
+        Binding("v", "next_view", "next view", show=False),
+        Binding("1", "view('heads')", "token heatmap", show=False),
+        Binding("2", "view('table')", "head table", show=False),
+        Binding("3", "view('matrix')", "matrix", show=False),
+        Binding("n", "toggle_values", "values", show=False),
+        Binding("w", "toggle_reading('words')", "words", show=False),
+        Binding("s", "toggle_reading('hide_special')", "specials", show=False),
+        Binding("m", "toggle_reading('heads')", "mean", show=False),
+        Binding("slash", "ask", "new sentence", show=False),
+        Binding("e", "export", "export PNG", show=False),
+        Binding("question_mark", "keys", "keys", show=False),
+        Binding("q", "quit", "quit", show=False),
+        Binding("escape", "close_ask", "cancel", show=False),
+        Binding("pageup", "scroll('page_up')", show=False),
+        Binding("pagedown", "scroll('page_down')", show=False),
+        Binding("home", "scroll('home')", show=False),
+        Binding("end", "scroll('end')", show=False),
+    ]
+
+    def __init__(
+        self,
+        att: Attention,
+        run: Callable[[str], Attention] | None = None,
+        *,
+        query: int | None = None,
+        export_dir: Path | None = None,
+        dpi: int = 150,
+    ) -> None:
+        super().__init__()
+        self._run = run
+        self._export_dir = Path(".") if export_dir is None else Path(export_dir)
+        self._dpi = dpi
+        self._busy: set[str] = set()  # "run", "export": one of each at a time
+        self.raw = Views(att).att  # checked: every query row
+        self.reading = View()
+        self._views: dict[View, Views] = {}
+        self.views = self._views_for(self.reading)
+        start = first_query(att) if query is None else query
+        if not 0 <= start < len(att.tokens):
+            raise ValueError(f"query {start} is out of range (0..{len(att.tokens) - 1})")
+        self.cursor = Cursor(view="heads", layer=att.layers[0], head=0, query=start)
+        self.message = ""
+        self._warm_queue: list[Cursor] = []
+        self._warm_round = 0  # bumped on every view shown: older draw-ahead ticks stand down
+        self._slow_views: set[str] = set()
+
+    # --- data ---------------------------------------------------------------------
+
+    @property
+    def att(self) -> Attention:
+        return self.views.att
+
+    @property
+    def color(self) -> bool:
+        # textual turns the screen monochrome under NO_COLOR; the cells then need glyphs.
+        return not self.no_color
+
+    def _views_for(self, reading: View) -> Views:
+        """The views of the raw weights read with ``reading`` (transforms.apply, once each)."""
+        if reading not in self._views:
+            self._views[reading] = Views(apply(self.raw, reading))
+        return self._views[reading]
+
+    def _reading_names(self) -> list[tuple[bool, str]]:
+        r = self.reading
+        return [(r.words, "words"), (r.hide_special, "specials set aside"), (bool(r.heads), "head mean")]
+
+    # --- layout -------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="header")
+        yield Static(id="status")
+        yield Static(id="tokens")
+        yield Lines(id="view")
+        yield Static(id="message")
+        yield Input(placeholder="a new sentence, Enter to run it, Esc to cancel", id="ask", disabled=True)
+        yield Static(id="footer")
+
+    def on_mount(self) -> None:
+        self._show_header()
+        self.query_one("#footer", Static).update(Text(footer(self.size.width)))
+        self.refresh_view()
+
+    def on_resize(self) -> None:
+        self.query_one("#footer", Static).update(Text(footer(self.size.width)))
+        self.refresh_view()
+
+    def _show_header(self) -> None:
+        p = self.att.provenance
+        text = f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads"
+        notes = p.shape.notes()
+        self.query_one("#header", Static).update(Text("\n".join([text, *notes])))
+
+    def _view_width(self) -> int:
+        # The screen's width less a vertical scroll bar's: known before the first layout,
+        # and one layout for every view (no redraw when a scroll bar comes and goes).
+        return max(self.size.width - 2, 40)
+
+    def refresh_view(self) -> None:
+        """Show the cursor's view, status line, token line and message."""
+        c = self.cursor
+        att = self.att
+        layers = att.layers
+        status = Text()
+        status.append(f"layer {c.layer}", style="bold")
+        status.append(f" ({layers.index(c.layer) + 1}/{len(layers)})  ")
+        status.append(att.head_name(c.head), style="bold")
+        status.append(f" ({c.head + 1}/{att.num_heads})  ")
+        status.append(f"token {c.query} {att.tokens.labels[c.query]!r}", style="bold")
+        status.append(f"  view: {VIEW_TITLES[c.view]} [{VIEWS.index(c.view) + 1}]")
+        if c.values:
+            status.append("  values")
+        reading = [name for on, name in self._reading_names() if on]
+        if reading:
+            status.append("  " + " · ".join(reading), style="italic")
+        # layout=False: these lines keep their height, so a key costs no re-layout.
+        self.query_one("#status", Static).update(status, layout=False)
+        self.query_one("#tokens", Static).update(self._token_line(), layout=False)
+        self.query_one("#view", Lines).show(self.views.render(c, self._view_width(), self.color))
+        # Draw ahead once the keys pause: a held key gets no drawing it did not ask for.
+        self._warm_queue = self._neighbours(c)
+        self._warm_round += 1
+        self.set_timer(_WARM_DELAY, partial(self._warm_one, self._warm_round))
+
+    def _neighbours(self, c: Cursor) -> list[Cursor]:
+        """The views one key away from ``c``, most likely first."""
+        n_tok, n_heads, layers = len(self.att.tokens), self.att.num_heads, self.att.layers
+        at = layers.index(c.layer)
+        return [
+            replace(c, query=(c.query + 1) % n_tok),
+            replace(c, query=(c.query - 1) % n_tok),
+            replace(c, layer=layers[(at + 1) % len(layers)]),
+            replace(c, layer=layers[(at - 1) % len(layers)]),
+            replace(c, head=(c.head + 1) % n_heads),
+            replace(c, head=(c.head - 1) % n_heads),
+            *(replace(c, view=view) for view in VIEWS if view != c.view),
+            replace(c, values=not c.values),
+        ]
+
+    @property
+    def drawing_ahead(self) -> bool:
+        """Whether views one key away are still to be drawn (benchmarks wait for this)."""
+        return bool(self._warm_queue)
+
+    def _warm_one(self, round_: int) -> None:
+        """Draw one view a key away while the user reads this one: a keypress then finds
+        its view drawn. One per timer tick, so a key pressed meanwhile waits for one
+        drawing at most."""
+        if round_ != self._warm_round:
+            return  # a key came since: its own round draws its neighbours
+        width, color = self._view_width(), self.color
+        while self._warm_queue:
+            cursor = self._warm_queue.pop(0)
+            if cursor.view in self._slow_views or self.views.has(cursor, width, color):
+                continue
+            start = time.thread_time()  # CPU time: what the drawing costs, whatever the load
+            self.views.render(cursor, width, color)
+            if time.thread_time() - start > _WARM_MAX:
+                # A key pressed during a drawing waits for it: views this slow to draw (a
+                # long sentence's matrix) are drawn when asked for, not ahead.
+                self._slow_views.add(cursor.view)
+            break
+        if self._warm_queue:
+            self.set_timer(0.01, partial(self._warm_one, round_))
+
+    def _token_line(self) -> Text:
+        line = Text()
+        for i, label in enumerate(self.att.tokens.labels):
+            if i:
+                line.append(" ")
+            if i == self.cursor.query:
+                line.append(f"[{label}]", style="bold reverse")
+            else:
+                line.append(label, style="dim" if self.att.tokens.special[i] else "")
+        return line
+
+    def say(self, message: str) -> None:
+        self.message = message
+        self.query_one("#message", Static).update(Text(message))  # may take more lines: re-layout
+
+    # --- moving -------------------------------------------------------------------
+
+    def _move(self, **changes: Any) -> None:
+        self.cursor = replace(self.cursor, **changes)
+        self.refresh_view()
+
+    def action_move_query(self, step: int) -> None:
+        self._move(query=(self.cursor.query + step) % len(self.att.tokens))
+
+    def action_move_layer(self, step: int) -> None:
+        layers = self.att.layers
+        self._move(layer=layers[(layers.index(self.cursor.layer) + step) % len(layers)])
+
+    def action_move_head(self, step: int) -> None:
+        self._move(head=(self.cursor.head + step) % self.att.num_heads)
+
+    def action_next_view(self) -> None:
+        self._move(view=VIEWS[(VIEWS.index(self.cursor.view) + 1) % len(VIEWS)])
+
+    def action_view(self, view: str) -> None:
+        self._move(view=view)
+
+    def action_toggle_values(self) -> None:
+        self._move(values=not self.cursor.values)
+
+    def action_toggle_reading(self, option: str) -> None:
+        """Words merged, specials set aside or the head mean, on or off: the cursor stays
+        on the same token (its word) and head."""
+        r = self.reading
+        if option == "words":
+            reading = replace(r, words=not r.words)
+        elif option == "hide_special":
+            reading = replace(r, hide_special=not r.hide_special)
+        else:
+            reading = replace(r, heads=() if r.heads else ("mean",))
+        old, new = self.att, self._views_for(reading).att
+        raw = _raw_position(old, self.cursor.query)
+        head = min(self.cursor.head, new.num_heads - 1)
+        self.reading, self.views = reading, self._views_for(reading)
+        self._slow_views = set()
+        self._move(query=_position_of(new, raw), head=head)
+
+    def action_scroll(self, where: str) -> None:
+        body = self.query_one("#view", Lines)
+        {"page_up": body.scroll_page_up, "page_down": body.scroll_page_down}.get(
+            where, body.scroll_home if where == "home" else body.scroll_end
+        )(animate=False)
+
+    def action_keys(self) -> None:
+        self.push_screen(KeysScreen())
+
+    # --- a new sentence -------------------------------------------------------------
+
+    def action_ask(self) -> None:
+        if self._run is None:
+            self.say("this explorer has no model to run a new sentence through")
+            return
+        ask = self.query_one("#ask", Input)
+        ask.disabled = False
+        ask.add_class("open")
+        ask.value = ""
+        ask.focus()
+
+    def action_close_ask(self) -> None:
+        ask = self.query_one("#ask", Input)
+        if ask.has_class("open"):
+            ask.remove_class("open")
+            ask.blur()
+            ask.disabled = True
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        sentence = event.value
+        self.action_close_ask()
+        if not sentence.strip():
+            self.say("the sentence is empty: press / and type one")
+            return
+        if "run" in self._busy:
+            self.say("still running the previous sentence…")
+            return
+        self._busy.add("run")
+        self.say(f"running the model on {sentence!r}…")
+        self.run_worker(lambda: self._run_sentence(sentence), thread=True, group="run")
+
+    def _run_sentence(self, sentence: str) -> None:
+        try:
+            assert self._run is not None  # action_ask checked it
+            views = Views(self._run(sentence))
+            # Read as the user reads now and draw the view the cursor will land on, off the event loop.
+            read = Views(apply(views.att, self.reading)) if self.reading != View() else views
+            read.render(landing(self.cursor, self.att, read.att), self._view_width(), self.color)
+        except AttnvizError as exc:
+            self.call_from_thread(self._done, "run", _error_line(exc))
+        except Exception as exc:  # a bug must not kill the session: say it and keep the old sentence
+            self.call_from_thread(self._done, "run", f"error: {type(exc).__name__}: {exc}")
+        else:
+            self.call_from_thread(self._loaded, views, read)
+
+    def _loaded(self, raw: Views, read: Views) -> None:
+        self._busy.discard("run")
+        self.raw = raw.att
+        self._views = {View(): raw, self.reading: read}
+        views = self._views_for(self.reading)
+        self.cursor = landing(self.cursor, self.att, views.att)
+        self.views = views
+        self._slow_views = set()
+        self._show_header()
+        self.refresh_view()
+        self.query_one("#tokens", Static).refresh(layout=True)  # a new sentence may wrap differently
+        self.say(f"new sentence: {len(views.att.tokens)} tokens")
+
+    def _done(self, job: str, line: str) -> None:
+        self._busy.discard(job)
+        self.say(line)
+
+    # --- export ---------------------------------------------------------------------
+
+    def action_export(self) -> None:
+        if "export" in self._busy:
+            self.say("still exporting the previous view…")
+            return
+        self._busy.add("export")
+        cursor, att = self.cursor, self.att
+        path = free_path(self._export_dir, export_name(cursor, att))
+        self.say(f"exporting to {path}…")
+        self.run_worker(lambda: self._export(att, cursor, path), thread=True, group="export")
+
+    def _export(self, att: Attention, cursor: Cursor, path: Path) -> None:
+        try:
+            write_view_png(att, cursor, path, self._dpi)
+        except AttnvizError as exc:
+            self.call_from_thread(self._done, "export", _error_line(exc))
+        except Exception as exc:
+            self.call_from_thread(self._done, "export", f"error: {type(exc).__name__}: {exc}")
+        else:
+            note = " (the head table's layer, as a token heatmap)" if cursor.view == "table" else ""
+            self.call_from_thread(self._done, "export", f"wrote {path}{note}")
+
+
+def _error_line(exc: AttnvizError) -> str:
+    return f"error: {exc.message}" + (f" ({exc.hint})" if exc.hint else "")
+
+
+def explore(att: Attention, run: Callable[[str], Attention] | None = None, **options: Any) -> None:
+    """Run the explorer in the terminal until the user quits."""
+    ExploreApp(att, run, **options).run()
