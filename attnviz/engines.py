@@ -113,6 +113,10 @@ class Engine(Protocol):
 
     def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput: ...
 
+    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput:
+        """One pass over right-padded texts: full (B, H, S, S) weights of layers 0..max_layer."""
+        ...
+
 
 class _Base:
     name = "?"
@@ -224,6 +228,27 @@ class _Base:
 
         return torch.tensor([tokens.ids], dtype=torch.long, device=self.device)  # (1, S)
 
+    def _padded(self, batch: Sequence[Tokens]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded ids (B, S) and the 1/0 attention mask (B, S) of a batch.
+
+        Padding goes at the end, so every real token keeps its position in absolute and
+        rotary position schemes; it uses the config's pad_token_id (RoBERTa's position
+        ids in transformers skip exactly that id), 0 without one.
+        """
+        import torch
+
+        if not batch:
+            raise ValueError("an empty batch")
+        size = max(len(t) for t in batch)
+        pad = self.files.config.get("pad_token_id")
+        pad = int(pad) if isinstance(pad, int) else 0
+        ids = torch.full((len(batch), size), pad, dtype=torch.long)  # (B, S)
+        mask = torch.zeros((len(batch), size), dtype=torch.long)  # (B, S)
+        for b, tokens in enumerate(batch):
+            ids[b, : len(tokens)] = torch.tensor(tokens.ids, dtype=torch.long)
+            mask[b, : len(tokens)] = 1
+        return ids.to(self.device), mask.to(self.device)
+
 
 class OwnEngine(_Base):
     """Our from-scratch stacks: attnviz.architectures on attnviz.attention."""
@@ -272,6 +297,16 @@ class OwnEngine(_Base):
         assert isinstance(self.model, EncoderDecoder)  # part_shape checked it
         with torch.inference_mode():
             return self.model.forward_seq2seq(self._ids(tokens), self._ids(target))
+
+    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput:
+        """One forward pass over right-padded texts; attentions are (B, H, S, S) per layer
+        (exact eager weights), padding keys get weight 0 and padding query rows are to be
+        ignored."""
+        import torch
+
+        ids, mask = self._padded(batch)
+        with torch.inference_mode():
+            return self.model(ids, attention_mask=mask, max_layer=max_layer, fused=False)
 
 
 class HFEngine(_Base):
@@ -345,6 +380,17 @@ class HFEngine(_Base):
         rows = slice(None) if queries is None else list(queries)
         full.attentions = [full.attentions[layer][:, :, rows] for layer in chosen]
         return full
+
+    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput:
+        """As ``OwnEngine.forward_batch``, through transformers (every layer runs; an
+        encoder-decoder's encoder alone)."""
+        import torch
+
+        ids, mask = self._padded(batch)
+        model = self.model.get_encoder() if self.parts else self.model
+        with torch.inference_mode():
+            out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+        return _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
 
     def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput:
         """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through the decoder."""
@@ -655,6 +701,21 @@ def read(
     else:
         att = forward(tokens, engine, Resolved(positions, tuple(layers)), max_memory, target=target, part=part)
     return apply(att, view, query_groups, layers)
+
+
+def engine_provenance(engine: Engine) -> Provenance:
+    """Which model, engine, device and dtype ``engine`` runs."""
+    return Provenance(
+        model=engine.files.spec,
+        model_path=str(engine.files.path),
+        architecture=engine.files.model_type,
+        engine=engine.name,
+        device=str(engine.device),
+        dtype=str(engine.dtype).removeprefix("torch."),
+        shape=engine.shape,
+        attnviz_version=__version__,
+        score_terms=engine.score_terms,
+    )
 
 
 def forward(

@@ -90,19 +90,23 @@ class Embeddings(nn.Module):
         self.token_types = nn.Embedding(c.type_vocab_size, width) if c.type_vocab_size else None
         self.norm = nn.LayerNorm(width, eps=c.layer_norm_eps)
 
-    def position_ids(self, input_ids: Tensor) -> Tensor:
-        """(B, S) or broadcastable: absolute positions 0..S-1."""
+    def position_ids(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """(B, S) or broadcastable: absolute positions 0..S-1 (padding sits at the end,
+        so real tokens keep their positions)."""
         return torch.arange(input_ids.size(1), device=input_ids.device)  # (S,)
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
+    def forward(
+        self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None
+    ) -> Tensor:
         """input_ids (B, S); token_type_ids (B, S), the segment of each token (0 = sentence A,
-        1 = sentence B of a pair); None = a single sentence, segment 0 throughout."""
+        1 = sentence B of a pair); None = a single sentence, segment 0 throughout;
+        attention_mask (B, S) of 1/0, for position schemes that skip padding (RoBERTa)."""
         x = self.tokens(input_ids)  # (B, S, E)
         if self.token_types is not None:
             types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids  # (B, S)
             x = x + self.token_types(types)
         # Summed in transformers' order (tokens, types, positions) so rounding matches too.
-        x = x + self.positions(self.position_ids(input_ids))
+        x = x + self.positions(self.position_ids(input_ids, attention_mask))
         return self.norm(x)  # (B, S, E)
 
 
@@ -172,7 +176,7 @@ class BertEncoder(AttnModel):
         """As ``AttnModel.forward``, plus token_type_ids (B, S): the segments of a sentence pair."""
         # 1. Embeddings (and the projection up to the blocks' width, if any).
         mask = None if attention_mask is None else Mask(padding=attention_mask.bool())
-        x = self.embed(input_ids, token_type_ids)  # (B, S, E_emb)
+        x = self.embed(input_ids, token_type_ids, attention_mask)  # (B, S, E_emb)
         if self.project is not None:
             x = self.project(x)  # (B, S, E)
         # 2. The layers, each returning the weight rows asked of it.

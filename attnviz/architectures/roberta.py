@@ -29,9 +29,12 @@ class RobertaEmbeddings(Embeddings):
         super().__init__(c)
         self.padding_idx = DEFAULT_PAD_TOKEN_ID if c.pad_token_id is None else c.pad_token_id
 
-    def position_ids(self, input_ids: Tensor) -> Tensor:
-        """(B, S): padding_idx + 1 + (count of real tokens so far); padding keeps padding_idx."""
-        real = input_ids.ne(self.padding_idx).int()  # (B, S)
+    def position_ids(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """(B, S): padding_idx + 1 + (count of real tokens so far); padding keeps padding_idx.
+
+        Real tokens are those of ``attention_mask`` when given (a batch padded with any
+        id), else those that are not the padding id (fairseq's and transformers' rule)."""
+        real = (input_ids.ne(self.padding_idx) if attention_mask is None else attention_mask.bool()).int()  # (B, S)
         return (torch.cumsum(real, dim=1) * real).long() + self.padding_idx  # (B, S)
 
 

@@ -190,7 +190,7 @@ def _main(
 
 
 # The commands register themselves on ``app`` when imported.
-from . import check, compare, explore, export, show  # noqa: E402,F401
+from . import check, compare, explore, export, heads, show  # noqa: E402,F401
 
 
 def main() -> None:

@@ -1,0 +1,270 @@
+"""``attnviz heads``: what each head does across a corpus (detectors, coreference).
+
+Parses options, reads the corpus through attnviz.corpus, runs the scan (here or on Ray),
+renders. No scoring logic here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from ..errors import ExitCode, UsageError
+from ..render import DEFAULT_DPI, IMAGE_FORMATS
+from . import app, errors
+from .common import stderr_console, stdout_console, wrote
+from .options import DebugOpt, DeviceOpt, DType, DtypeOpt, EngineName, EngineOpt, LayerOpt, ModelOpt
+
+if TYPE_CHECKING:
+    from ..corpus import CorpusText, ScanReport
+
+
+@app.command()
+def heads(
+    corpus: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="CORPUS",
+            help="Text file (one text per line), JSONL with a 'text' field, or - for stdin.",
+            show_default=False,
+        ),
+    ] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", metavar="auto|text|jsonl", help="Corpus format: auto (by suffix), text or jsonl.")
+    ] = "auto",
+    probe: Annotated[
+        str | None,
+        typer.Option(
+            "--probe", metavar="induction", help="Built-in probe instead of a corpus: induction.", show_default=False
+        ),
+    ] = None,
+    probe_texts: Annotated[int, typer.Option("--probe-texts", metavar="N", min=1, help="Texts in the probe.")] = 200,
+    probe_length: Annotated[
+        int, typer.Option("--probe-length", metavar="N", min=1, help="Random tokens, repeated twice.")
+    ] = 20,
+    seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the probe's random tokens.")] = 0,
+    pairs: Annotated[
+        Path | None,
+        typer.Option(
+            "--pairs",
+            metavar="PATH",
+            help="Coreference examples: a minimal-pairs TSV or JSONL of text, pronoun, referent, candidates.",
+            show_default=False,
+        ),
+    ] = None,
+    model: ModelOpt = None,
+    engine: EngineOpt = EngineName.own,
+    layer: LayerOpt = "all",
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = DType.float32,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", "-b", metavar="N", min=1, help="Texts per forward pass.")
+    ] = 16,
+    truncate: Annotated[
+        bool, typer.Option("--truncate", help="Cut texts longer than the model's positions instead of skipping them.")
+    ] = False,
+    local_k: Annotated[
+        int, typer.Option("--local-k", metavar="K", min=0, help="The local detector's window: ±k tokens.")
+    ] = 2,
+    top: Annotated[int, typer.Option("--top", metavar="N", min=1, max=12, help="Heads shown per detector.")] = 3,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", metavar="PATH", help="Also draw one layers × heads panel per detector (.png, .svg, .pdf)."
+        ),
+    ] = None,
+    dpi: Annotated[int, typer.Option("--dpi", metavar="N", help="Pixels per inch of -o.")] = DEFAULT_DPI,
+    json_out: Annotated[bool, typer.Option("--json", help="Print every (layer, head, detector) row as JSON.")] = False,
+    csv_out: Annotated[bool, typer.Option("--csv", help="Print every (layer, head, detector) row as CSV.")] = False,
+    ray: Annotated[
+        bool, typer.Option("--ray", help="Run the batches on Ray (a local instance unless --ray-address).")
+    ] = False,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            metavar="ADDRESS",
+            help="Ray cluster to run on (auto, ray://HEAD:10001); implies --ray.",
+            show_default=False,
+        ),
+    ] = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Score every head over a corpus: previous-token, induction, sink and other detectors.
+
+    Example: attnviz heads corpus.txt --top 5 -o heads.png
+    """
+    with errors(debug):
+        from ..corpus import PROBES, corpus_format
+        from ..result import check_writable
+
+        # 1. Cheap checks, before any model work.
+        if corpus is not None and probe is not None:
+            raise UsageError("give a corpus or --probe, not both", hint="drop the corpus argument or --probe")
+        if corpus is None and probe is None and pairs is None:
+            raise UsageError("no texts to scan", hint="give a corpus file (- for stdin), --probe induction or --pairs")
+        if probe is not None and probe not in PROBES:
+            raise UsageError(f"unknown probe {probe!r}", hint="use --probe " + " or ".join(PROBES))
+        if json_out and csv_out:
+            raise UsageError("--json and --csv both print on stdout", hint="pick one")
+        if corpus is not None:
+            corpus_format(corpus, fmt)
+        if output is not None:
+            check_writable(output, IMAGE_FORMATS)
+        from ..detectors import DetectorConfig
+        from ..engines import engine_provenance, load_engine
+        from ..select import parse_layers
+
+        # 2. The model.
+        engine_name, dtype_name = EngineName(engine).value, DType(dtype).value
+        eng = load_engine(engine_name, model, device, dtype_name)
+        from ..corpus import ScanOptions
+
+        options = ScanOptions(
+            layers=parse_layers(layer, eng.num_layers),
+            batch_size=batch_size,
+            truncate=truncate,
+            config=DetectorConfig(local_k=local_k),
+        )
+        items, total = _texts(eng, corpus, fmt, probe, probe_texts, probe_length, seed, pairs)
+        # 3. The scan, with a progress bar on a terminal only.
+        quiet = json_out or csv_out or not sys.stderr.isatty()
+        where = ray_address if ray_address is not None else "local" if ray else None
+        report = _scan(eng, items, total, options, where, quiet, model, engine_name, device, dtype_name)
+        # 4. Results: whole, even after Ctrl-C (marked partial).
+        provenance = engine_provenance(eng)
+        _notes(report, eng)
+        if report.texts == 0 and report.partial:
+            raise KeyboardInterrupt
+        if output is not None:
+            from ..render.heads_image import heads_figure
+            from ..render.image import save_figure
+
+            save_figure(heads_figure(report, provenance), output, dpi)
+        if json_out:
+            from ..corpus import report_dict
+
+            typer.echo(json.dumps(report_dict(report, provenance), ensure_ascii=False))
+        elif csv_out:
+            from ..corpus import report_csv
+
+            typer.echo(report_csv(report), nl=False)
+        else:
+            from ..render.heads_table import heads_table
+
+            console = stdout_console()
+            console.print(heads_table(report, provenance, top=top, color=console.is_terminal and not console.no_color))
+        if output is not None and not (json_out or csv_out):
+            wrote(output)
+        if report.partial:
+            sys.stderr.write(f"attnviz: interrupted: the results cover the first {report.texts} texts (partial)\n")
+            raise SystemExit(ExitCode.INTERRUPTED)
+
+
+def _texts(
+    eng: Any,
+    corpus: str | None,
+    fmt: str,
+    probe: str | None,
+    probe_texts: int,
+    probe_length: int,
+    seed: int,
+    pairs: Path | None,
+) -> tuple[Iterator[CorpusText], int | None]:
+    """The texts to scan, lazily, and how many there are when that is cheap to know."""
+    import itertools
+
+    from ..corpus import count_lines, induction_probe, read_coref, read_corpus
+
+    sources: list[Iterator[CorpusText]] = []
+    total: int | None = 0
+    if corpus is not None:
+        sources.append(read_corpus(corpus, fmt))
+        lines = count_lines(corpus)
+        total = None if lines is None else lines
+    elif probe is not None:
+        limit = eng.max_positions
+        specials = len(eng.tokenize("a")) - 1
+        if limit is not None and 2 * probe_length + specials > limit:
+            raise UsageError(
+                f"the probe's texts ({2 * probe_length} tokens + {specials} special) exceed this model's "
+                f"{limit} positions",
+                hint=f"use --probe-length {(limit - specials) // 2} or less",
+            )
+        sources.append(induction_probe(eng.tokenizer, probe_texts, probe_length, seed))
+        total = probe_texts
+    if pairs is not None:
+        sources.append(read_coref(str(pairs)))
+        total = None if corpus is None and probe is None else total
+    return itertools.chain(*sources), total or None
+
+
+def _scan(
+    eng: Any,
+    items: Iterator[CorpusText],
+    total: int | None,
+    options: Any,
+    ray: str | None,
+    quiet: bool,
+    model: str | None,
+    engine: str,
+    device: str,
+    dtype: str,
+) -> ScanReport:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from ..corpus import Scan
+
+    progress = Progress(
+        TextColumn("scanning"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]} texts/s"),
+        TimeRemainingColumn(),
+        console=stderr_console(),
+        disable=quiet,
+        transient=True,
+    )
+    task = progress.add_task("scan", total=total, rate="-")
+    started = time.perf_counter()
+    done = 0
+
+    def advance(n: int) -> None:
+        nonlocal done
+        done += n
+        rate = done / max(time.perf_counter() - started, 1e-9)
+        progress.update(task, advance=n, rate=f"{rate:.1f}")
+
+    with progress:
+        if ray is not None:
+            from ..distributed import RayScan
+
+            address = None if ray == "local" else ray
+            runner = RayScan(eng, options, address, model=model, engine_name=engine, device=device, dtype=dtype)
+            try:
+                return runner.run(items, advance)
+            except KeyboardInterrupt:
+                return runner.report(partial=True)
+        scan = Scan(eng, options)
+        try:
+            return scan.run(items, advance)
+        except KeyboardInterrupt:
+            return scan.report(partial=True)
+
+
+def _notes(report: ScanReport, eng: Any) -> None:
+    """Skipped and truncated texts, one stderr line each."""
+    if report.skipped:
+        where = ", ".join(report.skipped_where) + (", ..." if report.skipped > len(report.skipped_where) else "")
+        sys.stderr.write(
+            f"attnviz: skipped {report.skipped} text(s) longer than the model's {eng.max_positions} positions "
+            f"({where}); --truncate cuts them instead\n"
+        )
+    if report.truncated:
+        sys.stderr.write(f"attnviz: truncated {report.truncated} text(s) to {eng.max_positions} tokens\n")
