@@ -14,10 +14,14 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import pickle
+import re
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .checkpoint import check_tensors, first_nonfinite_layer, require_tokenizer, validate_checkpoint
 from .errors import DeviceError, EngineError, ModelLoadError, UsageError
 from .heads import ModelShape
 from .models import ModelFiles, resolve
@@ -324,17 +328,31 @@ class HFEngine(_Base):
         hf_logging.disable_progress_bar()
         try:
             # transformers prints load reports to stdout; keep stdout for results.
-            with contextlib.redirect_stdout(io.StringIO()):
+            with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # one stderr line per refusal: ours
                 # Eager experts too: the default grouped-matmul MoE kernels refuse odd sizes
                 # ("strides should be multiple of 16 bytes" on CPU) and are not the reference.
-                self.model: Any = AutoModel.from_pretrained(
-                    str(files.path), attn_implementation="eager", experts_implementation="eager", dtype=dtype
+                self.model: Any
+                self.model, info = AutoModel.from_pretrained(
+                    str(files.path),
+                    attn_implementation="eager",
+                    experts_implementation="eager",
+                    dtype=dtype,
+                    output_loading_info=True,
                 )
+        except pickle.UnpicklingError as exc:
+            raise ModelLoadError(
+                f"refused to unpickle the weights in {str(files.path)!r}: they hold objects other than tensors "
+                "(weights_only)",
+                hint="only plain-tensor checkpoints are loaded; convert it to model.safetensors if you trust it",
+            ) from exc
         except Exception as exc:
             raise ModelLoadError(
                 f"transformers cannot load {str(files.path)!r}: {_first_line(exc)}",
                 hint="check that the directory is a complete transformers checkpoint",
             ) from exc
+        _check_loading_info(info, str(files.path))
+        check_tensors(self.model.named_parameters(), str(files.path))
         self.model.to(device).eval()
         cfg = self.model.config
         text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
@@ -479,6 +497,36 @@ _DECODER_TYPES = {
 }  # fmt: skip
 
 
+# Weights a base model may lack without changing any attention weight: transformers
+# initialises them randomly, and nothing we show depends on them.
+_UNUSED_BY_ATTENTION = re.compile(r"(?:^|\.)pooler\.")
+
+
+def _check_loading_info(info: dict[str, Any], where: str) -> None:
+    """transformers' loading report, read rather than trusted: a weight it had to invent
+    (random init) or reshape would make the attention shown silently wrong.
+
+    Raises:
+        ModelLoadError: missing weights (other than the unused pooler), mismatched shapes,
+            or load errors.
+    """
+    missing = sorted(k for k in info.get("missing_keys", ()) if not _UNUSED_BY_ATTENTION.search(k))
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise ModelLoadError(
+            f"{where} lacks weights the model needs: {shown} (transformers would fill them with random values)",
+            hint="the checkpoint is incomplete, or not the architecture its config.json claims",
+        )
+    mismatched = sorted(str(k) for k in info.get("mismatched_keys", ()))
+    errors = [str(e) for e in info.get("error_msgs", ())]
+    if mismatched or errors:
+        detail = mismatched[0] if mismatched else errors[0].splitlines()[0][:160]
+        raise ModelLoadError(
+            f"{where}: transformers could not load every weight as stored ({detail})",
+            hint="config.json and the weights disagree: the checkpoint is corrupt or mixed up",
+        )
+
+
 def _cfg(config: Any, *names: str, default: Any = ...) -> Any:
     for name in names:
         value = getattr(config, name, None)
@@ -512,6 +560,13 @@ def load_engine(
     torch_dtype = getattr(torch, dtype)
     dev = pick_device(device)
     files = model if isinstance(model, ModelFiles) else resolve(model)
+    if name == "own":  # an architecture we have not written: say so before judging its files
+        from .architectures import family
+
+        family(files.config)
+    # Config, weight headers and tokenizer agree, or nothing is built.
+    validate_checkpoint(files.path, files.config)
+    require_tokenizer(files.path)
     engine: Engine = OwnEngine(files, dev, torch_dtype) if name == "own" else HFEngine(files, dev, torch_dtype)
     return engine
 
@@ -769,6 +824,12 @@ def forward(
         stacked = torch.stack([full.attentions[i][0] for i in chosen])  # (N, H, L, S)
         picked = stacked[:, :, list(rows), :]  # (N, H, Q, S)
     weights = picked.to(device="cpu", dtype=torch.float32).numpy().astype(np.float32, copy=False)
+    bad = first_nonfinite_layer(weights, chosen)
+    if bad is not None:
+        raise EngineError(
+            f"the attention weights of layer {bad} hold NaN or infinite values",
+            hint="the weights overflow in this dtype or are damaged; try float32 or another checkpoint",
+        )
     provenance = Provenance(
         model=engine.files.spec,
         model_path=str(engine.files.path),

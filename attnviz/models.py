@@ -65,6 +65,17 @@ def resolve(spec: str | None = None) -> ModelFiles:
         ModelLoadError: the directory exists but is not a usable checkpoint.
     """
     name = DEFAULT_MODEL if spec is None or not spec.strip() else spec.strip()
+    try:
+        return _resolve(name)
+    except (OSError, ValueError) as exc:  # a name too long for the filesystem, a NUL byte
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ModelNotFoundError(
+            f"cannot use {name[:80]!r}{'…' if len(name) > 80 else ''} as a model path: {reason}",
+            hint="give a checkpoint directory or a Hub id like org/name",
+        ) from None
+
+
+def _resolve(name: str) -> ModelFiles:
     local = Path(name).expanduser()
     if name.lower() in _BUILTIN_NAMES and not local.exists():
         path = packaged_model_dir()
@@ -81,11 +92,14 @@ def resolve(spec: str | None = None) -> ModelFiles:
         )
     else:
         path = _hub_snapshot(name)
-    if not (path / "config.json").is_file():
+    if not (path / "config.json").exists():
         raise ModelLoadError(
             f"{str(path)!r} has no config.json, so it is not a transformers checkpoint",
             hint="save the model with model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR)",
         )
+    from .checkpoint import MAX_CONFIG_BYTES, check_regular_file
+
+    check_regular_file(path / "config.json", MAX_CONFIG_BYTES)  # not /dev/zero behind a symlink
     return ModelFiles(spec=name, path=path, config=read_config(path))
 
 
@@ -169,11 +183,32 @@ def read_weights(model_dir: Path) -> dict[str, Tensor]:
 
                 tensors.update(load_file(str(path)))
             else:
+                import pickle
+                import warnings
+
                 import torch
 
-                tensors.update(torch.load(path, map_location="cpu", weights_only=True))
+                with warnings.catch_warnings():  # one stderr line per refusal: ours, not torch's
+                    warnings.simplefilter("ignore")
+                    try:
+                        loaded = torch.load(path, map_location="cpu", weights_only=True)
+                    except pickle.UnpicklingError as exc:
+                        # weights_only=True refused an object that is not a tensor: a pickle that could run code.
+                        raise ModelLoadError(
+                            f"refused to unpickle {path}: it holds objects other than tensors (weights_only)",
+                            hint="only plain-tensor checkpoints are loaded; "
+                            "convert it to model.safetensors if you trust it",
+                        ) from exc
+                if not isinstance(loaded, dict) or not all(isinstance(t, torch.Tensor) for t in loaded.values()):
+                    raise ModelLoadError(
+                        f"{path} does not hold a dictionary of tensors",
+                        hint="re-save the checkpoint with save_pretrained",
+                    )
+                tensors.update(loaded)
         except FileNotFoundError:
             raise ModelLoadError(f"weight file {path} is missing", hint="re-download the checkpoint") from None
+        except ModelLoadError:
+            raise
         except Exception as exc:  # safetensors and torch raise assorted errors on bad bytes
             raise ModelLoadError(
                 f"cannot read weights from {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",

@@ -46,18 +46,17 @@ def read_pairs(path: Path | str) -> list[MinimalPair]:
     """Parse a minimal-pairs file.
 
     Raises:
-        UsageError: the file cannot be read, has no header, a line has the wrong number
+        UsageError: the file cannot be read (or is over the size or line-length limit of
+            ``safeio.read_lines``, or not UTF-8), has no header, a line has the wrong number
             of columns or an empty cell, or there are no pairs.
     """
+    from .safeio import read_lines
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise UsageError(f"cannot read {str(path)!r}: {reason}", hint="give a tab-separated pairs file") from None
     pairs: list[MinimalPair] = []
     header_seen = False
-    for number, raw in enumerate(text.splitlines(), start=1):
+    # Streaming, with a size and a line-length limit: /dev/zero fails at its first line.
+    for number, raw in read_lines(path, "tab-separated pairs file"):
         if not raw.strip() or raw.lstrip().startswith("#"):
             continue
         cells = [cell.strip() for cell in raw.split("\t")]

@@ -6,9 +6,10 @@ takes an ``Attention`` and never touches a model. numpy + stdlib only.
 
 from __future__ import annotations
 
+import io
 import json
-import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,16 @@ def jsonable(value: Any) -> Any:
     """``value`` made JSON-ready, the one place attnviz rounds: floats to JSON_DIGITS
     decimals (numpy scalars and arrays included), tuples to lists, dataclass-free."""
     if isinstance(value, np.ndarray):
-        return np.round(value.astype(np.float64), JSON_DIGITS).tolist() if value.dtype.kind == "f" else value.tolist()
+        if value.dtype.kind != "f":
+            return value.tolist()
+        values = np.round(value.astype(np.float64), JSON_DIGITS)
+        finite = np.isfinite(values)
+        if finite.all():
+            return values.tolist()
+        # JSON has no NaN: a bare NaN would make the whole output unreadable. null says "no number".
+        shown = values.astype(object)
+        shown[~finite] = None
+        return shown.tolist()
     if isinstance(value, (float, np.floating)):
         return round(float(value), JSON_DIGITS)
     if isinstance(value, np.integer):
@@ -342,12 +352,9 @@ class Attention:
                 "steps": list(self.steps),
             }
         )
-
-        def write(tmp: Path) -> None:
-            with open(tmp, "wb") as fh:
-                np.savez_compressed(fh, weights=self.weights, meta=np.array(meta))
-
-        atomic_write(path, write)
+        buffer = io.BytesIO()  # rendered in memory: no temp file exists while numpy works
+        np.savez_compressed(buffer, weights=self.weights, meta=np.array(meta))
+        atomic_write(path, buffer.getvalue())
 
     @classmethod
     def load_npz(cls, path: Path) -> Attention:
@@ -404,53 +411,37 @@ def _tokens_from(meta: dict[str, Any]) -> Tokens:
 def check_writable(path: Path, suffixes: tuple[str, ...] | None = None) -> Path:
     """Fail early (before any model work) if ``path`` cannot be written.
 
+    See ``safeio.check_output_path``.
+
     Raises:
         OutputError: unknown extension, missing directory, a directory in the way,
-            or no permission to create files there.
+            a special filesystem, or no permission to create files there.
     """
-    path = Path(path)
-    if suffixes is not None and path.suffix.lower() not in suffixes:
-        raise OutputError(
-            f"cannot tell the format of {str(path)!r} from its extension",
-            hint="use one of " + ", ".join(suffixes),
-        )
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise OutputError(
-            f"cannot write {str(path)!r}: directory {str(parent)!r} does not exist", hint="create it first"
-        )
-    if path.is_dir():
-        raise OutputError(f"cannot write {str(path)!r}: it is a directory", hint="give a file name")
-    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise OutputError(f"cannot write {str(path)!r}: permission denied", hint="choose another location")
-    return path
+    from .safeio import check_output_path
+
+    return check_output_path(path, suffixes)
 
 
-def atomic_write(path: Path, write: Any) -> None:
-    """Call ``write(tmp_path)`` on a temporary file beside ``path``, then rename it over
-    ``path``. A failure leaves neither a partial file nor a damaged old one."""
-    path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-    except OSError as exc:
-        raise OutputError(f"cannot write {str(path)!r}: {exc.strerror}", hint="choose another location") from exc
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        write(tmp)
-        # mkstemp makes the file 0600; give it the permissions a plain open() would.
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise OutputError(f"cannot write {str(path)!r}: {exc.strerror or exc}", hint="choose another location") from exc
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+def atomic_write(path: Path, data: bytes | Callable[[Path], None]) -> None:
+    """Write ``path`` whole or not at all.
 
+    ``data`` is the file's bytes, rendered in memory (preferred), or a ``write(tmp_path)``
+    callable: that one writes into a private temporary directory elsewhere, so that
+    nothing lies beside ``path`` while it runs; its bytes are then written atomically.
+    A failure or a signal leaves neither a partial file nor a damaged old one.
+    """
+    from .safeio import write_atomic
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    if not callable(data):
+        write_atomic(path, data)
+        return
+    with tempfile.TemporaryDirectory(prefix="attnviz-") as scratch:
+        tmp = Path(scratch) / Path(path).name[-100:]
+        try:
+            data(tmp)
+            rendered = tmp.read_bytes()
+        except OSError as exc:
+            raise OutputError(
+                f"cannot write {str(path)!r}: {exc.strerror or exc}", hint="choose another location"
+            ) from exc
+    write_atomic(path, rendered)

@@ -152,15 +152,21 @@ def load_tokenizer(model_dir: Path) -> Tokenizer:
     from tokenizers import Tokenizer
 
     path = model_dir / "tokenizer.json"
-    if path.is_file():
+    if path.exists():
+        from .checkpoint import MAX_TOKENIZER_BYTES, check_regular_file
+
+        check_regular_file(path, MAX_TOKENIZER_BYTES)
         try:
             tokenizer = Tokenizer.from_file(str(path))
         except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
             raise ModelLoadError(
-                f"cannot read {path}: {str(exc).splitlines()[0]}",
+                f"cannot read {path}: {(str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]}",
                 hint="the file is corrupt; re-download or re-save the tokenizer",
             ) from exc
     else:
+        from .checkpoint import require_tokenizer
+
+        require_tokenizer(model_dir)  # never a tokenizer invented with an empty vocabulary
         tokenizer = _tokenizer_from_transformers(model_dir)
     tokenizer.no_padding()
     tokenizer.no_truncation()

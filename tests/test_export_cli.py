@@ -160,7 +160,10 @@ def test_failed_export_leaves_the_old_file(runner: CliRunner, tmp_path: Path, mo
     out.write_bytes(b"precious")
 
     def broken(self: Figure, fname: object, *args: object, **kwargs: object) -> None:
-        Path(str(fname)).write_bytes(b"half")
+        if hasattr(fname, "write"):  # rendered in memory first (the file comes after)
+            fname.write(b"half")
+        else:
+            Path(str(fname)).write_bytes(b"half")
         raise RuntimeError("renderer crashed")
 
     monkeypatch.setattr(Figure, "savefig", broken)

@@ -87,6 +87,9 @@ def load(model_dir: Path, config: dict[str, Any] | None = None, device: Any = "c
             reason = f"lacks {exc}" if isinstance(exc, KeyError) else str(exc)
             raise ModelLoadError(f"{model_dir}/config.json: {reason}", hint="the config is invalid") from exc
     tensors = rename(read_weights(model_dir), module.RULES, module.PREFIXES)
+    from ..checkpoint import check_tensors
+
+    check_tensors(tensors.items(), str(model_dir))  # integer or non-finite weights: before any use
     if hasattr(module, "convert"):
         tensors = module.convert(tensors, config)
     load_into(model, tensors, model_dir)

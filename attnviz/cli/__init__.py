@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 import typer
@@ -44,6 +44,8 @@ class _Group(TyperGroup):
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
+        argv = kwargs.get("args", args[0] if args else None)
+        _check_argv(sys.argv[1:] if argv is None else list(argv))
         try:
             rv = super().main(*args, **kwargs)
         except click_exc.NoArgsIsHelpError:
@@ -56,6 +58,33 @@ class _Group(TyperGroup):
         except click_exc.ClickException as exc:  # e.g. a FileError
             fail(exc.format_message(), None, exc.exit_code)
         sys.exit(rv if isinstance(rv, int) else ExitCode.OK)
+
+    def invoke(self, ctx: Any) -> Any:
+        # A signal outside a command's errors() (while parsing, importing): the same
+        # one line and exit code as inside (typer would turn it into a silent 130).
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            _interrupted(exc)
+
+
+def _check_argv(argv: Sequence[str]) -> None:
+    """Invalid UTF-8 on the command line (Python decodes it to lone surrogates) is bad
+    input, refused before anything else runs, with the argument's position."""
+    from ..errors import UsageError
+    from ..safeio import check_text
+
+    for i, arg in enumerate(argv, start=1):
+        try:
+            check_text(arg, f"command-line argument {i}")
+        except UsageError as exc:
+            fail(exc.message, exc.hint, exc.exit_code)
+
+
+def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
+    from ..safeio import Terminated, exit_code_for
+
+    fail(f"terminated by {exc.name}" if isinstance(exc, Terminated) else "interrupted", None, exit_code_for(exc))
 
 
 app = typer.Typer(
@@ -75,7 +104,9 @@ def fail(message: str, hint: str | None, code: int) -> NoReturn:
     line = f"attnviz: error: {message}"
     if hint:
         line += f" (hint: {hint})"
-    sys.stderr.write(line.replace("\n", " ") + "\n")
+    from ..safeio import one_line
+
+    sys.stderr.write(one_line(line.replace("\n", " ")) + "\n")
     sys.stderr.flush()
     raise SystemExit(code)
 
@@ -154,8 +185,8 @@ def errors(debug: bool) -> Iterator[None]:
         if debug:
             raise
         fail(exc.message, hint_for(exc), exc.exit_code)
-    except KeyboardInterrupt:
-        fail("interrupted", None, ExitCode.INTERRUPTED)
+    except KeyboardInterrupt as exc:  # Ctrl-C, and SIGTERM/SIGHUP as safeio.Terminated
+        _interrupted(exc)
     except BrokenPipeError:
         # The reader went away (| head): not our failure to report.
         with contextlib.suppress(Exception):
@@ -164,6 +195,11 @@ def errors(debug: bool) -> Iterator[None]:
     except (typer.Exit, SystemExit):
         raise
     except Exception as exc:
+        from ..safeio import terminated_by
+
+        signalled = terminated_by()
+        if signalled is not None:  # the signal surfaced as another error (inside an import)
+            _interrupted(signalled)
         if debug:
             raise
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -200,6 +236,9 @@ def main() -> None:
     teardown of torch and transformers is work nobody waits for (measured: 1.30 -> 0.96 ×
     ``import torch`` for a whole ``attnviz show``, issue 8).
     """
+    from ..safeio import handle_signals
+
+    handle_signals()  # SIGTERM/SIGHUP clean up like Ctrl-C, then exit 143/129
     try:
         app()
         code = 0

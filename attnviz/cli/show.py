@@ -113,7 +113,7 @@ def show(
             if png.suffix.lower() != ".png":
                 raise UsageError(
                     f"--png writes PNG, but {str(png)!r} does not end in .png",
-                    hint=f"for SVG or PDF use attnviz export ... -o {png.with_suffix('.svg').name}",
+                    hint=f"for SVG or PDF use attnviz export ... -o {(png.stem or 'heads') + '.svg'}",
                 )
             check_writable(png, (".png",))
         if npz is not None:

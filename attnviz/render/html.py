@@ -250,9 +250,5 @@ def save_html(
     path = check_writable(Path(path), HTML_FORMATS)
     check_page_size(len(att.layers), att.num_heads, len(att.tokens), budget)
     encoded = html_page(att, query, view, layer).encode("utf-8")
-
-    def write(tmp: Path) -> None:
-        tmp.write_bytes(encoded)
-
-    atomic_write(path, write)
+    atomic_write(path, encoded)
     return len(encoded)

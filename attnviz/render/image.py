@@ -18,6 +18,7 @@ Shape legend: N layers, H heads, Q query positions, S tokens.
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
 import textwrap
 from collections.abc import Sequence
@@ -397,17 +398,16 @@ def save_figure(fig: Figure, path: Path, dpi: int = DEFAULT_DPI) -> None:
         raise UsageError(f"dpi {dpi} is out of range", hint="use a dpi between 10 and 2400 (e.g. 150 or 300)")
     check_pixels(fig, dpi)
     fmt = path.suffix.lower().lstrip(".")
+    # Rendered in memory first, so no temporary file exists while matplotlib works (a
+    # signal during the render leaves nothing behind); metadata without dates keeps the
+    # files reproducible.
+    metadata = {"Software": None} if fmt == "png" else {"Date": None} if fmt == "svg" else {"CreationDate": None}
+    from matplotlib import rc_context
 
-    def write(tmp: Path) -> None:
-        # The temporary name ends in .tmp, so say the format; metadata without dates
-        # keeps the files reproducible.
-        metadata = {"Software": None} if fmt == "png" else {"Date": None} if fmt == "svg" else {"CreationDate": None}
-        from matplotlib import rc_context
-
-        with rc_context(PAPER_RC):
-            fig.savefig(tmp, format=fmt, dpi=dpi, metadata=metadata)
-
-    atomic_write(path, write)
+    buffer = io.BytesIO()
+    with rc_context(PAPER_RC):
+        fig.savefig(buffer, format=fmt, dpi=dpi, metadata=metadata)
+    atomic_write(path, buffer.getvalue())
 
 
 # --- binning long inputs --------------------------------------------------------

@@ -1,0 +1,449 @@
+"""Checkpoint validation before anything is allocated.
+
+A checkpoint is three things that must agree: config.json, the weight files and the
+tokenizer. Everything here runs on what can be read cheaply (the JSON config, the
+safetensors headers: 8 bytes of length and a JSON table of names, dtypes and shapes)
+before a model is built, so a lying config costs milliseconds, not minutes and
+gigabytes:
+
+    validate_config(config, where)     types and ranges of the size fields, by name
+    validate_checkpoint(dir, config)   config vs weight headers: the model's size
+                                       estimated from the config, the layer count,
+                                       integer weights
+    check_tensors(named)               after loading: integer or non-finite weights,
+                                       naming the first layer where they appear
+    first_nonfinite_layer(weights)     the same for attention rows
+    tokenizer_files(dir)               which tokenizer files exist (none: refuse)
+
+Stdlib only at import time (``check_tensors`` takes tensors from the caller and uses
+their own methods). Errors are ``ModelLoadError`` (exit 2: the input is bad).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ModelLoadError
+
+# --- config fields -------------------------------------------------------------------
+
+# Size fields of transformers configs, by family spelling. Checked when present and not
+# null: a whole number in [low, 2**31).
+_POSITIVE_INTS = (
+    "num_hidden_layers", "n_layer", "n_layers", "num_layers",
+    "hidden_size", "n_embd", "dim", "d_model",
+    "num_attention_heads", "n_head", "n_heads", "num_heads",
+    "num_key_value_heads", "head_dim",
+    "intermediate_size", "n_inner", "hidden_dim", "d_ff", "ffn_dim",
+    "vocab_size", "max_position_embeddings", "n_positions",
+    "embedding_size", "num_hidden_groups", "inner_group_num", "sliding_window",
+)  # fmt: skip
+_NONNEGATIVE_INTS = ("type_vocab_size", "max_window_layers")
+_POSITIVE_FLOATS = ("layer_norm_eps", "layer_norm_epsilon", "rms_norm_eps", "rope_theta")
+_INT_LIMIT = 2**31
+
+LAYER_FIELDS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+_HIDDEN_FIELDS = ("hidden_size", "n_embd", "dim", "d_model")
+_INTERMEDIATE_FIELDS = ("intermediate_size", "n_inner", "hidden_dim", "d_ff", "ffn_dim")
+
+
+def _first(config: Mapping[str, Any], names: Sequence[str]) -> Any:
+    for name in names:
+        if config.get(name) is not None:
+            return config[name]
+    return None
+
+
+def validate_config(config: Mapping[str, Any], where: str = "config.json") -> None:
+    """Check the type and range of every size field present in ``config``.
+
+    Raises:
+        ModelLoadError: a field is not a whole number where one belongs (a string, a
+            bool, 12.5), is zero or negative, or is absurdly large; the message names it.
+    """
+    hint = "config.json is corrupt or hand-edited wrongly; re-save the checkpoint"
+    for name in _POSITIVE_INTS + _NONNEGATIVE_INTS:
+        value = config.get(name)
+        if value is None:
+            continue
+        low = 1 if name in _POSITIVE_INTS else 0
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ModelLoadError(f"{where}: {name} must be a whole number, not {_shown(value)}", hint=hint)
+        if not low <= value < _INT_LIMIT:
+            bound = "at least 1" if low else "0 or more"
+            if value >= _INT_LIMIT:
+                bound = f"below {_INT_LIMIT}"
+            raise ModelLoadError(f"{where}: {name} is {value}; it must be {bound}", hint=hint)
+    for name in _POSITIVE_FLOATS:
+        value = config.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ModelLoadError(f"{where}: {name} must be a number, not {_shown(value)}", hint=hint)
+        if not math.isfinite(value) or value <= 0:
+            raise ModelLoadError(f"{where}: {name} is {value}; it must be a positive number", hint=hint)
+    hidden, heads = _first(config, _HIDDEN_FIELDS), _first(config, ("num_attention_heads", "n_head", "n_heads"))
+    kv = config.get("num_key_value_heads")
+    if isinstance(heads, int) and isinstance(kv, int) and heads % kv:
+        raise ModelLoadError(
+            f"{where}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv}", hint=hint
+        )
+    own_head_dim = config.get("head_dim") is not None or config.get("d_kv") is not None
+    if isinstance(hidden, int) and isinstance(heads, int) and not own_head_dim and hidden % heads:
+        raise ModelLoadError(f"{where}: the width {hidden} is not divisible by the {heads} attention heads", hint=hint)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=True)
+    return f"{type(value).__name__} {text[:40]}{'…' if len(text) > 40 else ''}"
+
+
+def check_regular_file(path: Path, max_bytes: int | None = None) -> None:
+    """``path`` is a regular file (not a FIFO, a device such as /dev/zero, a directory)
+    of at most ``max_bytes``: reading it will end, and fit in memory.
+
+    Raises:
+        ModelLoadError: it is not, naming the file.
+    """
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise ModelLoadError(f"{path} is missing", hint="re-download or re-save the checkpoint") from None
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {path}: {_reason(exc)}", hint="check the permissions") from None
+    import stat
+
+    if not stat.S_ISREG(info.st_mode):
+        raise ModelLoadError(f"{path} is not a regular file", hint="a checkpoint holds plain files")
+    if max_bytes is not None and info.st_size > max_bytes:
+        raise ModelLoadError(
+            f"{path} is {info.st_size:,} bytes; more than {max_bytes:,} is not plausible for this file",
+            hint="the file is not what its name says; re-save the checkpoint",
+        )
+
+
+MAX_CONFIG_BYTES = 16 * 2**20
+MAX_TOKENIZER_BYTES = 2**30
+
+
+# --- weight files and their headers --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor as a weight file's header describes it."""
+
+    name: str
+    dtype: str  # safetensors spelling: F32, F16, BF16, I8, ...
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+_INTEGER_DTYPES = {"BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64"}
+_HEADER_LIMIT = 100 * 2**20  # the largest real headers (hundreds of shards' worth) are a few MB
+
+
+def weight_files(model_dir: Path) -> list[Path]:
+    """The checkpoint's weight files, safetensors first (single or sharded), else PyTorch .bin.
+
+    Raises:
+        ModelLoadError: no weights, or an unreadable shard index.
+    """
+    for single, index in (
+        ("model.safetensors", "model.safetensors.index.json"),
+        ("pytorch_model.bin", "pytorch_model.bin.index.json"),
+    ):
+        if (model_dir / single).is_file():
+            return [model_dir / single]
+        if (model_dir / index).is_file():
+            try:
+                text = (model_dir / index).read_text(encoding="utf-8")
+                shards = json.loads(text)["weight_map"].values()
+                names = sorted({str(s) for s in shards})
+            except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
+                raise ModelLoadError(
+                    f"cannot read {model_dir / index}: {_reason(exc)}", hint="the shard index is corrupt"
+                ) from None
+            if not names or any("/" in n or n.startswith(".") for n in names):
+                raise ModelLoadError(f"{model_dir / index} names no usable shards", hint="the shard index is corrupt")
+            return [model_dir / name for name in names]
+    raise ModelLoadError(
+        f"{model_dir} has no weights (model.safetensors or pytorch_model.bin)",
+        hint="save the model with model.save_pretrained(DIR)",
+    )
+
+
+def read_safetensors_header(path: Path) -> list[TensorInfo]:
+    """The tensors a .safetensors file holds, from its header alone (no tensor is read).
+
+    Raises:
+        ModelLoadError: the file is missing, truncated, or its header is not a safetensors header.
+    """
+    bad = "the file is corrupt or truncated; re-download or re-save the checkpoint"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                raise ModelLoadError(f"{path} is too short to be a safetensors file", hint=bad)
+            (length,) = struct.unpack("<Q", head)
+            if length > _HEADER_LIMIT:
+                raise ModelLoadError(f"{path}: a safetensors header of {length} bytes is not plausible", hint=bad)
+            raw = fh.read(length)
+            fh.seek(0, 2)
+            size = fh.tell()
+    except FileNotFoundError:
+        raise ModelLoadError(f"weight file {path} is missing", hint="re-download the checkpoint") from None
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {path}: {_reason(exc)}", hint=bad) from None
+    if len(raw) < length:
+        raise ModelLoadError(f"{path} is truncated inside its header", hint=bad)
+    try:
+        table = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise ModelLoadError(f"{path}: the safetensors header is not JSON", hint=bad) from None
+    if not isinstance(table, dict):
+        raise ModelLoadError(f"{path}: the safetensors header is not a JSON object", hint=bad)
+    out: list[TensorInfo] = []
+    data_size = size - 8 - length
+    for name, entry in table.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (start, end) = str(entry["dtype"]), tuple(entry["shape"]), entry["data_offsets"]
+            ok = all(isinstance(d, int) and d >= 0 for d in shape) and 0 <= start <= end <= data_size
+        except (KeyError, TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ModelLoadError(f"{path}: the header entry for {name!r} is malformed or points past the end", hint=bad)
+        out.append(TensorInfo(name, dtype, shape))
+    return out
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(exc).strip()
+    return text.splitlines()[0][:160] if text else type(exc).__name__
+
+
+# --- layers in tensor names ----------------------------------------------------------
+
+# A layer stack is a name segment like these followed by the layer number:
+# bert.encoder.layer.3., model.layers.3., transformer.h.3., distilbert.transformer.layer.3.
+_STACK = re.compile(r"(?:^|\.)((?:layer|layers|h|block|blocks))\.(\d+)\.")
+
+
+def layer_of(name: str) -> int | None:
+    """The layer number in a tensor name (``encoder.layer.3.attention...`` -> 3), if any."""
+    m = _STACK.search(name)
+    return int(m[2]) if m else None
+
+
+def _stacks(names: Iterable[str]) -> dict[str, set[int]]:
+    """Layer numbers per stack prefix (``bert.encoder.layer`` -> {0, 1, ...})."""
+    out: dict[str, set[int]] = {}
+    for name in names:
+        m = _STACK.search(name)
+        if m:
+            out.setdefault(name[: m.start(2) - 1], set()).add(int(m[2]))
+    return out
+
+
+def config_layers(config: Mapping[str, Any]) -> int | None:
+    value = _first(config, LAYER_FIELDS)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def estimate_min_params(config: Mapping[str, Any]) -> int | None:
+    """A lower bound of the parameter count config.json implies (None: too little to tell).
+
+    Per layer at least E·E (the query projection) + E·I (one MLP matrix), and the token
+    embeddings V·min(E, embedding_size). Every real family has more than this (keys,
+    values, the output projection, the second MLP matrix), so a checkpoint whose weights
+    hold fewer elements than this bound cannot be the model its config describes.
+    ALBERT shares one block across layers: there the blocks are groups × inner_group_num.
+    """
+    layers = config_layers(config)
+    hidden = _first(config, _HIDDEN_FIELDS)
+    if not isinstance(layers, int) or not isinstance(hidden, int):
+        return None
+    inner = _first(config, _INTERMEDIATE_FIELDS)
+    inner = inner if isinstance(inner, int) else hidden
+    if config.get("model_type") == "albert":
+        groups, per_group = config.get("num_hidden_groups") or 1, config.get("inner_group_num") or 1
+        layers = min(layers, int(groups) * int(per_group))
+    vocab = config.get("vocab_size")
+    embed = config.get("embedding_size")
+    width = min(hidden, embed) if isinstance(embed, int) else hidden
+    return layers * (hidden * hidden + hidden * inner) + (vocab * width if isinstance(vocab, int) else 0)
+
+
+def validate_checkpoint(model_dir: Path, config: Mapping[str, Any]) -> list[TensorInfo] | None:
+    """Config against the weight files' headers, before any model is built.
+
+    Checks (safetensors; a .bin checkpoint has no header to read without unpickling,
+    so only its total size bounds the config):
+        * the parameter count the config implies fits in the weights;
+        * the layer numbers in the tensor names are exactly 0..num_hidden_layers-1 (no
+          missing layer, no unused one), when the names show one layer stack;
+        * no ``*.weight`` tensor is stored as integers (quantized checkpoints).
+
+    Returns the header entries (None for .bin). Raises ModelLoadError.
+    """
+    validate_config(config, f"{model_dir}/config.json")
+    files = weight_files(model_dir)
+    where = f"{model_dir}"
+    if files[0].suffix != ".safetensors":
+        total = 0
+        for path in files:
+            try:
+                total += path.stat().st_size
+            except OSError:
+                raise ModelLoadError(f"weight file {path} is missing", hint="re-download the checkpoint") from None
+        need = estimate_min_params(config)
+        if need is not None and need > total:  # every element takes at least one byte
+            raise _too_big(where, config, need, f"{total} bytes of weights")
+        return None
+    for path in files:
+        check_regular_file(path)
+    infos = [info for path in files for info in read_safetensors_header(path)]
+    for info in infos:
+        if info.dtype.upper() in _INTEGER_DTYPES and info.name.endswith("weight"):
+            raise ModelLoadError(
+                f"{where}: weight {info.name} is stored as {info.dtype} integers",
+                hint="quantized or integer checkpoints are not supported; use a float16/bfloat16/float32 checkpoint",
+            )
+    need = estimate_min_params(config)
+    have = sum(i.numel for i in infos)
+    if need is not None and need > have:
+        raise _too_big(where, config, need, f"{have:,} parameters in the weights")
+    layers = config_layers(config)
+    stacks = _stacks(i.name for i in infos)
+    if layers is not None and len(stacks) == 1:
+        ((prefix, found),) = stacks.items()
+        field = next(n for n in LAYER_FIELDS if config.get(n) is not None)
+        missing = sorted(set(range(layers)) - found)
+        extra = sorted(n for n in found if n >= layers)
+        if missing:
+            raise ModelLoadError(
+                f"{where}: config.json says {field}={layers}, but the weights have no {prefix}.{missing[0]}"
+                + (f" (nor {len(missing) - 1} more layers)" if len(missing) > 1 else ""),
+                hint="the checkpoint is incomplete, or config.json belongs to another model",
+            )
+        if extra:
+            raise ModelLoadError(
+                f"{where}: config.json says {field}={layers}, but the weights also hold {prefix}.{extra[0]}"
+                + (f" to {prefix}.{extra[-1]}" if len(extra) > 1 else "")
+                + ", which would go unused",
+                hint="config.json and the weights disagree: fix num_hidden_layers or re-save the checkpoint",
+            )
+    return infos
+
+
+def _too_big(where: str, config: Mapping[str, Any], need: int, have: str) -> ModelLoadError:
+    fields = ", ".join(
+        f"{n}={config[n]}"
+        for n in (*LAYER_FIELDS, *_HIDDEN_FIELDS, *_INTERMEDIATE_FIELDS, "vocab_size")
+        if isinstance(config.get(n), int)
+    )
+    return ModelLoadError(
+        f"{where}: config.json ({fields}) describes at least {need:,} parameters, but there are only {have}",
+        hint="config.json and the weights disagree: the config is wrong or the weights are incomplete",
+    )
+
+
+# --- loaded tensors ------------------------------------------------------------------
+
+
+def check_tensors(named: Iterable[tuple[str, Any]], where: str) -> None:
+    """Refuse integer weights and weights holding NaN or ±Inf, naming the first layer.
+
+    ``named`` yields (name, torch.Tensor). Embeddings and other tensors outside the
+    layer stack count as coming before layer 0.
+
+    Raises:
+        ModelLoadError: the first offending tensor, by layer.
+    """
+    worst: tuple[float, str, str] | None = None
+    for name, tensor in named:
+        if not tensor.is_floating_point():
+            if name.endswith("weight"):
+                raise ModelLoadError(
+                    f"{where}: weight {name} is stored as {str(tensor.dtype).removeprefix('torch.')}",
+                    hint="quantized or integer checkpoints are not supported; use a float checkpoint",
+                )
+            continue
+        if tensor.device.type == "meta" or bool(tensor.isfinite().all()):
+            continue
+        layer = layer_of(name)
+        rank = float(layer) if layer is not None else -1.0 if _EMBEDDING.search(name) else math.inf
+        kind = "NaN" if bool(tensor.isnan().any()) else "infinite values"
+        if worst is None or rank < worst[0]:
+            worst = (rank, name, kind)
+    if worst is not None:
+        rank, name, kind = worst
+        place = "the embeddings" if rank < 0 else f"layer {int(rank)}" if math.isfinite(rank) else name
+        raise ModelLoadError(
+            f"{where}: the weights hold {kind}, first in {place} ({name})",
+            hint="the checkpoint is damaged (or was saved after training diverged); re-save or re-download it",
+        )
+
+
+_EMBEDDING = re.compile(r"embed|(?:^|\.)(?:tokens|positions|token_types|wte|wpe)\.")
+
+
+def first_nonfinite_layer(weights: Any, layers: Sequence[int]) -> int | None:
+    """The first of ``layers`` whose attention rows ``weights`` (N, H, Q, S) hold NaN/Inf."""
+    import numpy as np
+
+    bad = ~np.isfinite(weights).reshape(len(layers), -1).all(axis=1)  # (N,)
+    hits = np.flatnonzero(bad)
+    return int(layers[int(hits[0])]) if hits.size else None
+
+
+# --- tokenizer -----------------------------------------------------------------------
+
+# What a checkpoint may ship a tokenizer as; transformers builds a fast tokenizer from any.
+TOKENIZER_FILES = (
+    ("tokenizer.json",),
+    ("vocab.txt",),
+    ("vocab.json", "merges.txt"),
+    ("tokenizer.model",),
+    ("spiece.model",),
+    ("sentencepiece.bpe.model",),
+)
+
+
+def tokenizer_files(model_dir: Path) -> tuple[str, ...] | None:
+    """The first complete set of tokenizer files in ``model_dir``, or None.
+
+    Without one, transformers would invent a tokenizer with an empty vocabulary, which
+    maps every word to [UNK] while the labels still show the words: refuse instead.
+    """
+    for names in TOKENIZER_FILES:
+        if all((model_dir / n).exists() for n in names):
+            for n in names:
+                check_regular_file(model_dir / n, MAX_TOKENIZER_BYTES)
+            return names
+    return None
+
+
+def require_tokenizer(model_dir: Path) -> tuple[str, ...]:
+    found = tokenizer_files(model_dir)
+    if found is None:
+        looked = ", ".join(" + ".join(names) for names in TOKENIZER_FILES)
+        raise ModelLoadError(
+            f"{model_dir} has no tokenizer (looked for {looked})",
+            hint="save one beside the weights with tokenizer.save_pretrained(DIR)",
+        )
+    return found

@@ -1,0 +1,271 @@
+"""Hostile input outside the checkpoint: numbers that would cost gigabytes, files that never
+end, bytes that are not UTF-8, names too long, special filesystems, signals mid-write.
+Everything is refused with one line (exit 2) before a model loads, and writes leave
+either the whole new file or the old one, never a temp file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import attnviz.engines
+from attnviz.cli import app
+from attnviz.errors import OutputError, UsageError
+from attnviz.pairs import read_pairs
+from attnviz.result import atomic_write, check_writable
+from attnviz.safeio import check_text, read_lines, write_atomic
+from attnviz.safeio import one_line as escaped
+
+EXAMPLE = "The animal didn't cross the street because it was too tired"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def no_model(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records (and refuses) any attempt to load a model: these errors come first."""
+    calls: list[str] = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        calls.append("load_engine")
+        raise RuntimeError("the model must not be loaded for this error")
+
+    monkeypatch.setattr(attnviz.engines, "load_engine", refuse)
+    return calls
+
+
+def one_line(result: object, code: int = 2) -> str:
+    assert result.exit_code == code, (result.exit_code, result.output)  # type: ignore[attr-defined]
+    lines = result.stderr.strip().splitlines()  # type: ignore[attr-defined]
+    assert len(lines) == 1 and lines[0].startswith("attnviz: error: "), lines
+    assert "Traceback" not in result.output  # type: ignore[attr-defined]
+    return lines[0]
+
+
+# --- numbers --------------------------------------------------------------------------
+
+
+def test_an_error_quoting_hostile_text_stays_one_line() -> None:
+    # Found by bench/fuzz.py: a sentence holding NEL (U+0085) was quoted in the error
+    # message, and a reader splitting lines as Python does saw two lines.
+    sentence = "ó\x85\U0010bdc5\x06â\U000986adav-ÙnO'"  # the case bench/fuzz.py found, as drawn
+    result = CliRunner().invoke(app, ["show", sentence, "--token", "zebra"])
+    line = one_line(result, 2)
+    assert "1:ó\\x85" in line
+    assert escaped("a\u2028b \x1b[31mred\ttab") == "a\\u2028b \\x1b[31mred\\x09tab"
+    assert escaped("é 😀") == "é 😀"
+
+
+# --- files read -------------------------------------------------------------------------
+
+
+def test_pairs_from_dev_zero_fail_at_once(no_model: list[str]) -> None:
+    start = time.perf_counter()
+    with pytest.raises(UsageError, match="/dev/zero:1: a line longer than 64 KiB"):
+        read_pairs("/dev/zero")
+    assert time.perf_counter() - start < 1
+    line = one_line(CliRunner().invoke(app, ["compare", "--pairs", "/dev/zero"]))
+    assert "longer than 64 KiB" in line and no_model == []
+
+
+def test_reading_stops_at_the_size_limit(tmp_path: Path) -> None:
+    big = tmp_path / "big.tsv"
+    big.write_text("a\tb\tc\td\n" * 1000)
+    with pytest.raises(UsageError, match="larger than 0 MiB"):
+        list(read_lines(big, "pairs file", max_bytes=4000))
+    assert len(list(read_lines(big, "pairs file"))) == 1000
+
+
+def test_invalid_utf8_in_a_file_names_the_line_and_byte(tmp_path: Path) -> None:
+    bad = tmp_path / "pairs.tsv"
+    bad.write_bytes(b"sentence_a\tsentence_b\ttoken\ttargets\nthe \xff cat\tb\tc\td\n")
+    with pytest.raises(UsageError, match=r"pairs.tsv:2: not UTF-8 \(byte 0xff at byte 5 of the line\)"):
+        read_pairs(bad)
+
+
+def test_invalid_utf8_in_argv_is_exit_2_before_the_model(no_model: list[str]) -> None:
+    # What Python makes of the byte 0xff in a command-line argument: a lone surrogate.
+    sentence = os.fsdecode(b"the \xff cat")
+    with pytest.raises(UsageError, match=r"is not valid UTF-8 \(byte 0xff at character 5\)"):
+        check_text(sentence, "the sentence")
+    for args in (["show", sentence, "-t", "cat"], ["compare", "the cat", "-t", "cat", "--target", sentence]):
+        line = one_line(CliRunner().invoke(app, args))
+        assert "not valid UTF-8 (byte 0xff" in line
+    assert no_model == []
+
+
+def test_invalid_utf8_in_a_real_argv() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "attnviz", "show", b"the \xff cat", "--token", "cat"],
+        capture_output=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2
+    assert done.stderr.decode().count("\n") == 1 and b"argument 2 is not valid UTF-8" in done.stderr
+
+
+def test_a_model_name_too_long_for_the_filesystem_is_bad_input(no_model: list[str]) -> None:
+    from attnviz.errors import ModelNotFoundError
+    from attnviz.models import resolve
+
+    with pytest.raises(ModelNotFoundError, match="as a model path: File name too long"):
+        resolve("./" + "m" * 300)
+
+
+def test_config_json_that_never_ends_is_refused(tmp_path: Path) -> None:
+    from attnviz.errors import ModelLoadError
+    from attnviz.models import resolve
+
+    (tmp_path / "config.json").symlink_to("/dev/zero")
+    with pytest.raises(ModelLoadError, match="config.json is not a regular file"):
+        resolve(str(tmp_path))
+
+
+# --- files written ----------------------------------------------------------------------
+
+
+def test_a_300_character_file_name_is_bad_input(tmp_path: Path, no_model: list[str]) -> None:
+    name = "a" * 300 + ".png"
+    with pytest.raises(OutputError, match="the file name is 304 bytes long, the filesystem allows 255"):
+        check_writable(tmp_path / name, (".png",))
+    line = one_line(CliRunner().invoke(app, ["export", EXAMPLE, "-t", "it", "-o", str(tmp_path / name)]))
+    assert "304 bytes long" in line and no_model == []
+
+
+def test_an_empty_output_name_is_bad_input(no_model: list[str]) -> None:
+    # Found by bench/fuzz.py: --png '' is the path '.', whose suffix hint raised ValueError.
+    line = one_line(CliRunner().invoke(app, ["show", EXAMPLE, "-t", "it", "--png", ""]))
+    assert "does not end in .png" in line and "heads.svg" in line and no_model == []
+
+
+@pytest.mark.parametrize("target", ["/proc/attnviz.png", "/sys/attnviz.png", "/dev/attnviz.png", "/proc/self/comm"])
+def test_special_filesystems_are_refused_before_the_model_even_as_root(target: str, no_model: list[str]) -> None:
+    # As root, os.access() says yes to /proc and /sys: the filesystem type says no.
+    suffixes = None if target == "/proc/self/comm" else (".png",)
+    with pytest.raises(OutputError, match="special filesystem"):
+        check_writable(Path(target), suffixes)
+    if suffixes:
+        line = one_line(CliRunner().invoke(app, ["export", EXAMPLE, "-t", "it", "-o", target]))
+        assert "special filesystem" in line and no_model == []
+
+
+def test_a_fifo_or_device_is_not_a_file(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    with pytest.raises(OutputError, match="not a regular file"):
+        check_writable(fifo, (".png",))
+    with pytest.raises(OutputError, match="NUL byte"):
+        check_writable(tmp_path / "a\0b.png", (".png",))
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm")
+def test_dev_shm_is_a_real_filesystem() -> None:
+    # tmpfs under /dev: a path prefix alone would refuse it.
+    assert check_writable(Path("/dev/shm/attnviz-probe.png"), (".png",))
+
+
+def test_a_replaced_file_keeps_its_mode(tmp_path: Path) -> None:
+    target = tmp_path / "secret.png"
+    target.write_bytes(b"old")
+    target.chmod(0o600)
+    write_atomic(target, b"new")
+    assert target.read_bytes() == b"new"
+    assert target.stat().st_mode & 0o777 == 0o600
+    target.chmod(0o640)
+    atomic_write(target, lambda tmp: tmp.write_bytes(b"newer"))
+    assert target.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["secret.png"]
+
+
+def test_no_temp_file_exists_while_the_image_renders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from matplotlib.figure import Figure
+
+    out = tmp_path / "heads.png"
+    seen: list[list[str]] = []
+    real = Figure.savefig
+
+    def watching(self: Figure, *args: object, **kwargs: object) -> None:
+        seen.append(sorted(p.name for p in tmp_path.iterdir()))
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", watching)
+    result = CliRunner().invoke(app, ["export", EXAMPLE, "-t", "it", "--layer", "0", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert seen == [[]]  # nothing beside the target while matplotlib worked
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_callable_form_renders_away_from_the_target(tmp_path: Path) -> None:
+    target = tmp_path / "page.html"
+    beside: list[list[str]] = []
+
+    def render(tmp: Path) -> None:
+        beside.append(sorted(p.name for p in tmp_path.iterdir()))
+        tmp.write_text("<html></html>")
+
+    atomic_write(target, render)
+    assert beside == [[]] and target.read_text() == "<html></html>"
+
+
+# --- signals ------------------------------------------------------------------------------
+
+SLOW_WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from attnviz.result import atomic_write
+    from attnviz.safeio import handle_signals, exit_code_for
+
+    handle_signals()
+
+    def slow(tmp):
+        tmp.write_bytes(b"half")
+        print("rendering", flush=True)
+        time.sleep(60)
+
+    try:
+        atomic_write(Path(sys.argv[1]), slow)
+    except KeyboardInterrupt as exc:
+        sys.exit(exit_code_for(exc))
+    """
+)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
+def test_a_signal_mid_render_leaves_nothing(tmp_path: Path, sig: int, code: int) -> None:
+    out_dir, scratch = tmp_path / "out", tmp_path / "tmp"
+    out_dir.mkdir()
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_WRITER, str(out_dir / "x.png")], stdout=subprocess.PIPE, env=env, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "rendering"
+    proc.send_signal(sig)
+    assert proc.wait(timeout=30) == code
+    assert list(out_dir.iterdir()) == [] and list(scratch.iterdir()) == []
+
+
+@pytest.mark.parametrize(("sig", "code", "word"), [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGHUP, 129, "SIGHUP")])
+def test_the_cli_exits_143_and_129_with_one_line(tmp_path: Path, sig: int, code: int, word: str) -> None:
+    # Sent while the model loads: the command is inside its error handling by then.
+    out = tmp_path / "x.png"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import attnviz.cli as c, sys; sys.argv[0] = 'attnviz'; c.main()",
+         "export", EXAMPLE, "-t", "it", "-o", str(out)],
+        stderr=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    time.sleep(1.5)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert err.strip().splitlines() == [f"attnviz: error: terminated by {word}"]
+    assert list(tmp_path.iterdir()) == []
