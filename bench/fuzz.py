@@ -1,0 +1,106 @@
+"""Fuzz the whole command line: N command lines drawn from the CLI's own grammar.
+
+The same property as tests/test_fuzz.py (exit code 0/1/2/130, no traceback, one error
+line on failure, valid JSON from --json, no file left behind), over many more cases and
+a fresh random draw each run. Prints the number of failures (target: 0), the exit codes
+seen, and the slowest case; failing cases are written to --failures as JSON lines.
+
+    python bench/fuzz.py [--cases 10000] [--seed N] [--failures fuzz-failures.jsonl]
+
+One process: models load once (cached by engine, model and device), as in the test.
+Its address space is capped (--memory-gb, default 6) so that a case which would
+allocate without bound fails here instead of taking the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=10_000)
+    parser.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random)")
+    parser.add_argument("--memory-gb", type=float, default=6.0)
+    parser.add_argument("--limit-s", type=int, default=120, help="a case slower than this is a failure")
+    parser.add_argument("--failures", type=Path, default=Path("fuzz-failures.jsonl"))
+    args = parser.parse_args()
+    cap = int(args.memory_gb * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    from hypothesis import HealthCheck, Phase, given, seed, settings
+    from hypothesis import strategies as st
+
+    from attnviz.cli import app
+    from tests.fuzz_grammar import command_lines, grammar, make_files, models_loaded_once, run_case
+
+    commands = grammar(app)
+    outcomes: list = []
+    codes: collections.Counter[int] = collections.Counter()
+    failures = 0
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="attnviz-fuzz-") as scratch, models_loaded_once():
+        files = make_files(Path(scratch))
+        args.failures.unlink(missing_ok=True)
+
+        @settings(
+            max_examples=args.cases,
+            deadline=None,
+            database=None,
+            phases=[Phase.generate],  # count every failure; no shrinking
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(data=st.data())
+        def one(data: st.DataObject) -> None:
+            nonlocal failures
+            argv = data.draw(command_lines(commands, files))
+            outcome = run_case(app, argv, files, limit_s=args.limit_s)
+            codes[outcome.exit_code] += 1
+            outcomes.append((outcome.seconds, argv, outcome.exit_code))
+            if outcome.problems:
+                failures += 1
+                with args.failures.open("a", encoding="utf-8") as fh:
+                    record = {"argv": argv, "exit": outcome.exit_code, "problems": outcome.problems,
+                              "stderr": outcome.stderr[-1500:]}  # fmt: skip
+                    fh.write(json.dumps(record, ensure_ascii=True) + "\n")
+            if len(outcomes) % 500 == 0:
+                sys.stderr.write(f"{len(outcomes)} cases, {failures} failures, {time.perf_counter() - started:.0f} s\n")
+
+        if args.seed is not None:
+            one = seed(args.seed)(one)
+        one()
+    total = time.perf_counter() - started
+    slowest = max(outcomes, key=lambda o: o[0])
+    print(f"cases: {len(outcomes)}  failures: {failures}  wall: {total:.0f} s (busy shared 2-core machine)")
+    print("exit codes: " + ", ".join(f"{code}: {n}" for code, n in sorted(codes.items())))
+    print(f"median case: {sorted(o[0] for o in outcomes)[len(outcomes) // 2] * 1000:.0f} ms")
+    by_command: dict[str, list[float]] = collections.defaultdict(list)
+    for secs, argv, _ in outcomes:
+        by_command[argv[0]].append(secs)
+    print("time by command: " + ", ".join(f"{c} {len(t)} cases {sum(t):.0f} s" for c, t in sorted(by_command.items())))
+    print(f"slowest case: {slowest[0]:.1f} s, exit {slowest[2]}: attnviz {' '.join(map(ascii_arg, slowest[1]))}")
+    if failures:
+        print(f"failing cases: {args.failures}")
+    sys.exit(1 if failures else 0)
+
+
+def ascii_arg(arg: str) -> str:
+    text = ascii(arg)[1:-1]
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,447 @@
+"""Command lines drawn from the CLI's own grammar, and the promises every run must keep.
+
+The grammar is read from the typer app itself (its click commands, their options, each
+option's type and range), so an option or command added later is fuzzed without a
+change here. Values come from pools chosen by the option's type, with a few known
+option names (``--layer``, ``--model``, ``--engine``...) given sharper pools: values in
+and out of range, Unicode and control characters, missing and hostile files.
+
+Used by tests/test_fuzz.py (a few hundred examples in CI) and bench/fuzz.py (10,000).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import time
+import types
+import typing
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hypothesis import strategies as st
+
+EXAMPLE = "The animal didn't cross the street because it was too tired"
+ALLOWED_EXIT_CODES = {0, 1, 2, 130}
+# Commands that take over the terminal (a textual app) cannot run headless in CliRunner.
+INTERACTIVE = {"explore", "heads"}  # a terminal UI; corpus runs (Ray) too slow for a case
+NEVER = {"debug", "help", "version"}  # --debug shows tracebacks by design
+COMMAND_WEIGHTS = {"check": 1}  # every other command: 4
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a command, as the fuzzer needs it."""
+
+    name: str
+    opts: tuple[str, ...]  # empty for an argument
+    kind: str  # "str", "int", "float", "path", "bool"
+    multiple: bool
+    required: bool
+    low: int | None = None
+    high: int | None = None
+
+
+def _kind(param: Any) -> str:
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    seen = [annotation]
+    while seen:
+        ann = seen.pop()
+        origin = typing.get_origin(ann)
+        if origin in (typing.Union, types.UnionType, list, tuple):
+            seen.extend(a for a in typing.get_args(ann) if a is not type(None))
+            continue
+        for py, kind in ((bool, "bool"), (int, "int"), (float, "float"), (Path, "path"), (str, "str")):
+            if isinstance(ann, type) and issubclass(ann, py):
+                return kind
+    click_type = type(getattr(param, "type", None)).__name__.lower()  # click proper
+    for word, kind in (("bool", "bool"), ("int", "int"), ("float", "float"), ("path", "path")):
+        if word in click_type:
+            return kind
+    return "str"
+
+
+def grammar(app: Any) -> dict[str, list[Param]]:
+    """command name -> its parameters, read from the typer app."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    out: dict[str, list[Param]] = {}
+    for name, command in sorted(group.commands.items()):  # type: ignore[attr-defined]
+        if name in INTERACTIVE:
+            continue
+        params: list[Param] = []
+        for p in command.params:
+            if p.name in NEVER:
+                continue
+            is_option = type(p).__name__.endswith("Option") or bool(getattr(p, "opts", [""])[0].startswith("-"))
+            kind = "bool" if getattr(p, "is_flag", False) else _kind(p)
+            params.append(
+                Param(
+                    name=str(p.name),
+                    opts=tuple(p.opts) if is_option else (),
+                    kind=kind,
+                    multiple=bool(getattr(p, "multiple", False)),
+                    required=bool(p.required),
+                    low=getattr(p, "min", None),
+                    high=getattr(p, "max", None),
+                )
+            )
+        out[name] = params
+    return out
+
+
+# --- value pools ------------------------------------------------------------------------
+
+WORDS = ("the", "animal", "it", "street", "tired", "cat", "The", "IT", "didn", "'", ".", "[CLS]", "##al", "zebra")
+
+
+def texts() -> st.SearchStrategy[str]:
+    """Sentences and words: plain, Unicode, control characters, empty, long."""
+    return st.one_of(
+        st.just(EXAMPLE),
+        st.just(EXAMPLE),  # twice: about one case in four runs the real sentence
+        st.lists(st.sampled_from(WORDS), min_size=1, max_size=12).map(" ".join),
+        st.text(max_size=40),  # any code point hypothesis likes, surrogates included
+        st.text(st.characters(codec="utf-8"), min_size=1, max_size=60),
+        st.text(st.characters(categories=["Cc", "Zs", "Cf", "Mn"]), max_size=8),
+        st.sampled_from(["", " ", "\t\n", "\x00", "\u202e it", "\ufeffit", "it\x1b[31m", "😀 it 😀", "x" * 2000]),
+        st.builds(lambda a, b: f"{a} {b}", st.sampled_from(WORDS), st.text(max_size=10)),
+    )
+
+
+def integers(low: int | None, high: int | None) -> st.SearchStrategy[str]:
+    edges = [v for v in (low, high) if v is not None]
+    near = [str(v + d) for v in edges for d in (-1, 0, 1)]
+    lo = low if low is not None else -3
+    valid = st.integers(lo, min(high if high is not None else lo + 20, lo + 300)).map(str)
+    return st.one_of(
+        valid,
+        valid,  # twice: half the values are in range, so the command goes on to run
+        st.sampled_from(near or ["0"]),
+        st.sampled_from(["-1", "0", "10**9", "1e3", "", "x", "1.5", str(2**63), "9" * 40, "-" + "9" * 40, "٣"]),
+        st.integers(-(2**70), 2**70).map(str),
+    )
+
+
+def layers() -> st.SearchStrategy[str]:
+    n = st.integers(-8, 8).map(str)
+    return st.one_of(
+        st.sampled_from(
+            ["all", "", "0", "-1", "5", "6", "0-200000000", "5-2", "1,1,1", "a", "0-", "-", "1.5", "9" * 5000]
+        ),
+        n,
+        st.builds(lambda a, b: f"{a}-{b}", n, n),
+        st.lists(n, min_size=1, max_size=4).map(",".join),
+        texts(),
+    )
+
+
+@dataclass
+class Files:
+    """The files a fuzz run points options at: good and hostile, made once."""
+
+    root: Path
+    out: Path  # emptied before each example; nothing may be left here after a failure
+    models: list[str] = field(default_factory=list)
+    pairs: list[str] = field(default_factory=list)
+
+    def outputs(self) -> list[str]:
+        o = self.out
+        return [
+            str(o / "heads.png"), str(o / "heads.svg"), str(o / "heads.pdf"), str(o / "heads.gif"),
+            str(o / "noext"), str(o / "missing" / "x.png"), str(o), "/proc/attnviz.png", "/sys/x.png",
+            "/dev/null", "/dev/full", str(o / ("a" * 300 + ".png")), str(o / "sp ace é.png"), str(o / ".png"),
+            "-", "",
+        ]  # fmt: skip
+
+
+def make_files(root: Path) -> Files:
+    """Checkpoints (a good tiny BERT and broken copies of it), pairs files, an output dir."""
+    import math
+
+    from safetensors.torch import load_file, save_file
+
+    from .tiny_models import SPECS_BY_NAME, save_tiny
+
+    root.mkdir(parents=True, exist_ok=True)
+    files = Files(root=root, out=root / "out")
+    files.out.mkdir(exist_ok=True)
+    good = root / "tiny-bert"
+    if not good.exists():
+        save_tiny(SPECS_BY_NAME["bert"], good)
+
+    def variant(name: str, change: Callable[[Path], None]) -> str:
+        path = root / name
+        if not path.exists():
+            shutil.copytree(good, path)
+            change(path)
+        return str(path)
+
+    def weights(edit: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+        def apply(path: Path) -> None:
+            t = load_file(str(path / "model.safetensors"))
+            edit(t)
+            save_file(t, str(path / "model.safetensors"), metadata={"format": "pt"})
+
+        return apply
+
+    def config(**changes: Any) -> Callable[[Path], None]:
+        def apply(path: Path) -> None:
+            c = json.loads((path / "config.json").read_text())
+            c.update(changes)
+            (path / "config.json").write_text(json.dumps(c))
+
+        return apply
+
+    def no_tokenizer(path: Path) -> None:
+        for f in path.iterdir():
+            if f.name.startswith(("tokenizer", "special_tokens", "vocab")):
+                f.unlink()
+
+    def nan(t: dict[str, Any]) -> None:
+        t["bert.encoder.layer.1.attention.self.query.weight"][0, 0] = math.nan
+
+    def missing(t: dict[str, Any]) -> None:
+        for k in [k for k in t if "layer.1.attention.self.key" in k]:
+            del t[k]
+
+    files.models = [
+        str(good),
+        variant("nan", weights(nan)),
+        variant("missing", weights(missing)),
+        variant("no-tokenizer", no_tokenizer),
+        variant("layers-1e5", config(num_hidden_layers=100_000)),
+        variant("layers-1", config(num_hidden_layers=1)),
+        variant("zero-width", config(hidden_size=0)),
+        variant("string-heads", config(num_attention_heads="three")),
+        variant("gpt2-type", config(model_type="gpt2")),
+        variant("truncated", lambda p: (p / "model.safetensors").write_bytes(b"\x10\x00" + b"\x00" * 6 + b"{")),
+        str(root / "does-not-exist"),
+        "/dev/zero",
+        "/proc",
+        str(root / ("m" * 300)),
+        "org/not-cached",
+        "all-MiniLM-L6-v2",
+    ]
+    good_pairs = root / "pairs.tsv"
+    good_pairs.write_text(
+        f"sentence_a\tsentence_b\ttoken\ttargets\n{EXAMPLE}\t{EXAMPLE.replace('tired', 'wide')}\tit\tanimal,street\n"
+    )
+    bad_utf8 = root / "bad-utf8.tsv"
+    bad_utf8.write_bytes(b"sentence_a\tsentence_b\ttoken\ttargets\n\xff\xfe\tb\tc\td\n")
+    no_header = root / "no-header.tsv"
+    no_header.write_text("a\tb\tc\td\n")
+    long_line = root / "long-line.tsv"
+    long_line.write_text("x" * 200_000)
+    files.pairs = [str(good_pairs), str(bad_utf8), str(no_header), str(long_line), "/dev/zero", "/dev/null",
+                   str(root / "missing.tsv"), str(root), "/proc/self/status"]  # fmt: skip
+    return files
+
+
+def value_for(param: Param, files: Files) -> st.SearchStrategy[str]:
+    """A strategy of command-line strings for one option or argument."""
+    key = param.opts[0] if param.opts else param.name
+    sharper: dict[str, st.SearchStrategy[str]] = {
+        "--layer": layers(),
+        "--model": st.one_of(
+            st.sampled_from(files.models[:1] + files.models[-1:]), st.sampled_from(files.models), texts()
+        ),
+        "--engine": st.sampled_from(["own", "hf", "OWN", "", "transformers", "own\x00"]),
+        "--device": st.sampled_from(["cpu", "auto", "cuda", "cuda:7", "mps", "tpu", "", "cpu:0"]),
+        "--sort": st.sampled_from(["weight", "entropy", "sink", "distance", "delta", "x", ""]),
+        "--view": st.sampled_from(["token", "matrix", "heads", ""]),
+        "--pairs": st.sampled_from(files.pairs),
+        "--token": st.one_of(st.sampled_from(["it", "animal", "street", "the", "tired"]), texts()),
+        "--target": st.one_of(st.sampled_from(["animal", "street", "the:2", "it", "cat"]), texts()),
+        "--vs": st.one_of(st.just(EXAMPLE.replace("tired", "wide")), texts()),
+    }
+    if key in sharper:
+        return sharper[key]
+    if param.kind == "int":
+        return integers(param.low, param.high)
+    if param.kind == "float":
+        return st.sampled_from(["0", "0.5", "1", "-1", "nan", "inf", "1e309", "x", ""])
+    if param.kind == "path":
+        return st.one_of(st.sampled_from(files.outputs()[:3]), st.sampled_from(files.outputs() + files.pairs))
+    return texts()
+
+
+def valid_for(param: Param, files: Files) -> st.SearchStrategy[str]:
+    """A value the option accepts, so that a case gets past its checks and runs."""
+    key = param.opts[0] if param.opts else param.name
+    known: dict[str, list[str]] = {
+        "--layer": ["all", "0", "1-3", "-1", "0,5", "2"],
+        "--model": files.models[:1] + files.models[-1:],
+        "--engine": ["own", "own", "hf"],
+        "--device": ["cpu", "auto"],
+        "--sort": ["weight", "entropy", "sink", "distance"],
+        "--view": ["token", "matrix"],
+        "--pairs": files.pairs[:1],
+        "--token": ["it", "animal", "street"],
+        "--target": ["animal", "street", "the:2"],
+        "--vs": [EXAMPLE.replace("tired", "wide")],
+        "--index": ["0", "3", "-1"],
+        "--occurrence": ["1"],
+    }
+    if key in known:
+        return st.sampled_from(known[key])
+    if param.kind == "int":
+        low = param.low if param.low is not None else 0
+        return st.integers(low, min(param.high if param.high is not None else low + 5, low + 100)).map(str)
+    if param.kind == "path":
+        return st.sampled_from(files.outputs()[:3])
+    return st.sampled_from(WORDS[:5])
+
+
+@st.composite
+def command_lines(draw: Any, commands: dict[str, list[Param]], files: Files) -> list[str]:
+    """One command line: a command, some of its options (sometimes none, sometimes an unknown
+    one), each with a drawn value; arguments in place."""
+    # Commands drawn in proportion to their cost: `check` runs two engines on five
+    # sentences (seconds), the others one forward pass (milliseconds).
+    name = draw(st.sampled_from([c for c in sorted(commands) for _ in range(COMMAND_WEIGHTS.get(c, 4))]))
+    argv = [name]
+    # Half the cases are mostly valid (each value valid 9 times in 10) and get to run;
+    # the others draw every value from the hostile pools.
+    valid_share = draw(st.sampled_from([0, 9]))
+
+    def value(param: Param) -> str:
+        pool = valid_for(param, files) if draw(st.integers(0, 9)) < valid_share else value_for(param, files)
+        return str(draw(pool))
+
+    for param in commands[name]:
+        if not param.opts:  # an argument: usually present, often the real sentence
+            if draw(st.integers(0, 9)) > 0:
+                argv.append(EXAMPLE if valid_share and draw(st.integers(0, 4)) else draw(value_for(param, files)))
+            continue
+        likely = param.required or param.opts[0] in ("--token", "--target")
+        if draw(st.integers(0, 9)) >= (9 if likely else 3):
+            continue
+        times = draw(st.integers(1, 3)) if param.multiple else 1
+        for _ in range(times):
+            flag = draw(st.sampled_from(param.opts))
+            if param.kind == "bool":
+                argv.append(flag)
+            else:
+                argv += [flag, value(param)]
+    if not valid_share and draw(st.integers(0, 9)) == 0:
+        argv.append(draw(st.sampled_from(["--bogus", "-Z", "--json=3", "--", "--help"])))
+    return argv
+
+
+# --- running one case and checking the promises ---------------------------------------
+
+
+class Hang(BaseException):
+    """A case ran past its time limit (a BaseException: nothing in attnviz may catch it)."""
+
+
+@contextmanager
+def time_limit(seconds: int) -> Iterator[None]:
+    def fire(signum: int, frame: Any) -> None:
+        raise Hang(f"no answer within {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    argv: list[str]
+    exit_code: int
+    stdout: str
+    stderr: str
+    seconds: float
+    problems: tuple[str, ...]
+
+
+def run_case(app: Any, argv: list[str], files: Files, limit_s: int = 120) -> Outcome:
+    """Run one command line in-process and list every broken promise."""
+    from typer.testing import CliRunner
+
+    for leftover in files.out.iterdir():
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover)
+        else:
+            leftover.unlink()
+    start = time.perf_counter()
+    try:
+        with time_limit(limit_s):
+            result = CliRunner().invoke(app, argv, env={"NO_COLOR": "1", "COLUMNS": "120"})
+    except Hang as exc:
+        return Outcome(argv, -1, "", "", time.perf_counter() - start, (str(exc),))
+    seconds = time.perf_counter() - start
+    code = result.exit_code
+    out, err = result.stdout, result.stderr
+    problems: list[str] = []
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        problems.append(f"uncaught {type(result.exception).__name__}: {result.exception}")
+    if code not in ALLOWED_EXIT_CODES:
+        problems.append(f"exit code {code}")
+    if "Traceback (most recent call last)" in out + err:
+        problems.append("a traceback")
+    errors = [line for line in err.splitlines() if line.startswith("attnviz: error:")]
+    if any("rerun with --debug" in line for line in errors):
+        problems.append("an internal error (an exception no check turned into a message)")
+    if code in (1, 2, 130) and "--help" not in argv:
+        # `check` reports a failed comparison as its table and exit 1: that is its answer.
+        answered = argv[0] == "check" and code == 1 and out.strip() and not errors
+        if not answered and len(errors) != 1:
+            problems.append(f"{len(errors)} error lines on failure")
+        if errors and err.strip().splitlines()[-1] != errors[-1]:
+            problems.append("the error is not the last stderr line")
+    if code == 0 and "--json" in argv and "--help" not in argv and out.strip():
+        try:
+            json.loads(out, parse_constant=_no_constants)
+        except ValueError as exc:
+            problems.append(f"--json printed invalid JSON ({exc})")
+    left = sorted(p.name for p in files.out.iterdir())
+    if any(name.endswith(".tmp") for name in left):
+        problems.append(f"temp file left: {left}")
+    if code != 0 and left:
+        problems.append(f"files left after a failure: {left}")
+    return Outcome(argv, code, out, err, seconds, tuple(problems))
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"bare {name}")
+
+
+@contextmanager
+def models_loaded_once() -> Iterator[dict[Any, Any]]:
+    """Cache engines by (engine, model, device): a fuzz case costs its own work, not a
+    model load (errors are raised again every time, never cached)."""
+    import torch
+
+    import attnviz.engines as engines
+
+    # One thread: on a busy machine torch's pool spins (0.5 s per MiniLM forward measured
+    # on 2 shared cores, against ~20 ms on one thread); the fuzz is about behaviour.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    real = engines.load_engine
+    cache: dict[Any, Any] = {}
+
+    def cached(name: str = "own", model: Any = None, device: str = "auto", dtype: str = "float32") -> Any:
+        spec = str(getattr(model, "path", model))
+        key = (name, spec, device, dtype)
+        if key not in cache:
+            cache[key] = real(name, model, device, dtype)
+        return cache[key]
+
+    engines.load_engine = cached  # type: ignore[assignment]
+    try:
+        yield cache
+    finally:
+        engines.load_engine = real
+        torch.set_num_threads(threads)
