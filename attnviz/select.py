@@ -143,12 +143,21 @@ def parse_layers(spec: LayerSpec, num_layers: int) -> tuple[int, ...]:
             )
         return layer % num_layers
 
+    def number(text: str) -> int:
+        # 18 digits bound int() (Python refuses over 4300 digits) and are out of any range.
+        if len(text.lstrip("-")) > 18:
+            raise LayerError(
+                f"layer {text[:20]}… is out of range: this model has {num_layers} layers (0..{num_layers - 1})",
+                num_layers=num_layers,
+            )
+        return int(text)
+
     out: dict[int, None] = {}  # ordered set
     for part in parts:
         text = str(part).strip()
         span = re.fullmatch(r"(-?\d+)\s*-\s*(-?\d+)", text)
         if span:
-            first, last = check(int(span[1])), check(int(span[2]))
+            first, last = check(number(span[1])), check(number(span[2]))
             if first > last:
                 raise LayerError(
                     f"layer range {text!r} runs backwards ({first} > {last})",
@@ -157,7 +166,7 @@ def parse_layers(spec: LayerSpec, num_layers: int) -> tuple[int, ...]:
                 )
             out.update(dict.fromkeys(range(first, last + 1)))
         elif re.fullmatch(r"-?\d+", text):
-            out[check(int(text))] = None
+            out[check(number(text))] = None
         else:
             raise LayerError(f"cannot read layer {text!r}", num_layers=num_layers)
     return tuple(out)

@@ -52,6 +52,17 @@ def one_line(result: object, code: int = 2) -> str:
 # --- numbers --------------------------------------------------------------------------
 
 
+def test_a_layer_number_too_long_for_int_is_out_of_range() -> None:
+    # int() refuses strings over 4300 digits with a ValueError (an internal error in the CLI).
+    from attnviz.errors import LayerError
+    from attnviz.select import parse_layers
+
+    for spec in ("9" * 5000, "0-" + "9" * 5000, "-" + "9" * 30 + "-2"):
+        with pytest.raises(LayerError, match="is out of range: this model has 6 layers"):
+            parse_layers(spec, 6)
+    assert parse_layers("-2--1", 6) == (4, 5)
+
+
 def test_an_error_quoting_hostile_text_stays_one_line() -> None:
     # Found by bench/fuzz.py: a sentence holding NEL (U+0085) was quoted in the error
     # message, and a reader splitting lines as Python does saw two lines.
