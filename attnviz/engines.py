@@ -746,11 +746,23 @@ def read(
     each query word (each becomes one query slot, the mean of its rows); none = every
     token. Rollout needs every row of layers 0..max(layers), so those are computed then.
     Encoder-decoders: ``target`` and ``part`` as for ``forward``.
+
+    Raises:
+        UsageError: two query groups share a token (facts: reason "overlap"): each token
+            is one query's, or its row would be counted twice (found by fuzzing).
     """
     from .transforms import View, apply
 
     view = view or View()
-    positions = tuple(sorted({int(p) for g in query_groups for p in g}))
+    taken: set[int] = set()
+    for group in query_groups:
+        shared = taken & {int(p) for p in group}
+        if shared:
+            raise UsageError(
+                f"two query words share token {min(shared)}: each token can belong to one query", reason="overlap"
+            )
+        taken |= {int(p) for p in group}
+    positions = tuple(sorted(taken))
     if view.needs_full:
         att = forward(tokens, engine, Resolved((), tuple(range(max(layers) + 1))), max_memory, target=target, part=part)
     else:

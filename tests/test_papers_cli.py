@@ -197,3 +197,14 @@ def test_no_pager_is_accepted_and_changes_nothing_in_a_pipe() -> None:
     plain = run("show", EXAMPLE, "--token", "it", "--layer", "3")
     direct = run("show", EXAMPLE, "--token", "it", "--layer", "3", "--no-pager")
     assert plain.exit_code == direct.exit_code == 0 and plain.stdout == direct.stdout
+
+
+def test_overlapping_tokens_are_a_usage_error_not_a_crash() -> None:
+    """Found by bench/fuzz.py: a --token phrase containing another --token word (or one word
+    given twice) made two queries share a token; with --words that was an internal error."""
+    for extra in (["-t", "The animal didn't cross the street", "-t", "street"], ["-t", "street", "-t", "street"]):
+        for words in ([], ["--words"]):
+            result = run("show", EXAMPLE, *extra, *words, "--layer", "0", "--json")
+            assert result.exit_code == 2, result.output
+            lines = result.stderr.strip().splitlines()
+            assert len(lines) == 1 and "share token" in lines[0] and "--token" in lines[0]

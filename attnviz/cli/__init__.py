@@ -125,6 +125,7 @@ _REASON_HINTS: dict[str, str] = {
     "delta_without_pair": "add --vs SENTENCE, or sort by weight",
     "no_sentences": 'give one with --sentence "..."',
     "target_occurrence": "use --target WORD:1 for the first",
+    "overlap": "give each --token word once, and not a word inside another --token",
     "unknown_part": "use --part encoder, decoder or cross",
     "part": "--part applies to encoder-decoders (T5, BART); drop it",
     "no_target": "give the decoder's text with --target-text TEXT (or --target-file PATH)",
