@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .checkpoint import check_tensors, first_nonfinite_layer, require_tokenizer, validate_checkpoint
 from .errors import DeviceError, EngineError, ModelLoadError, UsageError
-from .heads import ModelShape
+from .heads import HasShape, ModelShape
 from .models import ModelFiles, resolve
 from .result import Attention, Provenance
 from .select import PARTS, LayerSpec, Query, Resolved, Selection
@@ -122,7 +122,7 @@ class Engine(Protocol):
         ...
 
 
-class _Base:
+class _Base(HasShape):
     name = "?"
     max_positions: int | None = None
     shape: ModelShape
@@ -130,22 +130,6 @@ class _Base:
     # layers and heads (its self- and cross-attention alike); () and None for one stack.
     parts: tuple[str, ...] = ()
     decoder_shape: ModelShape | None = None
-
-    @property
-    def num_layers(self) -> int:
-        return self.shape.num_layers
-
-    @property
-    def num_heads(self) -> int:
-        return self.shape.num_heads
-
-    @property
-    def num_kv_heads(self) -> int:
-        return self.shape.num_kv_heads
-
-    @property
-    def causal(self) -> bool:
-        return self.shape.causal
 
     def __init__(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
         self.files, self.device, self.dtype = files, device, dtype

@@ -40,6 +40,29 @@ class ModelShape:
         return structure_notes(self.causal, self.num_heads, self.num_kv_heads, self.attention_sinks)
 
 
+class HasShape:
+    """``num_layers``, ``num_heads``, ``num_kv_heads`` and ``causal`` read from a ``shape``
+    attribute (a ``ModelShape``): the engines and provenance share these four names."""
+
+    shape: ModelShape
+
+    @property
+    def num_layers(self) -> int:
+        return self.shape.num_layers
+
+    @property
+    def num_heads(self) -> int:
+        return self.shape.num_heads
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.shape.num_kv_heads
+
+    @property
+    def causal(self) -> bool:
+        return self.shape.causal
+
+
 def kv_group(head: int, num_heads: int, num_kv_heads: int) -> int:
     """The key/value head that query head ``head`` (0-based) reads under grouped-query
     attention: query heads g·H/G .. (g+1)·H/G - 1 share key/value head g.

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .errors import OutputError, UsageError
-from .heads import ModelShape
+from .heads import HasShape, ModelShape
 from .select import PARTS
 from .tokens import Tokens
 
@@ -50,7 +50,7 @@ def jsonable(value: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class Provenance:
+class Provenance(HasShape):
     """Which model, engine and hardware produced the weights."""
 
     model: str  # the spec the user gave (name, directory or hub id)
@@ -64,22 +64,6 @@ class Provenance:
     # What each attention score sums when it is more than q·k (DeBERTa: "c2c", "c2p",
     # "p2c"); () for the plain content-to-content score.
     score_terms: tuple[str, ...] = ()
-
-    @property
-    def num_layers(self) -> int:
-        return self.shape.num_layers
-
-    @property
-    def num_heads(self) -> int:
-        return self.shape.num_heads
-
-    @property
-    def num_kv_heads(self) -> int:
-        return self.shape.num_kv_heads
-
-    @property
-    def causal(self) -> bool:
-        return self.shape.causal
 
     @property
     def attention_sinks(self) -> bool:
