@@ -122,6 +122,25 @@ def test_index_and_occurrence() -> None:
     assert by_index["weights"] == by_occurrence["weights"]
 
 
+@pytest.mark.parametrize("command", ["show", "compare"])
+def test_word_colon_n_picks_an_occurrence_in_every_command(command: str) -> None:
+    # --token WORD:N is the same query as --token WORD -n N (it was read as the text
+    # "the:2" by compare and export, which only show's repeatable --token parsed).
+    sentence = "the cat saw the dog"
+    colon = run(command, sentence, "--token", "the:2", "--layer", "0", "--json")
+    flag = run(command, sentence, "--token", "the", "-n", "2", "--layer", "0", "--json")
+    assert colon.exit_code == flag.exit_code == 0, colon.output
+    assert json.loads(colon.stdout) == json.loads(flag.stdout)
+    assert "occurs 2 times" in one_error_line(run(command, sentence, "--token", "the:3", "--layer", "0"), 2)
+
+
+def test_export_takes_word_colon_n(tmp_path: Path) -> None:
+    colon, flag = tmp_path / "colon.svg", tmp_path / "flag.svg"
+    assert run("export", "the cat saw the dog", "-t", "the:2", "-l", "0", "-o", str(colon)).exit_code == 0
+    assert run("export", "the cat saw the dog", "-t", "the", "-n", "2", "-l", "0", "-o", str(flag)).exit_code == 0
+    assert colon.read_bytes() == flag.read_bytes()
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

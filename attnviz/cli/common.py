@@ -29,13 +29,17 @@ def stderr_console() -> Console:
 
 
 def query_from(token: str | None, occurrence: int | None, index: int | None, required: bool = True) -> Query | None:
-    """The query of --token/--occurrence/--index, checked before any model work."""
+    """The query of --token WORD[:N]/--occurrence/--index, checked before any model work."""
     from ..errors import UsageError
-    from ..select import Query
+    from ..select import Query, parse_target
 
     query = Query.maybe(token, occurrence, index)
     if query is None and required:
         raise UsageError("say which token to inspect", reason="no_query")
+    if query is not None and query.word is not None and occurrence is None:
+        word, n = parse_target(query.word)  # WORD:N, as --target takes it
+        if n is not None and word.strip():
+            query = Query(word, n)
     return query
 
 
@@ -153,10 +157,6 @@ def queries_from(
     words = list(tokens or [])
     if len(words) <= 1:
         query = query_from(words[0] if words else None, occurrence, index, required)
-        if query is not None and query.word is not None and occurrence is None:
-            word, n = parse_target(query.word)
-            if n is not None and word.strip():
-                query = Query(word, n)
         return [] if query is None else [query]
     if index is not None:
         raise UsageError("give --token or --index, not both", hint="--token WORD picks by text, --index K by position")

@@ -45,7 +45,10 @@ Sentence = Annotated[
 TokenOpt = Annotated[
     str | None,
     typer.Option(
-        "--token", "-t", metavar="WORD", help="Word whose attention to show (case-insensitive; all of its pieces)."
+        "--token",
+        "-t",
+        metavar="WORD",
+        help="Word whose attention to show (case-insensitive; all of its pieces); WORD:N picks the N-th occurrence.",
     ),
 ]
 Occurrence = Annotated[
