@@ -86,6 +86,17 @@ def test_pairs_from_dev_zero_fail_at_once(no_model: list[str]) -> None:
     assert "longer than 64 KiB" in line and no_model == []
 
 
+@pytest.mark.parametrize("command", ["show", "compare", "export"])
+def test_target_file_from_dev_zero_fails_at_once(command: str, no_model: list[str], tmp_path: Path) -> None:
+    # --target-file was read whole (a MemoryError, reported as an internal bug); it now
+    # has --file's bounds, and fails before any model work.
+    start = time.perf_counter()
+    argv = [command, "a b", "--token", "a", "--target-file", "/dev/zero", "-o", str(tmp_path / "x.png")]
+    line = one_line(CliRunner().invoke(app, argv if command == "export" else argv[:-2]))
+    assert "/dev/zero is larger than" in line and no_model == []
+    assert time.perf_counter() - start < 5
+
+
 def test_reading_stops_at_the_size_limit(tmp_path: Path) -> None:
     big = tmp_path / "big.tsv"
     big.write_text("a\tb\tc\td\n" * 1000)

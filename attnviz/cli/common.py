@@ -75,30 +75,15 @@ def load(text: str, model: str | None, engine: str, device: str, dtype: str = "f
 
 def decoder_text(text: str | None, file: Path | None) -> str | None:
     """The decoder's text of --target-text or --target-file ('-' in either: standard
-    input), checked before any model work; None when neither is given."""
+    input), read with the bounds of --file and checked before any model work; None when
+    neither is given."""
     from ..errors import UsageError
+    from ..tokens import read_text
 
     if text is not None and file is not None:
         raise UsageError("give --target-text or --target-file, not both", hint="drop one of them")
     source = str(file) if file is not None else "-" if text == "-" else None
-    if source is None:
-        return text
-    name = "standard input" if source == "-" else source
-    try:
-        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-        read = data.decode("utf-8").removeprefix("\ufeff")
-    except FileNotFoundError:
-        raise UsageError(f"{name} does not exist", hint="check the path given to --target-file") from None
-    except IsADirectoryError:
-        raise UsageError(f"{name} is a directory", hint="give --target-file a text file") from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(
-            f"{name} is not UTF-8 text (byte {exc.start})", hint="convert it, e.g. iconv -t utf-8"
-        ) from None
-    except OSError as exc:
-        raise UsageError(f"cannot read {name}: {exc.strerror or exc}", hint="check the file's permissions") from None
-    # One final line ending belongs to the file, not to the text.
-    return read[:-2] if read.endswith("\r\n") else read[:-1] if read.endswith("\n") else read
+    return text if source is None else read_text(source)
 
 
 def sentence_tokens(eng: Engine, sentence: str, pair: str | None, target: str | None) -> Tokens | str:
