@@ -160,3 +160,20 @@ def test_additive_bias_matches_sdpa_float_mask_and_keeps_masked_weights_zero() -
     _, with_bias = attn(x, bias=bias[..., :5])
     _, without = attn(x)
     assert not torch.allclose(with_bias, without)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(1, 2, 3, 5), (2, 3, 700, 600), (1, 1, 3, 2**18 + 3)])
+def test_blocked_softmax_is_bit_identical_to_torch(dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    # The eager reference softmaxes in place, one row block at a time (no second n x n
+    # tensor); it must round exactly as torch.softmax(float32).to(dtype) does, across
+    # block edges (700 rows of 600 make several blocks; 2^18 + 3 keys, one row a block).
+    from attnviz.attention import _softmax_
+
+    torch.manual_seed(0)
+    scores = (torch.randn(shape) * 4).to(dtype)
+    scores[..., 0, 1:] = float("-inf")
+    expected = torch.softmax(scores, dim=-1, dtype=torch.float32).to(dtype)
+    out = _softmax_(scores)
+    assert out.data_ptr() == scores.data_ptr() and out.dtype == dtype
+    assert torch.equal(out, expected)
