@@ -3,8 +3,11 @@
 The grammar is read from the typer app itself (its click commands, their options, each
 option's type and range), so an option or command added later is fuzzed without a
 change here. Values come from pools chosen by the option's type, with a few known
-option names (``--layer``, ``--model``, ``--engine``...) given sharper pools: values in
-and out of range, Unicode and control characters, missing and hostile files.
+option names (``--layer``, ``--model``, ``--file``...) given sharper pools: values in
+and out of range, Unicode and control characters, missing and hostile files. Enum
+options draw from their own choices. A valid case draws every value from pools the
+option accepts and drops the combinations the CLI refuses (``consistent``), so that it
+runs on a tiny BERT, GPT-2 or T5 or the packaged model and its output is checked.
 
 Used by tests/test_fuzz.py (a few hundred examples in CI) and bench/fuzz.py (10,000).
 """
@@ -27,9 +30,10 @@ from hypothesis import strategies as st
 
 EXAMPLE = "The animal didn't cross the street because it was too tired"
 ALLOWED_EXIT_CODES = {0, 1, 2, 130}
-# Commands that take over the terminal (a textual app) cannot run headless in CliRunner.
-INTERACTIVE = {"explore", "heads"}  # a terminal UI; corpus runs (Ray) too slow for a case
-NEVER = {"debug", "help", "version"}  # --debug shows tracebacks by design
+# explore takes over the terminal (a Textual app; tested with Pilot in test_explore.py).
+INTERACTIVE = {"explore"}
+# --debug shows tracebacks by design; --ray starts a Ray cluster (seconds; test_distributed.py).
+NEVER = {"debug", "help", "version", "ray", "ray_address"}
 COMMAND_WEIGHTS = {"check": 1}  # every other command: 4
 
 
@@ -44,6 +48,16 @@ class Param:
     required: bool
     low: int | None = None
     high: int | None = None
+    choices: tuple[str, ...] = ()  # an Enum-typed option's values
+
+
+def _choices(param: Any) -> tuple[str, ...]:
+    import enum
+
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return tuple(str(member.value) for member in annotation)
+    return tuple(str(c) for c in getattr(getattr(param, "type", None), "choices", None) or ())
 
 
 def _kind(param: Any) -> str:
@@ -89,6 +103,7 @@ def grammar(app: Any) -> dict[str, list[Param]]:
                     required=bool(p.required),
                     low=getattr(p, "min", None),
                     high=getattr(p, "max", None),
+                    choices=_choices(p),
                 )
             )
         out[name] = params
@@ -147,8 +162,10 @@ class Files:
 
     root: Path
     out: Path  # emptied before each example; nothing may be left here after a failure
-    models: list[str] = field(default_factory=list)
-    pairs: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)  # good ones first (see GOOD_MODELS)
+    pairs: list[str] = field(default_factory=list)  # the good file first
+    texts: list[str] = field(default_factory=list)  # --file / --target-file; good ones first
+    corpora: list[str] = field(default_factory=list)  # heads' CORPUS; good ones first
 
     def outputs(self) -> list[str]:
         o = self.out
@@ -156,8 +173,15 @@ class Files:
             str(o / "heads.png"), str(o / "heads.svg"), str(o / "heads.pdf"), str(o / "heads.gif"),
             str(o / "noext"), str(o / "missing" / "x.png"), str(o), "/proc/attnviz.png", "/sys/x.png",
             "/dev/null", "/dev/full", str(o / ("a" * 300 + ".png")), str(o / "sp ace é.png"), str(o / ".png"),
-            "-", "",
+            "-", "", str(o / "view.html"), str(o / "a.npz"), str(o / "a.json"),
         ]  # fmt: skip
+
+    def good_models(self) -> list[str]:
+        return self.models[:GOOD_MODELS] + self.models[-1:]
+
+
+GOOD_MODELS = 3  # files.models starts with a tiny BERT, GPT-2 and T5; the packaged model is last
+SEQ2SEQ = "tiny-t5"  # the one encoder-decoder among them
 
 
 def make_files(root: Path) -> Files:
@@ -172,8 +196,9 @@ def make_files(root: Path) -> Files:
     files = Files(root=root, out=root / "out")
     files.out.mkdir(exist_ok=True)
     good = root / "tiny-bert"
-    if not good.exists():
-        save_tiny(SPECS_BY_NAME["bert"], good)
+    for name, spec in (("tiny-bert", "bert"), ("tiny-gpt2", "gpt2"), (SEQ2SEQ, "t5")):
+        if not (root / name).exists():
+            save_tiny(SPECS_BY_NAME[spec], root / name)
 
     def variant(name: str, change: Callable[[Path], None]) -> str:
         path = root / name
@@ -212,6 +237,8 @@ def make_files(root: Path) -> Files:
 
     files.models = [
         str(good),
+        str(root / "tiny-gpt2"),
+        str(root / SEQ2SEQ),
         variant("nan", weights(nan)),
         variant("missing", weights(missing)),
         variant("no-tokenizer", no_tokenizer),
@@ -240,28 +267,52 @@ def make_files(root: Path) -> Files:
     long_line.write_text("x" * 200_000)
     files.pairs = [str(good_pairs), str(bad_utf8), str(no_header), str(long_line), "/dev/zero", "/dev/null",
                    str(root / "missing.tsv"), str(root), "/proc/self/status"]  # fmt: skip
+    sentence = root / "sentence.txt"
+    sentence.write_text(EXAMPLE + "\n")
+    german = root / "target.txt"
+    german.write_text("Das Tier überquerte die Straße nicht, weil es zu müde war.\n")
+    binary = root / "binary.bin"
+    binary.write_bytes(bytes(range(256)) * 8)
+    empty = root / "empty.txt"
+    empty.write_text("")
+    files.texts = [str(sentence), str(german), str(bad_utf8), str(long_line), str(binary), str(empty),
+                   "/dev/zero", "/dev/null", str(root / "missing.txt"), str(root), "-"]  # fmt: skip
+    corpus = root / "corpus.txt"
+    corpus.write_text(f"{EXAMPLE}\nThe cat sat on the mat.\n\nA B C D A B C D\n")
+    jsonl = root / "corpus.jsonl"
+    jsonl.write_text(json.dumps({"text": EXAMPLE}) + "\n" + json.dumps({"text": "The cat sat."}) + "\n")
+    bad_jsonl = root / "bad.jsonl"
+    bad_jsonl.write_text('{"text": 3}\n{"txt": "x"}\nnot json\n[1, 2]\n')
+    files.corpora = [str(corpus), str(jsonl), str(bad_jsonl), str(bad_utf8), str(long_line), str(binary),
+                     str(empty), "/dev/zero", "/dev/null", str(root / "missing.txt"), str(root), "-"]  # fmt: skip
     return files
 
 
 def value_for(param: Param, files: Files) -> st.SearchStrategy[str]:
-    """A strategy of command-line strings for one option or argument."""
+    """A strategy of command-line strings for one option or argument: in and out of range."""
     key = param.opts[0] if param.opts else param.name
     sharper: dict[str, st.SearchStrategy[str]] = {
         "--layer": layers(),
-        "--model": st.one_of(
-            st.sampled_from(files.models[:1] + files.models[-1:]), st.sampled_from(files.models), texts()
-        ),
-        "--engine": st.sampled_from(["own", "hf", "OWN", "", "transformers", "own\x00"]),
+        "--model": st.one_of(st.sampled_from(files.good_models()), st.sampled_from(files.models), texts()),
         "--device": st.sampled_from(["cpu", "auto", "cuda", "cuda:7", "mps", "tpu", "", "cpu:0"]),
-        "--sort": st.sampled_from(["weight", "entropy", "sink", "distance", "delta", "x", ""]),
-        "--view": st.sampled_from(["token", "matrix", "heads", ""]),
         "--pairs": st.sampled_from(files.pairs),
-        "--token": st.one_of(st.sampled_from(["it", "animal", "street", "the", "tired"]), texts()),
+        "--token": st.one_of(st.sampled_from(["it", "animal", "street", "the", "tired", "it:2", "the:9"]), texts()),
         "--target": st.one_of(st.sampled_from(["animal", "street", "the:2", "it", "cat"]), texts()),
         "--vs": st.one_of(st.just(EXAMPLE.replace("tired", "wide")), texts()),
+        "--file": st.sampled_from(files.texts),
+        "--target-file": st.sampled_from(files.texts),
+        "corpus": st.one_of(st.sampled_from(files.corpora), texts()),
+        "--max-memory": st.sampled_from(["8GB", "1KB", "0", "-1GB", "1e400GB", "nanGB", "16 GiB", "x", ""]),
+        "--figsize": st.sampled_from(["6x3", "0x0", "1e9x1e9", "-1x2", "nanx2", "6", "x", ""]),
+        "--vmax": st.sampled_from(["auto", "1", "0", "-0.5", "2", "nan", "inf", "x", ""]),
+        "--heads": st.one_of(st.sampled_from(["0", "mean,max", "99", "-1", "mean,mean", ",", "x", ""]), texts()),
+        "--exclude": st.one_of(st.sampled_from(["none", "special,none", "adjacent,", "x", ""]), texts()),
     }
     if key in sharper:
         return sharper[key]
+    if param.choices:
+        near = [param.choices[0].upper(), param.choices[0] + "\x00", " " + param.choices[-1], "", "x"]
+        return st.one_of(st.sampled_from(param.choices), st.sampled_from(near))
     if param.kind == "int":
         return integers(param.low, param.high)
     if param.kind == "float":
@@ -271,25 +322,56 @@ def value_for(param: Param, files: Files) -> st.SearchStrategy[str]:
     return texts()
 
 
-def valid_for(param: Param, files: Files) -> st.SearchStrategy[str]:
+def valid_for(param: Param, files: Files, command: str) -> st.SearchStrategy[str]:
     """A value the option accepts, so that a case gets past its checks and runs."""
     key = param.opts[0] if param.opts else param.name
+    out = files.out
     known: dict[str, list[str]] = {
-        "--layer": ["all", "0", "1-3", "-1", "0,5", "2"],
-        "--model": files.models[:1] + files.models[-1:],
+        "--layer": ["all", "0", "0-1", "-1", "0,1", "1"],  # the tiny models have two layers
+        "--model": files.good_models(),
         "--engine": ["own", "own", "hf"],
         "--device": ["cpu", "auto"],
-        "--sort": ["weight", "entropy", "sink", "distance"],
-        "--view": ["token", "matrix"],
+        "--dtype": ["float32", "float32", "bfloat16"],
         "--pairs": files.pairs[:1],
-        "--token": ["it", "animal", "street"],
-        "--target": ["animal", "street", "the:2"],
+        "--token": ["it", "animal", "street", "it:1"],
+        "--target": ["animal", "street", "because"],
         "--vs": [EXAMPLE.replace("tired", "wide")],
         "--index": ["0", "3", "-1"],
         "--occurrence": ["1"],
+        "--file": files.texts[:1],
+        "--target-file": files.texts[:1],  # the decoder reads the sentence again: --token finds its words
+        "--target-text": [EXAMPLE],
+        "--pair": ["Nobody knew why."],
+        "--sentence": [EXAMPLE, "The cat sat on the mat."],
+        "--heads": ["0", "0,1", "mean", "max", "mean,max", "1,mean"],
+        "--figsize": ["6x3", "3.5x2"],
+        "--fontsize": ["8", "6.5", "12"],
+        "--vmax": ["auto", "1", "0.5"],
+        "--cmap": ["viridis", "magma", "Blues"],
+        "--max-memory": ["8GB", "800MB"],
+        "--exclude": ["special", "none", "special,punct", "adjacent"],
+        "--npz": [str(out / "a.npz")],
+        "--png": [str(out / "a.png")],
+        "--output": (
+            [str(out / "a.png"), str(out / "a.svg")]
+            if command == "heads"
+            else [str(out / "a.png"), str(out / "a.svg"), str(out / "a.pdf"), str(out / "view.html")]
+        ),  # fmt: skip
+        "--dpi": ["50", "72", "100"],
+        "--probe": ["induction"],
+        "--format": ["auto"],
+        "--probe-texts": ["1", "3", "8"],
+        "--probe-length": ["1", "4", "12"],
+        "--batch-size": ["1", "2", "8"],
+        "--local-k": ["0", "1", "3"],
+        "--limit": ["1", "3", "10"],
+        "--seed": ["0", "7"],
+        "corpus": files.corpora[:2],
     }
     if key in known:
         return st.sampled_from(known[key])
+    if param.choices:
+        return st.sampled_from(param.choices)
     if param.kind == "int":
         low = param.low if param.low is not None else 0
         return st.integers(low, min(param.high if param.high is not None else low + 5, low + 100)).map(str)
@@ -298,40 +380,128 @@ def valid_for(param: Param, files: Files) -> st.SearchStrategy[str]:
     return st.sampled_from(WORDS[:5])
 
 
+HOSTILE, MOSTLY_VALID, VALID = 0, 9, 10  # in ten values, how many come from the valid pools
+MODES = [HOSTILE, MOSTLY_VALID, VALID]
+
+
 @st.composite
 def command_lines(draw: Any, commands: dict[str, list[Param]], files: Files) -> list[str]:
     """One command line: a command, some of its options (sometimes none, sometimes an unknown
-    one), each with a drawn value; arguments in place."""
+    one), each with a drawn value; arguments in place.
+
+    Three kinds of case, in equal shares: hostile (every value from the hostile pools),
+    mostly valid (each value valid nine times in ten) and valid (every value valid and the
+    options made consistent, so the command runs and its output is checked)."""
     # Commands drawn in proportion to their cost: `check` runs two engines on five
     # sentences (seconds), the others one forward pass (milliseconds).
     name = draw(st.sampled_from([c for c in sorted(commands) for _ in range(COMMAND_WEIGHTS.get(c, 4))]))
-    argv = [name]
-    # Half the cases are mostly valid (each value valid 9 times in 10) and get to run;
-    # the others draw every value from the hostile pools.
-    valid_share = draw(st.sampled_from([0, 9]))
+    valid_share = draw(st.sampled_from(MODES))
 
     def value(param: Param) -> str:
-        pool = valid_for(param, files) if draw(st.integers(0, 9)) < valid_share else value_for(param, files)
-        return str(draw(pool))
+        valid = draw(st.integers(0, 9)) < valid_share
+        return str(draw(valid_for(param, files, name) if valid else value_for(param, files)))
 
+    chosen: list[tuple[Param, str, str | None]] = []  # (param, flag or "", value)
     for param in commands[name]:
         if not param.opts:  # an argument: usually present, often the real sentence
-            if draw(st.integers(0, 9)) > 0:
-                argv.append(EXAMPLE if valid_share and draw(st.integers(0, 4)) else draw(value_for(param, files)))
+            if valid_share == VALID or draw(st.integers(0, 9)) > 0:
+                real = valid_share and param.name == "sentence" and (valid_share == VALID or draw(st.integers(0, 4)))
+                chosen.append((param, "", EXAMPLE if real else value(param)))
             continue
         likely = param.required or param.opts[0] in ("--token", "--target")
-        if draw(st.integers(0, 9)) >= (9 if likely else 3):
+        if not (param.required and valid_share == VALID) and draw(st.integers(0, 9)) >= (
+            9 if likely else (2 if valid_share == VALID else 3)
+        ):
             continue
         times = draw(st.integers(1, 3)) if param.multiple else 1
         for _ in range(times):
             flag = draw(st.sampled_from(param.opts))
-            if param.kind == "bool":
-                argv.append(flag)
-            else:
-                argv += [flag, value(param)]
+            chosen.append((param, flag, None if param.kind == "bool" else value(param)))
+    if valid_share == VALID:
+        chosen = consistent(name, commands[name], chosen, files)
+    argv = [name]
+    for _, flag, val in chosen:
+        argv += [flag] if flag else []
+        argv += [] if val is None else [val]
     if not valid_share and draw(st.integers(0, 9)) == 0:
         argv.append(draw(st.sampled_from(["--bogus", "-Z", "--json=3", "--", "--help"])))
     return argv
+
+
+def consistent(
+    command: str, params: list[Param], chosen: list[tuple[Param, str, str | None]], files: Files
+) -> list[tuple[Param, str, str | None]]:
+    """Drop the options a valid case must not combine (each rule is a usage error the CLI
+    owes the user, and is fuzzed by the other two kinds of case)."""
+
+    def key(item: tuple[Param, str, str | None]) -> str:
+        return item[0].opts[0] if item[0].opts else item[0].name
+
+    def has(k: str) -> bool:
+        return any(key(c) == k for c in chosen)
+
+    def drop(*keys: str) -> None:
+        chosen[:] = [c for c in chosen if key(c) not in keys]
+
+    def add(flag: str, value: str) -> None:
+        chosen.append((next(p for p in params if flag in p.opts), flag, value))
+
+    if has("sentence"):
+        drop("--file")
+    # One kind of query; --occurrence only after one --token.
+    if has("--token"):
+        drop("--index", "--all-tokens")
+        words = [c for c in chosen if key(c) == "--token"]
+        if len(words) > 1:
+            drop("--occurrence")
+            for i, c in enumerate(words):  # distinct words (the valid ones share no token)
+                if c[2] in [w[2] for w in words[:i]]:
+                    chosen.remove(c)
+        if any(":" in (c[2] or "") for c in words):
+            drop("--occurrence")  # it:1 -n 1 would look for the text "it:1"
+    else:
+        drop("--occurrence")
+        if has("--index"):
+            drop("--all-tokens")
+    if has("--no-renorm") and not has("--hide-special"):
+        drop("--no-renorm")
+    model = next((c[2] for c in chosen if key(c) == "--model"), files.models[-1])
+    if Path(str(model)).name == SEQ2SEQ:
+        drop("--pair", "--vs", "--pairs")
+        if has("--target-file"):
+            drop("--target-text")
+        if any(c[1] and c[2] == str(files.out / "view.html") for c in chosen):
+            drop("--output")  # the page shows self-attention over one text
+            add("--output", str(files.out / "a.png"))
+        if has("--part") and not (has("--target-text") or has("--target-file")):
+            drop("--part")
+    else:
+        drop("--target-text", "--target-file", "--part")
+        if "gpt2" in str(model):
+            drop("--pair")
+    matrix = any(key(c) == "--view" and c[2] == "matrix" for c in chosen)
+    if command == "export" and not (has("--token") or has("--index") or matrix):
+        add("--token", "it")
+    if command == "compare":
+        drop("--heads")  # compare ranks every head
+        if has("--pairs") or has("--vs"):
+            drop("--pair", "--target-text", "--target-file", "--part")
+        if has("--pairs"):
+            drop("sentence", "--file", "--vs", "--token", "--target", "--index", "--occurrence")
+        elif not (has("--token") or has("--index")):
+            add("--token", "it")
+        elif has("--vs"):
+            drop("--index")
+            if not has("--target"):
+                drop("--vs")
+    if command == "heads":
+        if has("--probe"):
+            drop("corpus")
+        elif not has("corpus"):
+            add("--probe", "induction")
+        if has("--json"):
+            drop("--csv")
+    return chosen
 
 
 # --- running one case and checking the promises ---------------------------------------
