@@ -191,13 +191,17 @@ async def test_matrix_view_shows_one_heads_matrix(att: Attention) -> None:
         assert "view: token heatmap" in status(app)  # v cycles back to the first view
 
 
-async def test_views_one_key_away_are_drawn_ahead(att: Attention) -> None:
+async def test_views_one_key_away_are_drawn_ahead(att: Attention, monkeypatch: pytest.MonkeyPatch) -> None:
     """While the user reads a view, every view one key away is drawn, so the next key
     only shows lines already drawn."""
     import anyio
 
+    import attnviz.explore
     from attnviz.explore import Cursor
 
+    # No view counts as slow here: on a loaded machine a drawing's CPU time can pass the
+    # 50 ms limit (the next test covers that rule).
+    monkeypatch.setattr(attnviz.explore, "_WARM_MAX", 10.0)
     app = ExploreApp(att, query=3)
     async with app.run_test(size=SIZE) as pilot:
         with anyio.fail_after(30):
@@ -219,6 +223,30 @@ async def test_views_one_key_away_are_drawn_ahead(att: Attention) -> None:
         assert not app.views.has(Cursor("heads", 2, 0, 3), width, True)  # two keys away
         await press(pilot, "up")
         assert app.views.has(Cursor("heads", 1, 0, 3), width, True)
+
+
+async def test_views_slow_to_draw_are_not_drawn_ahead(att: Attention, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kind of view whose drawing took over the limit (a long sentence's matrix) is no
+    longer drawn ahead: a key pressed meanwhile would wait for it."""
+    import anyio
+
+    import attnviz.explore
+    from attnviz.explore import VIEWS, Cursor
+
+    monkeypatch.setattr(attnviz.explore, "_WARM_MAX", -1.0)  # every drawing is too slow
+    app = ExploreApp(att, query=3)
+    async with app.run_test(size=SIZE) as pilot:
+        with anyio.fail_after(30):
+            while app.drawing_ahead:
+                await anyio.sleep(0.05)
+        width = app._view_width()
+        ahead = [c for c in app._neighbours(app.cursor) if app.views.has(c, width, True)]
+        # One drawing of each kind, then that kind is left to be drawn when asked for.
+        assert 1 <= len(ahead) <= len(VIEWS)
+        assert len({c.view for c in ahead}) == len(ahead)
+        assert app.views.has(Cursor("heads", 0, 0, 4), width, True)  # the first neighbour was drawn
+        await press(pilot, "right")
+        assert app.views.has(Cursor("heads", 0, 0, 4), width, True)
 
 
 async def test_keys_screen_lists_every_key(att: Attention) -> None:
