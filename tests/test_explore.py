@@ -191,11 +191,19 @@ async def test_matrix_view_shows_one_heads_matrix(att: Attention) -> None:
         assert "view: token heatmap" in status(app)  # v cycles back to the first view
 
 
+async def drawn_ahead(app: ExploreApp) -> int:
+    """Wait until the views one key away are drawn; the view width they were drawn at."""
+    import anyio
+
+    with anyio.fail_after(30):
+        while app.drawing_ahead:
+            await anyio.sleep(0.05)
+    return app._view_width()
+
+
 async def test_views_one_key_away_are_drawn_ahead(att: Attention, monkeypatch: pytest.MonkeyPatch) -> None:
     """While the user reads a view, every view one key away is drawn, so the next key
     only shows lines already drawn."""
-    import anyio
-
     import attnviz.explore
     from attnviz.explore import Cursor
 
@@ -204,10 +212,7 @@ async def test_views_one_key_away_are_drawn_ahead(att: Attention, monkeypatch: p
     monkeypatch.setattr(attnviz.explore, "_WARM_MAX", 10.0)
     app = ExploreApp(att, query=3)
     async with app.run_test(size=SIZE) as pilot:
-        with anyio.fail_after(30):
-            while app.drawing_ahead:
-                await anyio.sleep(0.05)
-        width = app._view_width()
+        width = await drawn_ahead(app)
         near = [
             Cursor("heads", 0, 0, 4),
             Cursor("heads", 0, 0, 2),
@@ -228,18 +233,13 @@ async def test_views_one_key_away_are_drawn_ahead(att: Attention, monkeypatch: p
 async def test_views_slow_to_draw_are_not_drawn_ahead(att: Attention, monkeypatch: pytest.MonkeyPatch) -> None:
     """A kind of view whose drawing took over the limit (a long sentence's matrix) is no
     longer drawn ahead: a key pressed meanwhile would wait for it."""
-    import anyio
-
     import attnviz.explore
     from attnviz.explore import VIEWS, Cursor
 
     monkeypatch.setattr(attnviz.explore, "_WARM_MAX", -1.0)  # every drawing is too slow
     app = ExploreApp(att, query=3)
     async with app.run_test(size=SIZE) as pilot:
-        with anyio.fail_after(30):
-            while app.drawing_ahead:
-                await anyio.sleep(0.05)
-        width = app._view_width()
+        width = await drawn_ahead(app)
         ahead = [c for c in app._neighbours(app.cursor) if app.views.has(c, width, True)]
         # One drawing of each kind, then that kind is left to be drawn when asked for.
         assert 1 <= len(ahead) <= len(VIEWS)
