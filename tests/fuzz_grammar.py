@@ -333,7 +333,7 @@ def valid_for(param: Param, files: Files, command: str) -> st.SearchStrategy[str
         "--device": ["cpu", "auto"],
         "--dtype": ["float32", "float32", "bfloat16"],
         "--pairs": files.pairs[:1],
-        "--token": ["it", "animal", "street", "it:1"],
+        "--token": ["it", "animal", "street", "because:1"],
         "--target": ["animal", "street", "because"],
         "--vs": [EXAMPLE.replace("tired", "wide")],
         "--index": ["0", "3", "-1"],
@@ -479,6 +479,8 @@ def consistent(
         drop("--target-text", "--target-file", "--part")
         if "gpt2" in str(model):
             drop("--pair")
+    if command == "show" and not (has("--token") or has("--index") or has("--all-tokens")):
+        add("--token", "it")
     matrix = any(key(c) == "--view" and c[2] == "matrix" for c in chosen)
     if command == "export" and not (has("--token") or has("--index") or matrix):
         add("--token", "it")
@@ -572,15 +574,72 @@ def run_case(app: Any, argv: list[str], files: Files, limit_s: int = 120) -> Out
             problems.append("the error is not the last stderr line")
     if code == 0 and "--json" in argv and "--help" not in argv and out.strip():
         try:
-            json.loads(out, parse_constant=_no_constants)
+            printed = json.loads(out, parse_constant=_no_constants)
         except ValueError as exc:
             problems.append(f"--json printed invalid JSON ({exc})")
+        else:
+            if argv[0] == "show":
+                problems += weight_problems(argv, printed)
+    if code == 0 and "--help" not in argv:
+        problems += written_problems(argv, files)
     left = sorted(p.name for p in files.out.iterdir())
     if any(name.endswith(".tmp") for name in left):
         problems.append(f"temp file left: {left}")
     if code != 0 and left:
         problems.append(f"files left after a failure: {left}")
     return Outcome(argv, code, out, err, seconds, tuple(problems))
+
+
+MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".pdf": b"%PDF-", ".npz": b"PK\x03\x04", ".html": b"<!DOCTYPE html>"}
+
+
+def written_problems(argv: list[str], files: Files) -> list[str]:
+    """After a success, each file named by -o/--output/--png/--npz is there, whole, in its
+    format (read by its first bytes; an SVG is XML that closes)."""
+    problems = []
+    for flag, path in zip(argv, argv[1:], strict=False):
+        if flag not in ("-o", "--output", "--png", "--npz") or not path.startswith(str(files.out)):
+            continue
+        target = Path(path)
+        if not target.is_file():
+            problems.append(f"{flag} {target.name}: no file after exit 0")
+            continue
+        data = target.read_bytes()
+        suffix = target.suffix.lower()
+        whole = data.rstrip().endswith(b"</svg>") if suffix == ".svg" else data.startswith(MAGIC.get(suffix, b""))
+        if not data or not whole:
+            problems.append(f"{flag} {target.name}: not a whole {suffix or 'file'} ({len(data)} bytes)")
+    return problems
+
+
+def weight_problems(argv: list[str], printed: Any) -> list[str]:
+    """No silent wrong answers in `show --json`: every weight is a number in [0, 1], and
+    every row is a distribution (sums to 1) unless the run asked for rows that are not:
+    --no-renorm (the special tokens' share left out) or a max-over-heads row."""
+    problems: list[str] = []
+    low_precision = any(a in argv for a in ("bfloat16", "float16"))
+    tolerance = 2e-2 if low_precision else 1e-4  # six decimals each, up to ~60 keys
+
+    def rows(x: Any) -> Iterator[list[Any]]:
+        if isinstance(x, list) and x and not isinstance(x[0], list):
+            yield x
+        elif isinstance(x, list):
+            for item in x:
+                yield from rows(item)
+
+    for doc in printed if isinstance(printed, list) else [printed]:
+        if not isinstance(doc, dict) or "weights" not in doc:
+            problems.append("show --json printed no weights")
+            continue
+        check_sums = "--no-renorm" not in argv and "max" not in doc.get("heads", [])
+        for row in rows(doc["weights"]):
+            if not all(isinstance(w, (int, float)) and -1e-6 <= w <= 1 + 1e-6 for w in row):
+                problems.append(f"a weight outside [0, 1]: {row[:8]}")
+                break
+            if check_sums and abs(sum(row) - 1) > tolerance:
+                problems.append(f"a row that sums to {sum(row):.6f}, not 1")
+                break
+    return problems
 
 
 def _no_constants(name: str) -> Any:

@@ -20,7 +20,16 @@ from hypothesis import strategies as st
 
 from attnviz.cli import app
 
-from .fuzz_grammar import Files, command_lines, grammar, make_files, models_loaded_once, run_case
+from .fuzz_grammar import (
+    Files,
+    command_lines,
+    grammar,
+    make_files,
+    models_loaded_once,
+    run_case,
+    weight_problems,
+    written_problems,
+)
 
 EXAMPLES = int(os.environ.get("ATTNVIZ_FUZZ_EXAMPLES", "400"))
 COMMANDS = grammar(app)
@@ -75,6 +84,36 @@ def test_the_checker_catches_broken_promises(files: Files, monkeypatch: pytest.M
     monkeypatch.setattr("attnviz.cli.show.errors", _no_error_handling)
     outcome = run_case(app, ["show", "The cat sat", "--token", "cat"], files)
     assert any("uncaught ZeroDivisionError" in p for p in outcome.problems)
+
+
+def test_the_checker_catches_wrong_weights(files: Files) -> None:
+    # A valid `show --json` keeps its rows distributions; the check can fail.
+    outcome = run_case(app, ["show", "The cat sat", "--token", "cat", "--json", "--heads", "0,mean"], files)
+    assert outcome.exit_code == 0 and outcome.problems == ()
+    assert weight_problems(["show"], {"weights": [[[0.25, 0.75]]]}) == []
+    assert weight_problems(["show"], {"weights": [[[0.5, 0.6]]]}) == ["a row that sums to 1.100000, not 1"]
+    assert weight_problems(["show"], {"weights": [[[1.5, -0.5]]]})[0].startswith("a weight outside [0, 1]")
+    assert weight_problems(["show"], {"weights": [[[0.5, None]]]})  # a NaN shown as null
+    assert weight_problems(["show", "--no-renorm"], {"weights": [[[0.5, 0.3]]]}) == []
+    assert weight_problems(["show"], {"weights": [[[0.9, 0.8]]], "heads": [0, "max"]}) == []
+
+
+def test_the_checker_catches_missing_or_partial_files(files: Files) -> None:
+    png = files.out / "a.png"
+    outcome = run_case(app, ["show", "The cat sat", "--token", "cat", "--png", str(png)], files)
+    assert outcome.exit_code == 0 and outcome.problems == ()
+    argv = ["export", "x", "-o", str(png)]
+    assert written_problems(argv, files) == []
+    png.unlink()
+    assert written_problems(argv, files) == ["-o a.png: no file after exit 0"]
+    png.write_bytes(b"\x89PN")
+    assert written_problems(argv, files) == ["-o a.png: not a whole .png (3 bytes)"]
+    svg = files.out / "a.svg"
+    svg.write_text("<svg>")
+    argv = ["export", "x", "--output", str(svg)]
+    assert written_problems(argv, files) == ["--output a.svg: not a whole .svg (5 bytes)"]
+    svg.write_text("<svg></svg>\n")
+    assert written_problems(argv, files) == []
 
 
 def _no_error_handling(debug: bool):  # type: ignore[no-untyped-def]
