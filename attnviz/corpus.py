@@ -94,13 +94,15 @@ def corpus_format(source: str, fmt: str = "auto") -> str:
 def _open(source: str) -> tuple[IO[bytes], str, bool]:
     if source == "-":
         return sys.stdin.buffer, "<stdin>", False
-    path = Path(source)
-    if path.is_dir():
-        raise UsageError(f"corpus {source!r} is a directory", hint="give a text or JSONL file")
+    shown = repr(source[:80]) + ("…" if len(source) > 80 else "")
     try:
-        return path.open("rb"), source, True
+        # open() says it all: missing, a directory, no permission, a name too long (a
+        # stat() first raised ENAMETOOLONG unchecked).
+        return Path(source).open("rb"), source, True
+    except IsADirectoryError:
+        raise UsageError(f"corpus {shown} is a directory", hint="give a text or JSONL file") from None
     except OSError as exc:
-        raise UsageError(f"cannot read corpus {source!r}: {exc.strerror}", hint="check the path") from None
+        raise UsageError(f"cannot read corpus {shown}: {exc.strerror}", hint="check the path") from None
 
 
 def _lines(source: str) -> Iterator[tuple[int, str, str]]:

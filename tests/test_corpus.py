@@ -97,6 +97,11 @@ def test_missing_corpus_and_directory(tmp_path: Path) -> None:
         list(read_corpus(str(tmp_path / "nope.txt")))
     with pytest.raises(UsageError, match="is a directory"):
         list(read_corpus(str(tmp_path)))
+    # A name no filesystem takes was an unchecked OSError from stat() (found by the fuzzer);
+    # the message shows the first 80 characters.
+    with pytest.raises(UsageError, match=r"cannot read corpus 'x{80}'…: File name too long") as info:
+        list(read_corpus("x" * 2000))
+    assert len(str(info.value)) < 200
 
 
 def test_jsonl_and_stdin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
