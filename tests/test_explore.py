@@ -517,6 +517,23 @@ def test_command_refuses_without_a_terminal() -> None:
     ]
 
 
+@pytest.mark.parametrize("name", ["x" * 2000, "missing-dir"])
+def test_export_dir_must_be_a_directory(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A name too long for the filesystem made Path.is_dir raise (an internal error).
+    import types
+
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    terminal = types.SimpleNamespace(isatty=lambda: True)
+    monkeypatch.setattr("attnviz.cli.explore.sys", types.SimpleNamespace(stdin=terminal, stdout=terminal))
+    result = CliRunner().invoke(app, ["explore", EXAMPLE, "--export-dir", str(tmp_path / name)])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("attnviz: error: --export-dir") and "is not a directory (hint: create it first)" in line
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
 def test_command_runs_in_a_terminal_and_quits_on_q(tmp_path: Path) -> None:
     """The real command in a pseudo-terminal: the screen appears, q exits with 0."""

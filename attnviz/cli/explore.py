@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -55,7 +56,7 @@ def explore(
                 "attnviz explore is interactive and needs a terminal",
                 hint="for a pipe or a file use attnviz show, compare or export",
             )
-        if not export_dir.is_dir():
+        if not os.path.isdir(export_dir):  # False for any OSError (Path.is_dir raised ENAMETOOLONG)
             raise UsageError(f"--export-dir {str(export_dir)!r} is not a directory", hint="create it first")
         query = query_from(token, occurrence, index, required=False)
         eng = load(sentence, model, engine.value, device)
