@@ -97,12 +97,14 @@ def _open(source: str) -> tuple[IO[bytes], str, bool]:
     shown = repr(source[:80]) + ("…" if len(source) > 80 else "")
     try:
         # open() says it all: missing, a directory, no permission, a name too long (a
-        # stat() first raised ENAMETOOLONG unchecked).
+        # stat() first raised ENAMETOOLONG unchecked) or holding a NUL byte.
         return Path(source).open("rb"), source, True
     except IsADirectoryError:
         raise UsageError(f"corpus {shown} is a directory", hint="give a text or JSONL file") from None
     except OSError as exc:
         raise UsageError(f"cannot read corpus {shown}: {exc.strerror}", hint="check the path") from None
+    except ValueError:  # a NUL byte (possible from Python, never from a shell): no file has that name
+        raise UsageError(f"cannot read corpus {shown}: a file name holds no NUL byte", hint="check the path") from None
 
 
 def _lines(source: str) -> Iterator[tuple[int, str, str]]:

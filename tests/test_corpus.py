@@ -102,6 +102,8 @@ def test_missing_corpus_and_directory(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"cannot read corpus 'x{80}'…: File name too long") as info:
         list(read_corpus("x" * 2000))
     assert len(str(info.value)) < 200
+    with pytest.raises(UsageError, match="a file name holds no NUL byte"):
+        list(read_corpus("x\x00y"))
 
 
 def test_jsonl_and_stdin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
