@@ -23,6 +23,7 @@ glyphs of the plain-terminal heatmap, so nothing is carried by colour alone.
 
 from __future__ import annotations
 
+import gc
 import re
 import threading
 import time
@@ -496,9 +497,16 @@ class ExploreApp(App[None]):
         yield Static(id="footer")
 
     def on_mount(self) -> None:
+        # What is alive now (torch, the model, textual) outlives the session: frozen out of
+        # the collector's reach, a full collection scans only what the session makes.
+        # Measured: ~100 ms pauses, one every few new sentences, became 4-8 ms.
+        gc.freeze()
         self._show_header()
         self.query_one("#footer", Static).update(Text(footer(self.size.width)))
         self.refresh_view()
+
+    def on_unmount(self) -> None:
+        gc.unfreeze()  # back to normal for a Python caller of explore()
 
     def on_resize(self) -> None:
         self.query_one("#footer", Static).update(Text(footer(self.size.width)))

@@ -249,6 +249,18 @@ async def test_views_slow_to_draw_are_not_drawn_ahead(att: Attention, monkeypatc
         assert app.views.has(Cursor("heads", 0, 0, 4), width, True)
 
 
+async def test_session_objects_are_frozen_out_of_the_collector_while_it_runs(att: Attention) -> None:
+    # A full collection used to scan torch, the model and textual: ~100 ms pauses.
+    import gc
+
+    assert gc.get_freeze_count() == 0
+    app = ExploreApp(att)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert gc.get_freeze_count() > 1000
+    assert gc.get_freeze_count() == 0  # undone on exit, for a Python caller
+
+
 async def test_keys_screen_lists_every_key(att: Attention) -> None:
     app = ExploreApp(att)
     async with app.run_test(size=SIZE) as pilot:
