@@ -152,29 +152,10 @@ def read_config(model_dir: Path) -> dict[str, Any]:
     return config
 
 
-def weight_files(model_dir: Path) -> list[Path]:
-    """The checkpoint's weight files, safetensors first (single file or shards),
-    then PyTorch .bin (read with ``weights_only=True``)."""
-    for single, index in (
-        ("model.safetensors", "model.safetensors.index.json"),
-        ("pytorch_model.bin", "pytorch_model.bin.index.json"),
-    ):
-        if (model_dir / single).is_file():
-            return [model_dir / single]
-        if (model_dir / index).is_file():
-            try:
-                shards = json.loads((model_dir / index).read_text(encoding="utf-8"))["weight_map"].values()
-            except (OSError, ValueError, KeyError, AttributeError) as exc:
-                raise ModelLoadError(f"cannot read {model_dir / index}: {exc}", hint="the index is corrupt") from exc
-            return [model_dir / name for name in sorted(set(shards))]
-    raise ModelLoadError(
-        f"{model_dir} has no weights (model.safetensors or pytorch_model.bin)",
-        hint="save the model with model.save_pretrained(DIR)",
-    )
-
-
 def read_weights(model_dir: Path) -> dict[str, Tensor]:
     """All tensors of the checkpoint, by their names in the file."""
+    from .checkpoint import weight_files  # the one reader of shard indexes, with its checks
+
     tensors: dict[str, Tensor] = {}
     for path in weight_files(model_dir):
         try:
