@@ -207,6 +207,20 @@ class SwiGLU(nn.Module):
         return self.down(self.act(self.gate(x)) * self.up(x))
 
 
+def attention_options(c: LlamaConfig) -> dict[str, Any]:
+    """``MultiHeadAttention``'s keyword arguments for a config of this family and of the
+    families built on it (grouped kv heads, biases, scale, soft-capping, sinks)."""
+    return {
+        "n_kv_heads": c.num_key_value_heads,
+        "head_dim": c.head_dim,
+        "bias": c.qkv_bias,
+        "out_bias": c.o_bias,
+        "scale": c.head_dim**-0.5 if c.scale is None else c.scale,
+        "softcap": c.softcap,
+        "sinks": c.sinks,
+    }
+
+
 class LlamaDecoder(DecoderModel):
     """The rotary pre-norm decoder. Later families override the ``make_*`` factories
     (each called once per layer while building) and keep the forward pass."""
@@ -233,17 +247,7 @@ class LlamaDecoder(DecoderModel):
 
     def make_attention(self, layer: int) -> MultiHeadAttention:
         c = self.config
-        return MultiHeadAttention(
-            c.hidden_size,
-            c.num_attention_heads,
-            n_kv_heads=c.num_key_value_heads,
-            head_dim=c.head_dim,
-            bias=c.qkv_bias,
-            out_bias=c.o_bias,
-            scale=c.head_dim**-0.5 if c.scale is None else c.scale,
-            softcap=c.softcap,
-            sinks=c.sinks,
-        )
+        return MultiHeadAttention(c.hidden_size, c.num_attention_heads, **attention_options(c))
 
     def make_mlp(self, layer: int) -> nn.Module:
         c = self.config

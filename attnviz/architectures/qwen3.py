@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from ..attention import EAGER, MaskLike, MultiHeadAttention, QKTransform, RowRequest
 from . import llama
-from .llama import LlamaConfig, LlamaDecoder, RMSNorm
+from .llama import LlamaConfig, LlamaDecoder, RMSNorm, attention_options
 
 MODEL_TYPES = ("qwen3",)
 PREFIXES = llama.PREFIXES
@@ -52,13 +52,7 @@ def qk_norm_attention(c: LlamaConfig, norm: type[nn.Module] = RMSNorm) -> QKNorm
     return QKNormAttention(
         c.hidden_size,
         c.num_attention_heads,
-        n_kv_heads=c.num_key_value_heads,
-        head_dim=c.head_dim,
-        bias=c.qkv_bias,
-        out_bias=c.o_bias,
-        scale=c.head_dim**-0.5 if c.scale is None else c.scale,
-        softcap=c.softcap,
-        sinks=c.sinks,
+        **attention_options(c),
         q_norm=norm(c.head_dim, c.rms_norm_eps),
         k_norm=norm(c.head_dim, c.rms_norm_eps),
     )
