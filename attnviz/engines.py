@@ -18,7 +18,7 @@ import pickle
 import re
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .checkpoint import check_tensors, first_nonfinite_layer, require_tokenizer, validate_checkpoint
@@ -826,17 +826,7 @@ def forward(
             f"the attention weights of layer {bad} hold NaN or infinite values",
             hint="the weights overflow in this dtype or are damaged; try float32 or another checkpoint",
         )
-    provenance = Provenance(
-        model=engine.files.spec,
-        model_path=str(engine.files.path),
-        architecture=engine.files.model_type,
-        engine=engine.name,
-        device=str(engine.device),
-        dtype=str(engine.dtype).removeprefix("torch."),
-        shape=shape,
-        attnviz_version=__version__,
-        score_terms=engine.score_terms,
-    )
+    provenance = replace(engine_provenance(engine), shape=shape)  # the part's shape (encoder, decoder, cross)
     return Attention(
         tokens=query_tokens,
         weights=weights,
