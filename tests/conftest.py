@@ -35,3 +35,19 @@ def hf_engine():
     from attnviz.engines import load_engine
 
     return load_engine("hf", None, "cpu")
+
+
+@pytest.fixture
+def no_model(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records (and refuses) any attempt to load a model: errors that must come before any
+    model work assert that this list stays empty."""
+    import attnviz.engines
+
+    calls: list[str] = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        calls.append("load_engine")
+        raise RuntimeError("the model must not be loaded for this error")
+
+    monkeypatch.setattr(attnviz.engines, "load_engine", refuse)
+    return calls

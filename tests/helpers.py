@@ -1,12 +1,14 @@
-"""Helpers for tests: tiny randomly initialised checkpoints saved into a directory."""
+"""Helpers for tests: tiny randomly initialised checkpoints saved into a directory, and
+the command line's one-error-line promise."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from .conftest import EXAMPLE
 
-__all__ = ["EXAMPLE", "save_tiny_bert"]
+__all__ = ["EXAMPLE", "one_error_line", "save_tiny_bert"]
 
 
 def save_tiny_bert(path: Path, seed: int = 0) -> Path:
@@ -14,3 +16,14 @@ def save_tiny_bert(path: Path, seed: int = 0) -> Path:
     from .tiny_models import SPECS_BY_NAME, save_tiny
 
     return save_tiny(SPECS_BY_NAME["bert"], path, seed=seed)
+
+
+def one_error_line(result: Any, code: int) -> str:
+    """The one stderr line of a refused command (CliRunner result), checked: exit ``code``,
+    nothing on stdout, exactly one ``attnviz: error:`` line, no traceback."""
+    assert result.exit_code == code, (result.exit_code, result.output)
+    assert result.stdout == "", result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("attnviz: error: "), result.stderr
+    assert "Traceback" not in result.output
+    return str(lines[0])

@@ -14,23 +14,13 @@ from typer.testing import CliRunner
 
 from attnviz.cli import app
 
-from .helpers import EXAMPLE, save_tiny_bert
+from .helpers import EXAMPLE, one_error_line, save_tiny_bert
 
 runner = CliRunner()
 
 
 def run(*args: str, **env: str):
     return runner.invoke(app, list(args), env={"NO_COLOR": "1", "COLUMNS": "200", **env})
-
-
-def one_error_line(result, code: int) -> str:
-    assert result.exit_code == code, result.output
-    assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("attnviz: error: ")
-    assert "Traceback" not in result.stderr
-    return lines[0]
 
 
 def test_show_prints_every_layer_and_head() -> None:

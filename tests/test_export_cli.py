@@ -16,7 +16,6 @@ import pytest
 from matplotlib.figure import Figure
 from typer.testing import CliRunner
 
-import attnviz.engines
 from attnviz.cli import app
 from attnviz.result import Attention
 
@@ -26,19 +25,6 @@ from .conftest import EXAMPLE
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()
-
-
-@pytest.fixture
-def no_model(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Records (and refuses) any attempt to load a model."""
-    calls: list[str] = []
-
-    def refuse(*args: object, **kwargs: object) -> None:
-        calls.append("load_engine")
-        raise RuntimeError("the model must not be loaded for this error")
-
-    monkeypatch.setattr(attnviz.engines, "load_engine", refuse)
-    return calls
 
 
 @pytest.mark.parametrize(

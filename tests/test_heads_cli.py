@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from attnviz.cli import app
 from attnviz.detectors import DETECTORS
 
+from .helpers import one_error_line
 from .test_corpus import MINILM_TEXTS
 from .test_imports import loaded_after
 from .tiny_models import CORPUS, SPECS_BY_NAME, save_tiny
@@ -23,15 +24,6 @@ runner = CliRunner()
 
 def run(*args: str):
     return runner.invoke(app, ["heads", *args], env={"NO_COLOR": "1", "COLUMNS": "200"})
-
-
-def one_error_line(result, code: int) -> str:
-    assert result.exit_code == code, result.output
-    assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("attnviz: error: ") and "Traceback" not in result.stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

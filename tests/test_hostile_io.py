@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import attnviz.engines
 from attnviz.cli import app
 from attnviz.errors import OutputError, UsageError
 from attnviz.pairs import read_pairs
@@ -24,29 +23,10 @@ from attnviz.result import atomic_write, check_writable
 from attnviz.safeio import check_text, read_lines, write_atomic
 from attnviz.safeio import one_line as escaped
 
+from .helpers import one_error_line
+
 EXAMPLE = "The animal didn't cross the street because it was too tired"
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def no_model(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Records (and refuses) any attempt to load a model: these errors come first."""
-    calls: list[str] = []
-
-    def refuse(*args: object, **kwargs: object) -> None:
-        calls.append("load_engine")
-        raise RuntimeError("the model must not be loaded for this error")
-
-    monkeypatch.setattr(attnviz.engines, "load_engine", refuse)
-    return calls
-
-
-def one_line(result: object, code: int = 2) -> str:
-    assert result.exit_code == code, (result.exit_code, result.output)  # type: ignore[attr-defined]
-    lines = result.stderr.strip().splitlines()  # type: ignore[attr-defined]
-    assert len(lines) == 1 and lines[0].startswith("attnviz: error: "), lines
-    assert "Traceback" not in result.output  # type: ignore[attr-defined]
-    return lines[0]
 
 
 # --- numbers --------------------------------------------------------------------------
@@ -68,7 +48,7 @@ def test_an_error_quoting_hostile_text_stays_one_line() -> None:
     # message, and a reader splitting lines as Python does saw two lines.
     sentence = "ó\x85\U0010bdc5\x06â\U000986adav-ÙnO'"  # the case bench/fuzz.py found, as drawn
     result = CliRunner().invoke(app, ["show", sentence, "--token", "zebra"])
-    line = one_line(result, 2)
+    line = one_error_line(result, 2)
     assert "1:ó\\x85" in line
     assert escaped("a\u2028b \x1b[31mred\ttab") == "a\\u2028b \\x1b[31mred\\x09tab"
     assert escaped("é 😀") == "é 😀"
@@ -82,7 +62,7 @@ def test_pairs_from_dev_zero_fail_at_once(no_model: list[str]) -> None:
     with pytest.raises(UsageError, match="/dev/zero:1: a line longer than 64 KiB"):
         read_pairs("/dev/zero")
     assert time.perf_counter() - start < 1
-    line = one_line(CliRunner().invoke(app, ["compare", "--pairs", "/dev/zero"]))
+    line = one_error_line(CliRunner().invoke(app, ["compare", "--pairs", "/dev/zero"]), 2)
     assert "longer than 64 KiB" in line and no_model == []
 
 
@@ -92,7 +72,7 @@ def test_target_file_from_dev_zero_fails_at_once(command: str, no_model: list[st
     # has --file's bounds, and fails before any model work.
     start = time.perf_counter()
     argv = [command, "a b", "--token", "a", "--target-file", "/dev/zero", "-o", str(tmp_path / "x.png")]
-    line = one_line(CliRunner().invoke(app, argv if command == "export" else argv[:-2]))
+    line = one_error_line(CliRunner().invoke(app, argv if command == "export" else argv[:-2]), 2)
     assert "/dev/zero is larger than" in line and no_model == []
     assert time.perf_counter() - start < 5
 
@@ -118,7 +98,7 @@ def test_invalid_utf8_in_argv_is_exit_2_before_the_model(no_model: list[str]) ->
     with pytest.raises(UsageError, match=r"is not valid UTF-8 \(byte 0xff at character 5\)"):
         check_text(sentence, "the sentence")
     for args in (["show", sentence, "-t", "cat"], ["compare", "the cat", "-t", "cat", "--target", sentence]):
-        line = one_line(CliRunner().invoke(app, args))
+        line = one_error_line(CliRunner().invoke(app, args), 2)
         assert "not valid UTF-8 (byte 0xff" in line
     assert no_model == []
 
@@ -158,13 +138,13 @@ def test_a_300_character_file_name_is_bad_input(tmp_path: Path, no_model: list[s
     name = "a" * 300 + ".png"
     with pytest.raises(OutputError, match="the file name is 304 bytes long, the filesystem allows 255"):
         check_writable(tmp_path / name, (".png",))
-    line = one_line(CliRunner().invoke(app, ["export", EXAMPLE, "-t", "it", "-o", str(tmp_path / name)]))
+    line = one_error_line(CliRunner().invoke(app, ["export", EXAMPLE, "-t", "it", "-o", str(tmp_path / name)]), 2)
     assert "304 bytes long" in line and no_model == []
 
 
 def test_an_empty_output_name_is_bad_input(no_model: list[str]) -> None:
     # Found by bench/fuzz.py: --png '' is the path '.', whose suffix hint raised ValueError.
-    line = one_line(CliRunner().invoke(app, ["show", EXAMPLE, "-t", "it", "--png", ""]))
+    line = one_error_line(CliRunner().invoke(app, ["show", EXAMPLE, "-t", "it", "--png", ""]), 2)
     assert "does not end in .png" in line and "heads.svg" in line and no_model == []
 
 
@@ -175,7 +155,7 @@ def test_special_filesystems_are_refused_before_the_model_even_as_root(target: s
     with pytest.raises(OutputError, match="special filesystem"):
         check_writable(Path(target), suffixes)
     if suffixes:
-        line = one_line(CliRunner().invoke(app, ["export", EXAMPLE, "-t", "it", "-o", target]))
+        line = one_error_line(CliRunner().invoke(app, ["export", EXAMPLE, "-t", "it", "-o", target]), 2)
         assert "special filesystem" in line and no_model == []
 
 

@@ -54,6 +54,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from attnviz.cli import app  # noqa: E402
 
+from .helpers import one_error_line  # noqa: E402
 from .tiny_models import SPECS_BY_NAME, save_tiny  # noqa: E402
 
 runner = CliRunner()
@@ -61,13 +62,6 @@ runner = CliRunner()
 
 def run(*args: str, stdin: str | None = None):
     return runner.invoke(app, list(args), input=stdin, env={"NO_COLOR": "1", "COLUMNS": "200"})
-
-
-def one_error_line(result, code: int) -> str:
-    assert result.exit_code == code, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("attnviz: error: "), result.stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from attnviz.cli import app
 
-from .helpers import EXAMPLE
+from .helpers import EXAMPLE, one_error_line
 from .tiny_models import SPECS_BY_NAME, save_tiny
 
 runner = CliRunner()
@@ -22,13 +22,6 @@ TARGET = "the cat sat on the mat"
 
 def run(*args: str, stdin: str | None = None):
     return runner.invoke(app, list(args), input=stdin, env={"NO_COLOR": "1", "COLUMNS": "200"})
-
-
-def one_error_line(result, code: int) -> str:
-    assert result.exit_code == code, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("attnviz: error: "), result.stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
