@@ -10,12 +10,10 @@ arrays of L × H × S × S floats.
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from startup_bench import time_commands  # bench/ is on sys.path: this script's folder
 
 EXAMPLE = "The animal didn't cross the street because it was too tired"
 ATTNVIZ = str(Path(sys.executable).with_name("attnviz"))
@@ -33,18 +31,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    env = {**os.environ, "NO_COLOR": "1", "HF_HUB_OFFLINE": "1"}
-    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
-    for cmd in COMMANDS.values():  # warm the page cache once
-        subprocess.run(cmd, env=env, capture_output=True, check=True)
-    for _ in range(args.runs):
-        for name, cmd in COMMANDS.items():
-            start = time.perf_counter()
-            subprocess.run(cmd, env=env, capture_output=True, check=True)
-            times[name].append(time.perf_counter() - start)
-    med = {name: statistics.median(ts) for name, ts in times.items()}
-    for name, m in med.items():
-        print(f"{name:48s} median {m:6.3f} s  (min {min(times[name]):.3f}, n={args.runs})")
+    med = time_commands(COMMANDS, args.runs)
     names = list(COMMANDS)
     print(f"ratio with / without reading options (one token): {med[names[1]] / med[names[0]]:.2f}")
     print(f"ratio with / without reading options (all tokens): {med[names[3]] / med[names[2]]:.2f}")

@@ -31,22 +31,31 @@ COMMANDS = {
 }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=7)
-    args = parser.parse_args()
+def time_commands(commands: dict[str, list[str]], runs: int) -> dict[str, float]:
+    """Each command's median wall time as a whole process: one warm-up each (the page
+    cache), then ``runs`` rounds interleaved so that the machine's load hits all alike.
+    Prints a line per command; also used by reading_bench.py."""
     env = {**os.environ, "NO_COLOR": "1", "HF_HUB_OFFLINE": "1"}
-    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
-    for cmd in COMMANDS.values():  # warm the page cache once
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for cmd in commands.values():
         subprocess.run(cmd, env=env, capture_output=True, check=True)
-    for _ in range(args.runs):
-        for name, cmd in COMMANDS.items():
+    for _ in range(runs):
+        for name, cmd in commands.items():
             start = time.perf_counter()
             subprocess.run(cmd, env=env, capture_output=True, check=True)
             times[name].append(time.perf_counter() - start)
     med = {name: statistics.median(ts) for name, ts in times.items()}
+    width = max(map(len, commands))
     for name, m in med.items():
-        print(f"{name:22s} median {m:6.3f} s  (min {min(times[name]):.3f}, n={args.runs})")
+        print(f"{name:{width}s} median {m:6.3f} s  (min {min(times[name]):.3f}, n={runs})")
+    return med
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    med = time_commands(COMMANDS, args.runs)
     base = med["import torch"]
     print(f"ratio attnviz show (own) / import torch: {med['attnviz show (own)'] / base:.2f}")
     print(f"ratio attnviz show (hf)  / import torch: {med['attnviz show (hf)'] / base:.2f}")
