@@ -23,6 +23,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -189,17 +191,20 @@ def _json_object(line: str, name: str, number: int) -> dict[str, Any]:
 
 def count_lines(source: str) -> int | None:
     """Number of lines of a corpus file (for the progress bar's ETA), read in 1 MiB
-    chunks; None for stdin or an unreadable file."""
+    chunks; None for stdin, anything but a regular file (``/dev/zero`` never ends, a FIFO
+    would be drained) or an unreadable one."""
     if source == "-":
         return None
     try:
+        if not stat.S_ISREG(os.stat(source).st_mode):
+            return None
         with open(source, "rb") as handle:
             count, last = 0, b"\n"
             while chunk := handle.read(1 << 20):
                 count += chunk.count(b"\n")
                 last = chunk[-1:]
             return count + (last != b"\n")
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL byte in the name
         return None
 
 

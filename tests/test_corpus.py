@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,22 @@ def test_text_corpus_skips_blank_lines_and_keeps_line_numbers(tmp_path: Path) ->
     got = [(t.text, t.where) for t in read_corpus(path)]
     assert got == [("first text", f"{path}:1"), ("second text", f"{path}:4"), ("third", f"{path}:5")]
     assert count_lines(path) == 5
+
+
+def test_line_count_is_only_for_regular_files(tmp_path: Path) -> None:
+    # count_lines (the progress bar's total) read /dev/zero forever: `heads /dev/zero`
+    # hung before its first line was read and refused (found by the fuzz).
+    import os
+    import threading
+
+    start = time.perf_counter()
+    assert count_lines("/dev/zero") is None
+    assert count_lines("x\x00y") is None
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    threading.Thread(target=lambda: open(fifo, "wb").close(), daemon=True).start()  # noqa: SIM115
+    assert count_lines(str(fifo)) is None  # not opened: it would be drained, or block
+    assert time.perf_counter() - start < 5
 
 
 def test_corpus_is_read_streaming(tmp_path: Path) -> None:
