@@ -19,9 +19,11 @@ import torch
 from attnviz import architectures
 from attnviz.architectures import supported_model_types
 from attnviz.cli import hint_for
-from attnviz.engines import _DECODER_TYPES, Engine, inspect, load_engine
+from attnviz.engines import Engine, load_engine
+from attnviz.engines.hf import _DECODER_TYPES
 from attnviz.errors import UnsupportedArchitectureError
 
+from .helpers import inspect
 from .tiny_models import SENTENCES, SPECS, Spec, build_tokenizer, save_tiny
 
 TOL = 1e-5

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from textual.widgets import Input
 
-from attnviz.engines import Engine, inspect, load_engine
+from attnviz.engines import Engine, load_engine
 from attnviz.errors import UsageError
 from attnviz.explore import ExploreApp, check_size, export_name, free_path, runner
 from attnviz.result import Attention
 
-from .helpers import EXAMPLE, save_tiny_bert
+from .helpers import EXAMPLE, inspect, save_tiny_bert
 
 # Async tests run on asyncio through anyio's pytest plugin (installed with textual's deps).
 pytestmark = pytest.mark.anyio

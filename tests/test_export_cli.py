@@ -201,7 +201,8 @@ def test_split_word_exports_the_mean_of_its_pieces(
 ) -> None:
     """The one rule for a split word: the image draws the mean of its pieces' rows."""
     import attnviz.render.image as image
-    from attnviz.engines import inspect
+
+    from .helpers import inspect
 
     drawn: list[np.ndarray] = []
     real = image.token_figure

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnviz.engines import Engine, inspect, load_engine
+from attnviz.engines import Engine, load_engine
 from attnviz.errors import OutputError, UsageError
 from attnviz.render import HTML_BUDGET_BYTES
 from attnviz.render.html import (
@@ -30,6 +30,8 @@ from attnviz.render.html import (
 )
 from attnviz.result import Attention
 from attnviz.tokens import Tokens
+
+from .helpers import inspect
 
 EXAMPLE = "The animal didn't cross the street because it was too tired"
 COUNCIL = "The councilmen refused the demonstrators a permit because they feared violence."

@@ -17,11 +17,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from attnviz.engines import inspect, load_engine
+from attnviz.engines import load_engine
 from attnviz.render.html import decode_weights, page_data, save_html, word_groups
 from attnviz.result import Attention
 
 from . import browser
+from .helpers import inspect
 
 EXAMPLE = "The animal didn't cross the street because it was too tired"
 COUNCIL = "The councilmen refused the demonstrators a permit because they feared violence."

@@ -15,7 +15,7 @@ import pytest
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from attnviz.engines import Engine, inspect, load_engine
+from attnviz.engines import Engine, load_engine
 from attnviz.errors import OutputError, UsageError
 from attnviz.heads import ModelShape
 from attnviz.render.image import MASKED, matrix_figure, save_figure, token_figure
@@ -23,6 +23,7 @@ from attnviz.result import Attention, Provenance
 from attnviz.tokens import Tokens
 
 from .conftest import EXAMPLE
+from .helpers import inspect
 
 LONG = (
     "When the committee finally published its long-awaited report on the river, the fishermen who had "

@@ -161,6 +161,8 @@ def hint_for(exc: AttnvizError) -> str | None:
         if not fit:
             return "shorten the sentence, or export a .png/.svg/.pdf"
         return "keep one layer, e.g. --layer 0" if fit == 1 else f"keep at most {fit} layers, e.g. --layer 0-{fit - 1}"
+    if reason == "head":  # a --heads number out of range: facts ``num_heads``
+        return f"use --heads with numbers 0..{int(facts['num_heads']) - 1}"
     if reason == "pixels":  # an image over render.image.MAX_PIXELS: facts ``largest`` (the dpi that fits)
         largest = int(facts["largest"])
         if facts.get("command") == "show":  # show --png has no --dpi
@@ -168,7 +170,7 @@ def hint_for(exc: AttnvizError) -> str | None:
         return f"use --dpi {largest} or less, or draw fewer layers or heads (--layer, --heads) or a smaller --figsize"
     if isinstance(exc, ModelNotFoundError) and reason == "offline":
         return "when offline, pass a local checkpoint directory with --model DIR"
-    if type(exc).__name__ == "MemoryBudgetError":  # attnviz.memory: not imported for --help
+    if type(exc).__name__ == "MemoryBudgetError":  # attnviz.engines.memory: not imported for --help
         return "ask for one token (--token/--index) with --engine own, fewer --layer or a shorter text; " + (
             "--max-memory SIZE overrides"
         )
