@@ -17,8 +17,8 @@ from .helpers import inspect
 
 
 @pytest.fixture(scope="module")
-def engine() -> engines.Engine:
-    return engines.load_engine("own", None, "cpu")
+def engine(own_engine: engines.Engine) -> engines.Engine:
+    return own_engine  # the packaged model, loaded once per session (conftest)
 
 
 @pytest.fixture(autouse=True)

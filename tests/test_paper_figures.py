@@ -15,7 +15,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from attnviz import transforms
-from attnviz.engines import Engine, load_engine
+from attnviz.engines import Engine
 from attnviz.errors import UsageError
 from attnviz.render import COLUMN_IN, FigureStyle, parse_figsize, parse_vmax
 from attnviz.render.image import matrix_figure, save_figure, token_figure
@@ -31,8 +31,8 @@ LONG = (
 
 
 @pytest.fixture(scope="module")
-def engine() -> Engine:
-    return load_engine("own", None, "cpu")
+def engine(own_engine: Engine) -> Engine:
+    return own_engine  # the packaged model, loaded once per session (conftest)
 
 
 @pytest.fixture(scope="module")

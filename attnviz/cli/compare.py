@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from . import EXAMPLE, app, errors
+from .app import EXAMPLE, app, errors
 from .common import budget, decoder_text, load, query_from, read_input, sentence_tokens, stdout_console, view_from
 from .options import (
     DebugOpt,

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from ..render import DEFAULT_DPI
-from . import app, errors
+from .app import app, errors
 from .common import load, query_from
 from .options import DebugOpt, DeviceOpt, EngineName, EngineOpt, LayerOpt, ModelOpt, Occurrence, Sentence
 

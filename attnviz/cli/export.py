@@ -18,7 +18,7 @@ from ..render import (  # stdlib only: no matplotlib
     parse_figsize,
     parse_vmax,
 )
-from . import app, errors
+from .app import app, errors
 from .common import budget, check_heads, decoder_text, load, query_from, read_input, sentence_tokens, view_from, wrote
 from .options import (
     DebugOpt,

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from . import app, errors
+from .app import app, errors
 from .common import (
     budget,
     decoder_text,
