@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .errors import EngineError, UsageError
-from .heads import ModelShape
+from .shape import ModelShape
 from .models import ModelFiles, resolve
 
 TOLERANCE = 1e-5

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .errors import OutputError, UsageError
-from .heads import HasShape, ModelShape
+from .shape import HasShape, ModelShape
 from .select import PARTS
 from .tokens import Tokens
 

@@ -50,7 +50,7 @@ def pct(values: list[float], q: float) -> float:
 
 async def measure(rounds: int) -> dict[str, list[tuple[float, float]]]:
     from attnviz.engines import inspect, load_engine
-    from attnviz.explore import ExploreApp
+    from attnviz.tui.app import ExploreApp
 
     engine = load_engine("own", None, "cpu")
     att = inspect(EXAMPLE, engine)

@@ -24,7 +24,7 @@ SIZE = (104, 30)
 
 async def capture(svg: Path) -> None:
     from attnviz.engines import inspect, load_engine
-    from attnviz.explore import ExploreApp
+    from attnviz.tui.app import ExploreApp
 
     engine = load_engine("own", None, "cpu")
     att = inspect(EXAMPLE, engine)

@@ -362,7 +362,7 @@ def test_exported_figures_say_the_rows_do_not_sum_to_one(saved: dict[str, Path])
 
 
 def test_html_page_notes_the_learned_sinks(saved: dict[str, Path]) -> None:
-    from attnviz.heads import SINK_NOTE
+    from attnviz.shape import SINK_NOTE
     from attnviz.render.html import page_data
 
     for name, sinks in (("gpt_oss", True), ("qwen3", False)):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from attnviz import metrics
-from attnviz.detectors import (
+from attnviz.corpus.detectors import (
     DETECTORS,
     CorefItem,
     CorefTally,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attnviz import findings, transforms
-from attnviz.heads import ModelShape
+from attnviz.shape import ModelShape
 from attnviz.result import Attention, Provenance
 from attnviz.tokens import Tokens
 

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from attnviz.engines import Engine, inspect, load_engine
 from attnviz.errors import OutputError, UsageError
-from attnviz.heads import ModelShape
+from attnviz.shape import ModelShape
 from attnviz.render.image import MASKED, matrix_figure, save_figure, token_figure
 from attnviz.result import Attention, Provenance
 from attnviz.tokens import Tokens

@@ -46,7 +46,7 @@ def test_own_engine_never_imports_transformers() -> None:
         ("attnviz", ("torch", "transformers", "matplotlib", "rich", "typer", "textual")),
         ("attnviz.errors", ("torch", "numpy", "rich", "typer", "matplotlib", "transformers", "textual")),
         ("attnviz.version", ("torch", "numpy", "rich", "typer", "matplotlib", "transformers", "textual")),
-        ("attnviz.heads", ("torch", "numpy", "rich", "typer", "matplotlib", "transformers", "textual")),
+        ("attnviz.shape", ("torch", "numpy", "rich", "typer", "matplotlib", "transformers", "textual")),
         ("attnviz.select", ("torch", "numpy", "rich", "typer", "matplotlib", "transformers", "textual")),
         ("attnviz.pairs", ("torch", "rich", "typer", "matplotlib", "transformers", "textual")),
         ("attnviz.metrics", ("torch", "rich", "typer", "matplotlib", "transformers", "textual")),
@@ -67,7 +67,7 @@ def test_own_engine_never_imports_transformers() -> None:
         ("attnviz.cli.explore", ("transformers", "torch", "matplotlib", "textual")),
         # The explorer draws with the terminal renderers and reads weights: no model code,
         # and matplotlib only once a PNG is asked for.
-        ("attnviz.explore", ("transformers", "torch", "matplotlib", "typer")),
+        ("attnviz.tui.app", ("transformers", "torch", "matplotlib", "typer")),
     ],
 )
 def test_import_rules(module: str, forbidden: tuple[str, ...]) -> None:

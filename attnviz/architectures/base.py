@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from ..attention import RowRequest
 from ..errors import ModelLoadError, UnsupportedArchitectureError
-from ..heads import ModelShape
+from ..shape import ModelShape
 
 
 @dataclass

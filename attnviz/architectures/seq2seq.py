@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from ..attention import EAGER, MultiHeadAttention, RowRequest, causal_mask, padding_mask
-from ..heads import ModelShape
+from ..shape import ModelShape
 from ..select import PARTS
 from .base import AttnModel, ForwardOutput
 

@@ -1,4 +1,4 @@
-"""attnviz explore: the terminal explorer over one loaded model (textual, in attnviz.explore)."""
+"""attnviz explore: the terminal explorer over one loaded model (textual, in attnviz.tui)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,8 @@ def explore(
         query = query_from(token, occurrence, index, required=False)
         eng = load(sentence, model, engine.value, device)
 
-        from ..explore import ExploreApp, runner
+        from ..tui.app import ExploreApp
+        from ..tui.views import runner
         from ..select import parse_layers
 
         tokens = eng.tokenize(sentence)

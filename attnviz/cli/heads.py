@@ -22,7 +22,8 @@ from .common import stderr_console, stdout_console, wrote
 from .options import DebugOpt, DeviceOpt, DType, DtypeOpt, EngineName, EngineOpt, LayerOpt, ModelOpt
 
 if TYPE_CHECKING:
-    from ..corpus import CorpusText, ScanReport
+    from ..corpus.scan import ScanReport
+    from ..corpus.sources import CorpusText
 
 
 @app.command()
@@ -101,7 +102,7 @@ def heads(
     Example: attnviz heads corpus.txt --top 5 -o heads.png
     """
     with errors(debug):
-        from ..corpus import PROBES, corpus_format
+        from ..corpus.sources import PROBES, corpus_format
         from ..result import check_writable
 
         # 1. Cheap checks, before any model work.
@@ -117,14 +118,14 @@ def heads(
             corpus_format(corpus, fmt)
         if output is not None:
             check_writable(output, IMAGE_FORMATS)
-        from ..detectors import DetectorConfig
+        from ..corpus.detectors import DetectorConfig
         from ..engines import engine_provenance, load_engine
         from ..select import parse_layers
 
         # 2. The model.
         engine_name, dtype_name = EngineName(engine).value, DType(dtype).value
         eng = load_engine(engine_name, model, device, dtype_name)
-        from ..corpus import ScanOptions
+        from ..corpus.scan import ScanOptions
 
         options = ScanOptions(
             layers=parse_layers(layer, eng.num_layers),
@@ -148,11 +149,11 @@ def heads(
 
             save_figure(heads_figure(report, provenance), output, dpi)
         if json_out:
-            from ..corpus import report_dict
+            from ..corpus.scan import report_dict
 
             typer.echo(json.dumps(report_dict(report, provenance), ensure_ascii=False))
         elif csv_out:
-            from ..corpus import report_csv
+            from ..corpus.scan import report_csv
 
             typer.echo(report_csv(report), nl=False)
         else:
@@ -180,7 +181,7 @@ def _texts(
     """The texts to scan, lazily, and how many there are when that is cheap to know."""
     import itertools
 
-    from ..corpus import count_lines, induction_probe, read_coref, read_corpus
+    from ..corpus.sources import count_lines, induction_probe, read_coref, read_corpus
 
     sources: list[Iterator[CorpusText]] = []
     total: int | None = 0
@@ -219,7 +220,7 @@ def _scan(
 ) -> ScanReport:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from ..corpus import Scan
+    from ..corpus.scan import Scan
 
     progress = Progress(
         TextColumn("scanning"),
@@ -243,7 +244,7 @@ def _scan(
 
     with progress:
         if ray is not None:
-            from ..distributed import RayScan
+            from ..corpus.distributed import RayScan
 
             address = None if ray == "local" else ray
             runner = RayScan(eng, options, address, model=model, engine_name=engine, device=device, dtype=dtype)

@@ -7,9 +7,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..corpus import ScanReport
-from ..detectors import top_heads
-from ..heads import head_label
+from ..corpus.scan import ScanReport
+from ..corpus.detectors import top_heads
+from ..shape import head_label
 from ..result import Provenance
 from .tables import _weight
 

@@ -16,7 +16,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from ..heads import head_label
+from ..shape import head_label
 from ..metrics import HeadStats, PairStats
 from ..result import Attention
 from .terminal import colour, part_note

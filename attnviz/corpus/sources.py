@@ -34,6 +34,10 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import TokenNotFoundError, UsageError
+from ..result import Provenance
+from ..select import parse_target
+from ..tokens import Tokens, tokenize, word_occurrences
 from .detectors import (
     CorefItem,
     CorefTally,
@@ -44,15 +48,11 @@ from .detectors import (
     features,
     text_scores,
 )
-from .errors import TokenNotFoundError, UsageError
-from .result import Provenance
-from .select import parse_target
-from .tokens import Tokens, tokenize, word_occurrences
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-    from .engines import Engine
+    from ..engines import Engine
 
 FORMATS = ("auto", "text", "jsonl")
 PROBES = ("induction",)
@@ -217,7 +217,7 @@ def read_coref(source: str) -> Iterator[CorpusText]:
         UsageError: as ``read_corpus``, or a record without its fields.
     """
     if Path(source).suffix.lower() not in (*_JSONL_SUFFIXES, ".json"):
-        from .pairs import read_pairs
+        from ..pairs import read_pairs
 
         for pair in read_pairs(source):
             where = f"{source}:{pair.line}"
@@ -488,7 +488,7 @@ class Scan:
             yield from _split(window, size)
 
     def run(self, items: Iterable[CorpusText], progress: Progress | None = None) -> ScanReport:
-        from .engines import _cpu_threads_for
+        from ..engines import _cpu_threads_for
 
         for batch in self.batches(items, progress):
             with _cpu_threads_for(self.engine, sum(len(p.tokens) for p in batch)):
