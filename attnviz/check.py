@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .errors import EngineError, UsageError
-from .shape import ModelShape
 from .models import ModelFiles, resolve
+from .shape import ModelShape
 
 TOLERANCE = 1e-5
 

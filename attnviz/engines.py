@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .checkpoint import check_tensors, first_nonfinite_layer, require_tokenizer, validate_checkpoint
 from .errors import DeviceError, EngineError, ModelLoadError, UsageError
-from .shape import HasShape, ModelShape
 from .models import ModelFiles, resolve
 from .result import Attention, Provenance
 from .select import PARTS, LayerSpec, Query, Resolved, Selection
+from .shape import HasShape, ModelShape
 from .tokens import Tokens, load_tokenizer, tokenize, tokenize_pair
 from .version import __version__
 

@@ -60,7 +60,7 @@ def estimate(engine: Engine, num_tokens: int, layers: Sequence[int], num_queries
     ``num_queries`` queries (None: every row) in ``layers``."""
     import torch
 
-    from .attention import CHUNK_ELEMENTS
+    from .rows import CHUNK_ELEMENTS
 
     model: Any = getattr(engine, "model", None)
     params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []

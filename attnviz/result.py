@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from .errors import OutputError, UsageError
-from .shape import HasShape, ModelShape
 from .select import PARTS
+from .shape import HasShape, ModelShape
 from .tokens import Tokens
 
 JSON_DIGITS = 6  # six decimals keep float32's precision and halve the JSON

@@ -362,8 +362,8 @@ def test_exported_figures_say_the_rows_do_not_sum_to_one(saved: dict[str, Path])
 
 
 def test_html_page_notes_the_learned_sinks(saved: dict[str, Path]) -> None:
-    from attnviz.shape import SINK_NOTE
     from attnviz.render.html import page_data
+    from attnviz.shape import SINK_NOTE
 
     for name, sinks in (("gpt_oss", True), ("qwen3", False)):
         att = inspect(SENTENCES[0], load_engine("own", str(saved[name]), "cpu"), layers="all")

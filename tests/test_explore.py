@@ -18,9 +18,9 @@ from textual.widgets import Input
 
 from attnviz.engines import Engine, inspect, load_engine
 from attnviz.errors import UsageError
+from attnviz.result import Attention
 from attnviz.tui.app import ExploreApp
 from attnviz.tui.views import check_size, export_name, free_path, runner
-from attnviz.result import Attention
 
 from .helpers import EXAMPLE, save_tiny_bert
 

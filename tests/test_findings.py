@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from attnviz import findings, transforms
-from attnviz.shape import ModelShape
 from attnviz.result import Attention, Provenance
+from attnviz.shape import ModelShape
 from attnviz.tokens import Tokens
 
 EXAMPLE = "The animal didn't cross the street because it was too tired"

@@ -51,6 +51,7 @@ def test_own_engine_never_imports_transformers() -> None:
         ("attnviz.pairs", ("torch", "rich", "typer", "matplotlib", "transformers", "textual")),
         ("attnviz.metrics", ("torch", "rich", "typer", "matplotlib", "transformers", "textual")),
         ("attnviz.attention", ("rich", "matplotlib", "typer", "transformers", "textual")),
+        ("attnviz.rows", ("rich", "matplotlib", "typer", "transformers", "textual")),
         ("attnviz.architectures", ("rich", "matplotlib", "typer", "transformers", "textual")),
         ("attnviz.architectures.bert", ("rich", "matplotlib", "typer", "transformers", "textual")),
         ("attnviz.tokens", ("rich", "matplotlib", "typer", "transformers", "torch", "textual")),
@@ -63,11 +64,13 @@ def test_own_engine_never_imports_transformers() -> None:
         ("attnviz.render.html", ("transformers", "typer", "torch", "matplotlib", "rich", "textual")),
         ("attnviz.render.tables", ("transformers", "typer", "torch", "matplotlib", "textual")),
         ("attnviz.render.image", ("transformers", "typer", "torch", "rich", "textual")),
+        ("attnviz.render.layout", ("transformers", "typer", "torch", "rich", "textual")),
         ("attnviz.cli", ("transformers", "torch", "matplotlib", "textual")),
         ("attnviz.cli.explore", ("transformers", "torch", "matplotlib", "textual")),
         # The explorer draws with the terminal renderers and reads weights: no model code,
         # and matplotlib only once a PNG is asked for.
         ("attnviz.tui.app", ("transformers", "torch", "matplotlib", "typer")),
+        ("attnviz.tui.views", ("transformers", "torch", "matplotlib", "typer")),
     ],
 )
 def test_import_rules(module: str, forbidden: tuple[str, ...]) -> None:

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import RowRequest
 from ..errors import ModelLoadError, UnsupportedArchitectureError
+from ..rows import RowRequest
 from ..shape import ModelShape
 
 

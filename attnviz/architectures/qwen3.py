@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ..attention import EAGER, MaskLike, MultiHeadAttention, QKTransform, RowRequest
+from ..attention import Attend, MaskLike, MultiHeadAttention, QKTransform, eager_attention
 from . import llama
 from .llama import LlamaConfig, LlamaDecoder, RMSNorm, attention_options
 
@@ -38,7 +38,7 @@ class QKNormAttention(MultiHeadAttention):
         value: Tensor | None = None,
         mask: MaskLike = None,
         qk_transform: QKTransform | None = None,
-        request: RowRequest = EAGER,
+        request: Attend = eager_attention,
         bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         def normed(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from ..attention import EAGER, MultiHeadAttention, RowRequest, causal_mask, padding_mask
-from ..shape import ModelShape
+from ..attention import MultiHeadAttention, causal_mask, padding_mask
+from ..rows import EAGER, RowRequest
 from ..select import PARTS
+from ..shape import ModelShape
 from .base import AttnModel, ForwardOutput
 
 

@@ -61,9 +61,9 @@ def explore(
         query = query_from(token, occurrence, index, required=False)
         eng = load(sentence, model, engine.value, device)
 
+        from ..select import parse_layers
         from ..tui.app import ExploreApp
         from ..tui.views import runner
-        from ..select import parse_layers
 
         tokens = eng.tokenize(sentence)
         start = query.resolve(tokens)[0] if query is not None else None

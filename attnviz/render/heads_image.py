@@ -16,10 +16,10 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
 from ..corpus.scan import ScanReport
-from ..shape import head_label
 from ..result import Provenance
+from ..shape import head_label
 from . import FigureStyle
-from .image import _char_in, _colorbar, _figure, _heatmap, _layout, _ticks, _title
+from .layout import _char_in, _colorbar, _figure, _heatmap, _layout, _ticks, _title
 
 
 def panels(report: ScanReport) -> list[tuple[str, np.ndarray]]:

@@ -7,10 +7,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..corpus.scan import ScanReport
 from ..corpus.detectors import top_heads
-from ..shape import head_label
+from ..corpus.scan import ScanReport
 from ..result import Provenance
+from ..shape import head_label
 from .tables import _weight
 
 

@@ -16,9 +16,9 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from ..shape import head_label
 from ..metrics import HeadStats, PairStats
 from ..result import Attention
+from ..shape import head_label
 from .terminal import colour, part_note
 
 
