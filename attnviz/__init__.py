@@ -66,8 +66,8 @@ def inspect(
     """
     from .engines import load_engine, plan, read
     from .memory import parse_size
+    from .safeio import check_text
     from .select import Query, Selection, parse_target
-    from .tokens import check_text
     from .transforms import View
 
     view = View(words=words, hide_special=hide_special, renorm=renorm, heads=tuple(heads), rollout=rollout)

@@ -51,9 +51,9 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     softcap: float | None = None,
     sinks: Tensor | None = None,
-    bias: Tensor | None = None,
+    score_bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """softmax(q·kᵀ · scale + bias) · v, per head, returning the output and the weights.
+    """softmax(q·kᵀ · scale + score_bias) · v, per head, returning the output and the weights.
 
     Args:
         q: (B, H, L, D) queries.
@@ -61,9 +61,10 @@ def scaled_dot_product_attention(
         v: (B, H, S, Dv) values.
         mask: boolean, broadcastable to (B, H, L, S); True = may attend.
         scale: defaults to 1/√D.
-        bias: float, broadcastable to (B, H, L, S), added to the scaled scores before the
-            softmax: a learned position bias (T5's relative position buckets). Masked
-            positions stay exactly 0 whatever the bias.
+        score_bias: float, broadcastable to (B, H, L, S), added to the scaled scores
+            before the softmax: a learned position bias (T5's relative position buckets).
+            Masked positions stay exactly 0 whatever the bias. (Not the projections'
+            ``bias`` of ``MultiHeadAttention``.)
         softcap: attention logit soft-capping (Gemma 2): the scores become
             softcap · tanh(scores / softcap) before the mask and the softmax, so no
             logit leaves (-softcap, softcap).
@@ -81,8 +82,8 @@ def scaled_dot_product_attention(
     # 1. Similarity of every query with every key. (Scaled in place: at 2,048 tokens a
     #    second (B, H, L, S) tensor made this function 1.8x slower than torch's module.)
     scores = (q @ k.transpose(-2, -1)).mul_(scale)  # (B, H, L, S)
-    if bias is not None:
-        scores = scores.add_(bias)  # (B, H, L, S)
+    if score_bias is not None:
+        scores = scores.add_(score_bias)  # (B, H, L, S)
     if softcap is not None:
         # In this order (divide, tanh, multiply), as transformers' Gemma 2.
         scores = torch.tanh(scores / softcap) * softcap  # (B, H, L, S)
@@ -306,7 +307,7 @@ class MultiHeadAttention(nn.Module):
         mask: MaskLike = None,
         qk_transform: QKTransform | None = None,
         request: Attend = eager_attention,
-        bias: Tensor | None = None,
+        score_bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Attend from ``query`` to ``key``/``value`` (self-attention when both are None).
 
@@ -319,8 +320,8 @@ class MultiHeadAttention(nn.Module):
             request: how the weights are computed and which rows come back: the eager
                 reference by default (every row); a ``rows.RowRequest`` picks rows and
                 the fused kernel.
-            bias: float, broadcastable to (B, H, L, S), added to the scores before the
-                softmax (T5's relative position bias). A score modifier: the asked rows
+            score_bias: float, broadcastable to (B, H, L, S), added to the scores before
+                the softmax (T5's relative position bias). A score modifier: the asked rows
                 then come from the eager function in row blocks, not the fused kernel.
 
         Returns:
@@ -339,7 +340,7 @@ class MultiHeadAttention(nn.Module):
         #    modifiers (a position bias, soft-capping, sinks) send a fused request to the
         #    blocked eager path (rows.attend).
         heads, weights = request(
-            q, k, v, mask, self.scale, bias=bias, softcap=self.softcap, sinks=self.sinks
+            q, k, v, mask, self.scale, score_bias=score_bias, softcap=self.softcap, sinks=self.sinks
         )  # (B, H, L, D), (B, H, R, S)
         # 3. Concat(head_1, ..., head_H): put the heads back side by side.
         b, _, length, _ = heads.shape

@@ -18,60 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .metrics import DEFAULT_EXCLUDE, PairStats, excluded
 from .result import Attention
-from .tokens import Tokens
-
-if TYPE_CHECKING:
-    from .metrics import PairStats
-
-EXCLUDE_KINDS = ("special", "adjacent", "punct")
-DEFAULT_EXCLUDE = EXCLUDE_KINDS
-
-
-def parse_exclude(spec: str | Sequence[str] | None) -> tuple[str, ...]:
-    """'special,adjacent,punct' -> ('special', 'adjacent', 'punct'); 'none' or '' -> ().
-
-    Raises:
-        ValueError: an unknown kind (the message lists the known ones).
-    """
-    if spec is None:
-        return ()
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
-    kinds = [s.strip().lower() for s in items if s.strip()]
-    if kinds == ["none"]:
-        return ()
-    unknown = [k for k in kinds if k not in EXCLUDE_KINDS]
-    if unknown:
-        raise ValueError(f"cannot exclude {unknown[0]!r}: the kinds are {', '.join(EXCLUDE_KINDS)} (or none)")
-    return tuple(dict.fromkeys(kinds))
-
-
-def is_punct(label: str) -> bool:
-    """True for a token made of punctuation or symbols only (``.``, ``'``, ``,``, ``Ġ--``)."""
-    text = label.removeprefix("##").strip()
-    return bool(text) and not any(c.isalnum() for c in text)
-
-
-def excluded(tokens: Tokens, span: Sequence[int], kinds: Collection[str]) -> np.ndarray:
-    """(S,) True for the tokens ``kinds`` set aside for a query covering ``span``.
-
-    ``special``: the tokens the tokenizer added; ``punct``: ``is_punct`` labels;
-    ``adjacent``: the query's own tokens and the tokens just before and after it.
-    """
-    size = len(tokens)
-    out = np.zeros(size, dtype=bool)
-    if "special" in kinds:
-        out |= np.asarray(tokens.special, dtype=bool)
-    if "punct" in kinds:
-        out |= np.array([is_punct(label) for label in tokens.labels], dtype=bool)
-    if "adjacent" in kinds and span:
-        lo, hi = max(min(span) - 1, 0), min(max(span) + 1, size - 1)
-        out[lo : hi + 1] = True
-    return out
 
 
 @dataclass(frozen=True)

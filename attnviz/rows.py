@@ -184,7 +184,7 @@ def chunked_eager(
         index = torch.arange(start, stop, device=q.device)
         # A score bias with a row per query (T5's positions) goes to its block row by row.
         block = {
-            name: value[..., start:stop, :] if name == "bias" and value.size(-2) == length else value
+            name: value[..., start:stop, :] if name == "score_bias" and value.size(-2) == length else value
             for name, value in modifiers.items()
         }
         o, w = scaled_dot_product_attention(

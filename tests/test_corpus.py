@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnviz.corpus.detectors import DETECTORS, is_punctuation, top_heads
+from attnviz.corpus.detectors import DETECTORS, top_heads
 from attnviz.corpus.scan import Scan, ScanOptions
 from attnviz.corpus.sources import CorpusText, count_lines, induction_probe, read_coref, read_corpus
 from attnviz.errors import UsageError
+from attnviz.tokens import is_punctuation
 
 from .tiny_models import CORPUS, SPECS_BY_NAME, save_tiny
 

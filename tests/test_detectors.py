@@ -17,10 +17,10 @@ from attnviz.corpus.detectors import (
     coref_hits,
     detector_masks,
     features,
-    is_punctuation,
     text_scores,
     top_heads,
 )
+from attnviz.tokens import is_punctuation
 
 ALL = DetectorConfig()
 

@@ -39,13 +39,13 @@ class QKNormAttention(MultiHeadAttention):
         mask: MaskLike = None,
         qk_transform: QKTransform | None = None,
         request: Attend = eager_attention,
-        bias: Tensor | None = None,
+        score_bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         def normed(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
             q, k = self.q_norm(q), self.k_norm(k)  # (B, H, L, D), (B, G, S, D)
             return (q, k) if qk_transform is None else qk_transform(q, k)
 
-        return super().forward(query, key, value, mask, normed, request, bias)
+        return super().forward(query, key, value, mask, normed, request, score_bias)
 
 
 def qk_norm_attention(c: LlamaConfig, norm: type[nn.Module] = RMSNorm) -> QKNormAttention:

@@ -101,7 +101,7 @@ class Seq2SeqBlock(nn.Module):
         """
         # 1. Self-attention (with the family's position bias, if any).
         h = self.attn_norm(x) if self.pre_norm else x
-        a, weights = self.attn(h, mask=mask, request=request, bias=bias)  # (B, L, E), (B, H, R, L)
+        a, weights = self.attn(h, mask=mask, request=request, score_bias=bias)  # (B, L, E), (B, H, R, L)
         x = self._residual(x, self.attn_norm, a)
         # 2. Cross-attention: queries from the decoder, keys and values from the encoder.
         cross_weights = None

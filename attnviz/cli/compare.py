@@ -146,13 +146,12 @@ def compare(
     with errors(debug):
         from ..engines import plan, read
         from ..errors import UsageError
-        from ..findings import parse_exclude
-        from ..metrics import check_sort, head_stats, sort_rows
+        from ..metrics import check_sort, head_stats, parse_exclude, sort_rows
         from ..pairs import MinimalPair, PairOptions, read_pairs, run_pair
         from ..render.tables import render_compare
         from ..render.terminal import paged
+        from ..safeio import check_text
         from ..select import Selection
-        from ..tokens import check_text
         from ..transforms import positions_in
 
         targets = tuple(target or ())

@@ -39,12 +39,13 @@ Shape legend: B texts in a batch, N layers, H heads, S tokens (padded), D detect
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from ..tokens import is_punctuation
 
 DETECTORS: tuple[str, ...] = (
     "previous",
@@ -58,16 +59,6 @@ DETECTORS: tuple[str, ...] = (
     "entropy",
 )
 DEFAULT_LOCAL_K = 2
-# Markers tokenizers put on pieces: WordPiece continuation, byte-level BPE space, SentencePiece space.
-_PIECE_MARKERS = ("##", "Ġ", "▁")
-
-
-def is_punctuation(text: str) -> bool:
-    """True for a non-empty string made only of Unicode punctuation (categories P*)."""
-    text = text.strip()
-    for marker in _PIECE_MARKERS:
-        text = text.removeprefix(marker)
-    return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
 
 
 @dataclass(frozen=True)

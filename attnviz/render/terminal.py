@@ -18,7 +18,8 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from ..findings import DEFAULT_EXCLUDE, Link, strongest_links
+from ..findings import Link, strongest_links
+from ..metrics import DEFAULT_EXCLUDE
 from ..result import Attention
 
 # viridis at 9 stops (matplotlib's values), interpolated linearly between them.

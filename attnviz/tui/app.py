@@ -9,7 +9,7 @@ so moving back and forth costs a dictionary lookup and a repaint (bench/explore_
 The two slow things, a new forward pass (``/``) and an image export (``e``), run in a
 worker thread and say so on the message line while the keys keep working.
 
-Views (``v`` cycles, ``1``-``3`` pick):
+DrawnViews (``v`` cycles, ``1``-``3`` pick):
 
 - ``heads``: the token heatmap of ``attnviz show``: heads × tokens for the query token
   in one layer (render.terminal.token_heatmap), the selected head marked;
@@ -48,7 +48,7 @@ from .views import (
     VIEW_TITLES,
     VIEWS,
     Cursor,
-    Views,
+    DrawnViews,
     export_name,
     first_query,
     free_path,
@@ -239,9 +239,9 @@ class ExploreApp(App[None]):
         self._export_dir = Path(".") if export_dir is None else Path(export_dir)
         self._dpi = dpi
         self._busy: set[str] = set()  # "run", "export": one of each at a time
-        self.raw = Views(att).att  # checked: every query row
+        self.raw = DrawnViews(att).att  # checked: every query row
         self.reading = View()
-        self._views: dict[View, Views] = {}
+        self._views: dict[View, DrawnViews] = {}
         self.views = self._views_for(self.reading)
         start = first_query(att) if query is None else query
         if not 0 <= start < len(att.tokens):
@@ -263,10 +263,10 @@ class ExploreApp(App[None]):
         # textual turns the screen monochrome under NO_COLOR; the cells then need glyphs.
         return not self.no_color
 
-    def _views_for(self, reading: View) -> Views:
+    def _views_for(self, reading: View) -> DrawnViews:
         """The views of the raw weights read with ``reading`` (transforms.apply, once each)."""
         if reading not in self._views:
-            self._views[reading] = Views(apply(self.raw, reading))
+            self._views[reading] = DrawnViews(apply(self.raw, reading))
         return self._views[reading]
 
     def _reading_names(self) -> list[tuple[bool, str]]:
@@ -479,9 +479,9 @@ class ExploreApp(App[None]):
     def _run_sentence(self, sentence: str) -> None:
         try:
             assert self._run is not None  # action_ask checked it
-            views = Views(self._run(sentence))
+            views = DrawnViews(self._run(sentence))
             # Read as the user reads now and draw the view the cursor will land on, off the event loop.
-            read = Views(apply(views.att, self.reading)) if self.reading != View() else views
+            read = DrawnViews(apply(views.att, self.reading)) if self.reading != View() else views
             read.render(landing(self.cursor, self.att, read.att), self._view_width(), self.color)
         except AttnvizError as exc:
             self.call_from_thread(self._done, "run", _error_line(exc))
@@ -490,7 +490,7 @@ class ExploreApp(App[None]):
         else:
             self.call_from_thread(self._loaded, views, read)
 
-    def _loaded(self, raw: Views, read: Views) -> None:
+    def _loaded(self, raw: DrawnViews, read: DrawnViews) -> None:
         self._busy.discard("run")
         self.raw = raw.att
         self._views = {View(): raw, self.reading: read}

@@ -1,7 +1,7 @@
 """The explorer's data side: the cursor (query, layer, head, view), the drawn views of one
 ``Attention`` kept in memory, and the helpers that check, name and export a view.
 
-A view is drawn into lines of segments once and looked up after (``Views``); the app
+A view is drawn into lines of segments once and looked up after (``DrawnViews``); the app
 (tui.app) only moves the cursor and copies lines to the screen.
 """
 
@@ -80,8 +80,8 @@ def runner(engine: Engine, layers: tuple[int, ...], budget: int = MAX_BYTES) -> 
         UsageError: empty text, too many tokens for the model, or matrices over ``budget`` bytes.
     """
     from ..engines import forward
+    from ..safeio import check_text
     from ..select import Resolved
-    from ..tokens import check_text
 
     def run(sentence: str | Tokens) -> Attention:
         tokens = engine.tokenize(check_text(sentence)) if isinstance(sentence, str) else sentence
@@ -168,7 +168,7 @@ def _drawn_as(cursor: Cursor) -> Cursor:
     return replace(cursor, values=False) if cursor.view == "table" else cursor
 
 
-class Views:
+class DrawnViews:
     """The drawn views of one ``Attention``, computed on first use and kept.
 
     A view is drawn once into lines of segments (``render``), so showing it again is a
