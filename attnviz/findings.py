@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .metrics import DEFAULT_EXCLUDE, PairStats, excluded
-from .result import Attention
+from .result import Attention, jsonable
 
 
 @dataclass(frozen=True)
@@ -38,15 +38,18 @@ class Link:
     weight: float
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "layer": self.layer,
-            "head": self.head,
-            "head_index": self.head_index,
-            "query": self.query,
-            "target": self.target,
-            "target_index": self.target_index,
-            "weight": round(self.weight, 6),
-        }
+        """JSON-ready, rounded as every attnviz JSON is (``result.jsonable``)."""
+        return jsonable(
+            {
+                "layer": self.layer,
+                "head": self.head,
+                "head_index": self.head_index,
+                "query": self.query,
+                "target": self.target,
+                "target_index": self.target_index,
+                "weight": self.weight,
+            }
+        )
 
 
 def strongest_links(
@@ -117,15 +120,18 @@ class HeadShift:
     level: float
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "layer": self.layer,
-            "head": self.head,
-            "mean_toward_referent": round(self.mean, 6),
-            "pairs_moved": self.moved,
-            "pairs": self.pairs,
-            "interval": [round(self.low, 6), round(self.high, 6)],
-            "level": self.level,
-        }
+        """JSON-ready, rounded as every attnviz JSON is (``result.jsonable``)."""
+        return jsonable(
+            {
+                "layer": self.layer,
+                "head": self.head,
+                "mean_toward_referent": self.mean,
+                "pairs_moved": self.moved,
+                "pairs": self.pairs,
+                "interval": [self.low, self.high],
+                "level": self.level,
+            }
+        )
 
 
 def bootstrap_mean(values: np.ndarray, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> np.ndarray:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -224,7 +223,9 @@ def compare(
             rows = sort_rows(result.stats, by, limit)
         if json_out:
             out = {**_meta(att, kinds, by), "rows": [row.to_dict() for row in rows]}
-            typer.echo(json.dumps(out, ensure_ascii=False))
+            from ..result import json_text
+
+            typer.echo(json_text(out))
             return
         console = stdout_console()
         with paged(console, not no_pager):
@@ -233,9 +234,9 @@ def compare(
 
 def _meta(att: Attention, exclude: Sequence[str], by: str) -> dict[str, object]:
     """What every compare --json carries: the model's provenance, the reading, the sort."""
-    p = att.provenance
-    out: dict[str, object] = {"model": p.model, "engine": p.engine, "device": p.device, "dtype": p.dtype}
-    out["provenance"] = p.to_dict()
+    from ..result import provenance_fields
+
+    out: dict[str, object] = provenance_fields(att.provenance)
     if att.steps:
         out["steps"] = list(att.steps)
     out["exclude"] = list(exclude)
@@ -293,7 +294,9 @@ def _compare_pairs(
             out = {**_meta(att, options.exclude, by), "rows": everything}
             out["summary"] = [s.to_dict() for s in shifts]
             out["summary_rule"] = SUMMARY_RULE.format(n=len(unsorted), seed=seed)
-            typer.echo(json.dumps(out, ensure_ascii=False))
+            from ..result import json_text
+
+            typer.echo(json_text(out))
             return
         title = f"across {len(unsorted)} pairs, {SUMMARY_HEADS} heads that move most toward the referent"
         console.print(

@@ -6,7 +6,6 @@ renders. No scoring logic here.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Iterator
@@ -150,8 +149,9 @@ def heads(
             save_figure(heads_figure(report, provenance), output, dpi)
         if json_out:
             from ..corpus.scan import report_dict
+            from ..result import json_text
 
-            typer.echo(json.dumps(report_dict(report, provenance), ensure_ascii=False))
+            typer.echo(json_text(report_dict(report, provenance)))
         elif csv_out:
             from ..corpus.scan import report_csv
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -161,10 +160,14 @@ def show(
             wrote(npz)
         if json_out:
             if all_tokens:
-                typer.echo(json.dumps(att.to_dict(), ensure_ascii=False))
+                from ..result import json_text
+
+                typer.echo(json_text(att.to_dict()))
             else:
                 found = [att.query_dict(q) for q in positions]
-                typer.echo(json.dumps(found[0] if len(found) == 1 else found, ensure_ascii=False))
+                from ..result import json_text
+
+                typer.echo(json_text(found[0] if len(found) == 1 else found))
         elif not all_tokens:
             from ..render.terminal import paged, render_show
 

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from ..result import jsonable
 from ..tokens import is_punctuation
 
 DETECTORS: tuple[str, ...] = (
@@ -307,15 +308,19 @@ class HeadScore:
     sd: float
     n: int
 
-    def to_dict(self, digits: int = 6) -> dict[str, Any]:
-        return {
-            "layer": self.layer,
-            "head": self.head,
-            "detector": self.detector,
-            "mean": round(self.mean, digits),
-            "sd": round(self.sd, digits),
-            "n": self.n,
-        }
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, rounded as every attnviz JSON is (``result.jsonable``); the CSV
+        of ``attnviz heads --csv`` writes these values too."""
+        return jsonable(
+            {
+                "layer": self.layer,
+                "head": self.head,
+                "detector": self.detector,
+                "mean": self.mean,
+                "sd": self.sd,
+                "n": self.n,
+            }
+        )
 
 
 def top_heads(acc: HeadAccumulator, detector: str, limit: int = 5) -> list[HeadScore]:

@@ -11,13 +11,13 @@ import csv
 import io
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import TokenNotFoundError, UsageError
-from ..result import Provenance
+from ..result import Provenance, provenance_fields
 from ..select import parse_target
 from ..tokens import Tokens, tokenize, word_occurrences
 from .detectors import (
@@ -81,13 +81,12 @@ class ScanReport:
 
 
 def report_dict(report: ScanReport, provenance: Provenance) -> dict[str, Any]:
-    """The JSON of ``attnviz heads --json``: provenance, coverage, and every
-    (layer, head, detector, mean, sd, n) row; coreference accuracy when there was any."""
+    """The JSON of ``attnviz heads --json``: provenance (``result.provenance_fields``'s
+    shape, as show and compare), coverage, and every (layer, head, detector, mean, sd, n)
+    row; coreference accuracy when there was any. Rounded by ``result.jsonable``."""
+    header = provenance_fields(provenance)
     out: dict[str, Any] = {
-        "model": provenance.model,
-        "engine": provenance.engine,
-        "device": provenance.device,
-        "dtype": provenance.dtype,
+        **{key: header[key] for key in ("model", "engine", "device", "dtype")},
         "layers": list(report.heads.layers),
         "num_heads": report.heads.num_heads,
         "detectors": list(report.heads.detectors),
@@ -97,12 +96,12 @@ def report_dict(report: ScanReport, provenance: Provenance) -> dict[str, Any]:
         "partial": report.partial,
         "seconds": round(report.seconds, 3),
         "scores": [row.to_dict() for row in report.heads.rows()],
-        "provenance": asdict(provenance),
+        "provenance": header["provenance"],
     }
     if report.coref is not None:
         out["coreference"] = {
             "examples": report.coref.total,
-            "baseline_nearest": round(report.coref.baseline, 6),
+            "baseline_nearest": report.coref.baseline,
             "heads": [row.to_dict() for row in coref_rows(report.coref)],
         }
     return out
