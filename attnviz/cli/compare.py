@@ -148,7 +148,7 @@ def compare(
         from ..metrics import check_sort, head_stats, parse_exclude, sort_rows
         from ..pairs import MinimalPair, PairOptions, read_pairs, run_pair
         from ..render.tables import render_compare
-        from ..render.terminal import paged
+        from ..render.terminal import for_console, paged
         from ..safeio import check_text
         from ..select import Selection
         from ..transforms import positions_in
@@ -229,7 +229,7 @@ def compare(
             return
         console = stdout_console()
         with paged(console, not no_pager):
-            render_compare(console, att, att.queries[:1], rows, by, exclude=kinds)
+            console.print(render_compare(att, att.queries[:1], rows, by, **for_console(console), exclude=kinds))
 
 
 def _meta(att: Attention, exclude: Sequence[str], by: str) -> dict[str, object]:
@@ -263,7 +263,7 @@ def _compare_pairs(
     from ..pairs import run_pairs
     from ..render.shifts import shifts_table
     from ..render.tables import render_compare
-    from ..render.terminal import paged
+    from ..render.terminal import for_console, paged, uses_colour
 
     console = stdout_console()
     everything: list[dict[str, object]] = []
@@ -283,9 +283,16 @@ def _compare_pairs(
                 continue
             indent = " " * len(f"{n}. ")
             console.print(Text(f"{n}. A: {p.sentence_a}\n{indent}B: {p.sentence_b}", style="bold"))
-            render_compare(
-                console, result.att_a, result.att_a.queries[:1], rows, by, header=n == 1, exclude=options.exclude
+            shown = render_compare(
+                result.att_a,
+                result.att_a.queries[:1],
+                rows,
+                by,
+                **for_console(console),
+                header=n == 1,
+                exclude=options.exclude,
             )
+            console.print(shown)
             console.print()
         toward, heads = toward_referent(unsorted)
         shifts = pair_shifts(toward, heads, seed=seed)
@@ -299,11 +306,7 @@ def _compare_pairs(
             typer.echo(json_text(out))
             return
         title = f"across {len(unsorted)} pairs, {SUMMARY_HEADS} heads that move most toward the referent"
-        console.print(
-            shifts_table(
-                shifts[:SUMMARY_HEADS], color=console.color_system is not None and not console.no_color, title=title
-            )
-        )
+        console.print(shifts_table(shifts[:SUMMARY_HEADS], color=uses_colour(console), title=title))
         console.print(Text(SUMMARY_RULE.format(n=len(unsorted), seed=seed), style="dim"))
 
 

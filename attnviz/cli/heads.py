@@ -158,9 +158,10 @@ def heads(
             typer.echo(report_csv(report), nl=False)
         else:
             from ..render.heads_table import heads_table
+            from ..render.terminal import uses_colour
 
             console = stdout_console()
-            console.print(heads_table(report, provenance, top=top, color=console.is_terminal and not console.no_color))
+            console.print(heads_table(report, provenance, top=top, color=uses_colour(console)))
         if output is not None and not (json_out or csv_out):
             wrote(output)
         if report.partial:

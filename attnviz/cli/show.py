@@ -169,11 +169,11 @@ def show(
 
                 typer.echo(json_text(found[0] if len(found) == 1 else found))
         elif not all_tokens:
-            from ..render.terminal import paged, render_show
+            from ..render.terminal import for_console, paged, render_show
 
             console = stdout_console()
             with paged(console, not no_pager):
-                render_show(att, positions, console, values=values, heads=picked)
+                console.print(render_show(att, positions, **for_console(console), values=values, heads=picked))
         if png is not None and figure is not None:
             from ..render import DEFAULT_DPI
             from ..render.image import save_figure

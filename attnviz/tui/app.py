@@ -42,6 +42,7 @@ from textual.strip import Strip
 from textual.widgets import Input, Static
 
 from ..errors import AttnvizError
+from ..render.terminal import provenance_line
 from ..result import Attention
 from ..transforms import View, apply
 from .views import (
@@ -302,7 +303,7 @@ class ExploreApp(App[None]):
 
     def _show_header(self) -> None:
         p = self.att.provenance
-        text = f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads"
+        text = provenance_line(p)
         notes = p.shape.notes()
         self.query_one("#header", Static).update(Text("\n".join([text, *notes])))
 
