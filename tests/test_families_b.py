@@ -20,7 +20,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from attnviz import architectures
 from attnviz.checkpoint import validate_config
+from attnviz.engines import Engine, load_engine
 from attnviz.errors import ModelLoadError
 
 from .tiny_models import SENTENCES
@@ -31,10 +33,21 @@ ONE_STACK = tuple(spec for spec in SPECS_B if spec.head != "seq2seq")
 SEQ2SEQ = tuple(spec for spec in SPECS_B if spec.head == "seq2seq")
 
 
+class _Saved(dict[str, Path]):
+    """Tiny checkpoints saved on first use (a test of one family builds only its own)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, name: str) -> Path:
+        self[name] = path = save_tiny_b(SPECS_B_BY_NAME[name], self.root / name)
+        return path
+
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("families_b")
-    return {name: save_tiny_b(spec, root / name) for name, spec in SPECS_B_BY_NAME.items()}
+    return _Saved(tmp_path_factory.mktemp("families_b"))
 
 
 def _config(path: Path) -> dict[str, Any]:
@@ -87,3 +100,122 @@ def test_d2_show_runs_under_the_hf_engine(saved: dict[str, Path]) -> None:
 def test_d2_a_zero_window_in_use_is_still_refused(config: dict[str, Any]) -> None:
     with pytest.raises(ModelLoadError, match="sliding_window is"):
         validate_config(config)
+
+
+# --- every family against transformers ----------------------------------------------------
+
+_ENGINES: dict[str, tuple[Engine, Engine]] = {}
+
+
+def _engines(name: str, saved: dict[str, Path]) -> tuple[Engine, Engine]:
+    """The own and the hf engine of one tiny checkpoint, loaded once per module."""
+    if name not in _ENGINES:
+        _ENGINES[name] = (load_engine("own", str(saved[name]), "cpu"), load_engine("hf", str(saved[name]), "cpu"))
+    return _ENGINES[name]
+
+
+@pytest.mark.parametrize("spec", ONE_STACK, ids=lambda s: s.name)
+def test_row_path_and_eager_path_match_transformers(spec: Any, saved: dict[str, Path]) -> None:
+    """``show``'s path (fused attention, exact rows: every row, and two asked rows) and
+    ``check``'s (the eager reference) against transformers eager, sentence by sentence."""
+    own, hf = _engines(spec.name, saved)
+    assert own.files.model_type == spec.model_type
+    # (Not causal: the hf engine's flag comes from a hand-kept list that misses OLMoE and
+    # SmolLM3, defect D1, fixed on families-a.)
+    assert (own.num_layers, own.num_heads, own.num_kv_heads) == (hf.num_layers, hf.num_heads, hf.num_kv_heads)
+    assert own.causal is (spec.head == "causal")
+    for sentence in SENTENCES:
+        tokens = own.tokenize(sentence)
+        theirs = hf.forward(tokens)
+        rows = own.forward(tokens)
+        asked = (1, len(tokens) - 1)
+        some = own.forward(tokens, queries=asked)
+        with torch.inference_mode():
+            eager = own.model(torch.tensor([tokens.ids]), fused=False)  # type: ignore[operator]
+        assert len(rows.attentions) == len(eager.attentions) == len(theirs.attentions) == own.num_layers
+        for layer, b in enumerate(theirs.attentions):
+            assert _diff(rows.attentions[layer], b) <= TOL, f"{spec.name} rows, layer {layer}: {sentence!r}"
+            assert _diff(some.attentions[layer], b[:, :, list(asked)]) <= TOL, f"{spec.name} asked rows {layer}"
+            assert _diff(eager.attentions[layer], b) <= TOL, f"{spec.name} eager, layer {layer}: {sentence!r}"
+        for out in (rows, some, eager):
+            assert _diff(out.hidden_states, theirs.hidden_states) <= TOL, f"{spec.name} hidden: {sentence!r}"
+
+
+@pytest.mark.parametrize("spec", ONE_STACK, ids=lambda s: s.name)
+def test_padded_batch_matches_transformers(spec: Any, saved: dict[str, Path]) -> None:
+    """Three sentences right-padded (with the config's pad id) into one batch, eager and fused."""
+    own, hf = _engines(spec.name, saved)
+    batch = [own.tokenize(s) for s in SENTENCES]
+    ids, mask = own._padded(batch)  # type: ignore[attr-defined]
+    assert mask.min() == 0, "the sentences must differ in length for this test to mean anything"
+    with torch.inference_mode():
+        theirs = hf.model(input_ids=ids, attention_mask=mask, output_attentions=True)  # type: ignore[attr-defined]
+        outs = [own.model(ids, attention_mask=mask, fused=fused) for fused in (False, True)]  # type: ignore[operator]
+    real = mask.bool()
+    for ours in outs:
+        for a, b in zip(ours.attentions, theirs.attentions, strict=True):
+            # Rows of real query tokens; attnviz never shows a padding query.
+            assert _diff(a.transpose(1, 2)[real], b.transpose(1, 2)[real]) <= TOL
+        for row in range(len(batch)):  # padding keys get exactly nothing
+            assert bool((ours.attentions[0][row][..., ~real[row]] == 0).all())
+        assert _diff(ours.hidden_states[real], theirs.last_hidden_state[real]) <= TOL
+
+
+@pytest.mark.parametrize("spec", SPECS_B, ids=lambda s: s.name)
+def test_cli_check_passes(spec: Any, saved: dict[str, Path]) -> None:
+    from attnviz.cli import app
+
+    result = CliRunner().invoke(app, ["check", "--model", str(saved[spec.name]), "--device", "cpu", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["passed"] is True and data["model_type"] == spec.model_type and data["worst"] <= TOL
+
+
+@pytest.mark.parametrize("spec", ONE_STACK, ids=lambda s: s.name)
+def test_cli_show_matches_the_hf_engine(spec: Any, saved: dict[str, Path]) -> None:
+    """``attnviz show --json`` for every layer, own against hf (the JSON rounds to 1e-6)."""
+    from attnviz.cli import app
+
+    def show(engine: str) -> dict[str, Any]:
+        args = ["show", SENTENCES[0], "--model", str(saved[spec.name]), "--engine", engine, "--token", "it"]
+        result = CliRunner().invoke(app, [*args, "--layer", "all", "--json"])
+        assert result.exit_code == 0, result.output
+        return dict(json.loads(result.stdout))
+
+    ours, theirs = show("own"), show("hf")
+    assert ours["provenance"]["architecture"] == spec.model_type and ours["tokens"] == theirs["tokens"]
+    a, b = torch.tensor(ours["weights"]), torch.tensor(theirs["weights"])
+    assert a.shape == b.shape and _diff(a, b) <= TOL
+
+
+# --- each quirk matters ---------------------------------------------------------------------
+
+QUIRKS: list[tuple[str, dict[str, Any]]] = [
+    ("olmo", {"clip_qkv": None}),
+    ("olmoe", {"clip_qkv": None}),
+    ("olmoe", {"norm_topk_prob": False}),
+]
+
+
+def _worst(model: Any, hf: Any, ids: torch.Tensor) -> float:
+    """Largest |ours - transformers'| over every layer's weights and the final hidden states."""
+    with torch.inference_mode():
+        ours = model(ids, fused=False)
+        theirs = hf(input_ids=ids, output_attentions=True)
+    diffs = [_diff(a, b) for a, b in zip(ours.attentions, theirs.attentions, strict=True)]
+    return max(*diffs, _diff(ours.hidden_states, theirs.last_hidden_state))
+
+
+@pytest.mark.parametrize(("name", "change"), QUIRKS, ids=[f"{n}-{'-'.join(c)}" for n, c in QUIRKS])
+def test_each_quirk_changes_the_numbers(name: str, change: dict[str, Any], saved: dict[str, Path]) -> None:
+    """Read with the quirk switched off, our model must disagree with transformers: the
+    tiny checkpoints exercise every quirk, so the comparison tests can fail."""
+    own, hf = _engines(name, saved)
+    ids = torch.tensor([own.tokenize(SENTENCES[0]).ids])
+    hf_model = hf.model.get_encoder() if SPECS_B_BY_NAME[name].head == "seq2seq" else hf.model  # type: ignore[attr-defined]
+    assert _worst(own.model, hf_model, ids) <= TOL  # type: ignore[attr-defined]
+    try:
+        wrong = architectures.load(saved[name], {**_config(saved[name]), **change})
+    except ModelLoadError:
+        return  # the weights no longer fit the changed config: also a difference
+    assert _worst(wrong, hf_model, ids) > 1e-3
