@@ -219,3 +219,35 @@ def test_each_quirk_changes_the_numbers(name: str, change: dict[str, Any], saved
     except ModelLoadError:
         return  # the weights no longer fit the changed config: also a difference
     assert _worst(wrong, hf_model, ids) > 1e-3
+
+
+# --- MPNet -------------------------------------------------------------------------------------
+
+
+def test_mpnet_buckets_match_transformers() -> None:
+    """Every distance from -300 to 300: exact below 8, log-spaced to 128, capped beyond."""
+    from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
+
+    from attnviz.architectures.mpnet import MAX_DISTANCE, NUM_BUCKETS
+    from attnviz.architectures.t5 import relative_position_bucket
+
+    relative = torch.arange(-300, 301)[None, :] - torch.zeros(2, 1, dtype=torch.long)  # (2, 601)
+    ours = relative_position_bucket(relative, True, NUM_BUCKETS, MAX_DISTANCE)
+    assert torch.equal(ours, MPNetEncoder.relative_position_bucket(relative))
+    # Every bucket is read but 16, which would be distance 0 among the keys after the query.
+    assert set(ours.flatten().tolist()) == set(range(32)) - {16}
+
+
+def test_mpnet_position_bias_matters(saved: dict[str, Path]) -> None:
+    own, hf = _engines("mpnet", saved)
+    ids = torch.tensor([own.tokenize(SENTENCES[0]).ids])
+    model: Any = architectures.load(saved["mpnet"])
+    assert _worst(model, hf.model, ids) <= TOL  # type: ignore[attr-defined]
+    with torch.no_grad():
+        model.relative_bias.weight.zero_()
+    assert _worst(model, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
+
+
+def test_mpnet_refuses_a_table_too_small_to_index(saved: dict[str, Path]) -> None:
+    with pytest.raises(ModelLoadError, match="relative_attention_num_buckets=16"):
+        architectures.load(saved["mpnet"], {**_config(saved["mpnet"]), "relative_attention_num_buckets": 16})
