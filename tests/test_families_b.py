@@ -194,6 +194,10 @@ QUIRKS: list[tuple[str, dict[str, Any]]] = [
     ("olmo", {"clip_qkv": None}),
     ("olmoe", {"clip_qkv": None}),
     ("olmoe", {"norm_topk_prob": False}),
+    ("stablelm", {"qk_layernorm": False}),
+    ("stablelm", {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 1.0}}),
+    ("stablelm", {"use_qkv_bias": False}),
+    ("stablelm-sequential", {"use_parallel_residual": True}),
 ]
 
 
