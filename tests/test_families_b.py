@@ -198,6 +198,15 @@ QUIRKS: list[tuple[str, dict[str, Any]]] = [
     ("stablelm", {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 1.0}}),
     ("stablelm", {"use_qkv_bias": False}),
     ("stablelm-sequential", {"use_parallel_residual": True}),
+    ("granite", {"embedding_multiplier": 1.0}),
+    ("granite", {"attention_multiplier": 0.25}),  # 1/√D, Llama's
+    ("granite", {"residual_multiplier": 1.0}),
+    ("cohere", {"use_qk_norm": False}),
+    ("cohere", {"attention_bias": False}),
+    ("starcoder2", {"sliding_window": None}),
+    ("starcoder2", {"use_bias": False}),
+    ("smollm3", {"no_rope_layers": [1, 1, 1]}),
+    ("smollm3", {"layer_types": ["full_attention"] * 3}),
 ]
 
 
@@ -255,3 +264,24 @@ def test_mpnet_position_bias_matters(saved: dict[str, Path]) -> None:
 def test_mpnet_refuses_a_table_too_small_to_index(saved: dict[str, Path]) -> None:
     with pytest.raises(ModelLoadError, match="relative_attention_num_buckets=16"):
         architectures.load(saved["mpnet"], {**_config(saved["mpnet"]), "relative_attention_num_buckets": 16})
+
+
+def test_cohere_rotates_interleaved_pairs(saved: dict[str, Path]) -> None:
+    """Llama's rotation of the halves (i, i + D/2) in place of Cohere's pairs (2i, 2i + 1) disagrees."""
+    from attnviz.architectures.llama import LlamaDecoder
+
+    own, hf = _engines("cohere", saved)
+    ids = torch.tensor([own.tokenize(SENTENCES[0]).ids])
+    model: Any = architectures.load(saved["cohere"])
+    assert _worst(model, hf.model, ids) <= TOL  # type: ignore[attr-defined]
+    model.qk_transforms = lambda input_ids, x: LlamaDecoder.qk_transforms(model, input_ids, x)
+    assert _worst(model, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
+
+
+def test_smollm3_nope_layers_see_no_positions(saved: dict[str, Path]) -> None:
+    own, _ = _engines("smollm3", saved)
+    model: Any = own.model
+    ids = torch.tensor([own.tokenize(SENTENCES[0]).ids])
+    x = model.embed(ids)
+    assert [qk is None for qk in model.qk_transforms(ids, x)] == [False, True, False]
+    assert list(model.windows) == [None, 4, None]
