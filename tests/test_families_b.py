@@ -80,6 +80,23 @@ def test_d2_a_zero_window_that_is_off_passes_the_checkpoint_check(saved: dict[st
     validate_config(_config(saved["qwen2_moe-no-window"]))  # raised "sliding_window is 0" before
 
 
+@pytest.mark.parametrize("engine", ["own", "hf"])
+def test_d2_a_zero_window_that_is_off_loads_under_both_engines(engine: str, saved: dict[str, Path]) -> None:
+    loaded = load_engine(engine, str(saved["qwen2_moe-no-window"]), "cpu")
+    assert loaded.num_layers == 3
+    if engine == "own":
+        assert list(loaded.model.windows) == [None, None, None]  # type: ignore[attr-defined]
+
+
+def test_d2_check_passes_on_the_saved_config(saved: dict[str, Path]) -> None:
+    from attnviz.cli import app
+
+    result = CliRunner().invoke(app, ["check", "--model", str(saved["qwen2_moe-no-window"]), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["passed"] is True and data["worst"] <= TOL
+
+
 def test_d2_show_runs_under_the_hf_engine(saved: dict[str, Path]) -> None:
     from attnviz.cli import app
 
@@ -207,6 +224,8 @@ QUIRKS: list[tuple[str, dict[str, Any]]] = [
     ("starcoder2", {"use_bias": False}),
     ("smollm3", {"no_rope_layers": [1, 1, 1]}),
     ("smollm3", {"layer_types": ["full_attention"] * 3}),
+    ("qwen2_moe", {"norm_topk_prob": True}),
+    ("qwen2_moe", {"layer_types": ["full_attention"] * 3}),
 ]
 
 
@@ -285,3 +304,15 @@ def test_smollm3_nope_layers_see_no_positions(saved: dict[str, Path]) -> None:
     x = model.embed(ids)
     assert [qk is None for qk in model.qk_transforms(ids, x)] == [False, True, False]
     assert list(model.windows) == [None, 4, None]
+
+
+def test_qwen2_moe_shared_expert_matters(saved: dict[str, Path]) -> None:
+    """Without the gated shared expert (the routed experts alone, as in moe.py) the numbers disagree."""
+    own, hf = _engines("qwen2_moe", saved)
+    ids = torch.tensor([own.tokenize(SENTENCES[0]).ids])
+    model: Any = architectures.load(saved["qwen2_moe"])
+    assert _worst(model, hf.model, ids) <= TOL  # type: ignore[attr-defined]
+    assert list(model.windows) == [4, None, 4] and model.config.sparse_layers == (0, 2)
+    for layer in model.config.sparse_layers:
+        model.blocks[layer].mlp = model.blocks[layer].mlp.routed
+    assert _worst(model, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
