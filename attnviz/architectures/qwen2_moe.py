@@ -78,7 +78,8 @@ def _windows(config: dict[str, Any], layers: int) -> tuple[int | None, ...]:
         raise ValueError(f"layer_types {types} must name full or sliding attention for each of {layers} layers")
     if "sliding_attention" in types and not window:
         raise ValueError(f"sliding_attention layers need a sliding_window of at least 1, not {window}")
-    return tuple(int(window) if kind == "sliding_attention" else None for kind in types)
+    size = int(window or 0)
+    return tuple(size if kind == "sliding_attention" else None for kind in types)
 
 
 def build(config: dict[str, Any]) -> Qwen2MoeDecoder:
