@@ -226,6 +226,8 @@ QUIRKS: list[tuple[str, dict[str, Any]]] = [
     ("smollm3", {"layer_types": ["full_attention"] * 3}),
     ("qwen2_moe", {"norm_topk_prob": True}),
     ("qwen2_moe", {"layer_types": ["full_attention"] * 3}),
+    ("marian", {"scale_embedding": False}),
+    ("pegasus", {"scale_embedding": False}),
 ]
 
 
@@ -316,3 +318,102 @@ def test_qwen2_moe_shared_expert_matters(saved: dict[str, Path]) -> None:
     for layer in model.config.sparse_layers:
         model.blocks[layer].mlp = model.blocks[layer].mlp.routed
     assert _worst(model, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
+
+
+# --- Marian and Pegasus: every part ---------------------------------------------------------
+
+# (source, target): lengths differ, so a transposed cross-attention cannot pass.
+PAIRS = ((SENTENCES[0], "the cat sat on the mat"), (SENTENCES[2], SENTENCES[1]))
+
+
+@pytest.mark.parametrize("spec", SEQ2SEQ, ids=lambda s: s.name)
+def test_every_part_matches_transformers(spec: Any, saved: dict[str, Path]) -> None:
+    """Encoder self-attention, decoder self-attention and cross-attention, and both stacks'
+    final hidden states; then the encoder through the row path (fused, every row and asked rows)."""
+    own, hf = _engines(spec.name, saved)
+    assert own.parts == hf.parts == ("encoder", "decoder", "cross")
+    for part in own.parts:
+        assert own.part_shape(part) == hf.part_shape(part), part
+    for source, target in PAIRS:
+        tokens, target_tokens = own.tokenize(source), own.tokenize_target(target)
+        assert hf.tokenize_target(target) == target_tokens
+        ours, theirs = own.forward_seq2seq(tokens, target_tokens), hf.forward_seq2seq(tokens, target_tokens)
+        for part in own.parts:
+            a, b = ours.part(part), theirs.part(part)
+            assert len(a.attentions) == len(b.attentions) == own.part_shape(part).num_layers
+            for layer, (x, y) in enumerate(zip(a.attentions, b.attentions, strict=True)):
+                assert _diff(x, y) <= TOL, f"{spec.name} {part} layer {layer}"
+            assert _diff(a.hidden_states, b.hidden_states) <= TOL, f"{spec.name} {part} hidden"
+        rows, asked = own.forward(tokens), own.forward(tokens, queries=(2,))
+        for layer, y in enumerate(theirs.encoder.attentions):
+            assert _diff(rows.attentions[layer], y) <= TOL and _diff(asked.attentions[layer], y[:, :, [2]]) <= TOL
+        assert _diff(rows.hidden_states, theirs.encoder.hidden_states) <= TOL
+
+
+@pytest.mark.parametrize("spec", SEQ2SEQ, ids=lambda s: s.name)
+def test_padded_batches_on_both_sides_match_transformers(spec: Any, saved: dict[str, Path]) -> None:
+    own, hf = _engines(spec.name, saved)
+    (src, src_mask) = own._padded([own.tokenize(s) for s, _ in PAIRS])  # type: ignore[attr-defined]
+    (tgt, tgt_mask) = own._padded([own.tokenize_target(t) for _, t in PAIRS])  # type: ignore[attr-defined]
+    assert src_mask.min() == 0 and tgt_mask.min() == 0
+    with torch.inference_mode():
+        ours = own.model.forward_seq2seq(src, tgt, src_mask, tgt_mask)  # type: ignore[attr-defined]
+        theirs = hf.model(  # type: ignore[attr-defined]
+            input_ids=src,
+            attention_mask=src_mask,
+            decoder_input_ids=tgt,
+            decoder_attention_mask=tgt_mask,
+            output_attentions=True,
+        )
+    real_src, real_tgt = src_mask.bool(), tgt_mask.bool()
+    pairs = (
+        (ours.encoder.attentions, theirs.encoder_attentions, real_src),
+        (ours.decoder.attentions, theirs.decoder_attentions, real_tgt),
+        (ours.cross, theirs.cross_attentions, real_tgt),
+    )
+    for mine, hfs, real in pairs:
+        for x, y in zip(mine, hfs, strict=True):
+            assert _diff(x.transpose(1, 2)[real], y.transpose(1, 2)[real]) <= TOL
+    assert _diff(ours.encoder.hidden_states[real_src], theirs.encoder_last_hidden_state[real_src]) <= TOL
+    assert _diff(ours.decoder.hidden_states[real_tgt], theirs.last_hidden_state[real_tgt]) <= TOL
+
+
+@pytest.mark.parametrize("dim", [48, 47, 512])
+def test_sinusoidal_table_is_transformers_own(dim: int) -> None:
+    """Bit for bit, odd widths included."""
+    from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
+
+    from attnviz.architectures.marian import sinusoidal_table
+
+    theirs = MarianSinusoidalPositionalEmbedding(70, dim).create_weight()
+    assert torch.equal(sinusoidal_table(70, dim), theirs)
+
+
+def test_marian_and_pegasus_differ_where_declared(saved: dict[str, Path]) -> None:
+    marian: Any = _engines("marian", saved)[0].model
+    pegasus: Any = _engines("pegasus", saved)[0].model
+    unshared: Any = _engines("marian-unshared", saved)[0].model
+    assert marian.encoder.blocks[0].pre_norm is False and marian.encoder.final_norm is None
+    assert pegasus.encoder.blocks[0].pre_norm is True and pegasus.decoder.final_norm is not None
+    assert marian.embed_scale == pegasus.embed_scale == 48**0.5
+    assert marian.decoder_tokens is None and unshared.decoder_tokens is not None
+    assert not torch.equal(unshared.decoder_tokens.weight, unshared.tokens.weight)
+
+
+def test_hf_engine_computes_marians_tables_but_refuses_a_missing_weight(saved: dict[str, Path], tmp_path: Path) -> None:
+    """transformers 5 saves no sinusoidal table for Marian and computes it on load: not a
+    missing weight. A weight really missing is still refused."""
+    from safetensors.torch import load_file, save_file
+
+    source = saved["marian"]
+    tensors = load_file(str(source / "model.safetensors"))
+    assert not any("embed_positions" in name for name in tensors)
+    load_engine("hf", str(source), "cpu")  # refused before: "lacks ... embed_positions.weight"
+    directory = tmp_path / "incomplete"
+    directory.mkdir()
+    for item in source.iterdir():
+        if item.name != "model.safetensors":
+            (directory / item.name).write_bytes(item.read_bytes())
+    save_file({k: v for k, v in tensors.items() if "layers.0.fc1" not in k}, str(directory / "model.safetensors"))
+    with pytest.raises(ModelLoadError, match="fc1"):
+        load_engine("hf", str(directory), "cpu")

@@ -229,14 +229,7 @@ SEQ2SEQ_SPECS: tuple[Spec, ...] = (
     ),
 )
 
-# The families landed so far on this branch (the others' checkpoints are written, their
-# stacks not yet).
-LANDED = frozenset(
-    {"olmo", "olmoe", "camembert", "mpnet", "stablelm", "granite", "cohere", "starcoder2", "smollm3", "qwen2_moe"}
-)
-SPECS_B: tuple[Spec, ...] = tuple(
-    spec for spec in (*DECODER_SPECS, *ENCODER_SPECS, *SEQ2SEQ_SPECS) if spec.model_type in LANDED
-)
+SPECS_B: tuple[Spec, ...] = (*DECODER_SPECS, *ENCODER_SPECS, *SEQ2SEQ_SPECS)
 SPECS_B_BY_NAME = {spec.name: spec for spec in (*SPECS_B, QWEN2_MOE_NO_WINDOW)}
 
 
