@@ -417,3 +417,55 @@ def test_hf_engine_computes_marians_tables_but_refuses_a_missing_weight(saved: d
     save_file({k: v for k, v in tensors.items() if "layers.0.fc1" not in k}, str(directory / "model.safetensors"))
     with pytest.raises(ModelLoadError, match="fc1"):
         load_engine("hf", str(directory), "cpu")
+
+
+def test_family_modules_declare_what_the_registry_maps_to_them() -> None:
+    """The registry finds each new module from its own MODEL_TYPES (no central list)."""
+    import importlib
+
+    declared = {
+        "olmo": ("olmo", "olmoe"),
+        "camembert": ("camembert",),
+        "mpnet": ("mpnet",),
+        "stablelm": ("stablelm",),
+        "granite": ("granite",),
+        "cohere": ("cohere",),
+        "starcoder2": ("starcoder2",),
+        "smollm3": ("smollm3",),
+        "qwen2_moe": ("qwen2_moe",),
+        "marian": ("marian", "pegasus"),
+    }
+    for name, model_types in declared.items():
+        module = importlib.import_module(f"attnviz.architectures.{name}")
+        assert model_types == module.MODEL_TYPES
+        for model_type in model_types:
+            assert architectures.registry()[model_type] is module, model_type
+    assert {spec.model_type for spec in SPECS_B} == {t for types in declared.values() for t in types}
+
+
+@pytest.mark.parametrize("name", ["olmoe", "mpnet", "cohere", "smollm3"])
+def test_cli_show_words_and_compare_run(name: str, saved: dict[str, Path]) -> None:
+    """The views on top of the rows work for the new stacks: words (keys summed per word)
+    sum to each row's total, and ``compare`` (heads ranked by one token's measures) runs."""
+    from attnviz.cli import app
+
+    path = str(saved[name])
+    result = CliRunner().invoke(
+        app, ["show", SENTENCES[0], "--model", path, "--token", "it", "--layer", "1", "--words", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    rows = torch.tensor(json.loads(result.stdout)["weights"])
+    assert torch.allclose(rows.sum(-1), torch.ones(()), atol=1e-4)
+    result = CliRunner().invoke(app, ["compare", SENTENCES[0], "--model", path, "--token", "it", "--json"])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("name", ["marian", "pegasus"])
+def test_cli_show_cross_attention_runs(name: str, saved: dict[str, Path]) -> None:
+    from attnviz.cli import app
+
+    args = ["show", SENTENCES[0], "--model", str(saved[name]), "--target-text", "the cat sat", "--part", "cross"]
+    result = CliRunner().invoke(app, [*args, "--token", "cat", "--layer", "all", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["part"] == "cross" and len(data["key_tokens"]) == len(_engines(name, saved)[0].tokenize(SENTENCES[0]))
