@@ -45,6 +45,9 @@ _POSITIVE_INTS = (
     "vocab_size", "max_position_embeddings", "n_positions",
     "embedding_size", "num_hidden_groups", "inner_group_num", "sliding_window",
 )  # fmt: skip
+# Fields that may be 0 where they are switched off: transformers 5 saves Qwen2-MoE configs
+# with "sliding_window": 0 whenever use_sliding_window is false (the value is then unused).
+_OFF_WHEN_ZERO = {"sliding_window": "use_sliding_window"}
 _NONNEGATIVE_INTS = ("type_vocab_size", "max_window_layers")
 _POSITIVE_FLOATS = ("layer_norm_eps", "layer_norm_epsilon", "rms_norm_eps", "rope_theta")
 _INT_LIMIT = 2**31
@@ -74,6 +77,9 @@ def validate_config(config: Mapping[str, Any], where: str = "config.json") -> No
         if value is None:
             continue
         low = 1 if name in _POSITIVE_INTS else 0
+        switch = _OFF_WHEN_ZERO.get(name)
+        if switch is not None and value == 0 and config.get(switch) is False:
+            continue
         if isinstance(value, bool) or not isinstance(value, int):
             raise ModelLoadError(f"{where}: {name} must be a whole number, not {_shown(value)}", hint=hint)
         if not low <= value < _INT_LIMIT:

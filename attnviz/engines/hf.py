@@ -9,7 +9,7 @@ import os
 import pickle
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..checkpoint import check_tensors
@@ -65,7 +65,7 @@ class HFEngine(EngineBase):
                 f"transformers cannot load {str(files.path)!r}: {_first_line(exc)}",
                 hint="check that the directory is a complete transformers checkpoint",
             ) from exc
-        _check_loading_info(info, str(files.path))
+        _check_loading_info(info, str(files.path), _computed_on_load(self.model))
         check_tensors(self.model.named_parameters(), str(files.path))
         self.model.to(device).eval()
         cfg = self.model.config
@@ -187,7 +187,18 @@ _DECODER_TYPES = {
 _UNUSED_BY_ATTENTION = re.compile(r"(?:^|\.)pooler\.")
 
 
-def _check_loading_info(info: dict[str, Any], where: str) -> None:
+def _computed_on_load(model: Any) -> set[str]:
+    """Weights transformers computes rather than loads, so never random: the fixed
+    sinusoidal position tables of Marian and Pegasus (``create_weight``), which
+    transformers 5 does not save."""
+    return {
+        f"{name}.weight"
+        for name, m in model.named_modules()
+        if type(m).__name__.endswith("SinusoidalPositionalEmbedding")
+    }
+
+
+def _check_loading_info(info: dict[str, Any], where: str, computed: Collection[str] = ()) -> None:
     """transformers' loading report, read rather than trusted: a weight it had to invent
     (random init) or reshape would make the attention shown silently wrong.
 
@@ -195,7 +206,9 @@ def _check_loading_info(info: dict[str, Any], where: str) -> None:
         ModelLoadError: missing weights (other than the unused pooler), mismatched shapes,
             or load errors.
     """
-    missing = sorted(k for k in info.get("missing_keys", ()) if not _UNUSED_BY_ATTENTION.search(k))
+    missing = sorted(
+        k for k in info.get("missing_keys", ()) if not _UNUSED_BY_ATTENTION.search(k) and k not in computed
+    )
     if missing:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         raise ModelLoadError(
