@@ -336,8 +336,8 @@ class HFEngine(_Base):
                 hint="check that the directory is a complete transformers checkpoint",
             ) from exc
         _check_loading_info(info, str(files.path))
-        check_tensors(self.model.named_parameters(), str(files.path))
         self.model.to(device).eval()
+        check_tensors(self.model.named_parameters(), str(files.path))  # on the device: one reduction a tensor
         cfg = self.model.config
         text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
         num_heads = int(_cfg(text_cfg, "num_attention_heads", "n_head", "num_heads"))
@@ -555,28 +555,27 @@ def load_engine(
     return engine
 
 
-# Below this many multiply-adds a CPU forward pass runs on one thread: a sentence through a
-# small model (MiniLM: ~0.3 G) takes ~15 ms on one core, while the default thread pool, on a
-# machine whose other cores are busy, was measured to spin for up to 0.5 s.
+# Multiply-adds per thread of a CPU forward pass: below it one thread (a sentence through
+# MiniLM, ~0.3 G, takes ~15 ms on one core, while the default pool on a machine whose other
+# cores are busy was measured to spin for up to 0.5 s); see attnviz.threads.
 _ONE_THREAD_MACS = 2_000_000_000
 
 
 @contextlib.contextmanager
 def _cpu_threads_for(engine: Engine, num_tokens: int) -> Iterator[None]:
-    """Run a small CPU forward pass on one thread; leave everything else as it is."""
+    """Run a CPU forward pass of ``num_tokens`` on the threads its work (parameters ×
+    tokens) and the cores free now call for (``threads.limited``); other devices as they are."""
     import torch
+
+    from .threads import limited
 
     model = getattr(engine, "model", None)
     params = sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else None
-    if engine.device.type != "cpu" or params is None or params * num_tokens > _ONE_THREAD_MACS:
+    if engine.device.type != "cpu" or params is None:
         yield
         return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with limited(params * num_tokens, _ONE_THREAD_MACS):
         yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def choose_part(engine: Engine, part: str | None, has_target: bool) -> str | None:
