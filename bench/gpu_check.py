@@ -185,6 +185,7 @@ def column(mode: str, lengths: list[int], small: bool, device_name: str, dtype_n
 
     from attnviz.checkpoint import first_nonfinite_layer
     from attnviz.engines import pick_device
+    from attnviz.jsonrows import encode
     from attnviz.result import jsonable
 
     device = pick_device(device_name)
@@ -230,7 +231,8 @@ def column(mode: str, lengths: list[int], small: bool, device_name: str, dtype_n
                     bad = first_nonfinite_layer(host, list(range(layers)))
                     row["to_host_s"] = time.perf_counter() - start
                     start = time.perf_counter()
-                    text = json.dumps(jsonable(host[:, :, 0]))
+                    raw = encode(host[:, :, 0])  # what show --json writes (jsonrows)
+                    text = raw.data if raw is not None else json.dumps(jsonable(host[:, :, 0])).encode()
                     row["json_s"] = time.perf_counter() - start
                     row["json_mb"] = len(text) / 2**20
                     row["rows_floats"] = int(host.size)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -160,11 +159,16 @@ def show(
             att.save_npz(npz)
             wrote(npz)
         if json_out:
+            import sys
+
+            from ..jsonrows import write
+
+            # Large weight arrays are spelled by numpy, not one Python float at a time (jsonrows).
             if all_tokens:
-                typer.echo(json.dumps(att.to_dict(), ensure_ascii=False))
+                write(att.to_dict(raw_rows=True), sys.stdout.buffer)
             else:
-                found = [att.query_dict(q) for q in positions]
-                typer.echo(json.dumps(found[0] if len(found) == 1 else found, ensure_ascii=False))
+                found = [att.query_dict(q, raw_rows=True) for q in positions]
+                write(found[0] if len(found) == 1 else found, sys.stdout.buffer)
         elif not all_tokens:
             from ..render.terminal import paged, render_show
 
