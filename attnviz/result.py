@@ -265,9 +265,10 @@ class Attention:
 
     # --- export -------------------------------------------------------------
 
-    def to_dict(self, query: int | None = None) -> dict[str, Any]:
+    def to_dict(self, query: int | None = None, raw_rows: bool = False) -> dict[str, Any]:
         """JSON-ready dict. With ``query``, ``weights`` is that token's rows
-        (layers × heads × tokens); without, the full (layers × heads × queries × tokens)."""
+        (layers × heads × tokens); without, the full (layers × heads × queries × tokens).
+        ``raw_rows``: large weights in [0, 1] as ``jsonrows.RawJSON`` (for ``jsonrows.write``)."""
         p = self.provenance
         out: dict[str, Any] = {
             "tokens": list(self.tokens.labels),
@@ -290,9 +291,13 @@ class Attention:
         if query is not None:
             out["query_index"] = query
             out["query_token"] = self.tokens.labels[query]
-            out["weights"] = jsonable(self.rows(query))
-        else:
-            out["weights"] = jsonable(self.weights)
+        weights = self.weights if query is None else self.rows(query)
+        raw = None
+        if raw_rows:
+            from .jsonrows import encode
+
+            raw = encode(weights)
+        out["weights"] = jsonable(weights) if raw is None else raw
         out.update(self.transform_dict())
         out.update(provenance_fields(p))
         out.update(self.extra)
@@ -314,12 +319,12 @@ class Attention:
             out["hidden"] = list(self.hidden)
         return out
 
-    def query_dict(self, query: int) -> dict[str, Any]:
+    def query_dict(self, query: int, raw_rows: bool = False) -> dict[str, Any]:
         """The JSON of ``show`` for one query: ``to_dict(query)`` plus ``query_indices``,
         the token positions (before any word merge) whose rows were averaged into it,
         and, when there are several, ``query_rule`` saying so. One rule for a split
         word in every view: its row is the mean of its pieces' rows."""
-        out = self.to_dict(query)
+        out = self.to_dict(query, raw_rows)
         pieces = self.pieces_of_query(self.query_slot(query))
         out["query_indices"] = list(pieces)
         if len(pieces) > 1:

@@ -51,3 +51,28 @@ def no_model(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(attnviz.engines, "load_engine", refuse)
     return calls
+
+
+# --- the device the engine tests marked "device" run on ---------------------------------
+# `pytest -m device --device cuda` runs them on a GPU (bench/gpu_check.py does); by default
+# they run on the CPU with the rest of the suite.
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--device", default="cpu", help="device of the tests marked 'device' (cpu, cuda, cuda:N, mps); default cpu"
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "device: an engine path run on --device (bench/gpu_check.py: on CUDA)")
+
+
+@pytest.fixture(scope="session")
+def device(request: pytest.FixtureRequest) -> str:
+    """The --device of this run; a device this machine lacks fails every test that asks."""
+    name = str(request.config.getoption("--device"))
+    from attnviz.engines import pick_device
+
+    pick_device(name)  # DeviceError, one clear message, when it is not here
+    return name

@@ -144,15 +144,16 @@ def show(
             att.save_npz(npz)
             wrote(npz)
         if json_out:
+            import sys
+
+            from ..jsonrows import write
+
+            # Large weight arrays are spelled by numpy, not one Python float at a time (jsonrows).
             if all_tokens:
-                from ..result import json_text
-
-                typer.echo(json_text(att.to_dict()))
+                write(att.to_dict(raw_rows=True), sys.stdout.buffer)
             else:
-                found = [att.query_dict(q) for q in positions]
-                from ..result import json_text
-
-                typer.echo(json_text(found[0] if len(found) == 1 else found))
+                found = [att.query_dict(q, raw_rows=True) for q in positions]
+                write(found[0] if len(found) == 1 else found, sys.stdout.buffer)
         elif not all_tokens:
             from ..render.terminal import for_console, paged, render_show
 

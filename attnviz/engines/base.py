@@ -292,24 +292,21 @@ def engine_provenance(engine: Engine) -> Provenance:
     )
 
 
-# Below this many multiply-adds a CPU forward pass runs on one thread: a sentence through a
-# small model (MiniLM: ~0.3 G) takes ~15 ms on one core, while the default thread pool, on a
-# machine whose other cores are busy, was measured to spin for up to 0.5 s.
+# Multiply-adds per thread of a CPU forward pass: below it one thread (a sentence through
+# MiniLM, ~0.3 G, takes ~15 ms on one core, while the default pool on a machine whose other
+# cores are busy was measured to spin for up to 0.5 s); see attnviz.threads.
 _ONE_THREAD_MACS = 2_000_000_000
 
 
 @contextlib.contextmanager
 def cpu_threads_for(engine: Engine, num_tokens: int) -> Iterator[None]:
-    """Run a small CPU forward pass on one thread; leave everything else as it is."""
-    import torch
+    """Run a CPU forward pass of ``num_tokens`` on the threads its work (parameters ×
+    tokens) and the cores free now call for (``threads.limited``); other devices as they are."""
+    from ..threads import limited
 
     params = engine.sizes.parameters
-    if engine.device.type != "cpu" or not params or params * num_tokens > _ONE_THREAD_MACS:
+    if engine.device.type != "cpu" or not params:
         yield
         return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with limited(params * num_tokens, _ONE_THREAD_MACS):
         yield
-    finally:
-        torch.set_num_threads(before)

@@ -66,8 +66,8 @@ class HFEngine(EngineBase):
                 hint="check that the directory is a complete transformers checkpoint",
             ) from exc
         _check_loading_info(info, str(files.path), _computed_on_load(self.model))
-        check_tensors(self.model.named_parameters(), str(files.path))
         self.model.to(device).eval()
+        check_tensors(self.model.named_parameters(), str(files.path))  # on the device: one reduction a tensor
         cfg = self.model.config
         text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
         num_heads = int(_cfg(text_cfg, "num_attention_heads", "n_head", "num_heads"))
