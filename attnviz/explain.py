@@ -247,9 +247,10 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
     """
     import torch
 
-    from .attention import Mask, RowRequest
+    from .attention import Mask
     from .engines import engine_provenance
     from .norms import Projections, recording, transformed_values
+    from .rows import RowRequest
 
     model = getattr(engine, "model", None)
     if engine.name != "own" or model is None:
@@ -293,7 +294,7 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
     # 3. The scores, the family's modifiers, the mask and the softmax, written out.
     scores = k @ q  # (S,)
     logits = scores * scale
-    bias = args.get("bias")
+    bias = args.get("score_bias")
     bias_row = None
     if bias is not None:
         b = bias[..., query, :] if bias.size(-2) > 1 else bias[..., 0, :]

@@ -136,7 +136,8 @@ def _precheck(text: str, model: str | None, query: Query, key: Query | None, lay
     from ..errors import UnsupportedArchitectureError, UsageError
     from ..explain import check_family, check_head
     from ..models import resolve
-    from ..tokens import check_text, load_tokenizer, tokenize
+    from ..safeio import check_text
+    from ..tokens import load_tokenizer, tokenize
 
     check_text(text)
     files = resolve(model)
