@@ -92,11 +92,19 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--lengths", default="1024,8192")
     parser.add_argument("--worker", nargs=3, metavar=("MEASURE", "N", "DIR"))
+    parser.add_argument("--only", choices=("measure", "explain"), help="run one of the two parts")
     args = parser.parse_args()
     if args.worker:
         measure, n, model_dir = args.worker
         print(json.dumps(worker(measure, int(n), model_dir, args.reps)))
         return
+    if args.only != "explain":
+        measure_part(args)
+    if args.only != "measure":
+        explain_part(args)
+
+
+def measure_part(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="attnviz-norms-bench-") as scratch:
         model_dir = build_model(Path(scratch) / "llama")
         print(f"1. measure norm vs weight, the last token's rows of every layer (one thread, {args.reps} reps)")
@@ -113,6 +121,9 @@ def main() -> None:
                 f"{v['peak_rss_gb'] / w['peak_rss_gb']:.3f}; the pass above its start: {w['pass_gb'] * 1024:.1f} "
                 f"/ {v['pass_gb'] * 1024:.1f} MB, ratio {v['pass_gb'] / max(w['pass_gb'], 1e-9):.3f}"
             )
+
+
+def explain_part(args: argparse.Namespace) -> None:
     print("2. explain vs show, whole processes")
     base = ["attnviz"]
     med = time_commands(
