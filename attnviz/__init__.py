@@ -43,8 +43,11 @@ def inspect(
     pair: str | None = None,
     target: str | None = None,
     part: str | None = None,
+    measure: str = "weight",
 ) -> Attention:
-    """Run ``sentence`` through ``model`` and return per-head attention weights.
+    """Run ``sentence`` through ``model`` and return per-head attention weights (or, with
+    ``measure="norm"``, the norms ‖α·f(x)‖ of Kobayashi et al. 2020: ``att.measure`` says
+    which; norm rows do not sum to 1, ``attnviz.transforms.shares`` makes them shares).
 
     With ``token`` (a word, matched case-insensitively; ``occurrence`` is 1-based; or a
     list of words, each ``WORD`` or ``WORD:N``) or ``index`` (a raw token position), only
@@ -77,7 +80,7 @@ def inspect(
         queries: tuple[Query, ...] = () if query is None else (query,)
     else:
         queries = tuple(Query(*parse_target(spec)) for spec in token)
-    selection = Selection(queries=queries, layers=layers, part=part, view=view)
+    selection = Selection(queries=queries, layers=layers, part=part, view=view, measure=measure)
     check_text(sentence)
     budget = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
     eng = load_engine(engine, model, device, dtype)

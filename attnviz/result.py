@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .errors import OutputError, UsageError
-from .select import PARTS
+from .select import MEASURES, PARTS
 from .shape import HasShape, ModelShape
 from .tokens import Tokens
 
@@ -138,6 +138,9 @@ class Attention:
         hidden: token positions set aside as keys (their weight is 0 in every row).
         steps: what was done to the engine's weights, in order, one label each
             (see attnviz.transforms); empty for raw per-head weights.
+        measure: what ``weights`` holds: "weight", the attention weights α, or "norm",
+            ‖α_hij·f_h(x_j)‖ (Kobayashi et al. 2020, see attnviz.norms), whose rows do not
+            sum to 1 (a row's shares are the row over its sum).
     """
 
     tokens: Tokens
@@ -154,8 +157,11 @@ class Attention:
     steps: tuple[str, ...] = ()
     part: str | None = None
     key_tokens: Tokens | None = None
+    measure: str = "weight"
 
     def __post_init__(self) -> None:
+        if self.measure not in MEASURES:
+            raise ValueError(f"unknown measure {self.measure!r} (measures: {', '.join(MEASURES)})")
         n, h, q, s = self.weights.shape
         if n != len(self.layers) or q != len(self.queries) or s != len(self.keys):
             raise ValueError(
@@ -254,7 +260,7 @@ class Attention:
     def sink_defined(self) -> np.ndarray:
         """(H,) bool: the head slots whose rows still sum to 1 - the learned sink's share
         (see ``sink_share``)."""
-        defined = np.full(self.num_heads, not self.hidden)
+        defined = np.full(self.num_heads, not self.hidden and self.measure == "weight")
         for i, name in enumerate(self.aggregates):
             defined[self.model_heads + i] &= name == "mean"
         return defined
@@ -277,6 +283,7 @@ class Attention:
             "text": self.tokens.text,
             "layers": list(self.layers),
             "queries": list(self.queries),
+            "measure": self.measure,
         }
         if self.tokens.pair_start is not None:
             out["type_ids"] = list(self.tokens.type_ids)
@@ -355,6 +362,7 @@ class Attention:
                 "query_pieces": None if self.query_pieces is None else [list(g) for g in self.query_pieces],
                 "hidden": list(self.hidden),
                 "steps": list(self.steps),
+                "measure": self.measure,
             }
         )
         buffer = io.BytesIO()  # rendered in memory: no temp file exists while numpy works
@@ -384,6 +392,7 @@ class Attention:
             query_pieces=None if query_pieces is None else tuple(tuple(g) for g in query_pieces),
             hidden=tuple(meta.get("hidden", ())),
             steps=tuple(meta.get("steps", ())),
+            measure=meta.get("measure", "weight"),
             part=meta.get("part"),
             key_tokens=None if keys is None else _tokens_from(keys),
         )

@@ -195,12 +195,18 @@ def hide_special(att: Attention, renorm: bool = True) -> Attention:
     special = np.flatnonzero(np.asarray(att.tokens.special, dtype=bool))
     weights = att.weights.astype(np.float64)  # (N, H, Q, S)
     weights[..., special] = 0.0
+    # Norms are magnitudes, not a distribution: they stay as they are (a view's shares are
+    # then over the remaining tokens anyway).
+    renorm = renorm and att.measure == "weight"
     if renorm:
         total = weights.sum(-1, keepdims=True)
         weights = np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
-    step = "specials set aside: " + (
-        "weight 0 as keys, rows renormalised over the rest" if renorm else "weight 0 as keys, raw mass kept"
-    )
+    if att.measure == "norm":
+        step = "specials set aside: norm 0 as keys, the other norms as they are"
+    else:
+        step = "specials set aside: " + (
+            "weight 0 as keys, rows renormalised over the rest" if renorm else "weight 0 as keys, raw mass kept"
+        )
     return dataclasses.replace(
         att,
         weights=weights.astype(np.float32),
@@ -271,7 +277,7 @@ def rollout(att: Attention) -> Attention:
         raise ValueError("rollout needs every token's row (the full matrices)")
     if att.layers != tuple(range(len(att.layers))):
         raise ValueError(f"rollout needs every layer from 0 up; have {list(att.layers)}")
-    if att.aggregates or att.steps:
+    if att.aggregates or att.steps or att.measure != "weight":
         raise ValueError("rollout reads the raw per-head weights")
     rolled = rollout_matrices(att.weights)[:, None]  # (N, 1, S, S)
     return dataclasses.replace(att, weights=rolled.astype(np.float32), aggregates=("rollout",), steps=(ROLLOUT_STEP,))
@@ -414,3 +420,29 @@ def apply(
     if rolled is not None:
         att = append_slots(att, reading(rolled))
     return att
+
+
+# --- measures --------------------------------------------------------------------------
+
+SHARES_STEP = "norm shares: each row's norms over the row's sum (Kobayashi et al. 2020)"
+
+
+def shares(att: Attention) -> Attention:
+    """What a view colours for the norm measure: each row's norms ‖α·f(x)‖ over the row's
+    sum, so a row's cells are shares of 0..1 that sum to 1 (an all-zero row stays zero).
+    Weights are returned as they are; ``measure`` stays "norm" (the numbers are shares of
+    norms, not weights), and a step says so.
+    """
+    if att.measure == "weight" or SHARES_STEP in att.steps:
+        return att
+    w = att.weights.astype(np.float64)  # (N, H, Q, S)
+    total = w.sum(-1, keepdims=True)
+    out = np.divide(w, total, out=np.zeros_like(w), where=total > 0)
+    return dataclasses.replace(att, weights=out.astype(np.float32), steps=(*att.steps, SHARES_STEP))
+
+
+def measure_label(att: Attention) -> str:
+    """How views name what a cell shows: "weight", or "norm share" (‖α·f(x)‖ / row sum)."""
+    if att.measure == "weight":
+        return "weight"
+    return "norm share" if SHARES_STEP in att.steps else "norm ‖α·f(x)‖"

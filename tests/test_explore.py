@@ -604,3 +604,27 @@ def test_command_runs_in_a_terminal_and_quits_on_q(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
         os.close(leader)
+
+
+async def test_o_switches_to_the_norms_shares_and_back(own_engine: Engine, att: Attention) -> None:
+    """Key o: the same sentence, token and head, the norms ‖α·f(x)‖ as each row's shares
+    (computed once, on first use), and the measure named in the status line and the view."""
+    from attnviz.transforms import shares
+
+    it = att.tokens.labels.index("it")
+    norms = runner(own_engine, att.layers, measure="norm")
+    app = ExploreApp(att, query=it, run_norms=norms)
+    async with app.run_test(size=SIZE) as pilot:
+        await press(pilot, "o")
+        assert app.att.measure == "norm" and "norm shares" in status(app)
+        assert "norm share" in view(app)
+        want = shares(inspect(EXAMPLE, own_engine, measure="norm")).weights
+        np.testing.assert_allclose(app.att.weights, want, atol=1e-6)
+        np.testing.assert_allclose(app.att.weights.sum(-1), 1.0, atol=1e-5)
+        await press(pilot, "o")
+        assert app.att.measure == "weight" and "norm" not in status(app)
+        np.testing.assert_allclose(app.att.weights, att.weights)
+    bare = ExploreApp(att, query=it)  # no model to compute norms with: said, nothing changes
+    async with bare.run_test(size=SIZE) as pilot:
+        await press(pilot, "o")
+        assert bare.att.measure == "weight"

@@ -29,10 +29,13 @@ class ForwardOutput:
         hidden_states: (B, S, E) output of the last layer computed.
         attentions: one (B, H, R, S) tensor per layer computed, first layer first: the
             rows asked for (R = S for every row), or none (R = 0) in a layer not asked for.
+        value_norms: with the norm measure (``attnviz.norms``), one (B, H, S) tensor per
+            entry of ``attentions``: ‖f_h(x_j)‖ of every head and key; None otherwise.
     """
 
     hidden_states: Tensor
     attentions: list[Tensor]
+    value_norms: list[Tensor] | None = None
 
 
 class AttnModel(nn.Module):

@@ -42,11 +42,14 @@ class Seq2SeqOutput:
         decoder: the decoder's causal self-attention (B, H, L, L) per layer and its
             final hidden states (B, L, E) (transformers' ``last_hidden_state``).
         cross: the decoder's cross-attention (B, H, L, S) per layer: target token -> source token.
+        cross_value_norms: with the norm measure, (B, H, S) per layer: the value norms of
+            the source tokens as each cross-attention sees them (``attnviz.norms``).
     """
 
     encoder: ForwardOutput
     decoder: ForwardOutput
     cross: list[Tensor]
+    cross_value_norms: list[Tensor] | None = None
 
     def part(self, name: str) -> ForwardOutput:
         """One part's attentions with the hidden states of the stack that computed them
@@ -56,7 +59,7 @@ class Seq2SeqOutput:
         if name == "decoder":
             return self.decoder
         if name == "cross":
-            return ForwardOutput(hidden_states=self.decoder.hidden_states, attentions=self.cross)
+            return ForwardOutput(self.decoder.hidden_states, self.cross, self.cross_value_norms)
         raise ValueError(f"unknown part {name!r} (parts: {', '.join(PARTS)})")
 
 

@@ -136,6 +136,10 @@ _REASON_HINTS: dict[str, str] = {
     "pair_seq2seq": "give the second text with --target-text: an encoder-decoder's is the decoder's",
     "positional_sort": "use --sort weight, entropy or sink",
     "cross_view": "drop --words/--hide-special/--rollout here, or pick --part encoder or decoder",
+    "norm_rollout": "drop --rollout, or use --measure weight",
+    "norm_projections": "use --engine own, which gives the norms for every family it runs",
+    "norm_split": "use --measure weight for this model",
+    "unknown_measure": "use --measure weight or norm",
 }
 
 
@@ -158,6 +162,11 @@ def hint_for(exc: AttnvizError) -> str | None:
         return exc.hint or f"use --layer 0..{n - 1}, N,M, A-B or all"
     if isinstance(exc, DeviceError):
         return "use --device cpu (or auto)" if reason == "absent" else "use --device auto, cpu, cuda, cuda:N or mps"
+    if reason in ("explain_layer", "explain_head"):
+        flag = "--layer" if reason == "explain_layer" else "--head"
+        return f"use {flag} 0..{count - 1}"
+    if reason == "explain_family":
+        return "explain covers attnviz's own families whose scores are q·k; attnviz show gives this model's weights"
     if reason == "page_size":  # an HTML page over the budget: facts ``fit`` (layers that fit)
         fit = int(facts["fit"])
         if not fit:

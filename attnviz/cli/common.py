@@ -103,13 +103,21 @@ def wrote(path: Path) -> None:
 
 
 def view_from(
-    words: bool, hide_special: bool, no_renorm: bool, heads: str | None, rollout: bool
+    words: bool, hide_special: bool, no_renorm: bool, heads: str | None, rollout: bool, measure: str = "weight"
 ) -> tuple[View, tuple[int, ...] | None]:
     """The reading options as a ``transforms.View`` and the heads picked with --heads N,M
-    (None: every head), checked before any model work."""
+    (None: every head), checked before any model work (against ``measure`` too)."""
     from ..errors import UsageError
     from ..transforms import View, parse_heads
 
+    if rollout and measure == "norm":
+        from ..errors import MeasureError
+
+        raise MeasureError(
+            "rollout multiplies attention weights through the layers; it is not defined for the norm measure",
+            reason="norm_rollout",
+            measure=measure,
+        )
     if no_renorm and not hide_special:
         raise UsageError("--no-renorm goes with --hide-special", hint="add --hide-special, or drop --no-renorm")
     try:

@@ -25,6 +25,8 @@ from .options import (
     JsonOpt,
     LayerOpt,
     MaxMemoryOpt,
+    Measure,
+    MeasureOpt,
     ModelOpt,
     NoPagerOpt,
     NoRenormOpt,
@@ -120,6 +122,7 @@ def compare(
     no_renorm: NoRenormOpt = False,
     heads: HeadsOpt = None,
     rollout: RolloutOpt = False,
+    measure: MeasureOpt = Measure.weight,
     seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the --pairs bootstrap.")] = 0,
     model: ModelOpt = None,
     engine: EngineOpt = EngineName.own,
@@ -150,6 +153,7 @@ def compare(
         from ..render.tables import render_compare
         from ..render.terminal import for_console, paged
         from ..safeio import check_text
+        from ..transforms import shares
 
         targets = tuple(target or ())
         pairwise = vs is not None or pairs is not None
@@ -166,12 +170,18 @@ def compare(
             kinds = parse_exclude(exclude)
         except ValueError as exc:
             raise UsageError(str(exc), hint="e.g. --exclude special,adjacent,punct or --exclude none") from None
-        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout)
+        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout, measure.value)
         if picked is not None:
             raise UsageError("compare ranks every head", hint="use --heads mean or max here, --layer to narrow")
         memory_limit = budget(max_memory)
         options = PairOptions(
-            occurrence=occurrence, layers=layer, top=top, view=reading, exclude=kinds, max_memory=memory_limit
+            occurrence=occurrence,
+            layers=layer,
+            top=top,
+            view=reading,
+            exclude=kinds,
+            max_memory=memory_limit,
+            measure=measure.value,
         )
         if pairs is not None:
             if any(x is not None for x in (sentence, file, vs, token, index)) or targets:
@@ -201,13 +211,14 @@ def compare(
             targets=targets,
             part=part.value if part else None,
             view=reading,
+            measure=measure.value,
         )
         text = read_input(sentence, file)
         eng = load(text, model, engine.value, device, dtype.value)
         if vs is None:
             source = sentence_tokens(eng, text, pair, decoder)
             got = run(source, eng, selection, target=decoder, max_memory=memory_limit)
-            att = got.attention
+            att = shares(got.attention)  # the norm measure's rows as shares: stats of a distribution
             rows = head_stats(att, got.queries[0], got.targets, top, kinds)
             rows = sort_rows(rows, by, limit)
         else:
@@ -231,6 +242,7 @@ def _meta(att: Attention, exclude: Sequence[str], by: str) -> dict[str, object]:
     from ..result import provenance_fields
 
     out: dict[str, object] = provenance_fields(att.provenance)
+    out["measure"] = att.measure
     if att.steps:
         out["steps"] = list(att.steps)
     out["exclude"] = list(exclude)

@@ -75,7 +75,8 @@ def explore(
         att = first.attention
         start = first.queries[0] if query is not None else None
         run = runner(eng, att.layers)
-        explorer = ExploreApp(att, run, query=start, export_dir=export_dir, dpi=DEFAULT_DPI)
+        run_norms = runner(eng, att.layers, measure="norm")
+        explorer = ExploreApp(att, run, query=start, export_dir=export_dir, dpi=DEFAULT_DPI, run_norms=run_norms)
         if "transformers" in sys.modules:
             # Its log handler holds the real stderr, past textual's capture: a warning during a
             # forward pass (--engine hf) would be written across the screen.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -33,6 +34,8 @@ from .options import (
     HideSpecialOpt,
     IndexOpt,
     MaxMemoryOpt,
+    Measure,
+    MeasureOpt,
     ModelOpt,
     NoRenormOpt,
     Occurrence,
@@ -110,6 +113,7 @@ def export(
     no_renorm: NoRenormOpt = False,
     heads: HeadsOpt = None,
     rollout: RolloutOpt = False,
+    measure: MeasureOpt = Measure.weight,
     figsize: FigsizeOpt = None,
     fontsize: FontsizeOpt = DEFAULT_FONT_PT,
     vmax: VmaxOpt = "1",
@@ -147,6 +151,7 @@ def export(
         from ..errors import UsageError
         from ..pipeline import Selection, choose_part, plan, read
         from ..result import check_writable
+        from ..transforms import shares
 
         # Everything a user can get wrong without a model is checked before loading one
         # (and before importing matplotlib).
@@ -167,14 +172,14 @@ def export(
             eng = load(text, model, engine.value, device, dtype.value)
             first = sentence_tokens(eng, text, pair, None)
             tokens = eng.tokenize(first) if isinstance(first, str) else first
-            write_page(eng, tokens, query, layer, view, output, budget(max_memory))
+            write_page(eng, tokens, query, layer, view, output, budget(max_memory), measure.value)
             return
         if view is ExportView.token and query is None:
             raise UsageError(
                 "say which token to draw",
                 hint="add --token WORD (or --index K), or use --view matrix for whole matrices",
             )
-        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout)
+        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout, measure.value)
         style = _style(figsize, fontsize, vmax, cmap, no_title, picked)
         limit = budget(max_memory)
         text = read_input(sentence, file)
@@ -191,6 +196,7 @@ def export(
             view=reading,
             heads=picked,
             all_rows=view is ExportView.matrix,  # the matrix: every query row, the token outlined
+            measure=measure.value,
         )
         planned = plan(source, eng, selection, target=target)
         layers = planned.layers
@@ -200,13 +206,14 @@ def export(
                 hint="give --layer N, or use --view token for several layers",
             )
         got = read(planned, eng, max_memory=limit)
+        att = shares(got.attention)  # the norm measure's rows drawn as shares of 0..1
         if view is ExportView.token:
-            write_token_image(got.attention, got.queries[:1], output, dpi, style)
+            write_token_image(att, got.queries[:1], output, dpi, style)
             return
         from ..render.image import matrix_figure, save_figure
 
         highlight = got.query_groups[0] if got.query_groups else ()
-        save_figure(matrix_figure(got.attention, layers[0], highlight=highlight, style=style), output, dpi)
+        save_figure(matrix_figure(att, layers[0], highlight=highlight, style=style), output, dpi)
         wrote(output)
 
 
@@ -218,18 +225,25 @@ def write_page(
     view: ExportView,
     path: Path,
     max_memory: int | None = None,
+    measure: str = "weight",
 ) -> None:
     """The interactive page: every query row of the chosen layers (default all), its size
-    checked from the token count before the forward pass."""
+    checked from the token count before the forward pass. ``measure`` "norm": the page
+    carries the norms too and opens on them (a weight/norm toggle)."""
     from ..pipeline import Selection, plan, read
     from ..render.html import check_page_size, save_html
 
     selection = Selection(queries=() if query is None else (query,), layers=layer, all_rows=True)
     planned = plan(tokens, eng, selection)
-    check_page_size(len(planned.layers), eng.shape.num_heads, len(tokens))
+    heads = eng.shape.num_heads * (2 if measure == "norm" else 1)  # the norms double the matrices
+    check_page_size(len(planned.layers), heads, len(tokens))
     got = read(planned, eng, max_memory)  # every query row: whole matrices
+    norms = None
+    if measure == "norm":
+        norms = read(plan(tokens, eng, replace(selection, measure="norm")), eng, max_memory).attention
     pinned = got.queries[0] if query is not None else None  # a split word: its first piece
-    save_html(got.attention, path, query=pinned, view="matrix" if view is ExportView.matrix else "head")
+    page = "matrix" if view is ExportView.matrix else "head"
+    save_html(got.attention, path, query=pinned, view=page, norms=norms)
     wrote(path)
 
 

@@ -18,7 +18,18 @@ from ..errors import ExitCode, UsageError
 from ..render import DEFAULT_DPI, IMAGE_FORMATS
 from .app import app, errors
 from .common import stderr_console, stdout_console, wrote
-from .options import DebugOpt, DeviceOpt, DType, DtypeOpt, EngineName, EngineOpt, LayerOpt, ModelOpt
+from .options import (
+    DebugOpt,
+    DeviceOpt,
+    DType,
+    DtypeOpt,
+    EngineName,
+    EngineOpt,
+    LayerOpt,
+    Measure,
+    MeasureOpt,
+    ModelOpt,
+)
 
 if TYPE_CHECKING:
     from ..corpus.scan import ScanReport
@@ -94,6 +105,7 @@ def heads(
             show_default=False,
         ),
     ] = None,
+    measure: MeasureOpt = Measure.weight,
     debug: DebugOpt = False,
 ) -> None:
     """Score every head over a corpus: previous-token, induction, sink and other detectors.
@@ -131,6 +143,7 @@ def heads(
             batch_size=batch_size,
             truncate=truncate,
             config=DetectorConfig(local_k=local_k),
+            measure=measure.value,
         )
         items, total = _texts(eng, corpus, fmt, probe, probe_texts, probe_length, seed, pairs)
         # 3. The scan, with a progress bar on a terminal only.
@@ -146,12 +159,12 @@ def heads(
             from ..render.heads_image import heads_figure
             from ..render.image import save_figure
 
-            save_figure(heads_figure(report, provenance), output, dpi)
+            save_figure(heads_figure(report, provenance, measure=measure.value), output, dpi)
         if json_out:
             from ..corpus.scan import report_dict
             from ..result import json_text
 
-            typer.echo(json_text(report_dict(report, provenance)))
+            typer.echo(json_text(report_dict(report, provenance, measure.value)))
         elif csv_out:
             from ..corpus.scan import report_csv
 
@@ -161,7 +174,7 @@ def heads(
             from ..render.terminal import uses_colour
 
             console = stdout_console()
-            console.print(heads_table(report, provenance, top=top, color=uses_colour(console)))
+            console.print(heads_table(report, provenance, top=top, color=uses_colour(console), measure=measure.value))
         if output is not None and not (json_out or csv_out):
             wrote(output)
         if report.partial:

@@ -33,6 +33,11 @@ class Part(str, Enum):
     cross = "cross"
 
 
+class Measure(str, Enum):
+    weight = "weight"
+    norm = "norm"
+
+
 class SortKey(str, Enum):
     weight = "weight"
     entropy = "entropy"
@@ -148,6 +153,14 @@ RolloutOpt = Annotated[
     typer.Option(
         "--rollout",
         help="Add attention rollout (Abnar & Zuidema 2020): (A + I)/2 per layer, multiplied through the layers.",
+    ),
+]
+MeasureOpt = Annotated[
+    Measure,
+    typer.Option(
+        "--measure",
+        help="weight: the attention weights α; norm: ‖α·f(x)‖, f(x) = (x·W_V + b_V)·W_O, the size of what each "
+        "token adds to the head's output (Kobayashi et al. 2020; views colour each row's shares).",
     ),
 ]
 TokensOpt = Annotated[

@@ -33,6 +33,8 @@ from .options import (
     JsonOpt,
     LayerOpt,
     MaxMemoryOpt,
+    Measure,
+    MeasureOpt,
     ModelOpt,
     NoPagerOpt,
     NoRenormOpt,
@@ -71,6 +73,7 @@ def show(
     target_file: TargetFileOpt = None,
     part: PartOpt = None,
     pair: PairOpt = None,
+    measure: MeasureOpt = Measure.weight,
     values: Annotated[bool, typer.Option("--values", help="Print each weight in its cell.")] = False,
     json_out: JsonOpt = False,
     npz: Annotated[
@@ -100,6 +103,7 @@ def show(
         from ..errors import UsageError
         from ..pipeline import Selection, run
         from ..result import check_writable
+        from ..transforms import shares
         from .export import token_image
 
         # Before any model work: a typo should cost nothing.
@@ -119,10 +123,15 @@ def show(
                 raise UsageError("--all-tokens prints every row as data", hint="add --json or --npz PATH")
             if png is not None:
                 raise UsageError("--png draws one token", hint="use attnviz export --view matrix for whole matrices")
-        view, picked = view_from(words, hide_special, no_renorm, heads, rollout)
+        view, picked = view_from(words, hide_special, no_renorm, heads, rollout, measure.value)
         queries = queries_from(token, occurrence, index, required=not all_tokens)
         selection = Selection(
-            queries=tuple(queries), layers=layer, part=part.value if part else None, view=view, heads=picked
+            queries=tuple(queries),
+            layers=layer,
+            part=part.value if part else None,
+            view=view,
+            heads=picked,
+            measure=measure.value,
         )
         target = decoder_text(target_text, target_file)
         limit = budget(max_memory)
@@ -136,7 +145,7 @@ def show(
             from ..render import DEFAULT_DPI, FigureStyle
 
             try:
-                figure = token_image(att, positions, DEFAULT_DPI, FigureStyle(heads=picked))
+                figure = token_image(shares(att), positions, DEFAULT_DPI, FigureStyle(heads=picked))
             except UsageError as exc:
                 exc.facts.setdefault("command", "show")  # for the hint: show has no --dpi
                 raise
@@ -159,7 +168,7 @@ def show(
 
             console = stdout_console()
             with paged(console, not no_pager):
-                console.print(render_show(att, positions, **for_console(console), values=values, heads=picked))
+                console.print(render_show(shares(att), positions, **for_console(console), values=values, heads=picked))
         if png is not None and figure is not None:
             from ..render import DEFAULT_DPI
             from ..render.image import save_figure

@@ -47,8 +47,12 @@ class ScanOptions:
     truncate: bool = False
     config: DetectorConfig = field(default_factory=DetectorConfig)
     window: int = 8  # batches held and sorted by length (padding waste vs memory)
+    # "norm": detectors read each row's norm shares ‖α·f(x)‖ / row sum (attnviz.norms).
+    measure: str = "weight"
 
     def __post_init__(self) -> None:
+        if self.measure not in ("weight", "norm"):
+            raise UsageError(f"unknown measure {self.measure!r} (known: weight, norm)", hint=None)
         if self.batch_size < 1:
             raise UsageError(f"batch size must be at least 1, got {self.batch_size}", hint=None)
         if not self.layers:
@@ -80,16 +84,18 @@ class ScanReport:
     partial: bool = False  # interrupted: covers the texts scored so far
 
 
-def report_dict(report: ScanReport, provenance: Provenance) -> dict[str, Any]:
+def report_dict(report: ScanReport, provenance: Provenance, measure: str = "weight") -> dict[str, Any]:
     """The JSON of ``attnviz heads --json``: provenance (``result.provenance_fields``'s
     shape, as show and compare), coverage, and every (layer, head, detector, mean, sd, n)
-    row; coreference accuracy when there was any. Rounded by ``result.jsonable``."""
+    row; coreference accuracy when there was any; ``measure``: what the detectors read
+    ("norm": each row's norm shares). Rounded by ``result.jsonable``."""
     header = provenance_fields(provenance)
     out: dict[str, Any] = {
         **{key: header[key] for key in ("model", "engine", "device", "dtype")},
         "layers": list(report.heads.layers),
         "num_heads": report.heads.num_heads,
         "detectors": list(report.heads.detectors),
+        "measure": measure,
         "texts": report.texts,
         "skipped": report.skipped,
         "truncated": report.truncated,
@@ -171,7 +177,14 @@ def score_batch(
     """One padded forward pass over ``batch`` -> its accumulator (and coreference tally)."""
     import torch
 
-    out = engine.forward_batch([p.tokens for p in batch], max_layer=max(options.layers))
+    if options.measure == "norm":
+        from ..norms import norm_shares
+
+        out = engine.forward_batch([p.tokens for p in batch], max_layer=max(options.layers), norms=True)
+        assert out.value_norms is not None  # asked for
+        out.attentions = [norm_shares(a, n) for a, n in zip(out.attentions, out.value_norms, strict=True)]
+    else:
+        out = engine.forward_batch([p.tokens for p in batch], max_layer=max(options.layers))
     weights = [out.attentions[layer].to(device="cpu", dtype=torch.float32).numpy() for layer in options.layers]
     shape = engine.shape
     scores, valid = text_scores(weights, [p.features for p in batch], shape.causal, options.config)

@@ -87,17 +87,25 @@ class Engine(Protocol):
     def part_shape(self, part: str | None) -> ModelShape: ...
 
     def forward(
-        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+        self,
+        tokens: Tokens,
+        layers: Sequence[int] | None = None,
+        queries: Sequence[int] | None = None,
+        norms: bool = False,
     ) -> ForwardOutput:
         """One forward pass (an encoder-decoder's encoder alone). ``attentions[i]``
         (1, H, R, S) holds layer ``layers[i]``'s weight rows of ``queries`` (default:
-        every layer, every row)."""
+        every layer, every row); with ``norms``, ``value_norms[i]`` (1, H, S) its value
+        norms (``attnviz.norms``)."""
         ...
 
-    def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput: ...
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens, norms: bool = False) -> Seq2SeqOutput: ...
 
-    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput:
-        """One pass over right-padded texts: full (B, H, S, S) weights of layers 0..max_layer."""
+    def forward_batch(
+        self, batch: Sequence[Tokens], max_layer: int | None = None, norms: bool = False
+    ) -> ForwardOutput:
+        """One pass over right-padded texts: full (B, H, S, S) weights of layers 0..max_layer
+        (and, ``norms``, their (B, H, S) value norms)."""
         ...
 
 

@@ -93,11 +93,18 @@ class HFEngine(EngineBase):
             )
 
     def forward(
-        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+        self,
+        tokens: Tokens,
+        layers: Sequence[int] | None = None,
+        queries: Sequence[int] | None = None,
+        norms: bool = False,
     ) -> ForwardOutput:
         """transformers computes every layer's full eager weights; we keep the asked ones.
-        (An encoder-decoder's encoder alone.)"""
+        (An encoder-decoder's encoder alone.) ``norms``: value norms from forward hooks on
+        transformers' value projections (``norms.hf_projections``)."""
         import torch
+
+        from ..norms import per_layer, recording
 
         ids = self._ids(tokens)
         # An encoder-decoder's full forward needs a decoder input; its encoder runs alone.
@@ -105,34 +112,69 @@ class HFEngine(EngineBase):
         kwargs: dict[str, Any] = {}
         if any(tokens.type_ids) and "token_type_ids" in _parameters(model.forward):
             kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
-        with torch.inference_mode():
+        projections = self._projections(model) if norms else []
+        with torch.inference_mode(), recording(model, projections=projections, active=norms) as record:
             out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True, **kwargs)
         full = _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
         chosen = range(len(full.attentions)) if layers is None else layers
         rows = slice(None) if queries is None else list(queries)
+        if norms:
+            full.value_norms = per_layer(record.part(None), len(full.attentions), chosen, self.files.model_type)
         full.attentions = [full.attentions[layer][:, :, rows] for layer in chosen]
         return full
 
-    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput:
+    def _projections(self, model: Any) -> list[Any]:
+        """transformers' value projections and W^O (``norms.hf_projections``).
+
+        Raises:
+            MeasureError: none we can read (facts: reason "norm_projections").
+        """
+        from ..errors import MeasureError
+        from ..norms import NoProjections, hf_projections
+
+        decoder = self.decoder_shape.num_heads if self.decoder_shape is not None else self.num_heads
+        try:
+            return hf_projections(model, {"encoder": self.num_heads, "decoder": decoder, "cross": decoder})
+        except NoProjections as exc:
+            raise MeasureError(
+                f"the norm measure needs each head's value projection and W^O, and transformers' "
+                f"{self.files.model_type!r} model has none we can hook: {exc}",
+                hint="its values come out of a fused q/k/v projection; the own engine gives the norms",
+                reason="norm_projections",
+                measure="norm",
+            ) from None
+
+    def forward_batch(
+        self, batch: Sequence[Tokens], max_layer: int | None = None, norms: bool = False
+    ) -> ForwardOutput:
         """As ``OwnEngine.forward_batch``, through transformers (every layer runs; an
         encoder-decoder's encoder alone)."""
         import torch
 
+        from ..norms import per_layer, recording
+
         ids, mask = self._padded(batch)
         model = self.model.get_encoder() if self.parts else self.model
-        with torch.inference_mode():
+        projections = self._projections(model) if norms else []
+        with torch.inference_mode(), recording(model, projections=projections, active=norms) as record:
             out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
-        return _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
+        full = _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
+        if norms:
+            run = len(full.attentions)
+            full.value_norms = per_layer(record.part(None), run, range(run), self.files.model_type)
+        return full
 
-    def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput:
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens, norms: bool = False) -> Seq2SeqOutput:
         """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through the decoder."""
         import torch
 
         from ..architectures.seq2seq import Seq2SeqOutput
+        from ..norms import attach_seq2seq, recording
 
         self.part_shape("cross")  # refuses a model with one stack
         ids, decoder_ids = self._ids(tokens), self._ids(target)
-        with torch.inference_mode():
+        projections = self._projections(self.model) if norms else []
+        with torch.inference_mode(), recording(self.model, projections=projections, active=norms) as record:
             out = self.model(
                 input_ids=ids,
                 attention_mask=torch.ones_like(ids),
@@ -141,11 +183,14 @@ class HFEngine(EngineBase):
                 output_attentions=True,
             )
         cross = getattr(out, "cross_attentions", None)
-        return Seq2SeqOutput(
+        result = Seq2SeqOutput(
             encoder=_output(getattr(out, "encoder_attentions", None), getattr(out, "encoder_last_hidden_state", None)),
             decoder=_output(getattr(out, "decoder_attentions", None), getattr(out, "last_hidden_state", None)),
             cross=_output(cross, getattr(out, "last_hidden_state", None)).attentions,
         )
+        if norms:
+            attach_seq2seq(result, record, self.files.model_type)
+        return result
 
 
 def _parameters(fn: Any) -> set[str]:

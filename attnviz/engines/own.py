@@ -37,11 +37,18 @@ class OwnEngine(EngineBase):
             self.decoder_shape = self.model.decoder_shape
 
     def forward(
-        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+        self,
+        tokens: Tokens,
+        layers: Sequence[int] | None = None,
+        queries: Sequence[int] | None = None,
+        norms: bool = False,
     ) -> ForwardOutput:
         """Fused attention in every layer; exact weights only for ``queries`` of ``layers``,
-        and no layer after the last one asked for. (An encoder-decoder's encoder alone.)"""
+        and no layer after the last one asked for. (An encoder-decoder's encoder alone.)
+        ``norms``: the value norms of ``layers`` too (``attnviz.norms``)."""
         import torch
+
+        from ..norms import per_layer, recording
 
         chosen = tuple(range(self.num_layers)) if layers is None else tuple(layers)
         kwargs: dict[str, Any] = {}
@@ -49,29 +56,43 @@ class OwnEngine(EngineBase):
         if any(tokens.type_ids) and types:
             # A sentence pair, into a model with token-type embeddings (else ignored, as transformers does).
             kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
-        with torch.inference_mode():
+        with torch.inference_mode(), recording(self.model, active=norms) as record:
             out = self.model(self._ids(tokens), max_layer=max(chosen), layers=set(chosen), queries=queries, **kwargs)
+        if norms:
+            out.value_norms = per_layer(record.part(None), len(out.attentions), chosen, self.files.model_type)
         out.attentions = [out.attentions[layer] for layer in chosen]
         return out
 
-    def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput:
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens, norms: bool = False) -> Seq2SeqOutput:
         """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through
-        the decoder; every layer's full weights of every part."""
+        the decoder; every layer's full weights of every part (and value norms, ``norms``)."""
         import torch
 
         from ..architectures.seq2seq import EncoderDecoder
+        from ..norms import attach_seq2seq, recording
 
         self.part_shape("cross")  # refuses a model with one stack
         assert isinstance(self.model, EncoderDecoder)  # part_shape checked it
-        with torch.inference_mode():
-            return self.model.forward_seq2seq(self._ids(tokens), self._ids(target))
+        with torch.inference_mode(), recording(self.model, active=norms) as record:
+            out = self.model.forward_seq2seq(self._ids(tokens), self._ids(target))
+        if norms:
+            attach_seq2seq(out, record, self.files.model_type)
+        return out
 
-    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput:
+    def forward_batch(
+        self, batch: Sequence[Tokens], max_layer: int | None = None, norms: bool = False
+    ) -> ForwardOutput:
         """One forward pass over right-padded texts; attentions are (B, H, S, S) per layer
         (exact eager weights), padding keys get weight 0 and padding query rows are to be
-        ignored."""
+        ignored. ``norms``: the value norms (B, H, S) of every layer run too."""
         import torch
 
+        from ..norms import per_layer, recording
+
         ids, mask = self._padded(batch)
-        with torch.inference_mode():
-            return self.model(ids, attention_mask=mask, max_layer=max_layer, fused=False)
+        with torch.inference_mode(), recording(self.model, active=norms) as record:
+            out = self.model(ids, attention_mask=mask, max_layer=max_layer, fused=False)
+        if norms:
+            run = len(out.attentions)
+            out.value_norms = per_layer(record.part(None), run, range(run), self.files.model_type)
+        return out

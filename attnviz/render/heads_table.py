@@ -30,13 +30,20 @@ def summary_line(report: ScanReport, p: Provenance) -> str:
     return line
 
 
-def heads_table(report: ScanReport, p: Provenance, *, top: int = 3, color: bool = True) -> RenderableType:
+HEADS_NORM_NOTE = "measure norm: detectors read each row's norm shares ‖α·f(x)‖ / row sum (Kobayashi et al. 2020)"
+
+
+def heads_table(
+    report: ScanReport, p: Provenance, *, top: int = 3, color: bool = True, measure: str = "weight"
+) -> RenderableType:
     """One line per detector: texts scored (n) and its ``top`` heads, mean ± sd over texts.
     Entropy lists the most focused (lowest) heads first."""
     parts: list[RenderableType] = []
     if report.partial:
         parts.append(Text(f"PARTIAL: interrupted; these scores cover the first {report.texts} texts", style="bold"))
     parts.append(Text(summary_line(report, p), style="dim"))
+    if measure == "norm":
+        parts.append(Text(HEADS_NORM_NOTE, style="dim"))
     table = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
     table.add_column("detector", no_wrap=True)
     table.add_column("n", justify="right", no_wrap=True)

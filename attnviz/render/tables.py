@@ -221,10 +221,11 @@ def render_compare(
                 style="dim",
             )
         )
-    note = ""
+    note = "" if att.measure == "weight" else " · measure: norm shares ‖α·f(x)‖ / row sum"
     kind = "word" if att.key_pieces is not None else "token"
     if rows and isinstance(rows[0], PairStats):
-        title = f"{word!r}: weight on each target in sentence A and B, Δ = B − A, {shown}, largest change first"
+        what = "weight" if att.measure == "weight" else "norm share"
+        title = f"{word!r}: {what} on each target in sentence A and B, Δ = B − A, {shown}, largest change first"
         if sort != "delta":
             title = title.rsplit(",", 1)[0] + f", sorted by {sort}"
         parts.append(pair_rows_table(rows, title=title + note, color=color, **kv))  # type: ignore[arg-type]

@@ -182,6 +182,8 @@ def token_heatmap(
     where = f"{kind} {span[0]}" if len(span) == 1 else f"{kind}s {span[0]}-{span[-1]}, averaged"
     key_kind = "source token" if att.part == "cross" and kind == "token" else kind
     title = f"layer {layer} · {who!r} ({where}) → each {key_kind}"
+    if att.measure != "weight":
+        title += f" · {_measure_label(att)}"
     if p.causal:
         title += f" · causal: later {kind}s ({MASKED}) are masked"
     if p.attention_sinks and not att.hidden:
@@ -259,6 +261,8 @@ def matrix_heatmap(
     row_w = max(len(n) for n in names) + 2
     kind = "word" if att.key_pieces is not None else "token"
     title = f"layer {layer} · {att.head_name(head)} · each {kind} (row) → each {kind} (column)"
+    if att.measure != "weight":
+        title += f" · {_measure_label(att)}"
     if p.causal:
         title += f" · causal: later {kind}s ({MASKED}) are masked"
     # The title on its own line: as a Table title it would wrap at a narrow table's width.
@@ -291,6 +295,11 @@ def matrix_heatmap(
     return Group(*tables, Text(""))
 
 
+NORM_NOTE = (
+    "measure norm: ‖α·f(x)‖ with f(x) = (x·W_V + b_V)·W_O, the size of what each token adds to the "
+    "head's output (Kobayashi et al. 2020); cells are each row's shares"
+)
+
 SCORE_TERMS = {
     "c2c": "content→content",
     "c2p": "content→position (c2p)",
@@ -322,9 +331,15 @@ def part_note(att: Attention) -> str:
     return f"encoder self-attention · source {att.tokens.text!r}"
 
 
-def legend(color: bool = True) -> Text:
-    """'weight 0 ▕colours▏ 1   ◆ strongest target of the head'."""
-    text = Text("weight 0 ")
+def _measure_label(att: Attention) -> str:
+    from ..transforms import measure_label
+
+    return measure_label(att)
+
+
+def legend(color: bool = True, measure: str = "weight") -> Text:
+    """'weight 0 ▕colours▏ 1   ◆ strongest target of the head' (``measure``: what a cell is)."""
+    text = Text(f"{measure} 0 ")
     for w in np.linspace(0, 1, 11):
         text.append("  " if color else shade(float(w)) * 2, style=Style(bgcolor=colour(float(w))) if color else "")
     text.append(" 1    ")
@@ -370,6 +385,8 @@ def render_show(
     attnviz.findings). ``width``/``color``: ``for_console(console)``."""
     p = att.provenance
     parts: list[RenderableType] = [Text(provenance_line(p), style="dim")]
+    if att.measure == "norm":
+        parts.append(Text(NORM_NOTE, style="dim"))
     if att.part is not None:
         parts.append(Text(part_note(att), style="dim"))
     if att.keys.pair_start is not None and att.key_pieces is None:
@@ -381,7 +398,7 @@ def render_show(
     for q in queries:
         for layer in att.layers:
             parts.append(token_heatmap(att, q, layer, values=values, color=color, width=width, heads=heads))
-    parts.append(legend(color))
+    parts.append(legend(color, _measure_label(att)))
     if links > 0:
         for q in queries:
             slot = att.query_slot(q)
