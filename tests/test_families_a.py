@@ -1,0 +1,141 @@
+"""Issue 23, first half: the hf engine's defects D1, D3, D4, and the own-engine stacks of
+GPT-NeoX, GPT-Neo, OPT, GPT-J, Phi, BLOOM, Falcon and GPT-BigCode against transformers
+(eager attention) on tiny checkpoints with every quirk switched on (tests/tiny_families_a.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnviz import metrics
+from attnviz.check import compare_engines
+from attnviz.engines import inspect, load_engine
+from attnviz.errors import UsageError
+
+from .tiny_families_a import CAUSALITY_SPECS, FAMILY_A_SPECS
+from .tiny_models import SENTENCES, SPECS, SPECS_BY_NAME, Spec, save_tiny
+
+TOL = 1e-5
+ALL_SPECS: tuple[Spec, ...] = (*SPECS, *CAUSALITY_SPECS, *FAMILY_A_SPECS)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("families_a")
+
+
+def _saved(root: Path, spec: Spec) -> Path:
+    directory = root / spec.name
+    if not (directory / "config.json").is_file():
+        save_tiny(spec, directory)
+    return directory
+
+
+def _with_config(source: Path, directory: Path, **change: Any) -> Path:
+    shutil.copytree(source, directory)
+    config = json.loads((source / "config.json").read_text(encoding="utf-8"))
+    (directory / "config.json").write_text(json.dumps({**config, **change}), encoding="utf-8")
+    return directory
+
+
+# --- D1: causality from the model ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda s: s.name)
+def test_hf_engine_reads_causality_from_the_model(spec: Spec, root: Path) -> None:
+    """Every family transformers builds tiny: the hf engine's causal flag is what the
+    checkpoint is (a decoder saved from *ForCausalLM; an encoder, or an encoder-decoder's
+    encoder, otherwise), read from the model, not from a list of model_types (which
+    missed OLMoE and SmolLM3), and the weights agree: exactly 0 on every later key."""
+    hf = load_engine("hf", str(_saved(root, spec)), "cpu")
+    decoder = spec.head == "causal"
+    assert hf.shape.causal is decoder
+    out = hf.forward(hf.tokenize(SENTENCES[0]))
+    later = torch.ones(out.attentions[0].shape[-2:], dtype=torch.bool).triu(1)  # (Q, S)
+    assert all(bool((a[..., later] == 0).all()) is decoder for a in out.attentions)
+
+
+@pytest.mark.parametrize("name", ["olmoe", "smollm3"])
+def test_compare_entropy_and_show_marks_follow_the_models_causality(name: str, root: Path) -> None:
+    """The two families the list missed: entropy normalised over the i + 1 tokens query i
+    sees (a decoder row), and show's title marks the masked later tokens."""
+    from attnviz.cli import app
+
+    spec = next(s for s in CAUSALITY_SPECS if s.name == name)
+    directory = _saved(root, spec)
+    engine = load_engine("hf", str(directory), "cpu")
+    query = 3
+    att = inspect(SENTENCES[0], engine, layers="all", queries=[query])
+    assert att.provenance.causal
+    rows = np.asarray(att.weights[:, :, 0, : query + 1], dtype=np.float64)  # (N, H, q + 1): what q sees
+    by_hand = -(rows * np.log(rows)).sum(-1) / np.log(query + 1)  # (N, H)
+    stats = metrics.head_stats(att, query)
+    assert [s.entropy for s in stats] == pytest.approx(by_hand.reshape(-1).tolist(), abs=1e-6)
+    token = att.tokens.labels[query]
+    result = CliRunner().invoke(
+        app, ["show", SENTENCES[0], "--model", str(directory), "--engine", "hf", "--token", token, "--layer", "0"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "causal: later tokens" in result.stdout
+
+
+# --- D3, D4: dynamic RoPE in the hf engine and in check -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def dynamic(root: Path) -> Path:
+    """The dynamic-RoPE Llama with max_position_embeddings 6: every test sentence runs past it."""
+    return _with_config(
+        _saved(root, SPECS_BY_NAME["llama-rope-dynamic"]), root / "dynamic-6", max_position_embeddings=6
+    )
+
+
+def test_hf_engine_runs_dynamic_rope_past_max_position_embeddings(dynamic: Path, root: Path) -> None:
+    own, hf = load_engine("own", str(dynamic), "cpu"), load_engine("hf", str(dynamic), "cpu")
+    assert own.max_positions is None and hf.max_positions is None
+    tokens = hf.tokenize(SENTENCES[0])
+    assert len(tokens) > 6
+    ours, theirs = own.forward(tokens), hf.forward(tokens)
+    for a, b in zip(ours.attentions, theirs.attentions, strict=True):
+        assert float((a - b).abs().max()) <= TOL
+    # Plain RoPE keeps its limit, in both engines.
+    plain = _with_config(_saved(root, SPECS_BY_NAME["llama"]), root / "plain-6", max_position_embeddings=6)
+    for name in ("own", "hf"):
+        with pytest.raises(UsageError):
+            load_engine(name, str(plain), "cpu").tokenize(SENTENCES[0])
+
+
+def test_hf_engine_forgets_the_grown_rotary_state_between_passes(dynamic: Path) -> None:
+    """transformers keeps dynamic RoPE's θ grown for the longest input so far; the hf
+    engine gives each pass a fresh model's state, so a sentence's weights do not depend
+    on what ran before it."""
+    hf = load_engine("hf", str(dynamic), "cpu")
+    short, long = hf.tokenize("the cat sat on the mat"), hf.tokenize(SENTENCES[1])
+    assert 6 < len(short) < len(long)
+    first = hf.forward(short).attentions
+    hf.forward(long)
+    again = hf.forward(short).attentions
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_check_with_sentences_of_different_lengths_on_dynamic_rope(dynamic: Path) -> None:
+    """Longer, then shorter sentences (all past max_position_embeddings): each is compared
+    with a freshly reset transformers model."""
+    from attnviz.cli import app
+
+    sentences = [SENTENCES[1], SENTENCES[0], "the cat sat on the mat"]
+    assert compare_engines(str(dynamic), sentences, device="cpu").passed
+    args = ["check", "--model", str(dynamic), "--device", "cpu", "--json"]
+    for sentence in sentences:
+        args += ["--sentence", sentence]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["passed"] is True
