@@ -139,3 +139,139 @@ def test_check_with_sentences_of_different_lengths_on_dynamic_rope(dynamic: Path
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["passed"] is True
+
+
+# --- the own-engine stacks ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def families(root: Path) -> dict[str, Path]:
+    return {spec.name: _saved(root, spec) for spec in FAMILY_A_SPECS}
+
+
+def _hf_model(path: Path) -> Any:
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(str(path), attn_implementation="eager").eval()
+
+
+def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    assert a.shape == b.shape, f"{tuple(a.shape)} != {tuple(b.shape)}"
+    return float((a.double() - b.double()).abs().max())
+
+
+@pytest.mark.parametrize("spec", FAMILY_A_SPECS, ids=lambda s: s.name)
+def test_family_equals_transformers_on_every_path(spec: Spec, families: dict[str, Path]) -> None:
+    """Against transformers itself (eager attention, loaded here): the rows ``show`` computes
+    (fused output, exact rows of one query), the full matrices ``check`` compares, the
+    eager reference, and the final hidden states, all within 1e-5 in float32."""
+    path = families[spec.name]
+    own = load_engine("own", str(path), "cpu")
+    model: Any = own.model
+    hf = _hf_model(path)
+    assert own.files.model_type == spec.model_type and own.shape.causal
+    for sentence in SENTENCES:
+        tokens = own.tokenize(sentence)
+        ids = torch.tensor([tokens.ids])  # (1, S)
+        with torch.inference_mode():
+            theirs = hf(input_ids=ids, output_attentions=True)
+            eager = model(ids, fused=False)
+        full = own.forward(tokens)
+        query = len(tokens) // 2
+        rows = inspect(tokens, own, layers="all", queries=[query]).weights  # (N, H, 1, S), show's path
+        for layer, reference in enumerate(theirs.attentions):
+            assert _diff(eager.attentions[layer], reference) <= TOL, (spec.name, layer, "eager")
+            assert _diff(full.attentions[layer], reference) <= TOL, (spec.name, layer, "full")
+            assert _diff(torch.from_numpy(rows[layer, :, 0]), reference[0, :, query]) <= TOL, (spec.name, layer)
+        assert _diff(eager.hidden_states, theirs.last_hidden_state) <= TOL
+        assert _diff(full.hidden_states, theirs.last_hidden_state) <= TOL
+
+
+@pytest.mark.parametrize("spec", FAMILY_A_SPECS, ids=lambda s: s.name)
+def test_family_padded_batch_equals_transformers(spec: Spec, families: dict[str, Path]) -> None:
+    """Sentences of different lengths right-padded into one batch, both engines' batch path."""
+    path = families[spec.name]
+    own, hf = load_engine("own", str(path), "cpu"), load_engine("hf", str(path), "cpu")
+    batch = [own.tokenize(s) for s in SENTENCES]
+    assert len({len(t) for t in batch}) > 1
+    ours, theirs = own.forward_batch(batch), hf.forward_batch(batch)
+    real = torch.zeros(len(batch), max(len(t) for t in batch), dtype=torch.bool)
+    for b, tokens in enumerate(batch):
+        real[b, : len(tokens)] = True
+    for a, b in zip(ours.attentions, theirs.attentions, strict=True):
+        assert _diff(a.transpose(1, 2)[real], b.transpose(1, 2)[real]) <= TOL  # rows of real queries
+    assert _diff(ours.hidden_states[real], theirs.hidden_states[real]) <= TOL
+
+
+@pytest.mark.parametrize("spec", FAMILY_A_SPECS, ids=lambda s: s.name)
+def test_family_cli_check_and_show(spec: Spec, families: dict[str, Path]) -> None:
+    from attnviz.cli import app
+
+    path = str(families[spec.name])
+    result = CliRunner().invoke(app, ["check", "--model", path, "--device", "cpu", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["passed"] is True and data["model_type"] == spec.model_type and data["worst"] <= TOL
+    shown = {}
+    for engine in ("own", "hf"):
+        args = ["show", SENTENCES[0], "--model", path, "--engine", engine, "--token", "street", "--json"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        shown[engine] = np.asarray(json.loads(result.stdout)["weights"])
+        assert json.loads(result.stdout)["provenance"]["causal"] is True
+    assert float(np.abs(shown["own"] - shown["hf"]).max()) <= TOL + 1e-6  # JSON keeps 6 decimals
+
+
+def test_registry_finds_the_new_families() -> None:
+    from attnviz import architectures
+
+    registry = architectures.registry()
+    for spec in FAMILY_A_SPECS:
+        module = registry[spec.model_type]
+        assert module.__name__.rsplit(".", 1)[-1] == spec.model_type.replace("-", "_")
+
+
+def _worst_against(model: Any, hf: Any, path: Path) -> float:
+    from transformers import AutoTokenizer
+
+    ids = torch.tensor([AutoTokenizer.from_pretrained(str(path))(SENTENCES[0])["input_ids"]])  # (1, S)
+    with torch.inference_mode():
+        ours, theirs = model(ids, fused=False), hf(input_ids=ids, output_attentions=True)
+    diffs = [_diff(a, b) for a, b in zip(ours.attentions, theirs.attentions, strict=True)]
+    return max(*diffs, _diff(ours.hidden_states, theirs.last_hidden_state))
+
+
+# Each quirk, switched off in our reading of the config only: the result must then move
+# away from transformers', so the tiny checkpoints really exercise it.
+QUIRKS = [
+    ("gpt_neox", {"use_parallel_residual": False}),
+    ("gpt_neox", {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.5}}),
+    ("gpt_neox-sequential", {"use_parallel_residual": True}),
+    ("gpt_neo", {"window_size": 256}),
+    ("gpt_neo", {"attention_layers": ["global"] * 3}),
+]
+
+
+@pytest.mark.parametrize(("name", "change"), QUIRKS, ids=lambda x: x if isinstance(x, str) else "-".join(x))
+def test_each_quirk_matters(name: str, change: dict[str, Any], families: dict[str, Path]) -> None:
+    from attnviz import architectures
+
+    path = families[name]
+    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    hf = _hf_model(path)
+    assert _worst_against(architectures.load(path), hf, path) <= TOL
+    assert _worst_against(architectures.load(path, {**config, **change}), hf, path) > 1e-3
+
+
+def test_gpt_neo_reads_older_attention_types_and_masks_its_local_window(families: dict[str, Path]) -> None:
+    from attnviz import architectures
+
+    path = families["gpt_neo"]
+    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    assert config["attention_layers"] == ["local", "global", "local"]
+    old: Any = architectures.load(path, {k: v for k, v in config.items() if k != "attention_layers"})
+    assert list(old.windows) == [3, None, 3]
+    own = load_engine("own", str(path), "cpu")
+    out = own.forward(own.tokenize(SENTENCES[0]))
+    far = torch.ones(out.attentions[0].shape[-2:], dtype=torch.bool).tril(-3)  # (Q, S): j <= i - 3
+    assert [bool((a[..., far] == 0).all()) for a in out.attentions] == [True, False, True]

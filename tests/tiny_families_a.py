@@ -124,7 +124,57 @@ CAUSALITY_SPECS: tuple[Spec, ...] = (
     ),
 )
 
-# The families of this branch, every quirk switched on; appended to family by family.
-FAMILY_A_SPECS: tuple[Spec, ...] = ()
+# The families of this branch, every quirk switched on (perturb: norms and biases off
+# their 1 / 0 start, so a norm or bias in the wrong place shows).
+_NEOX = dict(_DEC, hidden_size=64, intermediate_size=37, num_hidden_layers=3, num_attention_heads=4)
+FAMILY_A_SPECS: tuple[Spec, ...] = (
+    # Pythia's layout: parallel residual, a quarter of each 16-dim head rotary (4 dims).
+    Spec(
+        "gpt_neox",
+        "gpt_neox",
+        _config(
+            "GPTNeoXConfig",
+            **_NEOX,
+            rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.25},
+        ),
+        "causal",
+        "gpt2",
+        perturb=True,
+    ),
+    # Sequential residual, half the dims rotary with linear scaling, no attention biases.
+    Spec(
+        "gpt_neox-sequential",
+        "gpt_neox",
+        _config(
+            "GPTNeoXConfig",
+            **_NEOX,
+            use_parallel_residual=False,
+            attention_bias=False,
+            hidden_act="gelu_new",
+            rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 300.0, "partial_rotary_factor": 0.5},
+        ),
+        "causal",
+        "gpt2",
+        perturb=True,
+    ),
+    # local (window 3), global, local layers; q·kᵀ unscaled; 3 heads of 16.
+    Spec(
+        "gpt_neo",
+        "gpt_neo",
+        _config(
+            "GPTNeoConfig",
+            **_DEC,
+            hidden_size=48,
+            num_layers=3,
+            num_heads=3,
+            intermediate_size=37,
+            attention_types=[[["local", "global"], 1], [["local"], 1]],
+            window_size=3,
+        ),
+        "causal",
+        "gpt2",
+        perturb=True,
+    ),
+)
 
 SPECS_A_BY_NAME = {spec.name: spec for spec in (*CAUSALITY_SPECS, *FAMILY_A_SPECS)}
