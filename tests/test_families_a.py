@@ -249,6 +249,7 @@ QUIRKS = [
     ("gpt_neox-sequential", {"use_parallel_residual": True}),
     ("gpt_neo", {"window_size": 256}),
     ("gpt_neo", {"attention_layers": ["global"] * 3}),
+    ("opt-postnorm", {"do_layer_norm_before": True, "_remove_final_layer_norm": True}),
 ]
 
 
@@ -275,3 +276,16 @@ def test_gpt_neo_reads_older_attention_types_and_masks_its_local_window(families
     out = own.forward(own.tokenize(SENTENCES[0]))
     far = torch.ones(out.attentions[0].shape[-2:], dtype=torch.bool).tril(-3)  # (Q, S): j <= i - 3
     assert [bool((a[..., far] == 0).all()) for a in out.attentions] == [True, False, True]
+
+
+def test_opt_reads_positions_at_an_offset_of_two(families: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnviz import architectures
+    from attnviz.architectures import opt
+
+    path = families["opt"]
+    hf = _hf_model(path)
+    model: Any = architectures.load(path)
+    assert model.positions.num_embeddings == 64 + 2 and model.project_in.in_features == 20
+    assert _worst_against(model, hf, path) <= TOL
+    monkeypatch.setattr(opt, "POSITION_OFFSET", 0)
+    assert _worst_against(model, hf, path) > 1e-3

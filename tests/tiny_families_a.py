@@ -127,6 +127,10 @@ CAUSALITY_SPECS: tuple[Spec, ...] = (
 # The families of this branch, every quirk switched on (perturb: norms and biases off
 # their 1 / 0 start, so a norm or bias in the wrong place shows).
 _NEOX = dict(_DEC, hidden_size=64, intermediate_size=37, num_hidden_layers=3, num_attention_heads=4)
+_OPT = dict(
+    vocab_size=VOCAB_SIZE, hidden_size=48, num_hidden_layers=3, num_attention_heads=3, ffn_dim=37,
+    max_position_embeddings=64, init_std=0.2, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+)  # fmt: skip
 FAMILY_A_SPECS: tuple[Spec, ...] = (
     # Pythia's layout: parallel residual, a quarter of each 16-dim head rotary (4 dims).
     Spec(
@@ -173,6 +177,26 @@ FAMILY_A_SPECS: tuple[Spec, ...] = (
         ),
         "causal",
         "gpt2",
+        perturb=True,
+    ),
+    # Pre-norm, embeddings 20 wide projected in to 48 and out again, biases, ReLU.
+    Spec("opt", "opt", _config("OPTConfig", **_OPT, word_embed_proj_dim=20), "causal", "roberta", perturb=True),
+    # OPT-350M's layout: post-norm (no final norm), projected embeddings, GELU.
+    Spec(
+        "opt-postnorm",
+        "opt",
+        _config("OPTConfig", **_OPT, word_embed_proj_dim=20, do_layer_norm_before=False, activation_function="gelu"),
+        "causal",
+        "roberta",
+        perturb=True,
+    ),
+    # Bias-free, norms without weights (elementwise_affine off), no projection.
+    Spec(
+        "opt-plain",
+        "opt",
+        _config("OPTConfig", **_OPT, enable_bias=False, layer_norm_elementwise_affine=False),
+        "causal",
+        "roberta",
         perturb=True,
     ),
 )

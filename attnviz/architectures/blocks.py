@@ -78,3 +78,23 @@ def split_per_head(fused: Tensor, heads: int, head_dim: int, parts: int = 3) -> 
     rest = fused.shape[1:]
     grouped = fused.reshape(heads, parts, head_dim, *rest)  # (H, parts, D, ...)
     return [grouped[:, r].reshape(heads * head_dim, *rest).contiguous() for r in range(parts)]
+
+
+class PostNormBlock(nn.Module):
+    """The original Transformer's order: each sub-layer inside the residual, the norm after.
+
+    x = Norm_1(x + Attn(x))
+    x = Norm_2(x + MLP(x))
+    """
+
+    def __init__(self, attn: MultiHeadAttention, attn_norm: nn.Module, mlp: nn.Module, mlp_norm: nn.Module) -> None:
+        super().__init__()
+        self.attn, self.attn_norm = attn, attn_norm
+        self.mlp, self.mlp_norm = mlp, mlp_norm
+
+    def forward(
+        self, x: Tensor, mask: Mask, qk_transform: QKTransform | None = None, request: RowRequest = EAGER
+    ) -> tuple[Tensor, Tensor]:
+        a, weights = self.attn(x, mask=mask, qk_transform=qk_transform, request=request)  # (B, S, E), (B, H, R, S)
+        x = self.attn_norm(x + a)
+        return self.mlp_norm(x + self.mlp(x)), weights
