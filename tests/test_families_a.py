@@ -250,6 +250,7 @@ QUIRKS = [
     ("gpt_neo", {"window_size": 256}),
     ("gpt_neo", {"attention_layers": ["global"] * 3}),
     ("opt-postnorm", {"do_layer_norm_before": True, "_remove_final_layer_norm": True}),
+    ("gptj", {"rotary_dim": 16}),
 ]
 
 

@@ -199,6 +199,25 @@ FAMILY_A_SPECS: tuple[Spec, ...] = (
         "roberta",
         perturb=True,
     ),
+    # 4 heads of 16 dims, the first 6 rotary (interleaved pairs); one norm, parallel block.
+    Spec(
+        "gptj",
+        "gptj",
+        _config(
+            "GPTJConfig",
+            vocab_size=VOCAB_SIZE,
+            n_positions=64,
+            n_embd=64,
+            n_layer=3,
+            n_head=4,
+            rotary_dim=6,
+            n_inner=37,
+            initializer_range=0.2,
+        ),
+        "causal",
+        "gpt2",
+        perturb=True,
+    ),
 )
 
 SPECS_A_BY_NAME = {spec.name: spec for spec in (*CAUSALITY_SPECS, *FAMILY_A_SPECS)}
