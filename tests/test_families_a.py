@@ -251,6 +251,8 @@ QUIRKS = [
     ("gpt_neo", {"attention_layers": ["global"] * 3}),
     ("opt-postnorm", {"do_layer_norm_before": True, "_remove_final_layer_norm": True}),
     ("gptj", {"rotary_dim": 16}),
+    ("phi", {"qk_layernorm": False}),
+    ("phi-plain", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}}),
 ]
 
 

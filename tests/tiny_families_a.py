@@ -218,6 +218,35 @@ FAMILY_A_SPECS: tuple[Spec, ...] = (
         "gpt2",
         perturb=True,
     ),
+    # Phi-2's layout with every option on: 40% of each 16-dim head rotary (6 dims), q/k
+    # LayerNorms, 4 query heads over 2 key/value heads, dynamic RoPE.
+    Spec(
+        "phi",
+        "phi",
+        _config(
+            "PhiConfig",
+            **_NEOX,
+            num_key_value_heads=2,
+            qk_layernorm=True,
+            rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 500.0, "partial_rotary_factor": 0.4},
+        ),
+        "causal",
+        "gpt2",
+        perturb=True,
+    ),
+    # Phi-1.5's: half the dims rotary, no q/k norms, every head its own keys.
+    Spec(
+        "phi-plain",
+        "phi",
+        _config(
+            "PhiConfig",
+            **_NEOX,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        ),
+        "causal",
+        "gpt2",
+        perturb=True,
+    ),
 )
 
 SPECS_A_BY_NAME = {spec.name: spec for spec in (*CAUSALITY_SPECS, *FAMILY_A_SPECS)}
