@@ -253,6 +253,7 @@ QUIRKS = [
     ("gptj", {"rotary_dim": 16}),
     ("phi", {"qk_layernorm": False}),
     ("phi-plain", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}}),
+    ("bloom", {"apply_residual_connection_post_layernorm": True}),
 ]
 
 
@@ -292,3 +293,15 @@ def test_opt_reads_positions_at_an_offset_of_two(families: dict[str, Path], monk
     assert _worst_against(model, hf, path) <= TOL
     monkeypatch.setattr(opt, "POSITION_OFFSET", 0)
     assert _worst_against(model, hf, path) > 1e-3
+
+
+@pytest.mark.parametrize("heads", [1, 2, 3, 4, 6, 8, 12, 16, 20, 112])
+def test_alibi_slopes_equal_transformers(heads: int) -> None:
+    """Powers of two and not (the extra slopes), up to BLOOM-176B's 112 heads; bit for bit."""
+    from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
+
+    from attnviz.architectures.alibi import alibi_slopes
+
+    assert torch.equal(alibi_slopes(heads), _get_alibi_slopes(heads, torch.device("cpu")))
+    if heads == 8:  # the paper's example: 1/2, 1/4, ..., 1/256
+        assert alibi_slopes(8).tolist() == [2.0**-k for k in range(1, 9)]

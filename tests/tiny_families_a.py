@@ -247,6 +247,32 @@ FAMILY_A_SPECS: tuple[Spec, ...] = (
         "gpt2",
         perturb=True,
     ),
+    # 6 heads (not a power of two: the extra slopes), 3 layers.
+    Spec(
+        "bloom",
+        "bloom",
+        _config("BloomConfig", vocab_size=VOCAB_SIZE, hidden_size=48, n_layer=3, n_head=6, initializer_range=0.2),
+        "causal",
+        "gpt2",
+        perturb=True,
+    ),
+    # The residual taken after the norms (apply_residual_connection_post_layernorm), 4 heads.
+    Spec(
+        "bloom-postnorm-residual",
+        "bloom",
+        _config(
+            "BloomConfig",
+            vocab_size=VOCAB_SIZE,
+            hidden_size=48,
+            n_layer=2,
+            n_head=4,
+            initializer_range=0.2,
+            apply_residual_connection_post_layernorm=True,
+        ),
+        "causal",
+        "gpt2",
+        perturb=True,
+    ),
 )
 
 SPECS_A_BY_NAME = {spec.name: spec for spec in (*CAUSALITY_SPECS, *FAMILY_A_SPECS)}
