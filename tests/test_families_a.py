@@ -254,6 +254,8 @@ QUIRKS = [
     ("phi", {"qk_layernorm": False}),
     ("phi-plain", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}}),
     ("bloom", {"apply_residual_connection_post_layernorm": True}),
+    ("falcon-new", {"num_ln_in_parallel_attn": 1}),
+    ("falcon-sequential", {"parallel_attn": True}),
 ]
 
 
@@ -305,3 +307,28 @@ def test_alibi_slopes_equal_transformers(heads: int) -> None:
     assert torch.equal(alibi_slopes(heads), _get_alibi_slopes(heads, torch.device("cpu")))
     if heads == 8:  # the paper's example: 1/2, 1/4, ..., 1/256
         assert alibi_slopes(8).tolist() == [2.0**-k for k in range(1, 9)]
+
+
+def test_falcon_with_alibi_is_refused_and_says_why(root: Path) -> None:
+    """transformers' eager Falcon adds the ALiBi bias twice (through the scores and the
+    mask), its SDPA path once: measured here, so the refusal stays true."""
+    from transformers import FalconConfig, FalconModel
+
+    from attnviz.cli import hint_for
+    from attnviz.errors import UnsupportedArchitectureError
+
+    spec = Spec("falcon-alibi", "falcon", lambda: FalconConfig(**_FALCON_ALIBI), "causal", "gpt2")
+    path = _saved(root, spec)
+    with pytest.raises(UnsupportedArchitectureError) as info:
+        load_engine("own", str(path), "cpu")
+    assert "alibi" in str(info.value) and "--engine hf" in (hint_for(info.value) or "")
+    ids = torch.tensor([[3, 8, 5, 9, 4, 7, 6]])
+    eager, sdpa = (FalconModel.from_pretrained(str(path), attn_implementation=i).eval() for i in ("eager", "sdpa"))
+    with torch.inference_mode():
+        assert _diff(eager(ids).last_hidden_state, sdpa(ids).last_hidden_state) > 1e-3
+
+
+_FALCON_ALIBI = dict(
+    vocab_size=101, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, alibi=True, multi_query=False,
+    bias=True, initializer_range=0.2,
+)  # fmt: skip

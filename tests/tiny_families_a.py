@@ -131,6 +131,10 @@ _OPT = dict(
     vocab_size=VOCAB_SIZE, hidden_size=48, num_hidden_layers=3, num_attention_heads=3, ffn_dim=37,
     max_position_embeddings=64, init_std=0.2, pad_token_id=1, bos_token_id=0, eos_token_id=2,
 )  # fmt: skip
+_FALCON = dict(
+    vocab_size=VOCAB_SIZE, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, ffn_hidden_size=37,
+    max_position_embeddings=64, initializer_range=0.2, activation="gelu", bos_token_id=0, eos_token_id=0,
+)  # fmt: skip
 FAMILY_A_SPECS: tuple[Spec, ...] = (
     # Pythia's layout: parallel residual, a quarter of each 16-dim head rotary (4 dims).
     Spec(
@@ -268,6 +272,50 @@ FAMILY_A_SPECS: tuple[Spec, ...] = (
             n_head=4,
             initializer_range=0.2,
             apply_residual_connection_post_layernorm=True,
+        ),
+        "causal",
+        "gpt2",
+        perturb=True,
+    ),
+    # Falcon-40B/180B's layout: 4 query heads over 2 key/value groups, two norms a layer,
+    # biases on, linear-scaled RoPE.
+    Spec(
+        "falcon-new",
+        "falcon",
+        _config(
+            "FalconConfig",
+            **_FALCON,
+            new_decoder_architecture=True,
+            num_kv_heads=2,
+            bias=True,
+            rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0},
+        ),
+        "causal",
+        "gpt2",
+        perturb=True,
+    ),
+    # The new architecture with one norm feeding both (num_ln_in_parallel_attn 1), GQA 4/1.
+    Spec(
+        "falcon-new-1ln",
+        "falcon",
+        _config("FalconConfig", **_FALCON, new_decoder_architecture=True, num_kv_heads=1, num_ln_in_parallel_attn=1),
+        "causal",
+        "gpt2",
+        perturb=True,
+    ),
+    # Falcon-7B's: multi-query (one key/value head), parallel block, no biases.
+    Spec("falcon-7b", "falcon", _config("FalconConfig", **_FALCON, multi_query=True), "causal", "gpt2", perturb=True),
+    # Old architecture, every head its own keys, sequential block, biases, dynamic RoPE.
+    Spec(
+        "falcon-sequential",
+        "falcon",
+        _config(
+            "FalconConfig",
+            **_FALCON,
+            multi_query=False,
+            parallel_attn=False,
+            bias=True,
+            rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 500.0},
         ),
         "causal",
         "gpt2",
