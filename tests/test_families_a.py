@@ -256,6 +256,7 @@ QUIRKS = [
     ("bloom", {"apply_residual_connection_post_layernorm": True}),
     ("falcon-new", {"num_ln_in_parallel_attn": 1}),
     ("falcon-sequential", {"parallel_attn": True}),
+    ("gpt_bigcode-mha", {"scale_attn_weights": True}),
 ]
 
 

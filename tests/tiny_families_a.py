@@ -135,6 +135,9 @@ _FALCON = dict(
     vocab_size=VOCAB_SIZE, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, ffn_hidden_size=37,
     max_position_embeddings=64, initializer_range=0.2, activation="gelu", bos_token_id=0, eos_token_id=0,
 )  # fmt: skip
+_BIGCODE = dict(
+    vocab_size=VOCAB_SIZE, n_positions=64, n_embd=64, n_layer=3, n_head=4, n_inner=37, initializer_range=0.2
+)
 FAMILY_A_SPECS: tuple[Spec, ...] = (
     # Pythia's layout: parallel residual, a quarter of each 16-dim head rotary (4 dims).
     Spec(
@@ -316,6 +319,26 @@ FAMILY_A_SPECS: tuple[Spec, ...] = (
             parallel_attn=False,
             bias=True,
             rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 500.0},
+        ),
+        "causal",
+        "gpt2",
+        perturb=True,
+    ),
+    # StarCoder's layout: multi-query (4 query heads, one key/value head).
+    Spec(
+        "gpt_bigcode",
+        "gpt_bigcode",
+        _config("GPTBigCodeConfig", **_BIGCODE, multi_query=True),
+        "causal",
+        "gpt2",
+        perturb=True,
+    ),
+    # Every head its own keys (head-interleaved c_attn), q·kᵀ unscaled, GELU.
+    Spec(
+        "gpt_bigcode-mha",
+        "gpt_bigcode",
+        _config(
+            "GPTBigCodeConfig", **_BIGCODE, multi_query=False, scale_attn_weights=False, activation_function="gelu"
         ),
         "causal",
         "gpt2",
