@@ -333,3 +333,21 @@ _FALCON_ALIBI = dict(
     vocab_size=101, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, alibi=True, multi_query=False,
     bias=True, initializer_range=0.2,
 )  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["phi", "falcon-sequential"])
+def test_dynamic_rope_families_run_past_max_position_embeddings(
+    name: str, families: dict[str, Path], root: Path
+) -> None:
+    """The new families with dynamic RoPE, as D3/D4 for Llama: both engines read past
+    max_position_embeddings (6 here), and agree sentence after sentence."""
+    path = _with_config(families[name], root / f"{name}-dynamic-6", max_position_embeddings=6)
+    own, hf = load_engine("own", str(path), "cpu"), load_engine("hf", str(path), "cpu")
+    assert own.max_positions is None and hf.max_positions is None
+    for sentence in SENTENCES:  # 14, 12, then 7 tokens: the longest first
+        tokens = own.tokenize(sentence)
+        assert len(tokens) > 6
+        ours, theirs = own.forward(tokens), hf.forward(tokens)
+        for a, b in zip(ours.attentions, theirs.attentions, strict=True):
+            assert _diff(a, b) <= TOL
+        assert _diff(ours.hidden_states, theirs.hidden_states) <= TOL
