@@ -64,27 +64,24 @@ def inspect(
     "cross" (default: "cross" with a target, else "encoder"); ``token`` is looked up on the
     part's query side (the target, for "decoder" and "cross").
     """
-    from .engines import load_engine, plan, read
-    from .memory import parse_size
-    from .select import Query, Selection, parse_target
+    from .engines import load_engine
+    from .engines.memory import parse_size
+    from .pipeline import Selection, run
+    from .select import Query, parse_target
     from .tokens import check_text
     from .transforms import View
 
     view = View(words=words, hide_special=hide_special, renorm=renorm, heads=tuple(heads), rollout=rollout)
     if token is None or isinstance(token, str):
         query = Query.maybe(token, occurrence, index)
-        queries = [] if query is None else [query]
+        queries: tuple[Query, ...] = () if query is None else (query,)
     else:
-        queries = [Query(*parse_target(spec)) for spec in token]
-    selection = Selection(layers=layers, part=part)
+        queries = tuple(Query(*parse_target(spec)) for spec in token)
+    selection = Selection(queries=queries, layers=layers, part=part, view=view)
     check_text(sentence)
     budget = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
     eng = load_engine(engine, model, device, dtype)
-    text = eng.tokenize(sentence) if pair is None else eng.tokenize_pair(sentence, pair)
-    planned = plan(text, eng, selection, target=target)
-    groups = [q.resolve(planned.query_tokens, planned.where) for q in queries]
-    layers_ = planned.resolved.layers
-    return read(planned.tokens, eng, layers_, groups, view, max_memory=budget, target=planned.target, part=planned.part)
+    return run(sentence, eng, selection, pair=pair, target=target, max_memory=budget).attention
 
 
 def __getattr__(name: str) -> object:

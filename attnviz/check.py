@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import EngineError, UsageError
 from .heads import ModelShape
 from .models import ModelFiles, resolve
+
+if TYPE_CHECKING:
+    from .engines import Engine
 
 TOLERANCE = 1e-5
 
@@ -161,7 +164,7 @@ def compare_engines(
 
 
 def _compare_seq2seq(
-    files: ModelFiles, own: Any, hf: Any, texts: tuple[str, ...], tolerance: float, parts: tuple[str, ...]
+    files: ModelFiles, own: Engine, hf: Engine, texts: tuple[str, ...], tolerance: float, parts: tuple[str, ...]
 ) -> CheckResult:
     shapes = {part: own.part_shape(part) for part in parts}
     attention = {part: [0.0] * shapes[part].num_layers for part in parts}

@@ -442,14 +442,14 @@ class Scan:
         self.skipped = self.truncated = 0
         self.skipped_where: list[str] = []
         self._started = time.perf_counter()
-        self._limit = getattr(engine, "max_positions", None)
+        self._limit = engine.max_positions
         self._truncating: Tokenizer | None = None
 
     def tokenize(self, item: CorpusText) -> Prepared | None:
         """The text's tokens (truncated if asked), or None when it is too long and skipped."""
         tokens = item.tokens
         if tokens is None:
-            tokens = tokenize(self.engine.tokenizer, item.text)  # type: ignore[attr-defined]
+            tokens = tokenize(self.engine.tokenizer, item.text)
         if self._limit is not None and len(tokens) > self._limit:
             if not self.options.truncate or item.tokens is not None or item.coref is not None:
                 self.skipped += 1
@@ -465,7 +465,7 @@ class Scan:
         if self._truncating is None:
             from tokenizers import Tokenizer
 
-            tok = Tokenizer.from_str(self.engine.tokenizer.to_str())  # type: ignore[attr-defined]
+            tok = Tokenizer.from_str(self.engine.tokenizer.to_str())
             tok.enable_truncation(max_length=int(self._limit or 0))
             self._truncating = tok
         return self._truncating
@@ -488,10 +488,10 @@ class Scan:
             yield from _split(window, size)
 
     def run(self, items: Iterable[CorpusText], progress: Progress | None = None) -> ScanReport:
-        from .engines import _cpu_threads_for
+        from .engines import cpu_threads_for
 
         for batch in self.batches(items, progress):
-            with _cpu_threads_for(self.engine, sum(len(p.tokens) for p in batch)):
+            with cpu_threads_for(self.engine, sum(len(p.tokens) for p in batch)):
                 acc, tally = score_batch(self.engine, batch, self.options)
             self.fold(acc, tally, len(batch))
             if progress is not None:

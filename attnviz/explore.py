@@ -57,6 +57,8 @@ from .transforms import View, apply
 
 if TYPE_CHECKING:
     from .engines import Engine
+    from .pipeline import Selection
+    from .result import Reading
 
 VIEWS = ("heads", "table", "matrix")
 VIEW_TITLES = {"heads": "token heatmap", "table": "head table", "matrix": "matrix of one head"}
@@ -149,6 +151,23 @@ def check_size(num_layers: int, num_heads: int, num_tokens: int, budget: int = M
         )
 
 
+def explore_reading(engine: Engine, sentence: str | Tokens, selection: Selection, budget: int = MAX_BYTES) -> Reading:
+    """Every query row of the selection's layers (its queries only located), the text and
+    the matrices' size checked before the forward pass.
+
+    Raises:
+        UsageError: empty text, too many tokens for the model, or matrices over ``budget`` bytes.
+    """
+    from .pipeline import plan, read
+    from .tokens import check_text
+
+    planned = plan(
+        check_text(sentence) if isinstance(sentence, str) else sentence, engine, replace(selection, all_rows=True)
+    )
+    check_size(len(planned.layers), engine.shape.num_heads, len(planned.tokens), budget)
+    return read(planned, engine)
+
+
 def runner(engine: Engine, layers: tuple[int, ...], budget: int = MAX_BYTES) -> Callable[[str | Tokens], Attention]:
     """What the explorer runs a sentence with: ``engine`` (loaded once), every query row
     of ``layers``, the text and the matrices' size checked before the forward pass.
@@ -156,14 +175,12 @@ def runner(engine: Engine, layers: tuple[int, ...], budget: int = MAX_BYTES) -> 
     Raises (from the returned function):
         UsageError: empty text, too many tokens for the model, or matrices over ``budget`` bytes.
     """
-    from .engines import forward
-    from .select import Resolved
-    from .tokens import check_text
+    from .pipeline import Selection
+
+    selection = Selection(layers=layers)
 
     def run(sentence: str | Tokens) -> Attention:
-        tokens = engine.tokenize(check_text(sentence)) if isinstance(sentence, str) else sentence
-        check_size(len(layers), engine.shape.num_heads, len(tokens), budget)
-        return forward(tokens, engine, Resolved((), layers))  # () = every token's rows
+        return explore_reading(engine, sentence, selection, budget).attention
 
     return run
 

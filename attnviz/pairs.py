@@ -111,28 +111,26 @@ def run_pair(
     max_memory: int | None = None,
 ) -> PairResult:
     """Both sentences of ``pair`` through ``engine``, each read as ``view`` asks
-    (``engines.read``); see the module docstring. ``exclude``: as in ``metrics.head_stats``.
+    (``pipeline.read``); see the module docstring. ``exclude``: as in ``metrics.head_stats``.
 
     Raises:
         TokenNotFoundError: the token or a target is missing from sentence A or B (the
-            message says which); the errors of ``engines.run``.
+            message says which); the errors of ``pipeline.run``.
     """
-    from .engines import read
     from .metrics import pair_stats
-    from .select import Query, Selection
-    from .transforms import positions_in
+    from .pipeline import Selection, plan, read
+    from .select import Query
+    from .transforms import View
 
-    selection = Selection(query=Query(pair.token, occurrence), layers=layers, targets=pair.targets)
-    tokens_a, tokens_b = engine.tokenize(pair.sentence_a), engine.tokenize(pair.sentence_b)
-    # Both resolved before either forward pass: a word missing from B costs no model time.
-    res_a = selection.resolve(tokens_a, engine.num_layers, where="sentence A")
-    res_b = selection.resolve(tokens_b, engine.num_layers, where="sentence B")
-    att_a = read(tokens_a, engine, res_a.layers, [res_a.queries], view, max_memory)
-    att_b = read(tokens_b, engine, res_b.layers, [res_b.queries], view, max_memory)
-    targets_a = {word: positions_in(att_a, idx) for word, idx in res_a.targets.items()}
-    targets_b = {word: positions_in(att_b, idx) for word, idx in res_b.targets.items()}
-    stats = pair_stats(att_a, att_a.queries[0], targets_a, att_b, att_b.queries[0], targets_b, top, exclude)
-    return PairResult(pair, att_a, att_b, stats)
+    selection = Selection(
+        queries=(Query(pair.token, occurrence),), layers=layers, targets=pair.targets, view=view or View()
+    )
+    # Both planned before either forward pass: a word missing from B costs no model time.
+    plan_a = plan(pair.sentence_a, engine, selection, where="sentence A")
+    plan_b = plan(pair.sentence_b, engine, selection, where="sentence B")
+    a, b = read(plan_a, engine, max_memory), read(plan_b, engine, max_memory)
+    stats = pair_stats(a.attention, a.queries[0], a.targets, b.attention, b.queries[0], b.targets, top, exclude)
+    return PairResult(pair, a.attention, b.attention, stats)
 
 
 @dataclass(frozen=True)

@@ -429,3 +429,36 @@ def atomic_write(path: Path, data: bytes | Callable[[Path], None]) -> None:
                 f"cannot write {str(path)!r}: {exc.strerror or exc}", hint="choose another location"
             ) from exc
     write_atomic(path, rendered)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What ``pipeline.run`` returns: the ``Attention`` read as asked, and where the asked
+    queries and targets sit in it (after words were merged and queries averaged).
+
+    Attributes:
+        attention: the weights, after the reading options (``transforms.apply``).
+        queries: each asked query's position in ``attention.tokens`` (a query that covers
+            several tokens or words sits at its first), in the order asked; none asked:
+            every query position ``attention`` holds.
+        targets: each target word's positions among ``attention.keys``, keyed as given.
+        query_groups: each asked query's positions in ``attention.tokens``, all of them
+            (the words or tokens it covers), in the order asked; () when none was asked.
+    """
+
+    attention: Attention
+    queries: tuple[int, ...]
+    targets: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    query_groups: tuple[tuple[int, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        held = set(self.attention.queries)
+        missing = [q for q in self.queries if q not in held]
+        if missing:
+            raise ValueError(f"query positions {missing} are not among the attention's {list(self.attention.queries)}")
+        size = len(self.attention.keys)
+        for word, positions in self.targets.items():
+            if any(not 0 <= p < size for p in positions):
+                raise ValueError(f"target {word!r} at {list(positions)} is outside the {size} key tokens")
+        if self.query_groups and len(self.query_groups) != len(self.queries):
+            raise ValueError(f"{len(self.query_groups)} query groups for {len(self.queries)} queries")

@@ -1,8 +1,6 @@
-"""What to look at: the query token, the layers and the target words, checked before any
-model work and resolved against a tokenized sentence.
-
-    Selection ──check()──► (cheap rules, no model)
-              ──resolve(tokens, num_layers)──► Resolved(queries, layers, targets)
+"""What to look at: query tokens, layers and target words, checked before any model work
+and found in a tokenized sentence (``pipeline.Selection`` holds them; ``pipeline.plan``
+resolves it with these functions).
 
 Used by the Python API and by the CLI alike, so each rule lives here once. Messages
 carry facts (the word, its occurrences, the tokens, the limit) and name no command-line
@@ -13,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .errors import LayerError, TokenNotFoundError, UsageError
 from .tokens import Tokens, check_index, find_word, word_occurrences
@@ -170,54 +168,3 @@ def parse_layers(spec: LayerSpec, num_layers: int) -> tuple[int, ...]:
         else:
             raise LayerError(f"cannot read layer {text!r}", num_layers=num_layers)
     return tuple(out)
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """A Selection resolved against one tokenized sentence.
-
-    Attributes:
-        queries: the query token's positions (a split word: all its pieces); () = every token.
-        layers: model layers (0-based), in the order asked.
-        targets: each target word's positions.
-    """
-
-    queries: tuple[int, ...]
-    layers: tuple[int, ...]
-    targets: dict[str, tuple[int, ...]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Selection:
-    """What one run looks at: a query token (None: every token's rows), layers, targets,
-    and for an encoder-decoder the part (None: the engine's default, see
-    ``engines.choose_part``)."""
-
-    query: Query | None = None
-    layers: LayerSpec = None
-    targets: tuple[str, ...] = ()
-    part: str | None = None
-
-    def __post_init__(self) -> None:
-        # Targets are checked for form here (word:N with N >= 1), before any model work.
-        for spec in self.targets:
-            parse_target(spec)
-        if self.part is not None and self.part not in PARTS:
-            raise UsageError(f"unknown part {self.part!r} (known: {', '.join(PARTS)})", reason="unknown_part")
-
-    def resolve(
-        self,
-        tokens: Tokens,
-        num_layers: int,
-        where: str = "the sentence",
-        keys: Tokens | None = None,
-        keys_where: str | None = None,
-    ) -> Resolved:
-        """Everything found in ``tokens`` (the query side); target words are found in
-        ``keys`` (default ``tokens``; cross-attention: the source). Nothing here runs a model."""
-        queries = self.query.resolve(tokens, where) if self.query is not None else ()
-        return Resolved(
-            queries=queries,
-            layers=parse_layers(self.layers, num_layers),
-            targets=find_targets(tokens if keys is None else keys, self.targets, keys_where or where),
-        )

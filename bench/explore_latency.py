@@ -49,14 +49,15 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def measure(rounds: int) -> dict[str, list[tuple[float, float]]]:
-    from attnviz.engines import inspect, load_engine
+    from attnviz.engines import load_engine
     from attnviz.explore import ExploreApp
+    from attnviz.pipeline import Selection, run
 
     engine = load_engine("own", None, "cpu")
-    att = inspect(EXAMPLE, engine)
+    att = run(EXAMPLE, engine, Selection()).attention
 
     def run(text: str):  # type: ignore[no-untyped-def]
-        return inspect(engine.tokenize(text), engine)
+        return run(engine.tokenize(text), engine, Selection()).attention
 
     app = ExploreApp(att, run, query=att.tokens.labels.index("it"))
     times: dict[str, list[tuple[float, float]]] = {"reading": [], "held": [], "floor": [], "new sentence": []}

@@ -18,7 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnviz.engines import inspect, load_engine  # noqa: E402
+from attnviz.engines import load_engine  # noqa: E402
+from attnviz.pipeline import Selection, run  # noqa: E402
 from attnviz.render.html import page_size, save_html  # noqa: E402
 from tests import browser  # noqa: E402
 
@@ -58,7 +59,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, browser.chromium(1280, 1000) as driver:
         driver.set_script_timeout(300)
         for n in (int(x) for x in args.tokens.split(",")):
-            att = inspect(sentence(n, engine), engine)
+            att = run(sentence(n, engine), engine, Selection()).attention
             s = len(att.tokens)
             path = Path(tmp) / f"p{s}.html"
             size = save_html(att, path)

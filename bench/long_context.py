@@ -6,7 +6,7 @@ LlamaConfig and saved with a word-level tokenizer made here, nothing downloaded)
 n = 512 ... 32768 tokens. Three columns, each measured as a whole subprocess (its
 peak RSS from getrusage, its forward-pass time), all in one run:
 
-    own    attnviz --engine own: the last token's rows, every layer (inspect(..., (n-1,)))
+    own    attnviz --engine own: the last token's rows, every layer (pipeline.run with Query(index=n-1))
     eager  transformers, eager attention, output_attentions=True, then the same rows
     floor  transformers, SDPA attention, no weights at all: the physical floor
 
@@ -97,7 +97,9 @@ def worker(mode: str, n: int, model_dir: str, device: str, reps: int) -> dict[st
 
     cuda = device.startswith("cuda")
     if mode == "own":
-        from attnviz.engines import inspect, load_engine
+        from attnviz.engines import load_engine
+        from attnviz.pipeline import Selection, run
+        from attnviz.select import Query
 
         eng = load_engine("own", model_dir, device)
         tokens = eng.tokenize(text_of(n))
@@ -107,7 +109,7 @@ def worker(mode: str, n: int, model_dir: str, device: str, reps: int) -> dict[st
         seconds = float("inf")
         for _ in range(reps):
             start = time.perf_counter()
-            att = inspect(tokens, eng, "all", (n - 1,))
+            att = run(tokens, eng, Selection(queries=(Query(index=n - 1),))).attention
             if cuda:
                 torch.cuda.synchronize()
             seconds = min(seconds, time.perf_counter() - start)

@@ -23,11 +23,12 @@ SIZE = (104, 30)
 
 
 async def capture(svg: Path) -> None:
-    from attnviz.engines import inspect, load_engine
+    from attnviz.engines import load_engine
     from attnviz.explore import ExploreApp
+    from attnviz.pipeline import Selection, run
 
     engine = load_engine("own", None, "cpu")
-    att = inspect(EXAMPLE, engine)
+    att = run(EXAMPLE, engine, Selection()).attention
     app = ExploreApp(att, query=att.tokens.labels.index("it"))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("up", "up", "up", "right_square_bracket")

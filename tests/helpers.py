@@ -8,7 +8,34 @@ from typing import Any
 
 from .conftest import EXAMPLE
 
-__all__ = ["EXAMPLE", "one_error_line", "save_tiny_bert"]
+__all__ = ["EXAMPLE", "inspect", "one_error_line", "save_tiny_bert"]
+
+
+def inspect(
+    sentence: Any,
+    engine: Any,
+    layers: Any = None,
+    queries: Any = None,
+    max_memory: int | None = None,
+    *,
+    target: Any = None,
+    part: str | None = None,
+) -> Any:
+    """The engine's raw weights (no reading option) of ``layers`` for ``queries`` (token
+    positions, kept in the order given; None: every row), down the pipeline's own steps:
+    ``pipeline.plan`` checks the text, part and layers, ``pipeline.forward`` runs the pass."""
+    from attnviz.pipeline import Selection, forward, plan
+
+    planned = plan(sentence, engine, Selection(layers=layers, part=part), target=target)
+    return forward(
+        planned.tokens,
+        engine,
+        planned.layers,
+        tuple(queries or ()),
+        max_memory,
+        target=planned.target,
+        part=planned.part,
+    )
 
 
 def save_tiny_bert(path: Path, seed: int = 0) -> Path:

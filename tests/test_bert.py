@@ -44,8 +44,9 @@ def test_packaged_minilm_matches_transformers(own_engine, hf_engine, sentence: s
 
 
 def test_example_has_a_head_linking_it_to_animal(own_engine) -> None:
-    from attnviz.engines import inspect
     from attnviz.tokens import find_word
+
+    from .helpers import inspect
 
     tokens = own_engine.tokenize(EXAMPLE)
     (it,) = find_word(tokens, "it")

@@ -239,7 +239,7 @@ def test_first_nonfinite_attention_layer() -> None:
 
 def test_nan_attention_rows_are_an_error_naming_the_layer(own_engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # A finite checkpoint can still overflow (float16); the rows are checked after the pass.
-    from attnviz import engines
+    from .helpers import inspect
 
     real = own_engine.forward
 
@@ -254,15 +254,15 @@ def test_nan_attention_rows_are_an_error_naming_the_layer(own_engine: Any, monke
 
     monkeypatch.setattr(own_engine, "forward", overflowing)
     with pytest.raises(EngineError, match="attention weights of layer 3 hold NaN"):
-        engines.inspect("The cat sat on the mat", own_engine)
+        inspect("The cat sat on the mat", own_engine)
     # Rows of layers before the bad one are still fine on their own.
-    assert engines.inspect("The cat sat on the mat", own_engine, "0-2").weights.shape[0] == 3
+    assert inspect("The cat sat on the mat", own_engine, "0-2").weights.shape[0] == 3
 
 
 def test_json_never_prints_bare_nan(own_engine: Any) -> None:
     from dataclasses import replace
 
-    from attnviz.engines import inspect
+    from .helpers import inspect
 
     att = inspect("The cat sat", own_engine, "0")
     weights = att.weights.copy()

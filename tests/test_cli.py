@@ -53,7 +53,7 @@ def test_show_prints_every_layer_and_head() -> None:
 
 
 def test_show_values_prints_numbers(own_engine) -> None:
-    from attnviz.engines import inspect
+    from .helpers import inspect
 
     result = run("show", EXAMPLE, "--token", "it", "--layer", "3", "--values")
     assert result.exit_code == 0, result.output

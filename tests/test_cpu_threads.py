@@ -10,13 +10,15 @@ import pytest
 import torch
 
 import attnviz.engines as engines
+import attnviz.engines.base
 
 from .conftest import EXAMPLE
+from .helpers import inspect
 
 
 @pytest.fixture(scope="module")
-def engine() -> engines.Engine:
-    return engines.load_engine("own", None, "cpu")
+def engine(own_engine: engines.Engine) -> engines.Engine:
+    return own_engine  # the packaged model, loaded once per session (conftest)
 
 
 @pytest.fixture(autouse=True)
@@ -41,14 +43,14 @@ def _threads_during_forward(engine: engines.Engine, monkeypatch: pytest.MonkeyPa
 def test_small_pass_uses_one_thread_and_restores(engine: engines.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     torch.set_num_threads(2)
     seen = _threads_during_forward(engine, monkeypatch)
-    engines.inspect(EXAMPLE, engine)
+    inspect(EXAMPLE, engine)
     assert seen == [1]
     assert torch.get_num_threads() == 2
 
 
 def test_large_pass_keeps_the_thread_pool(engine: engines.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     torch.set_num_threads(2)
-    monkeypatch.setattr(engines, "_ONE_THREAD_MACS", 0)
+    monkeypatch.setattr(attnviz.engines.base, "_ONE_THREAD_MACS", 0)
     seen = _threads_during_forward(engine, monkeypatch)
-    engines.inspect(EXAMPLE, engine)
+    inspect(EXAMPLE, engine)
     assert seen == [2]

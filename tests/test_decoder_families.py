@@ -27,9 +27,10 @@ from attnviz import architectures
 from attnviz.architectures.rope import RopeConfig, rope_config
 from attnviz.attention import scaled_dot_product_attention
 from attnviz.cli import hint_for
-from attnviz.engines import Engine, inspect, load_engine
+from attnviz.engines import Engine, load_engine
 from attnviz.errors import ModelLoadError, UnsupportedArchitectureError
 
+from .helpers import inspect
 from .tiny_models import FAMILY_SPECS, MOE_SPECS, PHI3_SPEC, ROPE_SPECS, SENTENCES, SINK_SPECS, SPECS_BY_NAME, save_tiny
 
 TOL = 1e-5

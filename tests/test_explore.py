@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from textual.widgets import Input
 
-from attnviz.engines import Engine, inspect, load_engine
+from attnviz.engines import Engine, load_engine
 from attnviz.errors import UsageError
 from attnviz.explore import ExploreApp, check_size, export_name, free_path, runner
 from attnviz.result import Attention
 
-from .helpers import EXAMPLE, save_tiny_bert
+from .helpers import EXAMPLE, inspect, save_tiny_bert
 
 # Async tests run on asyncio through anyio's pytest plugin (installed with textual's deps).
 pytestmark = pytest.mark.anyio
@@ -294,7 +294,7 @@ async def test_slash_runs_a_new_sentence_through_the_loaded_model(att: Attention
         assert "new sentence: 7 tokens" in screen(app)
         assert "layer 1 (2/6)" in status(app)
         # The view is the new sentence's weights, computed independently here.
-        fresh = inspect("The cat sat on it", load_engine("own", None, "cpu"))
+        fresh = inspect("The cat sat on it", own_engine)
         await press(pilot, "n")
         shown = numbers(head_line(view(app), "h0"))
         np.testing.assert_allclose(shown, fresh.rows(5)[1, 0], atol=0.0051)
@@ -431,8 +431,8 @@ async def test_export_failure_is_a_message_not_a_crash(att: Attention, tmp_path:
         assert app.is_running
 
 
-def test_export_names() -> None:
-    tokens_att = inspect("Où est-il?", load_engine("own", None, "cpu"))
+def test_export_names(own_engine: Engine) -> None:
+    tokens_att = inspect("Où est-il?", own_engine)
     from attnviz.explore import Cursor
 
     assert export_name(Cursor("matrix", 2, 3, 1), tokens_att) == "attnviz-matrix-layer2-h3-Où.png"

@@ -17,9 +17,10 @@ from typer.testing import CliRunner
 
 from attnviz import metrics
 from attnviz.check import compare_engines
-from attnviz.engines import inspect, load_engine
+from attnviz.engines import load_engine
 from attnviz.errors import UsageError
 
+from .helpers import inspect
 from .tiny_families_a import CAUSALITY_SPECS, FAMILY_A_SPECS
 from .tiny_models import SENTENCES, SPECS, SPECS_BY_NAME, Spec, save_tiny
 

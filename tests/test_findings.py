@@ -62,7 +62,7 @@ def test_the_example_surfaces_the_coreference_heads(own_engine, hf_engine) -> No
     among the five strongest links of 'it' — computed here from transformers' own weights."""
     import torch
 
-    from attnviz.engines import inspect
+    from .helpers import inspect
 
     tokens = own_engine.tokenize(EXAMPLE)
     it = tokens.labels.index("it")

@@ -65,12 +65,12 @@ def test_the_grammar_is_read_from_the_app() -> None:
 
 def test_the_checker_catches_broken_promises(files: Files, monkeypatch: pytest.MonkeyPatch) -> None:
     # The property can fail: a crash inside a command is reported as a problem.
-    import attnviz.engines
+    import attnviz.pipeline
 
     def crash(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(attnviz.engines, "read", crash)
+    monkeypatch.setattr(attnviz.pipeline, "read", crash)
     outcome = run_case(app, ["show", "The cat sat", "--token", "cat"], files)
     # One line, exit 1, but an internal error: input must never end as "report it as a bug".
     assert outcome.exit_code == 1 and outcome.problems == (
@@ -80,7 +80,7 @@ def test_the_checker_catches_broken_promises(files: Files, monkeypatch: pytest.M
     monkeypatch.undo()
     outcome = run_case(app, ["show", "The cat sat", "--token", "cat", "--png", str(files.out / "x.png")], files)
     assert outcome.exit_code == 0 and outcome.problems == ()  # run_case empties the output directory first
-    monkeypatch.setattr(attnviz.engines, "read", crash)
+    monkeypatch.setattr(attnviz.pipeline, "read", crash)
     monkeypatch.setattr("attnviz.cli.show.errors", _no_error_handling)
     outcome = run_case(app, ["show", "The cat sat", "--token", "cat"], files)
     assert any("uncaught ZeroDivisionError" in p for p in outcome.problems)

@@ -16,7 +16,6 @@ from attnviz.detectors import DETECTORS
 
 from .helpers import one_error_line
 from .test_corpus import MINILM_TEXTS
-from .test_imports import loaded_after
 from .tiny_models import CORPUS, SPECS_BY_NAME, save_tiny
 
 runner = CliRunner()
@@ -184,21 +183,6 @@ def test_ctrl_c_reports_the_texts_done_marked_partial(
     result = run(corpus, "--model", tiny_bert, "--batch-size", "8", "-o", str(early))
     assert result.exit_code == 130 and "interrupted" in result.stderr
     assert not early.exists() and list(tmp_path.glob(".early*")) == []
-
-
-@pytest.mark.parametrize(
-    ("module", "forbidden"),
-    [
-        ("attnviz.detectors", ("torch", "rich", "matplotlib", "typer", "transformers", "ray")),
-        ("attnviz.corpus", ("torch", "rich", "matplotlib", "typer", "transformers", "ray")),
-        ("attnviz.render.heads_table", ("torch", "matplotlib", "transformers", "ray")),
-        ("attnviz.render.heads_image", ("torch", "rich", "transformers", "ray")),
-        ("attnviz.cli", ("torch", "matplotlib", "transformers", "ray")),
-    ],
-)
-def test_import_rules(module: str, forbidden: tuple[str, ...]) -> None:
-    loaded = loaded_after(f"import {module}")
-    assert loaded.isdisjoint(forbidden), sorted(loaded & set(forbidden))
 
 
 def test_ray_path_equals_the_local_scan(own_engine) -> None:

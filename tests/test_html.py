@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from attnviz.engines import Engine, inspect, load_engine
+from attnviz.engines import Engine
 from attnviz.errors import OutputError, UsageError
 from attnviz.render import HTML_BUDGET_BYTES
 from attnviz.render.html import (
@@ -31,13 +29,15 @@ from attnviz.render.html import (
 from attnviz.result import Attention
 from attnviz.tokens import Tokens
 
+from .helpers import inspect
+
 EXAMPLE = "The animal didn't cross the street because it was too tired"
 COUNCIL = "The councilmen refused the demonstrators a permit because they feared violence."
 
 
 @pytest.fixture(scope="module")
-def engine() -> Engine:
-    return load_engine("own", None, "cpu")
+def engine(own_engine: Engine) -> Engine:
+    return own_engine  # the packaged model, loaded once per session (conftest)
 
 
 @pytest.fixture(scope="module")
@@ -225,12 +225,3 @@ def test_hf_engine_pages_name_the_transformers_version(hf_engine: Engine) -> Non
     data = page_data(inspect("The cat sat", hf_engine))
     assert data["provenance"]["engine"] == "hf"
     assert data["versions"]["transformers"] == metadata.version("transformers")
-
-
-def test_renderer_imports_no_model_or_drawing_code() -> None:
-    code = (
-        "import sys, attnviz.render.html\n"
-        "print(sorted(m for m in ('torch', 'transformers', 'typer', 'rich', 'matplotlib') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"

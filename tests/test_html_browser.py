@@ -17,11 +17,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from attnviz.engines import inspect, load_engine
+from attnviz.engines import load_engine
 from attnviz.render.html import decode_weights, page_data, save_html, word_groups
 from attnviz.result import Attention
 
 from . import browser
+from .helpers import inspect
 
 EXAMPLE = "The animal didn't cross the street because it was too tired"
 COUNCIL = "The councilmen refused the demonstrators a permit because they feared violence."
@@ -40,8 +41,8 @@ def driver() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def att() -> Attention:
-    return inspect(EXAMPLE, load_engine("own", None, "cpu"))  # every layer and query row
+def att(own_engine: Any) -> Attention:
+    return inspect(EXAMPLE, own_engine)  # every layer and query row
 
 
 @pytest.fixture(scope="module")
@@ -190,9 +191,9 @@ def test_click_on_a_token_changes_the_view(driver: Any, page: Path, att: Attenti
 
 
 @pytest.fixture(scope="module")
-def council(tmp_path_factory: pytest.TempPathFactory) -> tuple[Attention, Path]:
+def council(tmp_path_factory: pytest.TempPathFactory, own_engine: Any) -> tuple[Attention, Path]:
     """A sentence with a word split into pieces (council ##men), every layer and row."""
-    att = inspect(COUNCIL, load_engine("own", None, "cpu"))
+    att = inspect(COUNCIL, own_engine)
     path = tmp_path_factory.mktemp("html") / "council.html"
     save_html(att, path)
     return att, path
@@ -392,9 +393,9 @@ def test_causal_grouped_query_model_masks_the_future(driver: Any, tmp_path: Path
     assert console(driver) == []
 
 
-def test_a_hostile_sentence_is_text(driver: Any, tmp_path: Path) -> None:
+def test_a_hostile_sentence_is_text(driver: Any, tmp_path: Path, own_engine: Any) -> None:
     text = 'x </script><script>window.pwned = 1</script> <img src=x onerror="window.pwned = 2">'
-    att = inspect(text, load_engine("own", None, "cpu"))
+    att = inspect(text, own_engine)
     path = tmp_path / "hostile.html"
     save_html(att, path)
     open_page(driver, path)

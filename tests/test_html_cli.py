@@ -66,13 +66,13 @@ def test_over_the_budget_is_a_usage_error_before_the_forward_pass(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[str] = []
-    real = attnviz.engines.forward
+    real = attnviz.pipeline.forward
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         calls.append("forward")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(attnviz.engines, "forward", recording)
+    monkeypatch.setattr(attnviz.pipeline, "forward", recording)
     long = " ".join(["word"] * 400)  # 402 tokens: 6 × 12 × 402² weights ≈ 31 MB of page
     out = tmp_path / "big.html"
     result = runner.invoke(app, ["export", long, "-o", str(out)])

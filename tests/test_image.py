@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import itertools
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import matplotlib.image as mpimg
@@ -15,7 +13,7 @@ import pytest
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from attnviz.engines import Engine, inspect, load_engine
+from attnviz.engines import Engine
 from attnviz.errors import OutputError, UsageError
 from attnviz.heads import ModelShape
 from attnviz.render.image import MASKED, matrix_figure, save_figure, token_figure
@@ -23,6 +21,7 @@ from attnviz.result import Attention, Provenance
 from attnviz.tokens import Tokens
 
 from .conftest import EXAMPLE
+from .helpers import inspect
 
 LONG = (
     "When the committee finally published its long-awaited report on the river, the fishermen who had "
@@ -32,8 +31,8 @@ LONG = (
 
 
 @pytest.fixture(scope="module")
-def engine() -> Engine:
-    return load_engine("own", None, "cpu")
+def engine(own_engine: Engine) -> Engine:
+    return own_engine  # the packaged model, loaded once per session (conftest)
 
 
 @pytest.fixture(scope="module")
@@ -290,19 +289,6 @@ def test_overwrite_replaces_the_file(att: Attention, it: int, tmp_path: Path) ->
     path.write_bytes(b"old")
     save_figure(token_figure(att, it), path)
     assert png_size(path.read_bytes())[0] > 100
-
-
-# --- imports ----------------------------------------------------------------
-
-
-def test_renderer_imports_no_model_or_cli_code() -> None:
-    code = (
-        "import sys, attnviz.render.image\n"
-        "print(sorted(m for m in ('torch', 'transformers', 'typer', 'rich') if m in sys.modules))\n"
-        "print('matplotlib.pyplot' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split("\n")[:2] == ["[]", "False"]
 
 
 # --- helpers ----------------------------------------------------------------

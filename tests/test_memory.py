@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from attnviz import memory
-from attnviz.engines import inspect, load_engine
+from attnviz.engines import load_engine, memory
+from attnviz.engines.memory import MemoryBudgetError, MemoryEstimate
 from attnviz.errors import UsageError
-from attnviz.memory import MemoryBudgetError, MemoryEstimate
 
+from .helpers import inspect
 from .tiny_models import SPECS_BY_NAME, save_tiny
 
 
@@ -52,8 +52,8 @@ def test_hf_estimate_counts_every_layers_full_matrices(llama_dir: Path) -> None:
     own = load_engine("own", str(llama_dir), "cpu")
     n = 4096
     full = hf.num_layers * hf.num_heads * n * n * 4
-    hf_need = memory.estimate(hf, n, [0], 1)
-    own_need = memory.estimate(own, n, [0], 1)
+    hf_need = memory.estimate(hf.shape, hf.sizes, n, [0], 1)
+    own_need = memory.estimate(own.shape, own.sizes, n, [0], 1)
     assert hf_need.attention >= full
     assert own_need.attention < full / 20  # one row per head, and one block being computed
     assert hf_need.weights == own_need.weights > 0  # the same checkpoint, both float32

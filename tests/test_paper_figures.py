@@ -15,11 +15,13 @@ import pytest
 from matplotlib.figure import Figure
 
 from attnviz import transforms
-from attnviz.engines import Engine, inspect, load_engine
+from attnviz.engines import Engine
 from attnviz.errors import UsageError
 from attnviz.render import COLUMN_IN, FigureStyle, parse_figsize, parse_vmax
 from attnviz.render.image import matrix_figure, save_figure, token_figure
 from attnviz.result import Attention
+
+from .helpers import inspect
 
 EXAMPLE = "The animal didn't cross the street because it was too tired"
 LONG = (
@@ -29,8 +31,8 @@ LONG = (
 
 
 @pytest.fixture(scope="module")
-def engine() -> Engine:
-    return load_engine("own", None, "cpu")
+def engine(own_engine: Engine) -> Engine:
+    return own_engine  # the packaged model, loaded once per session (conftest)
 
 
 @pytest.fixture(scope="module")

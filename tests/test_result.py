@@ -9,11 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnviz.engines import inspect
 from attnviz.errors import OutputError, UsageError
 from attnviz.result import Attention, atomic_write, check_writable
 
-from .helpers import EXAMPLE
+from .helpers import EXAMPLE, inspect
 
 
 @pytest.fixture(scope="module")

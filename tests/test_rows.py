@@ -27,8 +27,9 @@ from attnviz.attention import (
     fused_attention,
     scaled_dot_product_attention,
 )
-from attnviz.engines import inspect, load_engine
+from attnviz.engines import load_engine
 
+from .helpers import inspect
 from .tiny_models import SPECS, Spec, save_tiny
 
 TOL = 1e-5

@@ -8,7 +8,7 @@ import tracemalloc
 import pytest
 
 from attnviz.errors import LayerError, TokenNotFoundError, UsageError
-from attnviz.select import Query, Selection, find_targets, parse_layers, parse_target
+from attnviz.select import Query, find_targets, parse_layers, parse_target
 from attnviz.tokens import Tokens
 
 
@@ -118,12 +118,3 @@ def test_targets() -> None:
         find_targets(toks, ["bird"])
     with pytest.raises(TokenNotFoundError, match="out of range"):
         find_targets(toks, ["dog:2"])
-
-
-def test_selection_resolves_everything_at_once() -> None:
-    toks = tokens_of("the cat saw the dog")
-    resolved = Selection(Query("cat"), "1-2", ("dog",)).resolve(toks, num_layers=4)
-    assert resolved.queries == (2,) and resolved.layers == (1, 2) and resolved.targets == {"dog": (5,)}
-    assert Selection().resolve(toks, 3).queries == ()  # no query: every token's rows
-    with pytest.raises(UsageError):
-        Selection(targets=("dog:0",))  # a target's form is checked on construction

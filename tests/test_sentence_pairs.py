@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from attnviz.engines import Engine, inspect, load_engine
+from attnviz.engines import Engine, load_engine
 from attnviz.errors import UsageError
 from attnviz.result import Attention
 from attnviz.tokens import PAIR_SEPARATOR, find_word
 
+from .helpers import inspect
 from .tiny_models import SPECS, Spec, save_tiny
 
 TOL = 1e-5

@@ -15,10 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from attnviz.engines import Engine, choose_part, inspect, load_engine
+from attnviz.engines import Engine, load_engine
 from attnviz.errors import UsageError
+from attnviz.pipeline import choose_part
 from attnviz.result import Attention
 
+from .helpers import inspect
 from .tiny_models import SENTENCES, SPECS, save_tiny
 
 TOL = 1e-5

@@ -13,10 +13,12 @@ import pytest
 from rich.console import Console
 
 from attnviz import findings, transforms
-from attnviz.engines import Engine, inspect
+from attnviz.engines import Engine
 from attnviz.render.shifts import shifts_table
 from attnviz.render.terminal import paged, render_show, token_heatmap
 from attnviz.result import Attention
+
+from .helpers import inspect
 
 EXAMPLE = "The animal didn't cross the street because it was too tired"
 LONG_WORDS = "The internationalization committee's extraordinarily comprehensive recommendations were ignored"

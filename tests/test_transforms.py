@@ -228,7 +228,7 @@ def test_words_and_rollout_against_transformers(own_engine, hf_engine) -> None:
     """Our pipeline (own engine) vs a computation on transformers' own attentions."""
     import torch
 
-    from attnviz.engines import inspect
+    from .helpers import inspect
 
     sentence = "The councilmen refused the demonstrators a permit because they feared violence"
     tokens = own_engine.tokenize(sentence)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..errors import ExitCode
-from . import app, errors
+from .app import app, errors
 from .common import stderr_console, stdout_console
 from .options import DebugOpt, DeviceOpt, JsonOpt, ModelOpt, Part, PartOpt
 

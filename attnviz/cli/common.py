@@ -59,7 +59,7 @@ def read_input(sentence: str | None, file: Path | None) -> str:
 
 def budget(max_memory: str | None) -> int | None:
     """--max-memory in bytes (None: the free memory is the limit)."""
-    from ..memory import parse_size
+    from ..engines.memory import parse_size
 
     return None if max_memory is None else parse_size(max_memory)
 
@@ -120,15 +120,10 @@ def view_from(
 
 
 def check_heads(picked: tuple[int, ...] | None, num_heads: int) -> None:
-    """Head numbers of --heads against the loaded model."""
-    from ..errors import UsageError
+    """Head numbers of --heads against the loaded model (the hint names --heads)."""
+    from ..pipeline import check_heads as check
 
-    bad = [h for h in picked or () if h >= num_heads]
-    if bad:
-        raise UsageError(
-            f"head {bad[0]} is out of range: this model has {num_heads} heads (0..{num_heads - 1})",
-            hint=f"use --heads with numbers 0..{num_heads - 1}",
-        )
+    check(picked, num_heads)
 
 
 def queries_from(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from . import EXAMPLE, app, errors
+from .app import EXAMPLE, app, errors
 from .common import budget, decoder_text, load, query_from, read_input, sentence_tokens, stdout_console, view_from
 from .options import (
     DebugOpt,
@@ -144,16 +144,14 @@ def compare(
     Example: attnviz compare "The animal didn't cross the street because it was too tired" --token it --target animal
     """
     with errors(debug):
-        from ..engines import plan, read
         from ..errors import UsageError
         from ..findings import parse_exclude
         from ..metrics import check_sort, head_stats, sort_rows
         from ..pairs import MinimalPair, PairOptions, read_pairs, run_pair
+        from ..pipeline import Selection, run
         from ..render.tables import render_compare
         from ..render.terminal import paged
-        from ..select import Selection
         from ..tokens import check_text
-        from ..transforms import positions_in
 
         targets = tuple(target or ())
         pairwise = vs is not None or pairs is not None
@@ -199,24 +197,20 @@ def compare(
             check_text(vs)
         query = query_from(token, occurrence, index)
         # Target forms checked here.
-        selection = Selection(query=query, layers=layer, targets=targets, part=part.value if part else None)
+        selection = Selection(
+            queries=() if query is None else (query,),
+            layers=layer,
+            targets=targets,
+            part=part.value if part else None,
+            view=reading,
+        )
         text = read_input(sentence, file)
         eng = load(text, model, engine.value, device, dtype.value)
         if vs is None:
-            planned = plan(sentence_tokens(eng, text, pair, decoder), eng, selection, target=decoder)
-            resolved = planned.resolved
-            att = read(
-                planned.tokens,
-                eng,
-                resolved.layers,
-                [resolved.queries],
-                reading,
-                max_memory=memory_limit,
-                target=planned.target,
-                part=planned.part,
-            )
-            found_targets = {word: positions_in(att, idx) for word, idx in resolved.targets.items()}
-            rows = head_stats(att, att.queries[0], found_targets, top, kinds)
+            source = sentence_tokens(eng, text, pair, decoder)
+            got = run(source, eng, selection, target=decoder, max_memory=memory_limit)
+            att = got.attention
+            rows = head_stats(att, got.queries[0], got.targets, top, kinds)
             rows = sort_rows(rows, by, limit)
         else:
             assert token is not None  # query_from needs --token or --index, and --index was refused

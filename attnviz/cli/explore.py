@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from ..render import DEFAULT_DPI
-from . import app, errors
+from .app import app, errors
 from .common import load, query_from
 from .options import DebugOpt, DeviceOpt, EngineName, EngineOpt, LayerOpt, ModelOpt, Occurrence, Sentence
 
@@ -61,18 +61,19 @@ def explore(
         query = query_from(token, occurrence, index, required=False)
         eng = load(sentence, model, engine.value, device)
 
-        from ..explore import ExploreApp, runner
-        from ..select import parse_layers
+        from ..explore import ExploreApp, explore_reading, runner
+        from ..pipeline import Selection
 
-        tokens = eng.tokenize(sentence)
-        start = query.resolve(tokens)[0] if query is not None else None
-        run = runner(eng, parse_layers(layer, eng.num_layers))
+        selection = Selection(queries=() if query is None else (query,), layers=layer)
         try:
-            att = run(tokens)
+            first = explore_reading(eng, sentence, selection)
         except UsageError as exc:
             if exc.facts.get("reason") != "explore_size":
                 raise
             raise UsageError(exc.message, hint="pick layers with --layer N or A-B, or shorten the sentence") from None
+        att = first.attention
+        start = first.queries[0] if query is not None else None
+        run = runner(eng, att.layers)
         explorer = ExploreApp(att, run, query=start, export_dir=export_dir, dpi=DEFAULT_DPI)
         if "transformers" in sys.modules:
             # Its log handler holds the real stderr, past textual's capture: a warning during a

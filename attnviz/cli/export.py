@@ -18,7 +18,7 @@ from ..render import (  # stdlib only: no matplotlib
     parse_figsize,
     parse_vmax,
 )
-from . import app, errors
+from .app import app, errors
 from .common import budget, check_heads, decoder_text, load, query_from, read_input, sentence_tokens, view_from, wrote
 from .options import (
     DebugOpt,
@@ -143,11 +143,9 @@ def export(
     Example: attnviz export "The animal didn't cross the street because it was too tired" --token it -o it.png
     """
     with errors(debug):
-        from ..engines import choose_part, plan, read
         from ..errors import UsageError
+        from ..pipeline import Selection, choose_part, plan, read
         from ..result import check_writable
-        from ..select import Selection
-        from ..transforms import positions_in
 
         # Everything a user can get wrong without a model is checked before loading one
         # (and before importing matplotlib).
@@ -185,26 +183,29 @@ def export(
         shape = eng.part_shape(chosen)
         check_heads(picked, shape.num_heads)
         spec = layer if layer is not None or view is View.token else str(shape.num_layers // 2)
-        planned = plan(source, eng, Selection(layers=spec, part=chosen), target=target)
-        layers = planned.resolved.layers
-        groups = [query.resolve(planned.query_tokens, planned.where)] if query is not None else []
-        if view is View.token:
-            att = read(
-                planned.tokens, eng, layers, groups, reading, max_memory=limit, target=planned.target, part=planned.part
-            )
-            write_token_image(att, [positions_in(att, groups[0])[0]], output, dpi, style)
-            return
-        if len(layers) != 1:
+        selection = Selection(
+            queries=() if query is None else (query,),
+            layers=spec,
+            part=chosen,
+            view=reading,
+            heads=picked,
+            all_rows=view is View.matrix,  # the matrix: every query row, the token outlined
+        )
+        planned = plan(source, eng, selection, target=target)
+        layers = planned.layers
+        if view is View.matrix and len(layers) != 1:
             raise UsageError(
                 f"the matrix view draws one layer, not {len(layers)}",
                 hint="give --layer N, or use --view token for several layers",
             )
+        got = read(planned, eng, max_memory=limit)
+        if view is View.token:
+            write_token_image(got.attention, got.queries[:1], output, dpi, style)
+            return
         from ..render.image import matrix_figure, save_figure
 
-        # Every query row: the whole matrix.
-        att = read(planned.tokens, eng, layers, [], reading, max_memory=limit, target=planned.target, part=planned.part)
-        highlight = positions_in(att, groups[0]) if groups else ()
-        save_figure(matrix_figure(att, layers[0], highlight=highlight, style=style), output, dpi)
+        highlight = got.query_groups[0] if got.query_groups else ()
+        save_figure(matrix_figure(got.attention, layers[0], highlight=highlight, style=style), output, dpi)
         wrote(output)
 
 
@@ -219,15 +220,15 @@ def write_page(
 ) -> None:
     """The interactive page: every query row of the chosen layers (default all), its size
     checked from the token count before the forward pass."""
-    from ..engines import forward
+    from ..pipeline import Selection, plan, read
     from ..render.html import check_page_size, save_html
-    from ..select import Resolved, Selection
 
-    resolved = Selection(query=query, layers=layer).resolve(tokens, eng.num_layers)
-    check_page_size(len(resolved.layers), eng.shape.num_heads, len(tokens))
-    att = forward(tokens, eng, Resolved((), resolved.layers), max_memory)  # every query row: whole matrices
-    pinned = resolved.queries[0] if resolved.queries else None  # a split word: its first piece
-    save_html(att, path, query=pinned, view="matrix" if view is View.matrix else "head")
+    selection = Selection(queries=() if query is None else (query,), layers=layer, all_rows=True)
+    planned = plan(tokens, eng, selection)
+    check_page_size(len(planned.layers), eng.shape.num_heads, len(tokens))
+    got = read(planned, eng, max_memory)  # every query row: whole matrices
+    pinned = got.queries[0] if query is not None else None  # a split word: its first piece
+    save_html(got.attention, path, query=pinned, view="matrix" if view is View.matrix else "head")
     wrote(path)
 
 

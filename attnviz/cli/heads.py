@@ -17,7 +17,7 @@ import typer
 
 from ..errors import ExitCode, UsageError
 from ..render import DEFAULT_DPI, IMAGE_FORMATS
-from . import app, errors
+from .app import app, errors
 from .common import stderr_console, stdout_console, wrote
 from .options import DebugOpt, DeviceOpt, DType, DtypeOpt, EngineName, EngineOpt, LayerOpt, ModelOpt
 

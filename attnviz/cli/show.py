@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from . import app, errors
+from .app import app, errors
 from .common import (
     budget,
-    check_heads,
     decoder_text,
     load,
     queries_from,
@@ -48,9 +47,6 @@ from .options import (
     TokensOpt,
     WordsOpt,
 )
-
-if TYPE_CHECKING:
-    from ..result import Attention
 
 
 @app.command()
@@ -102,10 +98,9 @@ def show(
     shows where the decoder's WORD looks in the source.
     """
     with errors(debug):
-        from ..engines import plan, read
         from ..errors import UsageError
+        from ..pipeline import Selection, run
         from ..result import check_writable
-        from ..select import Selection
         from .export import token_image
 
         # Before any model work: a typo should cost nothing.
@@ -127,26 +122,16 @@ def show(
                 raise UsageError("--png draws one token", hint="use attnviz export --view matrix for whole matrices")
         view, picked = view_from(words, hide_special, no_renorm, heads, rollout)
         queries = queries_from(token, occurrence, index, required=not all_tokens)
-        selection = Selection(layers=layer, part=part.value if part else None)
+        selection = Selection(
+            queries=tuple(queries), layers=layer, part=part.value if part else None, view=view, heads=picked
+        )
         target = decoder_text(target_text, target_file)
         limit = budget(max_memory)
         text = read_input(sentence, file)
         eng = load(text, model, engine.value, device, dtype.value)
-        planned = plan(sentence_tokens(eng, text, pair, target), eng, selection, target=target)
-        check_heads(picked, eng.part_shape(planned.part).num_heads)
         # Every word found before the forward pass, on the part's query side.
-        groups = [q.resolve(planned.query_tokens, planned.where) for q in queries]
-        att = read(
-            planned.tokens,
-            eng,
-            planned.resolved.layers,
-            groups,
-            view,
-            max_memory=limit,
-            target=planned.target,
-            part=planned.part,
-        )
-        positions = _query_positions(att, groups)
+        reading = run(sentence_tokens(eng, text, pair, target), eng, selection, target=target, max_memory=limit)
+        att, positions = reading.attention, list(reading.queries)
         figure = None
         if png is not None:  # laid out and held to the pixel budget before any output
             from ..render import DEFAULT_DPI, FigureStyle
@@ -177,11 +162,3 @@ def show(
 
             save_figure(figure, png, DEFAULT_DPI)
             wrote(png)
-
-
-def _query_positions(att: Attention, groups: list[tuple[int, ...]]) -> list[int]:
-    """Each --token word's query position in ``att``, in the order the options were given
-    (a merged query sits at its first token or word); none given: every query."""
-    from ..transforms import positions_in
-
-    return [positions_in(att, g)[0] for g in groups] if groups else list(att.queries)

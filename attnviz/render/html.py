@@ -5,7 +5,7 @@ atomically. The page's JavaScript and CSS (``render/assets/``) are inlined: no C
 web font, no request to any network, so it opens offline in any current browser.
 
 What the page holds: every weight of every kept layer and head, the full token × token
-matrices (an ``Attention`` from ``engines.inspect(tokens, engine, layers, None)``),
+matrices (an ``Attention`` from ``pipeline.run(tokens, engine, Selection(layers=..., all_rows=True))``),
 quantised to uint16 (``round(w · 65535)``, so each weight is within 0.0000077 of the float32
 value) and base64-encoded: 8/3 bytes per weight. A page grows as
 layers × heads × tokens²; ``check_page_size`` refuses one past a budget from the token

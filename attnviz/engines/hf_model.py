@@ -35,7 +35,7 @@ def is_causal(model: Any, device: Any) -> bool:
     """
     import torch
 
-    from .errors import EngineError
+    from ..errors import EngineError
 
     vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
     ids = torch.arange(PROBE_TOKENS, device=device)[None] % max(vocab, 1)  # (1, T)

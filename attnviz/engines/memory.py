@@ -13,7 +13,8 @@ forward pass adds to the loaded model:
 and compares it with the memory free now (MemAvailable and the cgroup's limit on
 Linux, free memory on a CUDA device), or with a budget the caller gives.
 The model's weights are already loaded (so already off the free memory); they are
-reported, not counted again. Stdlib only; torch is imported inside the functions.
+reported, not counted again. The estimate takes numbers (a ``ModelShape`` and the
+model's ``ModelSizes``), never an engine. Stdlib only; torch is imported inside ``available``.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 if TYPE_CHECKING:
-    from .engines import Engine
+    from ..heads import ModelShape
 
 GB = 1024**3
 
@@ -55,36 +56,53 @@ class MemoryEstimate:
         return self.activations + self.attention
 
 
-def estimate(engine: Engine, num_tokens: int, layers: Sequence[int], num_queries: int | None) -> MemoryEstimate:
-    """What ``engine`` allocates to run ``num_tokens`` tokens and keep the weight rows of
-    ``num_queries`` queries (None: every row) in ``layers``."""
-    import torch
+@dataclass(frozen=True)
+class ModelSizes:
+    """A loaded model in the numbers the estimate needs.
 
-    from .attention import CHUNK_ELEMENTS
+    Attributes:
+        weight_bytes: the loaded parameters' bytes.
+        parameters: how many parameters (about the multiply-adds per token).
+        widest: the widest linear layer's outputs (activations are (S, widest) tensors).
+        element_size: bytes per value in the model's dtype.
+        full_matrices: whether a forward pass keeps every layer's full (H, S, S) weights
+            whatever is asked (transformers' eager attention: the hf engine).
+    """
 
-    model: Any = getattr(engine, "model", None)
-    params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
-    weights = sum(p.numel() * p.element_size() for p in params)
-    size = torch.empty((), dtype=engine.dtype).element_size()
-    widest = max(
-        [m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)] if params else [4096],
-        default=4096,
-    )
-    s, h, n = num_tokens, engine.shape.num_heads, len(layers)
+    weight_bytes: int
+    parameters: int
+    widest: int
+    element_size: int
+    full_matrices: bool = False
+
+    def __post_init__(self) -> None:
+        if min(self.weight_bytes, self.parameters) < 0 or self.widest < 1 or self.element_size < 1:
+            raise ValueError(f"impossible sizes in {self}")
+
+
+def estimate(
+    shape: ModelShape, sizes: ModelSizes, num_tokens: int, layers: Sequence[int], num_queries: int | None
+) -> MemoryEstimate:
+    """What a model of ``shape`` and ``sizes`` allocates to run ``num_tokens`` tokens and
+    keep the weight rows of ``num_queries`` queries (None: every row) in ``layers``."""
+    from ..attention import CHUNK_ELEMENTS
+
+    size = sizes.element_size
+    s, h, n = num_tokens, shape.num_heads, len(layers)
     # x, its norm, the residual, q/k/v and the MLP's two or three widest tensors: ~8 (S, widest).
-    activations = 8 * s * widest * size
+    activations = 8 * s * sizes.widest * size
     rows = s if num_queries is None else num_queries
     kept = 2 * n * h * rows * s * 4  # float32 rows, and their stacked copy for the result
-    if engine.name == "hf":
+    if sizes.full_matrices:
         # Every layer's (H, S, S) weights in the model's dtype, kept to the end of the pass;
         # one layer's float32 scores and softmax, and the float (S, S) causal mask besides.
-        attention = engine.num_layers * h * s * s * size + 2 * h * s * s * 4 + s * s * size + kept
+        attention = shape.num_layers * h * s * s * size + 2 * h * s * s * 4 + s * s * size + kept
     else:
         # The asked rows of the asked layers, and one block of rows at a time (scores,
         # weights, mask); with every row, a block is at most CHUNK_ELEMENTS.
         block = min(CHUNK_ELEMENTS, h * rows * s)
         attention = kept + 3 * block * 4
-    return MemoryEstimate(weights=weights, activations=activations, attention=attention)
+    return MemoryEstimate(weights=sizes.weight_bytes, activations=activations, attention=attention)
 
 
 def available(device: Any) -> tuple[int | None, str]:

@@ -1,0 +1,315 @@
+"""The Engine protocol: everything a caller may ask of a loaded model, and what both
+engines share (tokenizing, parts of an encoder-decoder, padding, provenance).
+
+    own  our transformer stacks (attnviz.architectures on attnviz.attention): own.py
+    hf   the transformers model itself, with eager attention: hf.py
+
+Callers use this protocol and nothing else: the weights' sizes the memory estimate
+needs are ``sizes`` (numbers), the tokenizer is ``tokenizer``, the length limit is
+``max_positions``. torch is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import ModelLoadError, UsageError
+from ..heads import HasShape, ModelShape
+from ..models import ModelFiles
+from ..result import Provenance
+from ..tokens import Tokens, load_tokenizer, tokenize, tokenize_pair
+from ..version import __version__
+from .memory import ModelSizes
+
+if TYPE_CHECKING:
+    import torch
+    from tokenizers import Tokenizer
+
+    from ..architectures.base import ForwardOutput
+    from ..architectures.seq2seq import Seq2SeqOutput
+
+
+def score_terms(files: ModelFiles) -> tuple[str, ...]:
+    """What an attention score sums, when it is more than q·k: DeBERTa's
+    ("c2c", "c2p", "p2c") or a subset; () for the plain content-to-content score."""
+    if files.model_type != "deberta-v2":
+        return ()
+    from ..architectures.deberta import score_terms as deberta_terms
+
+    return deberta_terms(files.config)
+
+
+class Engine(Protocol):
+    """What both engines provide: the whole of what callers may use.
+
+    Attributes:
+        name: "own" or "hf".
+        files: the checkpoint (its spec, path, config and model_type).
+        device, dtype: where and in what the model runs.
+        shape: the model's (an encoder-decoder's encoder) layers and heads.
+        parts: an encoder-decoder's attention parts (``select.PARTS``); () for one stack.
+        score_terms: what a score sums beyond q·k (DeBERTa); () for most models.
+        max_positions: the longest input the model reads (None: no limit).
+        tokenizer: the model's tokenizer (the tokenizers library's), for callers that
+            encode on their own (the corpus scan's truncation, the induction probe).
+    """
+
+    name: str
+    files: ModelFiles
+    device: torch.device
+    dtype: torch.dtype
+    shape: ModelShape
+    parts: tuple[str, ...]
+    score_terms: tuple[str, ...]
+    max_positions: int | None
+    tokenizer: Tokenizer
+
+    @property
+    def num_layers(self) -> int: ...
+
+    @property
+    def num_heads(self) -> int: ...
+
+    @property
+    def sizes(self) -> ModelSizes:
+        """The loaded model in numbers (weight bytes, parameters, widest layer), for the
+        memory estimate and the thread choice."""
+        ...
+
+    def tokenize(self, sentence: str) -> Tokens: ...
+
+    def tokenize_pair(self, first: str, second: str) -> Tokens: ...
+
+    def tokenize_target(self, text: str) -> Tokens: ...
+
+    def part_shape(self, part: str | None) -> ModelShape: ...
+
+    def forward(
+        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+    ) -> ForwardOutput:
+        """One forward pass (an encoder-decoder's encoder alone). ``attentions[i]``
+        (1, H, R, S) holds layer ``layers[i]``'s weight rows of ``queries`` (default:
+        every layer, every row)."""
+        ...
+
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput: ...
+
+    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput:
+        """One pass over right-padded texts: full (B, H, S, S) weights of layers 0..max_layer."""
+        ...
+
+
+class EngineBase(HasShape):
+    """What both engines share; a subclass sets ``model``, ``shape`` and ``max_positions``."""
+
+    name = "?"
+    max_positions: int | None = None
+    shape: ModelShape
+    # Encoder-decoders: the parts whose attention can be shown (PARTS), and the decoder's
+    # layers and heads (its self- and cross-attention alike); () and None for one stack.
+    parts: tuple[str, ...] = ()
+    decoder_shape: ModelShape | None = None
+
+    def __init__(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
+        self.files, self.device, self.dtype = files, device, dtype
+        self.tokenizer = load_tokenizer(files.path)
+        self.score_terms = score_terms(files)
+
+    def tokenize(self, sentence: str) -> Tokens:
+        return tokenize(self.tokenizer, sentence, self.max_positions)
+
+    def tokenize_pair(self, first: str, second: str) -> Tokens:
+        """A sentence pair, with the tokenizer's pair template and token types (see
+        ``tokens.tokenize_pair``).
+
+        Raises:
+            UsageError: an encoder-decoder (whose second text is the decoder's), or a pair
+                with token types the model does not have.
+        """
+        if self.parts:
+            raise UsageError(
+                f"{self.files.spec} is an encoder-decoder: its second text is the decoder's, not a pair segment",
+                reason="pair_seq2seq",
+            )
+        tokens = tokenize_pair(self.tokenizer, first, second, self.max_positions)
+        types = self.type_vocab_size()
+        if types is not None and 0 < types <= max(tokens.type_ids, default=0):
+            raise UsageError(
+                f"the tokenizer gives sentence B token type {max(tokens.type_ids)}, but {self.files.spec} "
+                f"has {types} token type(s)",
+                hint="this model was not trained on typed sentence pairs; give one sentence",
+                reason="pair_types",
+            )
+        return tokens
+
+    def type_vocab_size(self) -> int | None:
+        """How many token types (segments) the model embeds; 0 = none (they are ignored)."""
+        value = self.files.config.get("type_vocab_size")
+        return int(value) if isinstance(value, int) else None
+
+    def tokenize_target(self, text: str) -> Tokens:
+        """The decoder's input for ``text``: the decoder start token, then ``text`` tokenized
+        as the model's labels are (its special tokens included). This is teacher forcing:
+        the decoder reads the whole target at once, each token seeing those before it.
+
+        Raises:
+            UsageError: the model is not an encoder-decoder, or the text is empty or too long.
+        """
+        if not self.parts:
+            raise UsageError(
+                f"a decoder text needs an encoder-decoder model; {self.files.spec} is {self.files.model_type!r}",
+                reason="target_not_seq2seq",
+            )
+        if not text.strip():
+            raise UsageError("the decoder text is empty", reason="empty_target")
+        tokens = tokenize(self.tokenizer, text, None if self.max_positions is None else self.max_positions - 1)
+        start = decoder_start_id(self.files, tokens.ids)
+        return Tokens(
+            text=tokens.text,
+            ids=(start, *tokens.ids),
+            pieces=(self.tokenizer.id_to_token(start) or f"<{start}>", *tokens.pieces),
+            offsets=((0, 0), *tokens.offsets),
+            special=(True, *tokens.special),
+        )
+
+    def part_shape(self, part: str | None) -> ModelShape:
+        """Layers and heads of ``part`` (None: the model's only stack, or the encoder);
+        the decoder part is causal, cross-attention is not.
+
+        Raises:
+            UsageError: a part this model does not have. facts: ``reason`` "part".
+        """
+        if part in (None, "encoder"):
+            return self.shape
+        if part not in self.parts or self.decoder_shape is None:
+            raise UsageError(
+                f"{self.files.spec} ({self.files.model_type!r}) has no {part!r} attention"
+                + (f" (its parts: {', '.join(self.parts)})" if self.parts else ": it is not an encoder-decoder"),
+                reason="part",
+            )
+        d = self.decoder_shape
+        return ModelShape(d.num_layers, d.num_heads, d.num_kv_heads, causal=part == "decoder")
+
+    model: Any  # the torch module: the subclass's, not the protocol's
+    _sizes: ModelSizes | None = None
+
+    @property
+    def sizes(self) -> ModelSizes:
+        """The loaded model in numbers, counted once: weight bytes and parameters, the
+        widest linear layer's outputs (activations scale with it), the dtype's size."""
+        if self._sizes is None:
+            self._sizes = module_sizes(self.model, self.dtype, full_matrices=self.name == "hf")
+        return self._sizes
+
+    def _ids(self, tokens: Tokens) -> torch.Tensor:
+        import torch
+
+        return torch.tensor([tokens.ids], dtype=torch.long, device=self.device)  # (1, S)
+
+    def _padded(self, batch: Sequence[Tokens]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded ids (B, S) and the 1/0 attention mask (B, S) of a batch.
+
+        Padding goes at the end, so every real token keeps its position in absolute and
+        rotary position schemes; it uses the config's pad_token_id (RoBERTa's position
+        ids in transformers skip exactly that id), 0 without one.
+        """
+        import torch
+
+        if not batch:
+            raise ValueError("an empty batch")
+        size = max(len(t) for t in batch)
+        pad = self.files.config.get("pad_token_id")
+        pad = int(pad) if isinstance(pad, int) else 0
+        ids = torch.full((len(batch), size), pad, dtype=torch.long)  # (B, S)
+        mask = torch.zeros((len(batch), size), dtype=torch.long)  # (B, S)
+        for b, tokens in enumerate(batch):
+            ids[b, : len(tokens)] = torch.tensor(tokens.ids, dtype=torch.long)
+            mask[b, : len(tokens)] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+
+def decoder_start_id(files: ModelFiles, target_ids: Sequence[int] = ()) -> int:
+    """The token an encoder-decoder's decoder starts from, as its training shifted the labels:
+    ``decoder_start_token_id`` of config.json or generation_config.json; for T5 without
+    one, the pad token (T5's convention); for mBART, the target's last token (its language
+    code: mBART's ``shift_tokens_right`` wraps it around).
+
+    Raises:
+        ModelLoadError: the checkpoint names no start token and its family has no rule.
+    """
+    import json
+
+    config = files.config
+    start = config.get("decoder_start_token_id")
+    generation = files.path / "generation_config.json"
+    if start is None and generation.is_file():
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            start = json.loads(generation.read_text(encoding="utf-8")).get("decoder_start_token_id")
+    if start is None and files.model_type in ("t5", "mt5", "umt5"):
+        start = config.get("pad_token_id", 0)
+    if start is None and files.model_type == "mbart" and target_ids:
+        start = target_ids[-1]
+    if not isinstance(start, int):
+        raise ModelLoadError(
+            f"{files.path}/config.json names no decoder_start_token_id",
+            hint="add the token the decoder starts from to config.json",
+        )
+    return start
+
+
+def module_sizes(model: Any, dtype: torch.dtype, full_matrices: bool) -> ModelSizes:
+    """``ModelSizes`` of a torch module: what the memory estimate reads of a model."""
+    import torch
+
+    params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+    widest = max(
+        [m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)] if params else [4096],
+        default=4096,
+    )
+    return ModelSizes(
+        weight_bytes=sum(p.numel() * p.element_size() for p in params),
+        parameters=sum(p.numel() for p in params),
+        widest=widest,
+        element_size=torch.empty((), dtype=dtype).element_size(),
+        full_matrices=full_matrices,
+    )
+
+
+def engine_provenance(engine: Engine) -> Provenance:
+    """Which model, engine, device and dtype ``engine`` runs."""
+    return Provenance(
+        model=engine.files.spec,
+        model_path=str(engine.files.path),
+        architecture=engine.files.model_type,
+        engine=engine.name,
+        device=str(engine.device),
+        dtype=str(engine.dtype).removeprefix("torch."),
+        shape=engine.shape,
+        attnviz_version=__version__,
+        score_terms=engine.score_terms,
+    )
+
+
+# Below this many multiply-adds a CPU forward pass runs on one thread: a sentence through a
+# small model (MiniLM: ~0.3 G) takes ~15 ms on one core, while the default thread pool, on a
+# machine whose other cores are busy, was measured to spin for up to 0.5 s.
+_ONE_THREAD_MACS = 2_000_000_000
+
+
+@contextlib.contextmanager
+def cpu_threads_for(engine: Engine, num_tokens: int) -> Iterator[None]:
+    """Run a small CPU forward pass on one thread; leave everything else as it is."""
+    import torch
+
+    params = engine.sizes.parameters
+    if engine.device.type != "cpu" or not params or params * num_tokens > _ONE_THREAD_MACS:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,77 @@
+"""The own engine: our from-scratch stacks (attnviz.architectures on attnviz.attention);
+it never imports transformers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..select import PARTS
+from ..tokens import Tokens
+from .base import EngineBase
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..architectures.base import ForwardOutput
+    from ..architectures.seq2seq import Seq2SeqOutput
+    from ..models import ModelFiles
+
+
+class OwnEngine(EngineBase):
+    """Our from-scratch stacks: attnviz.architectures on attnviz.attention."""
+
+    name = "own"
+
+    def __init__(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
+        from .. import architectures
+
+        super().__init__(files, device, dtype)
+        self.model = architectures.load(files.path, files.config, device=device, dtype=dtype)
+        self.shape = self.model.shape
+        self.max_positions = self.model.max_positions
+        from ..architectures.seq2seq import EncoderDecoder
+
+        if isinstance(self.model, EncoderDecoder):
+            self.parts = PARTS
+            self.decoder_shape = self.model.decoder_shape
+
+    def forward(
+        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+    ) -> ForwardOutput:
+        """Fused attention in every layer; exact weights only for ``queries`` of ``layers``,
+        and no layer after the last one asked for. (An encoder-decoder's encoder alone.)"""
+        import torch
+
+        chosen = tuple(range(self.num_layers)) if layers is None else tuple(layers)
+        kwargs: dict[str, Any] = {}
+        types = getattr(self.model, "type_vocab_size", None)
+        if any(tokens.type_ids) and types:
+            # A sentence pair, into a model with token-type embeddings (else ignored, as transformers does).
+            kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            out = self.model(self._ids(tokens), max_layer=max(chosen), layers=set(chosen), queries=queries, **kwargs)
+        out.attentions = [out.attentions[layer] for layer in chosen]
+        return out
+
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput:
+        """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through
+        the decoder; every layer's full weights of every part."""
+        import torch
+
+        from ..architectures.seq2seq import EncoderDecoder
+
+        self.part_shape("cross")  # refuses a model with one stack
+        assert isinstance(self.model, EncoderDecoder)  # part_shape checked it
+        with torch.inference_mode():
+            return self.model.forward_seq2seq(self._ids(tokens), self._ids(target))
+
+    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput:
+        """One forward pass over right-padded texts; attentions are (B, H, S, S) per layer
+        (exact eager weights), padding keys get weight 0 and padding query rows are to be
+        ignored."""
+        import torch
+
+        ids, mask = self._padded(batch)
+        with torch.inference_mode():
+            return self.model(ids, attention_mask=mask, max_layer=max_layer, fused=False)
