@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..attention import EAGER, MaskLike, MultiHeadAttention, QKTransform, RowRequest
+from ..attention import Attend, MaskLike, MultiHeadAttention, QKTransform, eager_attention
 
 
 def alibi_slopes(num_heads: int, device: Any = None) -> Tensor:
@@ -56,8 +56,8 @@ class AlibiAttention(MultiHeadAttention):
         value: Tensor | None = None,
         mask: MaskLike = None,
         qk_transform: QKTransform | None = None,
-        request: RowRequest = EAGER,
-        bias: Tensor | None = None,
+        request: Attend = eager_attention,
+        score_bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         keys = (query if key is None else key).size(1)
         slopes = alibi_slopes(self.n_heads, query.device)  # (H,)
@@ -68,4 +68,5 @@ class AlibiAttention(MultiHeadAttention):
         if self.bias_scale != 1.0:
             alibi = alibi * self.bias_scale
         alibi = alibi[None, :, None, :]  # (1, H, 1, S)
-        return super().forward(query, key, value, mask, qk_transform, request, alibi if bias is None else bias + alibi)
+        bias = alibi if score_bias is None else score_bias + alibi
+        return super().forward(query, key, value, mask, qk_transform, request, bias)

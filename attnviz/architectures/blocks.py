@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ..attention import EAGER, Mask, MultiHeadAttention, QKTransform, RowRequest
+from ..attention import Mask, MultiHeadAttention, QKTransform
+from ..rows import EAGER, RowRequest
 from .base import activation
 
 
