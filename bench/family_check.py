@@ -1,6 +1,7 @@
 """How exact the own engine is on each family of issue 10 (encoder-decoders, ModernBERT,
-DeBERTa): ``attnviz check`` (``check.compare_engines``) on the tiny random checkpoints of
-tests/tiny_models.py, in float32 on the CPU, over check's four built-in sentences.
+DeBERTa) and issue 23 (GPT-NeoX, GPT-Neo, OPT, GPT-J, Phi, BLOOM, Falcon, GPT-BigCode):
+``attnviz check`` (``check.compare_engines``) on the tiny random checkpoints of
+tests/tiny_models.py and tests/tiny_families_a.py, in float32 on the CPU, over check's four built-in sentences.
 
 Prints one markdown row per checkpoint: the largest |own - transformers eager| of the
 attention weights (per part for an encoder-decoder) and of the final hidden states.
@@ -21,10 +22,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from attnviz.check import compare_engines  # noqa: E402
+from tests.tiny_families_a import FAMILY_A_SPECS  # noqa: E402
 from tests.tiny_models import SPECS_BY_NAME, save_tiny  # noqa: E402
 from tests.tiny_models_b import SPECS_B, SPECS_B_BY_NAME, save_tiny_b  # noqa: E402
 
-NAMES = ("t5", "mt5", "bart", "mbart", "modernbert", "deberta-v3", "deberta-v2-conv")
+# Issue 23's families (tests/tiny_families_a.py), every quirk switched on, after issue 10's.
+SPECS = {**SPECS_BY_NAME, **{spec.name: spec for spec in FAMILY_A_SPECS}}
+NAMES = (
+    "t5", "mt5", "bart", "mbart", "modernbert", "deberta-v3", "deberta-v2-conv",
+    *(spec.name for spec in FAMILY_A_SPECS),
+)  # fmt: skip
 # Issue 23, families-b: tests/tiny_models_b.py, every quirk switched on.
 NAMES_B = tuple(spec.name for spec in SPECS_B)
 
@@ -38,7 +45,7 @@ def main(names: list[str]) -> None:
                 spec = SPECS_B_BY_NAME[name]
                 path = save_tiny_b(spec, Path(root) / name)
             else:
-                spec = SPECS_BY_NAME[name]
+                spec = SPECS[name]
                 path = save_tiny(spec, Path(root) / name)
             result = compare_engines(str(path), device="cpu")
             if result.parts:

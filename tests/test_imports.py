@@ -52,6 +52,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "attnviz.engines": ("rich", "matplotlib", "typer", "transformers", "torch", "textual"),
     "attnviz.engines.own": ("rich", "matplotlib", "typer", "transformers", "torch", "textual"),
     "attnviz.engines.hf": ("rich", "matplotlib", "typer", "transformers", "torch", "textual"),
+    "attnviz.engines.hf_model": ("rich", "matplotlib", "typer", "transformers", "torch", "textual"),
     "attnviz.corpus.detectors": ("torch", "rich", "matplotlib", "typer", "transformers", "ray"),
     "attnviz.corpus.scan": ("torch", "rich", "matplotlib", "typer", "transformers", "ray"),
     "attnviz.corpus.sources": ("torch", "rich", "matplotlib", "typer", "transformers", "ray"),

@@ -70,18 +70,25 @@ class HFEngine(EngineBase):
         check_tensors(self.model.named_parameters(), str(files.path))  # on the device: one reduction a tensor
         cfg = self.model.config
         text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        from . import hf_model
+
+        # Dynamic RoPE's grown state is put back before every pass (issue 23, D4).
+        self._rotary = hf_model.RotaryState(self.model)
+        encoder = self.model.get_encoder() if getattr(text_cfg, "is_encoder_decoder", False) else self.model
         num_heads = int(_cfg(text_cfg, "num_attention_heads", "n_head", "num_heads"))
         self.shape = ModelShape(
             num_layers=int(_cfg(text_cfg, "num_hidden_layers", "n_layer", "num_layers")),
             num_heads=num_heads,
             num_kv_heads=int(_cfg(text_cfg, "num_key_value_heads", default=num_heads)),
-            causal=bool(getattr(text_cfg, "is_decoder", False)) or files.model_type in _DECODER_TYPES,
+            causal=hf_model.is_causal(encoder, device),  # the mask the model builds (D1)
             # GPT-OSS-style learned sink logits: a ``sinks`` parameter in the attention modules.
             attention_sinks=any(name.endswith(".sinks") for name, _ in self.model.named_parameters()),
         )
         limit = _cfg(text_cfg, "max_position_embeddings", "n_positions", default=None)
         # T5 has relative positions only; its n_positions is a length it was trained on, not a limit.
         self.max_positions = int(limit) if limit and files.model_type not in ("t5", "mt5", "umt5") else None
+        if hf_model.runs_past_positions(self.model):
+            self.max_positions = None  # dynamic RoPE exists to run past it, as in the own engine (D3)
         if getattr(text_cfg, "is_encoder_decoder", False):
             self.parts = PARTS
             heads = int(_cfg(text_cfg, "decoder_attention_heads", default=self.num_heads))
@@ -107,6 +114,7 @@ class HFEngine(EngineBase):
         from ..norms import per_layer, recording
 
         ids = self._ids(tokens)
+        self._rotary.restore()  # each pass as a freshly loaded model's
         # An encoder-decoder's full forward needs a decoder input; its encoder runs alone.
         model = self.model.get_encoder() if self.parts else self.model
         kwargs: dict[str, Any] = {}
@@ -154,6 +162,7 @@ class HFEngine(EngineBase):
         from ..norms import per_layer, recording
 
         ids, mask = self._padded(batch)
+        self._rotary.restore()
         model = self.model.get_encoder() if self.parts else self.model
         projections = self._projections(model) if norms else []
         with torch.inference_mode(), recording(model, projections=projections, active=norms) as record:
@@ -174,6 +183,7 @@ class HFEngine(EngineBase):
         self.part_shape("cross")  # refuses a model with one stack
         ids, decoder_ids = self._ids(tokens), self._ids(target)
         projections = self._projections(self.model) if norms else []
+        self._rotary.restore()
         with torch.inference_mode(), recording(self.model, projections=projections, active=norms) as record:
             out = self.model(
                 input_ids=ids,
@@ -214,17 +224,6 @@ def _output(attentions: Any, hidden: Any) -> ForwardOutput:
             hint="its base model is not a plain encoder or decoder; try the own engine",
         )
     return ForwardOutput(hidden_states=hidden, attentions=list(attentions))
-
-
-# model_types whose base model is causal, for the hf engine's ``causal`` flag (the own engine
-# reads it from our model). Every causal family of attnviz.architectures must be here:
-# tests/test_architectures.py checks that both engines agree.
-_DECODER_TYPES = {
-    "gpt2", "gpt_neo", "gptj", "gpt_bigcode", "gpt_neox", "codegen", "opt", "bloom", "falcon",
-    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-    "gemma", "gemma2", "gemma3_text", "gpt_oss", "phi", "phi3", "olmo", "olmo2",
-    "starcoder2", "stablelm", "cohere", "granite",
-}  # fmt: skip
 
 
 # Weights a base model may lack without changing any attention weight: transformers
