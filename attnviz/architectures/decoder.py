@@ -18,7 +18,7 @@ from collections.abc import Collection, Sequence
 from torch import Tensor, nn
 
 from ..attention import EAGER, Mask, MultiHeadAttention, QKTransform, RowRequest
-from .base import AttnModel, ForwardOutput
+from .base import AttnModel, ForwardOutput, LayerAblation
 
 
 class PreNormBlock(nn.Module):
@@ -73,6 +73,7 @@ class DecoderModel(AttnModel):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
+        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """input_ids (B, S), attention_mask (B, S) of 1/0; the rest as in ``AttnModel.forward``.
 
@@ -89,7 +90,7 @@ class DecoderModel(AttnModel):
         # 3. The layers, each returning the weight rows asked of it.
         attentions: list[Tensor] = []
         last = self.num_layers - 1 if max_layer is None else max_layer
-        requests = self.row_requests(last, layers, queries, fused)
+        requests = self.row_requests(last, layers, queries, fused, ablate)
         for layer in range(last + 1):
             x, weights = self.blocks[layer](x, masks[self.windows[layer]], qk[layer], requests[layer])
             attentions.append(weights)
