@@ -373,13 +373,13 @@ def batch_size(engine: Engine, num_tokens: int, max_memory: int | None) -> int:
     Raises:
         MemoryBudgetError: not even one ablated copy fits.
     """
-    from . import memory
+    from .engines import memory
 
-    est = memory.estimate(engine, num_tokens, (), 0)
+    est = memory.estimate(engine.shape, engine.sizes, num_tokens, (), 0)
     per = max(1, est.activations)
     free, where = memory.available(engine.device) if max_memory is None else (None, "")
     room = max_memory if max_memory is not None else free
-    h = max(engine.shape.num_heads, *(engine.part_shape(p).num_heads for p in engine.parts))
+    h = max([engine.shape.num_heads, *(engine.part_shape(p).num_heads for p in engine.parts)])
     if room is None:
         return h
     # The unablated stream and the clean copy besides the batch.

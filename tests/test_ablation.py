@@ -285,3 +285,126 @@ def test_tiny_encoder_decoders_match_transformers(
         got = ablate_text(Runner(engine, tokens, part, target), mode=mode)
         np.testing.assert_allclose(got.effect, expect, atol=TOL, rtol=0, err_msg=f"{name} {part} {mode}")
         assert np.abs(expect).max() > 1e-3
+
+
+# --- compare --ablate ------------------------------------------------------------------
+
+
+def _cli(*args: str) -> Any:
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def test_compare_ablate_ranks_layer5_head11_first_with_the_reference_effect(example_reference: Any) -> None:
+    import json
+
+    ref, ids = example_reference
+    result = _cli("compare", EXAMPLE, "--token", "it", "--ablate", "--sort", "effect", "--json", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    rows = out["rows"]
+    assert (rows[0]["layer"], rows[0]["head"]) == (5, 11)
+    expect = ref.effects(ids, None, 6, 12, "zero")[:, :, 10]  # "it" is token 10
+    assert len(rows) == 72
+    for row in rows:
+        assert abs(row["effect"] - expect[row["layer"], row["head"]]) <= TOL
+    assert out["ablation"]["with"] == "zero" and out["ablation"]["passes"] == 6 and not out["ablation"]["partial"]
+
+
+def test_compare_ablate_table_has_the_effect_column(own_engine: Any) -> None:
+    result = _cli("compare", EXAMPLE, "--token", "it", "--ablate", "--sort", "effect", "--limit", "2", "--layer", "5")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert any("effect ▼" in line for line in lines)
+    first = next(line for line in lines if line.strip().startswith("5 "))
+    assert "h11" in first and first.rstrip().endswith("0.105")
+    assert "1 − cos" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--sort", "effect"), "add --ablate"),
+        (
+            ("--ablate", "--vs", "The dog didn't cross the street because it was too wide", "--target", "animal"),
+            "one sentence",
+        ),
+        (("--ablate", "--rollout"), "nothing to ablate"),
+        (("--ablate", "--ablate-with", "median"), "median"),
+    ],
+)
+def test_compare_ablate_refusals_come_before_the_model(no_model: list[str], args: tuple[str, ...], needle: str) -> None:
+    from tests.helpers import one_error_line
+
+    line = one_error_line(_cli("compare", EXAMPLE, "--token", "it", *args), 2)
+    assert needle in line
+    assert no_model == []
+
+
+# --- kl and delta_logprob from the checkpoint's LM head ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "auto", "locate"),
+    [
+        ("gpt2", "AutoModelForCausalLM", lambda m, i: m.transformer.h[i].attn.c_proj),
+        ("bert", "AutoModelForMaskedLM", lambda m, i: m.bert.encoder.layer[i].attention.output.dense),
+        ("llama", "AutoModelForCausalLM", lambda m, i: m.model.layers[i].self_attn.o_proj),
+    ],
+)
+def test_lm_numbers_match_transformers_task_heads(
+    tmp_path_factory: pytest.TempPathFactory, name: str, auto: str, locate: Callable[[Any, int], Any]
+) -> None:
+    import transformers
+
+    from attnviz.lm import load_lm_head
+
+    path = _tiny(tmp_path_factory, name)
+    engine = load_engine("own", resolve(str(path)), "cpu")
+    tokens = engine.tokenize("the cat sat on the mat and the dog sat by the door")
+    q = 4
+    lm = load_lm_head(engine)
+    assert lm is not None and lm.kind == ("causal" if engine.shape.causal else "masked")
+    runner = Runner(engine, tokens)
+    if lm.kind == "causal":
+        got = ablate_text(runner, lm=lm, lm_query=q)
+    else:
+        got = lm.effects(runner, ablate_text(runner), "zero", 3, None, q)
+    model = getattr(transformers, auto).from_pretrained(str(path), attn_implementation="eager").eval()
+    ids = list(tokens.ids)
+    if lm.kind == "masked":
+        ids[q] = engine.tokenizer.token_to_id("[MASK]")
+    heads, layers = engine.shape.num_heads, engine.shape.num_layers
+
+    def logits(hook: tuple[int, int] | None) -> torch.Tensor:
+        handle = None
+        if hook is not None:
+            layer, head = hook
+
+            def zero(mod: Any, args: tuple[Any, ...]) -> Any:
+                x = args[0].clone()
+                d = x.shape[-1] // heads
+                x[..., head * d : (head + 1) * d] = 0.0
+                return (x, *args[1:])
+
+            handle = locate(model, layer).register_forward_pre_hook(zero)
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([ids])).logits[0, q].double()
+        if handle is not None:
+            handle.remove()
+        return torch.log_softmax(out, -1)
+
+    clean = logits(None)
+    top = int(clean.argmax())
+    assert got.top_token == lm.token(top)  # the tiny vocabulary is wider than the tokenizer: "<76>"
+    for layer in range(layers):
+        for head in range(heads):
+            ablated = logits((layer, head))
+            kl = float((clean.exp() * (clean - ablated)).sum())
+            assert got.kl is not None and got.delta_logprob is not None
+            assert abs(got.kl[layer, head] - kl) <= TOL
+            assert abs(got.delta_logprob[layer, head] - float(ablated[top] - clean[top])) <= TOL
+    assert np.nanmax(got.kl) > 1e-4

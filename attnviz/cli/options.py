@@ -37,6 +37,7 @@ class SortKey(str, Enum):
     sink = "sink"
     distance = "distance"
     delta = "delta"
+    effect = "effect"
 
 
 Sentence = Annotated[
