@@ -392,3 +392,58 @@ def batch_size(engine: Engine, num_tokens: int, max_memory: int | None) -> int:
 def forward_passes(num_layers: int, num_heads: int, batch: int) -> int:
     """How many passes one text takes (without the unablated one and the mean pass)."""
     return num_layers * math.ceil(num_heads / batch)
+
+
+# --- over a corpus (attnviz heads --ablate) -----------------------------------------------
+
+QUERY_RULES = ("all", "last")
+
+
+def token_effects(
+    engine: Engine,
+    tokens: Tokens,
+    layers: Sequence[int],
+    mode: str = "zero",
+    fill: np.ndarray | None = None,
+    rule: str = "all",
+) -> np.ndarray:
+    """(T, N, H) effects of one text at its queries: every token that is not special
+    (``rule`` "all"), or the last one ("last", for decoders). ``fill`` (N_all, H, D): the
+    corpus mean of each head's output, for mean-ablation."""
+    import torch
+
+    from .engines import _cpu_threads_for
+
+    if rule not in QUERY_RULES:
+        raise UsageError(f"unknown query rule {rule!r} (known: {', '.join(QUERY_RULES)})", reason="query_rule")
+    real = [i for i, special in enumerate(tokens.special) if not special] or list(range(len(tokens)))
+    queries = real[-1:] if rule == "last" else real
+    runner = Runner(engine, tokens)
+    means = None if fill is None else torch.as_tensor(fill, device=engine.device)
+    with _cpu_threads_for(engine, len(tokens) * engine.shape.num_heads):
+        effects = ablate_text(runner, mode, None, layers, fill=means)
+    if effects.partial:
+        raise KeyboardInterrupt
+    picked = effects.effect[list(layers)][:, :, queries]  # (N, H, T)
+    return picked.transpose(2, 0, 1)  # (T, N, H)
+
+
+def corpus_head_means(engine: Engine, texts: Sequence[Tokens]) -> np.ndarray:
+    """(N, H, D) each head's output averaged over every token of ``texts`` (one unablated
+    pass a text): mean-ablation's replacement over a corpus."""
+    total = None
+    count = 0
+    for tokens in texts:
+        means = Runner(engine, tokens).head_means().cpu().numpy()  # (N, H, D), over this text's tokens
+        total = means * len(tokens) if total is None else total + means * len(tokens)
+        count += len(tokens)
+    if total is None:
+        raise UsageError("no texts to average the heads' outputs over", reason="empty")
+    return total / count
+
+
+def corpus_passes(num_texts: int, num_layers: int, num_heads: int, mode: str, batch: int | None = None) -> int:
+    """Forward passes ``heads --ablate`` takes: per text, one unablated and one per layer
+    (ceil(H / batch) with a smaller batch), and one more for the corpus means with mean."""
+    per = 1 + forward_passes(num_layers, num_heads, batch or num_heads) + (1 if mode == "mean" else 0)
+    return num_texts * per

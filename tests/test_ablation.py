@@ -408,3 +408,41 @@ def test_lm_numbers_match_transformers_task_heads(
             assert abs(got.kl[layer, head] - kl) <= TOL
             assert abs(got.delta_logprob[layer, head] - float(ablated[top] - clean[top])) <= TOL
     assert np.nanmax(got.kl) > 1e-4
+
+
+# --- heads CORPUS --ablate ----------------------------------------------------------------
+
+
+def test_heads_ablate_means_and_sds_are_over_the_corpus_tokens(own_engine: Any, tmp_path: Path) -> None:
+    import json
+
+    texts = ["The animal didn't cross the street because it was too tired.", "The cat sat on the mat."]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(texts) + "\n")
+    result = _cli("heads", str(corpus), "--ablate", "--layer", "4-5", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    samples = []
+    for text in texts:
+        tokens = own_engine.tokenize(text)
+        real = [i for i, s in enumerate(tokens.special) if not s]
+        samples.append(ablate_text(Runner(own_engine, tokens), layers=[4, 5]).effect[[4, 5]][:, :, real])  # (2, H, T)
+    every = np.concatenate(samples, axis=-1)  # (2, H, tokens)
+    rows = {(r["layer"], r["head"]): r for r in out["scores"] if r["detector"] == "ablation"}
+    assert len(rows) == 24
+    for (layer, head), row in rows.items():
+        values = every[layer - 4, head]
+        assert row["n"] == values.size
+        assert abs(row["mean"] - values.mean()) <= 1e-6 and abs(row["sd"] - values.std(ddof=1)) <= 1e-6
+
+
+def test_heads_ablate_over_budget_is_refused_with_the_pass_count(no_model: list[str], tmp_path: Path) -> None:
+    from tests.helpers import one_error_line
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("one text\n" * 300)
+    line = one_error_line(_cli("heads", str(corpus), "--ablate", "--max-passes", "1000"), 2)
+    assert "300 texts takes 2100 forward passes" in line and "--yes" in line
+    assert no_model == []
+    line = one_error_line(_cli("heads", str(corpus), "--ablate", "--query-rule", "first"), 2)
+    assert "query rule" in line
