@@ -412,7 +412,7 @@ def token_effects(
     corpus mean of each head's output, for mean-ablation."""
     import torch
 
-    from .engines import _cpu_threads_for
+    from .engines import cpu_threads_for
 
     if rule not in QUERY_RULES:
         raise UsageError(f"unknown query rule {rule!r} (known: {', '.join(QUERY_RULES)})", reason="query_rule")
@@ -420,7 +420,7 @@ def token_effects(
     queries = real[-1:] if rule == "last" else real
     runner = Runner(engine, tokens)
     means = None if fill is None else torch.as_tensor(fill, device=engine.device)
-    with _cpu_threads_for(engine, len(tokens) * engine.shape.num_heads):
+    with cpu_threads_for(engine, len(tokens) * engine.shape.num_heads):
         effects = ablate_text(runner, mode, None, layers, fill=means)
     if effects.partial:
         raise KeyboardInterrupt

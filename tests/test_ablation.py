@@ -446,3 +446,33 @@ def test_heads_ablate_over_budget_is_refused_with_the_pass_count(no_model: list[
     assert no_model == []
     line = one_error_line(_cli("heads", str(corpus), "--ablate", "--query-rule", "first"), 2)
     assert "query rule" in line
+
+
+# --- show --ablate ------------------------------------------------------------------------
+
+
+def test_show_ablate_puts_each_heads_effect_beside_its_row(example_reference: Any) -> None:
+    import json
+
+    ref, ids = example_reference
+    expect = ref.effects(ids, None, 6, 12, "zero")[:, :, 10]
+    result = _cli("show", EXAMPLE, "--token", "it", "--layer", "5", "--ablate", "--json")
+    assert result.exit_code == 0, result.output
+    got = np.array(json.loads(result.stdout)["ablation"]["effects"], dtype=float)  # (6, 12), NaN off layer 5
+    np.testing.assert_allclose(got[5], expect[5], atol=TOL, rtol=0)
+    assert np.isnan(got[:5]).all()
+    table = _cli("show", EXAMPLE, "--token", "it", "--layer", "5", "--ablate", "--no-pager")
+    assert table.exit_code == 0, table.output
+    assert any("h11" in line and "effect 0.105" in line for line in table.stdout.splitlines())
+    assert "layer 5 head 11  → 'animal'  0.65  effect 0.105" in table.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [(("--all-tokens", "--json"), "one token"), (("--token", "it", "--rollout"), "nothing to ablate")],
+)
+def test_show_ablate_refusals_come_before_the_model(no_model: list[str], args: tuple[str, ...], needle: str) -> None:
+    from tests.helpers import one_error_line
+
+    assert needle in one_error_line(_cli("show", EXAMPLE, "--ablate", *args), 2)
+    assert no_model == []

@@ -18,8 +18,8 @@ from .common import stderr_console
 if TYPE_CHECKING:
     from ..ablation import Effects
     from ..engines import Engine
-    from ..pipeline import Plan
     from ..metrics import HeadStats
+    from ..pipeline import Plan
 
 
 class AblateWith(str, Enum):
