@@ -66,7 +66,7 @@ def output_projections(model: Any, part: str, num_layers: int) -> list[Any]:
         if sorted(found) == list(range(num_layers)):
             return [found[layer] for layer in range(num_layers)]
     raise UnsupportedArchitectureError(
-        f"--engine hf cannot find the output projections of {type(model).__name__}'s {part} attention "
+        f"the hf engine cannot find the output projections of {type(model).__name__}'s {part} attention "
         "to ablate its heads",
         model_type=str(getattr(model.config, "model_type", "?")),
     )
