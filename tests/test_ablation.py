@@ -55,7 +55,10 @@ class Reference:
     def __init__(self, path: Path, family: str, part: str = "encoder", shared_layers: int = 0) -> None:
         from transformers import AutoModel
 
-        self.model = AutoModel.from_pretrained(str(path), attn_implementation="eager").eval()
+        # Eager experts too (GPT-OSS): the grouped-matmul kernels refuse odd sizes on CPU.
+        self.model = AutoModel.from_pretrained(
+            str(path), attn_implementation="eager", experts_implementation="eager"
+        ).eval()
         self.locate, self.part = LOCATORS[family], part
         self.shared_layers = shared_layers  # ALBERT: one module called once per layer
 
