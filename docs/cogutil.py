@@ -315,10 +315,7 @@ def broken(kind: str) -> str:
 _EXPLORE = """
 import asyncio, sys
 import attnviz
-try:
-    from attnviz.tui import ExploreApp
-except ImportError:
-    from attnviz.explore import ExploreApp
+from attnviz.tui.app import ExploreApp
 
 async def main(text, token, keys, width, height):
     att = attnviz.inspect(text)

@@ -461,7 +461,7 @@ def test_show_ablate_puts_each_heads_effect_beside_its_row(example_reference: An
     expect = ref.effects(ids, None, 6, 12, "zero")[:, :, 10]
     result = _cli("show", EXAMPLE, "--token", "it", "--layer", "5", "--ablate", "--json")
     assert result.exit_code == 0, result.output
-    got = np.array(json.loads(result.stdout)["ablation"]["effects"], dtype=float)  # (6, 12), NaN off layer 5
+    got = np.array(json.loads(result.stdout)["ablation"]["effects"], dtype=float)  # (6, 12), null (NaN) off layer 5
     np.testing.assert_allclose(got[5], expect[5], atol=TOL, rtol=0)
     assert np.isnan(got[:5]).all()
     table = _cli("show", EXAMPLE, "--token", "it", "--layer", "5", "--ablate", "--no-pager")

@@ -16,9 +16,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import Ablation, RowRequest
+from ..attention import Ablation
 from ..errors import ModelLoadError, UnsupportedArchitectureError
-from ..heads import ModelShape
+from ..rows import RowRequest
+from ..shape import ModelShape
 
 # Head ablation in one layer of a pass: (layer, which heads, with what).
 LayerAblation = tuple[int, Ablation]
