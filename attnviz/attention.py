@@ -269,6 +269,60 @@ class Attend(Protocol):
     ) -> tuple[Tensor, Tensor]: ...
 
 
+@dataclass(frozen=True)
+class Ablation:
+    """Heads whose output is removed before W^O, one head per batch element made.
+
+    The layer's input has batch 1 (the unablated stream); its output has batch
+    ``len(heads)``: element b is that one output with head ``heads[b]``'s slice of
+    Concat(head_1, ..., head_H) replaced by zero, or by ``fill[heads[b]]`` (the head's
+    mean output, mean-ablation). Residual sums broadcast the batch-1 stream against
+    it, so every later layer runs once per ablated head, in one batched pass.
+    A request (``rows.RowRequest``) carries it to the layer as ``ablation``.
+
+    Attributes:
+        heads: query heads in 0..H-1, one per batch element.
+        fill: None (zero-ablation) or (H, D): each head's replacement vector.
+    """
+
+    heads: tuple[int, ...]
+    fill: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if not self.heads or min(self.heads) < 0:
+            raise ValueError(f"an ablation needs heads in 0..H-1, not {self.heads}")
+        if self.fill is not None and self.fill.dim() != 2:
+            raise ValueError(f"fill must be (H, D), not {tuple(self.fill.shape)}")
+
+
+def ablate_heads(concat: Tensor, n_heads: int, ablation: Ablation) -> Tensor:
+    """Concat(head_1, ..., head_H) with one head removed per new batch element.
+
+    Args:
+        concat: (1, L, H·D), the heads side by side, before W^O.
+        n_heads: H.
+        ablation: which head each of the B = len(heads) copies loses, and with what.
+
+    Returns:
+        (B, L, H·D): copy b equals ``concat`` except head ``heads[b]``'s D columns, which
+        hold 0 or ``fill[heads[b]]`` at every position.
+    """
+    if concat.size(0) != 1:
+        raise ValueError(f"an ablated layer takes the batch-1 unablated stream, not batch {concat.size(0)}")
+    if max(ablation.heads) >= n_heads:
+        raise ValueError(f"head {max(ablation.heads)} is out of range for {n_heads} heads")
+    _, length, width = concat.shape
+    b, d = len(ablation.heads), width // n_heads
+    out = concat.expand(b, length, width).reshape(b, length, n_heads, d).clone()  # (B, L, H, D)
+    index = torch.arange(b, device=concat.device)
+    heads = torch.as_tensor(ablation.heads, device=concat.device)
+    if ablation.fill is None:
+        out[index, :, heads] = 0.0
+    else:
+        out[index, :, heads] = ablation.fill.to(out)[heads][:, None, :]  # (B, 1, D) over every position
+    return out.reshape(b, length, width)  # (B, L, H·D)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with per-head projections, returning (output, weights).
 
@@ -370,5 +424,8 @@ class MultiHeadAttention(nn.Module):
         # 3. Concat(head_1, ..., head_H): put the heads back side by side.
         b, _, length, _ = heads.shape
         concat = heads.transpose(1, 2).reshape(b, length, self.n_heads * self.head_dim)  # (B, L, H·D)
+        ablation: Ablation | None = getattr(request, "ablation", None)
+        if ablation is not None:  # head ablation (rows.RowRequest.ablation): one copy per removed head
+            concat = ablate_heads(concat, self.n_heads, ablation)  # (B', L, H·D)
         # 4. ·W^O.
         return self.o_proj(concat), weights

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from ..attention import Mask, MultiHeadAttention
 from ..errors import UnsupportedArchitectureError
 from ..rows import EAGER, RowRequest
-from .base import AttnModel, ForwardOutput, activation
+from .base import AttnModel, ForwardOutput, LayerAblation, activation
 
 MODEL_TYPES = ("bert",)
 PREFIXES = ("bert.",)
@@ -181,6 +181,7 @@ class BertEncoder(AttnModel):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
+        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """As ``AttnModel.forward``, plus token_type_ids (B, S): the segments of a sentence pair."""
         # 1. Embeddings (and the projection up to the blocks' width, if any).
@@ -191,7 +192,7 @@ class BertEncoder(AttnModel):
         # 2. The layers, each returning the weight rows asked of it.
         attentions: list[Tensor] = []
         last = self.num_layers - 1 if max_layer is None else max_layer
-        requests = self.row_requests(last, layers, queries, fused)
+        requests = self.row_requests(last, layers, queries, fused, ablate)
         bias = self.position_bias(input_ids.size(1), x)  # (1, H, S, S) or None
         for layer in range(last + 1):
             x, weights = self.blocks[self.block_index(layer)](x, mask, requests[layer], bias)

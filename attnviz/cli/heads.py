@@ -16,6 +16,7 @@ import typer
 
 from ..errors import ExitCode, UsageError
 from ..render import DEFAULT_DPI, IMAGE_FORMATS
+from .ablating import AblateOpt, AblateWith, AblateWithOpt
 from .app import app, errors
 from .common import stderr_console, stdout_console, wrote
 from .options import (
@@ -30,6 +31,8 @@ from .options import (
     MeasureOpt,
     ModelOpt,
 )
+
+MAX_PASSES = 20_000  # heads --ablate runs past this many forward passes only with --yes
 
 if TYPE_CHECKING:
     from ..corpus.scan import ScanReport
@@ -106,6 +109,23 @@ def heads(
         ),
     ] = None,
     measure: MeasureOpt = Measure.weight,
+    ablate: AblateOpt = False,
+    ablate_with: AblateWithOpt = AblateWith.zero,
+    query_rule: Annotated[
+        str,
+        typer.Option(
+            "--query-rule",
+            metavar="all|last",
+            help="With --ablate: the effect at every real token (all) or at each text's last one (last, decoders).",
+        ),
+    ] = "all",
+    max_passes: Annotated[
+        int,
+        typer.Option(
+            "--max-passes", metavar="N", min=1, help="With --ablate: refuse a corpus that takes more forward passes."
+        ),
+    ] = MAX_PASSES,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Run an --ablate scan past --max-passes.")] = False,
     debug: DebugOpt = False,
 ) -> None:
     """Score every head over a corpus: previous-token, induction, sink and other detectors.
@@ -129,6 +149,8 @@ def heads(
             corpus_format(corpus, fmt)
         if output is not None:
             check_writable(output, IMAGE_FORMATS)
+        if ablate:
+            _check_ablation(corpus, probe, probe_texts, pairs, model, query_rule, ablate_with.value, max_passes, yes)
         from ..corpus.detectors import DetectorConfig
         from ..engines import engine_provenance, load_engine
         from ..select import parse_layers
@@ -144,8 +166,12 @@ def heads(
             truncate=truncate,
             config=DetectorConfig(local_k=local_k),
             measure=measure.value,
+            ablate=ablate_with.value if ablate else None,
+            query_rule=query_rule,
         )
         items, total = _texts(eng, corpus, fmt, probe, probe_texts, probe_length, seed, pairs)
+        if ablate and ablate_with is AblateWith.mean:
+            items, options = _corpus_means(eng, items, options)
         # 3. The scan, with a progress bar on a terminal only.
         quiet = json_out or csv_out or not sys.stderr.isatty()
         where = ray_address if ray_address is not None else "local" if ray else None
@@ -180,6 +206,59 @@ def heads(
         if report.partial:
             sys.stderr.write(f"attnviz: interrupted: the results cover the first {report.texts} texts (partial)\n")
             raise SystemExit(ExitCode.INTERRUPTED)
+
+
+def _check_ablation(
+    corpus: str | None,
+    probe: str | None,
+    probe_texts: int,
+    pairs: Path | None,
+    model: str | None,
+    rule: str,
+    mode: str,
+    max_passes: int,
+    yes: bool,
+) -> None:
+    """--ablate's checks before any model work: the query rule, no --pairs, and the corpus's
+    forward passes (from config.json and the corpus's line count) within --max-passes."""
+    from ..ablation import QUERY_RULES, corpus_passes
+    from ..architectures.base import config_value
+    from ..corpus.sources import count_lines
+    from ..models import resolve
+
+    if rule not in QUERY_RULES:
+        raise UsageError(f"unknown query rule {rule!r}", hint="use --query-rule all or --query-rule last")
+    if pairs is not None:
+        raise UsageError("--ablate scores the heads over a corpus's tokens", hint="drop --pairs")
+    texts = probe_texts if probe is not None else count_lines(corpus) if corpus not in (None, "-") else None
+    if texts is None:
+        return  # standard input: not countable before reading it
+    config = resolve(model).config
+    layers = int(config_value(config, "num_hidden_layers", "n_layer", "num_layers", default=0))
+    heads = int(config_value(config, "num_attention_heads", "n_head", "num_heads", default=0))
+    need = corpus_passes(texts, layers, heads, mode)
+    if need > max_passes and not yes:
+        raise UsageError(
+            f"heads --ablate on {texts} texts takes {need} forward passes ({need // max(texts, 1)} a text), "
+            f"over --max-passes {max_passes}",
+            hint="add --yes to run it anyway, raise --max-passes, or scan fewer texts",
+            reason="ablation_budget",
+        )
+
+
+def _corpus_means(eng: Any, items: Iterator[CorpusText], options: Any) -> tuple[Iterator[CorpusText], Any]:
+    """Mean-ablation over a corpus: each head's mean output over all its tokens, from one
+    unablated pass a text first (the texts are held for the second reading)."""
+    from dataclasses import replace
+
+    from ..ablation import corpus_head_means
+    from ..tokens import tokenize
+
+    held = list(items)
+    limit = getattr(eng, "max_positions", None)
+    tokens = [item.tokens or tokenize(eng.tokenizer, item.text) for item in held]
+    usable = [t for t in tokens if limit is None or len(t) <= limit]
+    return iter(held), replace(options, fill=corpus_head_means(eng, usable))
 
 
 def _texts(

@@ -44,6 +44,7 @@ class SortKey(str, Enum):
     sink = "sink"
     distance = "distance"
     delta = "delta"
+    effect = "effect"
 
 
 Sentence = Annotated[

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from .ablating import AblateOpt, AblateWith, AblateWithOpt
 from .app import app, errors
 from .common import (
     budget,
@@ -49,6 +50,9 @@ from .options import (
     WordsOpt,
 )
 
+if TYPE_CHECKING:
+    from ..result import Attention
+
 
 @app.command()
 def show(
@@ -75,6 +79,8 @@ def show(
     pair: PairOpt = None,
     measure: MeasureOpt = Measure.weight,
     values: Annotated[bool, typer.Option("--values", help="Print each weight in its cell.")] = False,
+    ablate: AblateOpt = False,
+    ablate_with: AblateWithOpt = AblateWith.zero,
     json_out: JsonOpt = False,
     npz: Annotated[
         Path | None,
@@ -101,7 +107,7 @@ def show(
     """
     with errors(debug):
         from ..errors import UsageError
-        from ..pipeline import Selection, run
+        from ..pipeline import Selection, plan, read
         from ..result import check_writable
         from ..transforms import shares
         from .export import token_image
@@ -123,6 +129,10 @@ def show(
                 raise UsageError("--all-tokens prints every row as data", hint="add --json or --npz PATH")
             if png is not None:
                 raise UsageError("--png draws one token", hint="use attnviz export --view matrix for whole matrices")
+        if ablate and all_tokens:
+            raise UsageError("--ablate measures one token's heads", hint="drop --all-tokens, and name a --token")
+        if ablate and rollout:
+            raise UsageError("rollout's rows are not heads: there is nothing to ablate", hint="drop --rollout")
         view, picked = view_from(words, hide_special, no_renorm, heads, rollout, measure.value)
         queries = queries_from(token, occurrence, index, required=not all_tokens)
         selection = Selection(
@@ -138,8 +148,12 @@ def show(
         text = read_input(sentence, file)
         eng = load(text, model, engine.value, device, dtype.value)
         # Every word found before the forward pass, on the part's query side.
-        reading = run(sentence_tokens(eng, text, pair, target), eng, selection, target=target, max_memory=limit)
+        planned = plan(sentence_tokens(eng, text, pair, target), eng, selection, target=target)
+        reading = read(planned, eng, max_memory=limit)
         att, positions = reading.attention, list(reading.queries)
+        effects = None
+        if ablate:
+            effects = _ablate(eng, planned, att, positions, ablate_with.value, limit, json_out)
         figure = None
         if png is not None:  # laid out and held to the pixel budget before any output
             from ..render import DEFAULT_DPI, FigureStyle
@@ -162,16 +176,45 @@ def show(
                 write(att.to_dict(raw_rows=True), sys.stdout.buffer)
             else:
                 found = [att.query_dict(q, raw_rows=True) for q in positions]
+                if effects is not None:
+                    for entry, q in zip(found, positions, strict=True):
+                        entry["ablation"] = {
+                            "with": ablate_with.value,
+                            "effect": "1 - cos(final hidden state at the query, the same with the head removed)",
+                            "effects": [[None if x != x else round(float(x), 6) for x in row] for row in effects[q]],
+                        }
                 write(found[0] if len(found) == 1 else found, sys.stdout.buffer)
         elif not all_tokens:
             from ..render.terminal import for_console, paged, render_show
 
             console = stdout_console()
             with paged(console, not no_pager):
-                console.print(render_show(shares(att), positions, **for_console(console), values=values, heads=picked))
+                console.print(
+                    render_show(
+                        shares(att), positions, **for_console(console), values=values, heads=picked, effects=effects
+                    )
+                )
         if png is not None and figure is not None:
             from ..render import DEFAULT_DPI
             from ..render.image import save_figure
 
             save_figure(figure, png, DEFAULT_DPI)
             wrote(png)
+
+
+def _ablate(
+    eng: Any, planned: Any, att: Attention, positions: list[int], mode: str, limit: int | None, quiet: bool
+) -> dict[int, Any]:
+    """Per query position in ``att``: the (N, H) effects of removing each head of the shown
+    layers (NaN elsewhere), averaged over the query's tokens."""
+    from ..ablation import Runner, ablate_text, batch_size
+    from ..engines import cpu_threads_for
+    from .ablating import delayed_progress
+
+    runner = Runner(eng, planned.tokens, planned.part, planned.target)
+    batch = batch_size(eng, len(planned.tokens) + (len(planned.target) if planned.target else 0), limit)
+    with delayed_progress("ablating", quiet) as progress, cpu_threads_for(eng, len(planned.tokens) * batch):
+        found = ablate_text(runner, mode, batch, att.layers, progress=progress)
+    if found.partial:
+        raise KeyboardInterrupt
+    return {q: found.effect[:, :, list(att.pieces_of_query(att.query_slot(q)))].mean(-1) for q in positions}

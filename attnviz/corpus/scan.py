@@ -49,6 +49,16 @@ class ScanOptions:
     window: int = 8  # batches held and sorted by length (padding waste vs memory)
     # "norm": detectors read each row's norm shares ‖α·f(x)‖ / row sum (attnviz.norms).
     measure: str = "weight"
+    # Head ablation instead of the detectors (heads --ablate): "zero" or "mean"; the
+    # queries ("all" real tokens or the "last"); mean-ablation's corpus means (N, H, D).
+    ablate: str | None = None
+    query_rule: str = "all"
+    fill: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def accumulated(self) -> tuple[str, ...]:
+        """What the accumulator holds: the detectors, or ("ablation",)."""
+        return ("ablation",) if self.ablate is not None else self.config.detectors
 
     def __post_init__(self) -> None:
         if self.measure not in ("weight", "norm"):
@@ -174,7 +184,17 @@ def resolve_coref(tokens: Tokens, spec: CorefSpec, where: str) -> CorefItem:
 def score_batch(
     engine: Engine, batch: Sequence[Prepared], options: ScanOptions
 ) -> tuple[HeadAccumulator, CorefTally | None]:
-    """One padded forward pass over ``batch`` -> its accumulator (and coreference tally)."""
+    """One padded forward pass over ``batch`` -> its accumulator (and coreference tally).
+    With ``options.ablate``: each text's head-ablation effects at its query tokens, one
+    sample per token (``ablation.token_effects``)."""
+    if options.ablate is not None:
+        from ..ablation import token_effects
+
+        acc = HeadAccumulator.empty(options.accumulated, options.layers, engine.shape.num_heads)
+        for p in batch:
+            one = token_effects(engine, p.tokens, options.layers, options.ablate, options.fill, options.query_rule)
+            acc = acc.add(one[:, None], np.ones((one.shape[0], 1), dtype=bool))  # (T, 1, N, H)
+        return acc, None
     import torch
 
     if options.measure == "norm":
@@ -209,7 +229,7 @@ class Scan:
 
     def __init__(self, engine: Engine, options: ScanOptions) -> None:
         self.engine, self.options = engine, options
-        empty = HeadAccumulator.empty(options.config.detectors, options.layers, engine.shape.num_heads)
+        empty = HeadAccumulator.empty(options.accumulated, options.layers, engine.shape.num_heads)
         # (heads, coref, texts) in one tuple, replaced in one assignment per batch.
         self._state: tuple[HeadAccumulator, CorefTally | None, int] = (empty, None, 0)
         self.skipped = self.truncated = 0

@@ -64,7 +64,16 @@ def heads_table(
                 cells.append(cell)
         table.add_row(*cells)
     parts.append(table)
-    parts.append(Text("mean ± sd over texts; ▲ lowest first (most focused)", style="dim"))
+    if acc.detectors == ("ablation",):
+        parts.append(
+            Text(
+                "ablation: 1 − cos of the final hidden state when the head's output is removed before W^O; "
+                "mean ± sd over tokens (n)",
+                style="dim",
+            )
+        )
+    else:
+        parts.append(Text("mean ± sd over texts; ▲ lowest first (most focused)", style="dim"))
     if report.coref is not None and report.coref.total:
         parts.append(coref_table(report, p, top=top, color=color))
     return Group(*parts)

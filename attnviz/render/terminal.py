@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -128,11 +128,14 @@ def token_heatmap(
     width: int = 120,
     heads: Sequence[int] | None = None,
     selected: int | None = None,
+    effects: np.ndarray | None = None,
 ) -> RenderableType:
     """One layer: rows = heads (then any aggregate slots), columns = tokens (or words),
     cell = weight of ``query`` -> token.
 
     ``selected``: a head slot whose label is shown reversed with a ▸ (the explorer's cursor).
+    ``effects``: (N_model, H) head-ablation effects at this query (``show --ablate``),
+    each shown beside its head's strongest target.
 
     The strongest target of each row is marked with ◆ and named in the second column.
     Tokens set aside (``att.hidden``) are left out. For causal models, tokens after the
@@ -160,6 +163,8 @@ def token_heatmap(
             top = f" {_cut(labels[best], cut)} {rows[h, best]:.2f}"
             if sink is not None and not np.isnan(sink[h]):
                 top += f" · logit sink {sink[h]:.2f}"
+            if effects is not None and h < att.model_heads and not np.isnan(effects[layer, h]):
+                top += f" · effect {effects[layer, h]:.3f}"
             out.append(top)
         return out
 
@@ -348,14 +353,19 @@ def legend(color: bool = True, measure: str = "weight") -> Text:
     return text
 
 
-def links_text(att: Attention, slot: int, links: Sequence[Link], exclude: Sequence[str]) -> Text:
-    """The strongest links of one query, a line each: layer, head, target, weight."""
+def links_text(
+    att: Attention, slot: int, links: Sequence[Link], exclude: Sequence[str], effects: np.ndarray | None = None
+) -> Text:
+    """The strongest links of one query, a line each: layer, head, target, weight (and,
+    with ``effects`` (N_model, H) from ``show --ablate``, what removing the head does)."""
     who = " ".join(att.tokens.labels[i] for i in att.query_span(slot))
     left_out = {"special": "special tokens", "punct": "punctuation", "adjacent": "neighbours"}
     # Cross-attention's keys are the source: no neighbours of the query to leave out.
     shown = ("special", "punct", "adjacent") if att.is_self_attention else ("special", "punct")
     kinds = [left_out[k] for k in shown if k in exclude]
     text = Text(f"strongest links of {who!r}")
+    # The effect that a head must reach to be among the five that matter most.
+    top = float(np.sort(np.nan_to_num(effects, nan=-1.0).ravel())[-5]) if effects is not None else 0.0
     if kinds:
         text.append(", not to " + (", ".join(kinds[:-1]) + " or " + kinds[-1] if len(kinds) > 1 else kinds[0]))
     text.append(":" if links else ": none")
@@ -365,6 +375,15 @@ def links_text(att: Attention, slot: int, links: Sequence[Link], exclude: Sequen
         text.append("\n  ")
         text.append(name.ljust(max(map(len, names))), style="bold")
         text.append(f"  → {target.ljust(max(map(len, targets)))}  {x.weight:.2f}")
+        head = int(x.head.removeprefix("h")) if x.head.removeprefix("h").isdigit() else None
+        if effects is not None and head is not None and not np.isnan(effects[x.layer, head]):
+            text.append(f"  effect {effects[x.layer, head]:.3f}", style="bold" if effects[x.layer, head] >= top else "")
+    if effects is not None:
+        text.append(
+            "\n  effect: 1 − cos of the token's final hidden state with the head removed before W^O; "
+            "bold: among the 5 heads that matter most",
+            style="dim",
+        )
     return text
 
 
@@ -378,11 +397,14 @@ def render_show(
     heads: Sequence[int] | None = None,
     links: int = 5,
     exclude: Sequence[str] = DEFAULT_EXCLUDE,
+    effects: Mapping[int, np.ndarray] | None = None,
 ) -> Group:
     """show's answer, to print: the provenance line and notes, every kept layer's
     heatmap for each query (token positions in ``att``), then a legend and, per query,
     the ``links`` strongest links that are not to ``exclude``d tokens (see
-    attnviz.findings). ``width``/``color``: ``for_console(console)``."""
+    attnviz.findings). ``width``/``color``: ``for_console(console)``. ``effects``: per
+    query, its (N_model, H) head-ablation effects (``show --ablate``), beside each head's
+    row and each link."""
     p = att.provenance
     parts: list[RenderableType] = [Text(provenance_line(p), style="dim")]
     if att.measure == "norm":
@@ -397,13 +419,24 @@ def render_show(
     parts += [Text(step, style="dim") for step in att.steps]
     for q in queries:
         for layer in att.layers:
-            parts.append(token_heatmap(att, q, layer, values=values, color=color, width=width, heads=heads))
+            parts.append(
+                token_heatmap(
+                    att,
+                    q,
+                    layer,
+                    values=values,
+                    color=color,
+                    width=width,
+                    heads=heads,
+                    effects=None if effects is None else effects.get(q),
+                )
+            )
     parts.append(legend(color, _measure_label(att)))
     if links > 0:
         for q in queries:
             slot = att.query_slot(q)
             found = strongest_links(att, slot, links, exclude, heads=heads)
-            parts.append(links_text(att, slot, found, exclude))
+            parts.append(links_text(att, slot, found, exclude, None if effects is None else effects.get(q)))
     return Group(*parts)
 
 
