@@ -22,6 +22,7 @@ numpy + stdlib only (and render.html); IPython and anywidget are imported by the
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,3 +163,105 @@ def show(
 ) -> NotebookView:
     """``att`` as a ``NotebookView`` (see ``frame``)."""
     return NotebookView(frame(att, view, layer, token, options, height=height, budget=budget), summary(att))
+
+
+# --- the live widget (anywidget) ------------------------------------------------------
+
+WIDGET_JS = "widget.js"  # render/assets/: the widget's front end, shipped in the package
+
+
+def widget(run: Callable[[str], Any], text: str, *, view: str = "head", token: str = "") -> Any:
+    """A live view: a text box, a token picker, layer, head, view and the page's reading
+    options, over the page of ``run(text)`` (an ``Attention`` of every raw row; the caller
+    binds it to one loaded engine). A new text runs ``run`` again (one forward pass);
+    every other control re-renders the page from the weights already computed. A text
+    ``run`` refuses (an ``AttnvizError``) shows its message in the widget, not a traceback.
+
+    anywidget is imported here, when a widget is made, and nowhere else.
+    """
+    return _widget_class()(run=run, text=text, view=view, token=token)
+
+
+def _widget_class() -> Any:
+    import anywidget
+    import traitlets
+
+    from .html import ASSETS
+
+    class AttentionWidget(anywidget.AnyWidget):
+        """The synced state (traitlets): what the controls show and what Python computed."""
+
+        _esm = ASSETS / WIDGET_JS
+        text = traitlets.Unicode("").tag(sync=True)
+        token = traitlets.Unicode("").tag(sync=True)  # a word, WORD:N, a position, or "" (none pinned)
+        layer = traitlets.Int(-1).tag(sync=True)  # a model layer; -1 = the middle one
+        head = traitlets.Int(0).tag(sync=True)
+        view = traitlets.Unicode("head").tag(sync=True)
+        words = traitlets.Bool(False).tag(sync=True)
+        hide_special = traitlets.Bool(False).tag(sync=True)
+        mean = traitlets.Bool(False).tag(sync=True)
+        # Computed by Python, read by the front end:
+        labels = traitlets.List(traitlets.Unicode()).tag(sync=True)
+        layers = traitlets.List(traitlets.Int()).tag(sync=True)
+        num_heads = traitlets.Int(0).tag(sync=True)
+        page = traitlets.Unicode("").tag(sync=True)  # the whole page, for the iframe's srcdoc
+        error = traitlets.Unicode("").tag(sync=True)  # "" or what was refused, in one line
+
+        def __init__(self, run: Callable[[str], Any], **kwargs: Any) -> None:
+            self._run = run
+            self.attention: Any = None
+            super().__init__(**kwargs)
+            self._recompute()
+            self.observe(lambda _: self._recompute(), names=["text"])
+            self.observe(
+                lambda _: self._render(), names=["token", "layer", "head", "view", "words", "hide_special", "mean"]
+            )
+
+        def _recompute(self) -> None:
+            try:
+                att = self._run(self.text)
+            except AttnvizError as exc:
+                self.error = str(exc)
+                return
+            self.attention = att
+            with self.hold_sync():
+                self.labels = list(att.tokens.labels)
+                self.layers = list(att.layers)
+                self.num_heads = int(att.num_heads)
+                if self.layer not in att.layers:
+                    self.layer = -1
+                if not 0 <= self.head < att.num_heads:
+                    self.head = 0
+                if self.token and not _finds(att, self.token):
+                    self.token = ""
+            self._render()
+
+        def _render(self) -> None:
+            att = self.attention
+            if att is None:
+                return
+            from .html import html_page
+
+            try:
+                layer = None if self.layer == -1 else self.layer
+                token: str | int | None = self.token or None
+                if isinstance(token, str) and token.isdigit():
+                    token = int(token)
+                options = Options(self.head, self.words, self.hide_special, self.mean)
+                page = html_page(att, query_position(att, token), self.view, layer, options)
+            except AttnvizError as exc:
+                self.error = str(exc)
+                return
+            with self.hold_sync():
+                self.page = page
+                self.error = ""
+
+    return AttentionWidget
+
+
+def _finds(att: Any, token: str) -> bool:
+    try:
+        query_position(att, int(token) if token.isdigit() else token)
+    except AttnvizError:
+        return False
+    return True
