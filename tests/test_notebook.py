@@ -115,3 +115,60 @@ def test_a_notebook_executed_in_a_real_kernel_carries_the_page(tmp_path: Path, a
     assert "needs every row" in third["data"]["text/html"] and "Traceback" not in str(third)
     weights = np.asarray(att.weights)
     assert weights.shape == (6, 12, 15, 15)
+
+
+def _no_anywidget() -> str | None:
+    try:
+        import anywidget  # noqa: F401
+    except ImportError:
+        return "anywidget is not installed (pip install 'attnviz[notebook]')"
+    return None
+
+
+@pytest.mark.skipif(_no_anywidget() is not None, reason=str(_no_anywidget()))
+def test_the_widget_recomputes_through_its_traitlets(own_engine: Any) -> None:
+    import attnviz
+    from attnviz.render.html import ASSETS
+
+    w = attnviz.widget(EXAMPLE, device="cpu", layers="2-4")
+    assert w.labels[:3] == ["[CLS]", "The", "animal"] and w.layers == [2, 3, 4] and w.num_heads == 12
+    ref = inspect(EXAMPLE, own_engine, layers=[2, 3, 4])
+    assert w.page == html_page(ref) and w.error == ""
+    assert w._esm == (ASSETS / "widget.js").read_text(encoding="utf-8")  # the packaged front end, no CDN
+    assert "http" not in (ASSETS / "widget.js").read_text(encoding="utf-8")
+
+    w.text = "The cat sat on the mat"  # a new text: one more forward pass through the same engine
+    cat = inspect("The cat sat on the mat", own_engine, layers=[2, 3, 4])
+    assert w.labels == list(cat.tokens.labels) and w.page == html_page(cat)
+    np.testing.assert_array_equal(w.attention.weights, cat.weights)
+    w.token, w.layer, w.view, w.head, w.words = "cat", 3, "matrix", 5, True
+    assert w.page == html_page(cat, 2, "matrix", 3, Options(head=5, words=True)) and w.error == ""
+
+    good = w.page
+    for bad, says in (("", "the sentence is empty"), ("word " * 600, "this model reads at most 512")):
+        w.text = bad  # refused: a message in the widget, the last good page kept, no traceback
+        assert says in w.error and w.page == good
+    w.text = "The cat sat on the mat"
+    assert w.error == ""
+    w.token = "zebra"
+    assert "'zebra' is not in the sentence" in w.error and w.page == good
+    w.token = ""
+    w.layer = 9
+    assert "layer 9 was not computed" in w.error
+
+
+@pytest.mark.skipif(_no_anywidget() is not None, reason=str(_no_anywidget()))
+def test_the_widget_over_a_model_in_memory_switches_it_to_eager_per_run(minilm_dir: Path, own_engine: Any) -> None:
+    from transformers import AutoModel, AutoTokenizer
+
+    import attnviz
+
+    model = AutoModel.from_pretrained(str(minilm_dir))
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_dir))
+    w = attnviz.widget("The cat sat", model=model, tokenizer=tokenizer, engine="hf", device="cpu", layers=[1])
+    assert model.config._attn_implementation == "sdpa"  # restored after each run
+    ref = inspect("The cat sat", own_engine, layers=[1])
+    assert np.abs(w.attention.weights - ref.weights).max() <= 1e-5
+    w.text = "The dog ran"
+    assert w.labels == ["[CLS]", "the", "dog", "ran", "[SEP]"] or w.labels[2] == "dog"
+    assert model.config._attn_implementation == "sdpa"

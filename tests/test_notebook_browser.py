@@ -100,3 +100,103 @@ def test_the_nbconvert_html_draws_offline_and_reacts(executed: tuple[Path, Any],
         assert driver.find_element("id", "layer").get_attribute("value") == "5"
     finally:
         driver.switch_to.default_content()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(executed: tuple[Path, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """JupyterLab 4 on 127.0.0.1 (a free port, a random token) serving the executed
+    notebook from a temporary root, with its own config, data and runtime folders; the
+    notebook is signed with that data folder's secret, so Lab trusts its HTML outputs as
+    it trusts outputs made in the session. Stopped (and waited for) after the tests."""
+    import secrets
+    import shutil
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    import nbformat
+    from nbformat.sign import NotebookNotary
+
+    path, _ = executed
+    home = tmp_path_factory.mktemp("lab")
+    root = home / "root"
+    root.mkdir()
+    shutil.copy(path, root / path.name)
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(home / "config"),
+        "JUPYTER_DATA_DIR": str(home / "data"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
+        "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
+    }
+    (home / "data").mkdir()
+    notary = NotebookNotary(data_dir=str(home / "data"))
+    nb = nbformat.read(str(root / path.name), as_version=4)
+    notary.sign(nb)
+    nbformat.write(nb, str(root / path.name))
+    port, token = free_port(), secrets.token_hex(16)
+    log = open(home / "lab.log", "wb")  # noqa: SIM115 - closed below, after the server
+    server = subprocess.Popen(
+        [
+            sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.port_retries=0",
+            "--allow-root",  # CI runs as root in its container
+            "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("JupyterLab did not start: " + (home / "lab.log").read_text(errors="replace"))
+            time.sleep(0.5)
+        yield f"{base}/lab/tree/{path.name}?token={token}"
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+def test_jupyterlab_shows_the_view_in_the_cell_output(jupyterlab: str) -> None:
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with browser.chromium(1280, 1000, local=True) as driver:
+        driver.get(jupyterlab)
+        frames = WebDriverWait(driver, 180).until(
+            expected_conditions.presence_of_all_elements_located(
+                ("css selector", ".jp-OutputArea-output iframe.attnviz-view")
+            )
+        )
+        assert len(frames) == 2
+        WebDriverWait(driver, 30).until(lambda d: frames[0].size["height"] > 300)
+        driver.execute_script("arguments[0].scrollIntoView()", frames[0])
+        shots = os.environ.get("ATTNVIZ_SCREENSHOTS")
+        if shots:  # the docs' picture: "it" pinned in layer 3, before the click below
+            for no in driver.find_elements("xpath", "//button[normalize-space()='No']"):
+                no.click()  # JupyterLab's "notified about news?" toast
+            Path(shots).mkdir(parents=True, exist_ok=True)
+            driver.save_screenshot(str(Path(shots) / "notebook.png"))
+        check_view(driver, frames[0], "it", "3")
