@@ -75,8 +75,8 @@ def inspect(
     from .engines import load_engine
     from .engines.memory import parse_size
     from .pipeline import Selection, run
+    from .safeio import check_text
     from .select import Query, parse_target
-    from .tokens import check_text
     from .transforms import View
 
     view = View(words=words, hide_special=hide_special, renorm=renorm, heads=tuple(heads), rollout=rollout)

@@ -1,4 +1,4 @@
-"""Multi-head attention, written out as the textbook states it.
+"""Multi-head attention, written out as the textbook states it (Vaswani et al. 2017, §3.2).
 
     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) · W^O
     head_i             = softmax(Q·W_i^Q · (K·W_i^K)ᵀ / √d_k) · V·W_i^V
@@ -9,22 +9,15 @@ W^Q = [W_1^Q | ... | W_h^Q], so one ``nn.Linear`` computes every Q_i at once and
 a reshape hands each head its own block. Nothing is averaged: every head's weights
 come back separately.
 
-Two ways to compute a layer, chosen per call with a ``RowRequest``:
+In reading order: the eager function ``scaled_dot_product_attention`` returning
+(output, weights), the masks (``causal_mask``, ``padding_mask``, and ``Mask``, a mask
+described rather than materialised), ``eager_attention`` (the function with grouped
+key/value heads and a mask), and ``MultiHeadAttention``, the module every family's
+layers are built on. This is the reference everything is tested against.
 
-    eager  ``scaled_dot_product_attention`` below: the readable reference. It builds
-           every (L, S) weight matrix and mixes the values with it.
-    fused  torch's fused ``scaled_dot_product_attention`` computes the layer's output
-           without keeping any weights; the weights of the asked query rows only are
-           then computed exactly from the same q, k, mask and scale, softmax in
-           float32 (``attention_rows``). One token's rows cost H×S floats, not H×S×S.
-           When every row is asked for, the weights are the answer: the eager
-           function runs on one block of query rows at a time, in float32
-           (``chunked_eager``), with no second pass through the fused kernel.
-
-A layer whose attention has score modifiers the fused kernel cannot express (logit
-soft-capping, sink logits, ...) passes them to ``attend`` as keyword arguments; they
-go to the eager function, run one block of query rows at a time (``chunked_eager``),
-so the memory stays bounded and the result is the eager one by construction.
+A layer may be asked for less or computed faster: the module takes an ``Attend``
+strategy, and rows.py's ``RowRequest`` is the one the models pass (torch's fused kernel
+for the output, the asked query rows' weights computed exactly beside it).
 
 Shape legend (as in PyTorch's ``scaled_dot_product_attention``):
     B batch, H query heads, G key/value heads (G divides H; G = H without
@@ -38,9 +31,9 @@ torch + stdlib only.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -58,9 +51,9 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     softcap: float | None = None,
     sinks: Tensor | None = None,
-    bias: Tensor | None = None,
+    score_bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """softmax(q·kᵀ · scale + bias) · v, per head, returning the output and the weights.
+    """softmax(q·kᵀ · scale + score_bias) · v, per head, returning the output and the weights.
 
     Args:
         q: (B, H, L, D) queries.
@@ -68,9 +61,10 @@ def scaled_dot_product_attention(
         v: (B, H, S, Dv) values.
         mask: boolean, broadcastable to (B, H, L, S); True = may attend.
         scale: defaults to 1/√D.
-        bias: float, broadcastable to (B, H, L, S), added to the scaled scores before the
-            softmax: a learned position bias (T5's relative position buckets). Masked
-            positions stay exactly 0 whatever the bias.
+        score_bias: float, broadcastable to (B, H, L, S), added to the scaled scores
+            before the softmax: a learned position bias (T5's relative position buckets).
+            Masked positions stay exactly 0 whatever the bias. (Not the projections'
+            ``bias`` of ``MultiHeadAttention``.)
         softcap: attention logit soft-capping (Gemma 2): the scores become
             softcap · tanh(scores / softcap) before the mask and the softmax, so no
             logit leaves (-softcap, softcap).
@@ -88,8 +82,8 @@ def scaled_dot_product_attention(
     # 1. Similarity of every query with every key. (Scaled in place: at 2,048 tokens a
     #    second (B, H, L, S) tensor made this function 1.8x slower than torch's module.)
     scores = (q @ k.transpose(-2, -1)).mul_(scale)  # (B, H, L, S)
-    if bias is not None:
-        scores = scores.add_(bias)  # (B, H, L, S)
+    if score_bias is not None:
+        scores = scores.add_(score_bias)  # (B, H, L, S)
     if softcap is not None:
         # In this order (divide, tanh, multiply), as transformers' Gemma 2.
         scores = torch.tanh(scores / softcap) * softcap  # (B, H, L, S)
@@ -148,13 +142,6 @@ def causal_mask(length: int, device: torch.device | str | None = None, window: i
 def padding_mask(attention_mask: Tensor) -> Tensor:
     """(B, S) 1/0 attention mask from a tokenizer -> (B, 1, 1, S) boolean, True = real token."""
     return attention_mask.bool()[:, None, None, :]
-
-
-# --- the fused path: output from torch's kernel, exact weight rows beside it -------------
-
-# Weight elements computed per block of query rows: 2^24 float32 = 64 MiB, whatever the
-# length. Measured on CPU: larger blocks are no faster, smaller ones add call overhead.
-CHUNK_ELEMENTS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -218,112 +205,7 @@ class Mask:
 MaskLike = Tensor | Mask | None
 
 
-@dataclass(frozen=True)
-class RowRequest:
-    """What one attention call computes beside the layer's output.
-
-    Attributes:
-        queries: positions whose weight rows come back; None = every row (the full
-            (L, S) matrices); () = none (a layer nobody looks at).
-        fused: True: the output from torch's fused kernel, the weights computed exactly
-            beside it (``attention_rows``); False: everything by the eager reference.
-    """
-
-    queries: tuple[int, ...] | None = None
-    fused: bool = False
-
-
-EAGER = RowRequest()  # the reference: full weights, eager math
-
-
-def _mask_rows(mask: MaskLike, index: Tensor, length: int) -> Tensor | None:
-    """Rows ``index`` of any mask, broadcastable to (B, H, R, S)."""
-    if mask is None or isinstance(mask, Mask):
-        return None if mask is None else mask.rows(index, length)
-    if mask.dim() < 2 or mask.size(-2) == 1:
-        return mask  # the same row for every query (a padding mask)
-    return mask[..., index.to(mask.device), :]
-
-
-def _row_blocks(length: int, heads: int, keys: int) -> list[tuple[int, int]]:
-    """[start, stop) blocks of query rows holding at most ~CHUNK_ELEMENTS weights each."""
-    size = max(1, CHUNK_ELEMENTS // max(1, heads * keys))
-    return [(start, min(start + size, length)) for start in range(0, length, size)]
-
-
-def attention_rows(
-    q: Tensor, k: Tensor, queries: Sequence[int] | None, mask: MaskLike = None, scale: float | None = None
-) -> Tensor:
-    """The exact attention weights of chosen query rows: softmax(q_rows·kᵀ · scale), in float32.
-
-    Args:
-        q: (B, H, L, D) queries, as the layer uses them (after rotary embeddings).
-        k: (B, G, S, D) keys; query head h reads key head h // (H/G).
-        queries: positions in 0..L-1; None = every row, computed in blocks of rows.
-        mask: a ``Mask`` or a boolean tensor broadcastable to (B, H, L, S); True = may attend.
-        scale: defaults to 1/√D.
-
-    Returns:
-        (B, H, R, S) float32, equal to rows ``queries`` of the eager weights.
-    """
-    b, h, length, d = q.shape
-    g, keys = k.size(1), k.size(2)
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    if queries is None:
-        out = torch.empty(b, h, length, keys, dtype=torch.float32, device=q.device)  # (B, H, L, S)
-        for start, stop in _row_blocks(length, b * h, keys):
-            out[:, :, start:stop] = attention_rows(q, k, range(start, stop), mask, scale)
-        return out
-    index = torch.as_tensor(list(queries), dtype=torch.long, device=q.device)  # (R,)
-    # 1. The asked rows' scores, in float32 whatever the model's dtype; GQA by grouping the
-    #    query heads of each key head rather than copying the keys.
-    rows = q.index_select(2, index).float().view(b, g, h // g, len(index), d)  # (B, G, H/G, R, D)
-    scores = rows @ k.float()[:, :, None].transpose(-2, -1) * scale  # (B, G, H/G, R, S)
-    scores = scores.reshape(b, h, len(index), keys)  # (B, H, R, S)
-    # 2. The same mask, the same softmax, the same zeros as the eager path.
-    m = _mask_rows(mask, index, keys)
-    if m is not None:
-        scores = scores.masked_fill(~m, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)  # (B, H, R, S)
-    if m is not None:
-        weights = weights.masked_fill(~m, 0.0)
-    return weights
-
-
-def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: MaskLike = None, scale: float | None = None) -> Tensor:
-    """The output of attention by torch's fused kernel, no weights kept.
-
-    Args:
-        q: (B, H, L, D); k: (B, G, S, D); v: (B, G, S, Dv); G divides H.
-        mask: a ``Mask`` (plain causal runs as ``is_causal``; windows and padding one
-            block of query rows at a time, with the block's keys only), or a boolean
-            tensor broadcastable to (B, H, L, S); True = may attend.
-
-    Returns:
-        (B, H, L, Dv). A query with nothing to attend to gets 0, as in the eager path.
-    """
-    sdpa = nn.functional.scaled_dot_product_attention
-    gqa = q.size(1) != k.size(1)
-    if mask is None or isinstance(mask, Tensor):
-        return sdpa(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)  # (B, H, L, Dv)
-    length, keys = q.size(2), k.size(2)
-    if mask.causal and length != keys:
-        raise ValueError(f"a causal Mask needs as many queries as keys, not {length} and {keys}")
-    if mask.plain_causal:
-        return sdpa(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)  # (B, H, L, Dv)
-    b, h = q.shape[:2]
-    out = q.new_empty(b, h, length, v.size(-1))  # (B, H, L, Dv)
-    for start, stop in _row_blocks(length, b * h, keys):
-        lo, hi = mask.key_range(start, stop, keys)
-        m = mask.rows(torch.arange(start, stop, device=q.device), keys)  # (B or 1, 1, l, S)
-        block = None if m is None else m[..., lo:hi]  # (B or 1, 1, l, hi-lo)
-        out[:, :, start:stop] = sdpa(
-            q[:, :, start:stop], k[:, :, lo:hi], v[:, :, lo:hi], attn_mask=block, scale=scale, enable_gqa=gqa
-        )
-    return out
-
-
-def _repeat_kv(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+def repeat_kv(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     """Grouped-query attention: each key/value head serves H/G query heads."""
     group = q.size(1) // k.size(1)
     if group == 1:
@@ -331,89 +213,35 @@ def _repeat_kv(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, H, S, D)
 
 
-def chunked_eager(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: MaskLike,
-    scale: float | None,
-    queries: Sequence[int] | None,
-    **modifiers: Any,
+def eager_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: MaskLike, scale: float | None, **modifiers: Any
 ) -> tuple[Tensor, Tensor]:
-    """The eager function, one block of query rows at a time, in float32.
-
-    Used where every row is wanted (the weights are then the answer, and mixing the
-    values with them costs less than a second pass through the fused kernel) and as
-    the fallback for attention the fused kernel cannot express (``modifiers`` go to the
-    eager function as they are). Each query row's softmax depends on its own scores
-    only, so the blocks give exactly the eager result, with (B, H, block, S) scores in
-    memory at a time beside the weights kept.
-
-    Returns:
-        output (B, H, L, Dv) in q's dtype, and the weights of ``queries`` (B, H, R, S)
-        in float32 (None: every row).
-    """
-    b, h, length, _ = q.shape
-    keys, dtype = k.size(2), q.dtype
-    k, v = _repeat_kv(q, k, v)  # (B, H, S, D)
-    q, k, v = q.float(), k.float(), v.float()  # no-ops in float32; the softmax in float32 otherwise
-    wanted = None if queries is None else list(queries)
-    out = torch.empty(b, h, length, v.size(-1), dtype=dtype, device=q.device)  # (B, H, L, Dv)
-    rows = length if wanted is None else len(wanted)
-    weights = torch.zeros(b, h, rows, keys, dtype=torch.float32, device=q.device)  # (B, H, R, S)
-    for start, stop in _row_blocks(length, b * h, keys):
-        index = torch.arange(start, stop, device=q.device)
-        # A score bias with a row per query (T5's positions) goes to its block row by row.
-        block = {
-            name: value[..., start:stop, :] if name == "bias" and value.size(-2) == length else value
-            for name, value in modifiers.items()
-        }
-        o, w = scaled_dot_product_attention(
-            q[:, :, start:stop], k, v, _mask_rows(mask, index, keys), scale, **block
-        )  # (B, H, l, Dv), (B, H, l, S)
-        out[:, :, start:stop] = o
-        if wanted is None:
-            weights[:, :, start:stop] = w
-            continue
-        for slot, row in enumerate(wanted):
-            if start <= row < stop:
-                weights[:, :, slot] = w[:, :, row - start]
-    return out, weights
-
-
-def attend(
-    q: Tensor, k: Tensor, v: Tensor, mask: MaskLike, scale: float | None, request: RowRequest = EAGER, **modifiers: Any
-) -> tuple[Tensor, Tensor]:
-    """One layer's attention as ``request`` asks: (output, weights of the asked rows).
+    """The reference: every weight of a layer, by the textbook formula.
 
     Args:
         q: (B, H, L, D); k: (B, G, S, D); v: (B, G, S, Dv).
         mask: ``Mask`` or boolean tensor, True = may attend.
-        modifiers: extra keyword arguments of the eager function (score modifiers such
-            as soft-capping); None values are ignored. Any other value sends the fused
-            request to ``chunked_eager``, since the fused kernel cannot apply them.
+        modifiers: keyword arguments of ``scaled_dot_product_attention`` (a score bias,
+            soft-capping, sinks); None values are ignored.
 
     Returns:
-        output (B, H, L, Dv) and weights (B, H, R, S): R = L when ``request.queries`` is None.
+        output (B, H, L, Dv) and weights (B, H, L, S).
     """
     modifiers = {name: value for name, value in modifiers.items() if value is not None}
-    length = q.size(2)
-    if not request.fused:
-        # The reference: every weight, by the textbook formula.
-        k, v = _repeat_kv(q, k, v)  # (B, H, S, D)
-        dense = mask.dense(k.size(2), q.device) if isinstance(mask, Mask) else mask
-        out, weights = scaled_dot_product_attention(q, k, v, dense, scale, **modifiers)  # (B, H, L, S)
-        if request.queries is not None and tuple(request.queries) != tuple(range(length)):
-            weights = weights[:, :, list(request.queries)]  # (B, H, R, S)
-        return out, weights
-    if modifiers or request.queries is None:
-        return chunked_eager(q, k, v, mask, scale, request.queries, **modifiers)
-    # 1. The output, from the fused kernel: no (L, S) matrix is kept.
-    out = fused_attention(q, k, v, mask, scale)  # (B, H, L, Dv)
-    # 2. The weights, only where asked, from the same q, k, mask and scale.
-    if request.queries == ():
-        return out, q.new_zeros(q.size(0), q.size(1), 0, k.size(2), dtype=torch.float32)
-    return out, attention_rows(q, k, request.queries, mask, scale)
+    k, v = repeat_kv(q, k, v)  # (B, H, S, D)
+    dense = mask.dense(k.size(2), q.device) if isinstance(mask, Mask) else mask
+    return scaled_dot_product_attention(q, k, v, dense, scale, **modifiers)  # (B, H, L, Dv), (B, H, L, S)
+
+
+class Attend(Protocol):
+    """How a layer computes its attention from the split heads: (output, weights).
+
+    ``eager_attention`` is one (the default); rows.py's ``RowRequest`` is the other (the
+    fused kernel's output and only the asked rows' weights)."""
+
+    def __call__(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: MaskLike, scale: float | None, **modifiers: Any
+    ) -> tuple[Tensor, Tensor]: ...
 
 
 class MultiHeadAttention(nn.Module):
@@ -478,8 +306,8 @@ class MultiHeadAttention(nn.Module):
         value: Tensor | None = None,
         mask: MaskLike = None,
         qk_transform: QKTransform | None = None,
-        request: RowRequest = EAGER,
-        bias: Tensor | None = None,
+        request: Attend = eager_attention,
+        score_bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Attend from ``query`` to ``key``/``value`` (self-attention when both are None).
 
@@ -489,10 +317,11 @@ class MultiHeadAttention(nn.Module):
             mask: a ``Mask``, or boolean broadcastable to (B, H, L, S); True = may attend.
             qk_transform: applied to the split heads q (B, H, L, D) and k (B, G, S, D),
                 e.g. rotary position embeddings.
-            request: which weight rows to return, and eager or fused (default: the
-                eager reference, every row).
-            bias: float, broadcastable to (B, H, L, S), added to the scores before the
-                softmax (T5's relative position bias). A score modifier: the asked rows
+            request: how the weights are computed and which rows come back: the eager
+                reference by default (every row); a ``rows.RowRequest`` picks rows and
+                the fused kernel.
+            score_bias: float, broadcastable to (B, H, L, S), added to the scores before
+                the softmax (T5's relative position bias). A score modifier: the asked rows
                 then come from the eager function in row blocks, not the fused kernel.
 
         Returns:
@@ -507,11 +336,11 @@ class MultiHeadAttention(nn.Module):
         if qk_transform is not None:
             q, k = qk_transform(q, k)
         # 2. head_i = softmax(Q_i K_iᵀ / √d_k) V_i, all heads at once; with grouped-query
-        #    attention each key/value head serves H/G query heads (see ``attend``). Score
-        #    modifiers (a position bias, soft-capping, sinks) send the layer to the blocked
-        #    eager path.
-        heads, weights = attend(
-            q, k, v, mask, self.scale, request, bias=bias, softcap=self.softcap, sinks=self.sinks
+        #    attention each key/value head serves H/G query heads (``repeat_kv``). Score
+        #    modifiers (a position bias, soft-capping, sinks) send a fused request to the
+        #    blocked eager path (rows.attend).
+        heads, weights = request(
+            q, k, v, mask, self.scale, score_bias=score_bias, softcap=self.softcap, sinks=self.sinks
         )  # (B, H, L, D), (B, H, R, S)
         # 3. Concat(head_1, ..., head_H): put the heads back side by side.
         b, _, length, _ = heads.shape

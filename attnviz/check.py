@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import EngineError, UsageError
-from .heads import ModelShape
 from .models import ModelFiles, resolve
+from .shape import ModelShape
 
 if TYPE_CHECKING:
     from .engines import Engine

@@ -18,60 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .result import Attention
-from .tokens import Tokens
-
-if TYPE_CHECKING:
-    from .metrics import PairStats
-
-EXCLUDE_KINDS = ("special", "adjacent", "punct")
-DEFAULT_EXCLUDE = EXCLUDE_KINDS
-
-
-def parse_exclude(spec: str | Sequence[str] | None) -> tuple[str, ...]:
-    """'special,adjacent,punct' -> ('special', 'adjacent', 'punct'); 'none' or '' -> ().
-
-    Raises:
-        ValueError: an unknown kind (the message lists the known ones).
-    """
-    if spec is None:
-        return ()
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
-    kinds = [s.strip().lower() for s in items if s.strip()]
-    if kinds == ["none"]:
-        return ()
-    unknown = [k for k in kinds if k not in EXCLUDE_KINDS]
-    if unknown:
-        raise ValueError(f"cannot exclude {unknown[0]!r}: the kinds are {', '.join(EXCLUDE_KINDS)} (or none)")
-    return tuple(dict.fromkeys(kinds))
-
-
-def is_punct(label: str) -> bool:
-    """True for a token made of punctuation or symbols only (``.``, ``'``, ``,``, ``Ġ--``)."""
-    text = label.removeprefix("##").strip()
-    return bool(text) and not any(c.isalnum() for c in text)
-
-
-def excluded(tokens: Tokens, span: Sequence[int], kinds: Collection[str]) -> np.ndarray:
-    """(S,) True for the tokens ``kinds`` set aside for a query covering ``span``.
-
-    ``special``: the tokens the tokenizer added; ``punct``: ``is_punct`` labels;
-    ``adjacent``: the query's own tokens and the tokens just before and after it.
-    """
-    size = len(tokens)
-    out = np.zeros(size, dtype=bool)
-    if "special" in kinds:
-        out |= np.asarray(tokens.special, dtype=bool)
-    if "punct" in kinds:
-        out |= np.array([is_punct(label) for label in tokens.labels], dtype=bool)
-    if "adjacent" in kinds and span:
-        lo, hi = max(min(span) - 1, 0), min(max(span) + 1, size - 1)
-        out[lo : hi + 1] = True
-    return out
+from .metrics import DEFAULT_EXCLUDE, PairStats, excluded
+from .result import Attention, jsonable
 
 
 @dataclass(frozen=True)
@@ -87,15 +38,18 @@ class Link:
     weight: float
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "layer": self.layer,
-            "head": self.head,
-            "head_index": self.head_index,
-            "query": self.query,
-            "target": self.target,
-            "target_index": self.target_index,
-            "weight": round(self.weight, 6),
-        }
+        """JSON-ready, rounded as every attnviz JSON is (``result.jsonable``)."""
+        return jsonable(
+            {
+                "layer": self.layer,
+                "head": self.head,
+                "head_index": self.head_index,
+                "query": self.query,
+                "target": self.target,
+                "target_index": self.target_index,
+                "weight": self.weight,
+            }
+        )
 
 
 def strongest_links(
@@ -166,15 +120,18 @@ class HeadShift:
     level: float
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "layer": self.layer,
-            "head": self.head,
-            "mean_toward_referent": round(self.mean, 6),
-            "pairs_moved": self.moved,
-            "pairs": self.pairs,
-            "interval": [round(self.low, 6), round(self.high, 6)],
-            "level": self.level,
-        }
+        """JSON-ready, rounded as every attnviz JSON is (``result.jsonable``)."""
+        return jsonable(
+            {
+                "layer": self.layer,
+                "head": self.head,
+                "mean_toward_referent": self.mean,
+                "pairs_moved": self.moved,
+                "pairs": self.pairs,
+                "interval": [self.low, self.high],
+                "level": self.level,
+            }
+        )
 
 
 def bootstrap_mean(values: np.ndarray, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> np.ndarray:

@@ -34,6 +34,7 @@ import numpy as np
 
 from .errors import UsageError
 from .result import Attention, jsonable
+from .tokens import Tokens, is_punctuation
 
 # Sort keys of ``sort_rows``; True = largest first.
 SORT_KEYS: dict[str, bool] = {"weight": True, "entropy": False, "sink": True, "distance": True, "delta": True}
@@ -163,6 +164,48 @@ def _span(query: int | Sequence[int]) -> list[int]:
 # --- per-head rows ---------------------------------------------------------------------
 
 
+# Kinds of target a top list may set aside: trivially explained links (findings.py's
+# docstring says why).
+EXCLUDE_KINDS = ("special", "adjacent", "punct")
+DEFAULT_EXCLUDE = EXCLUDE_KINDS
+
+
+def parse_exclude(spec: str | Sequence[str] | None) -> tuple[str, ...]:
+    """'special,adjacent,punct' -> ('special', 'adjacent', 'punct'); 'none' or '' -> ().
+
+    Raises:
+        ValueError: an unknown kind (the message lists the known ones).
+    """
+    if spec is None:
+        return ()
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    kinds = [s.strip().lower() for s in items if s.strip()]
+    if kinds == ["none"]:
+        return ()
+    unknown = [k for k in kinds if k not in EXCLUDE_KINDS]
+    if unknown:
+        raise ValueError(f"cannot exclude {unknown[0]!r}: the kinds are {', '.join(EXCLUDE_KINDS)} (or none)")
+    return tuple(dict.fromkeys(kinds))
+
+
+def excluded(tokens: Tokens, span: Sequence[int], kinds: Collection[str]) -> np.ndarray:
+    """(S,) True for the tokens ``kinds`` set aside for a query covering ``span``.
+
+    ``special``: the tokens the tokenizer added; ``punct``: ``tokens.is_punctuation`` labels;
+    ``adjacent``: the query's own tokens and the tokens just before and after it.
+    """
+    size = len(tokens)
+    out = np.zeros(size, dtype=bool)
+    if "special" in kinds:
+        out |= np.asarray(tokens.special, dtype=bool)
+    if "punct" in kinds:
+        out |= np.array([is_punctuation(label) for label in tokens.labels], dtype=bool)
+    if "adjacent" in kinds and span:
+        lo, hi = max(min(span) - 1, 0), min(max(span) + 1, size - 1)
+        out[lo : hi + 1] = True
+    return out
+
+
 @dataclass(frozen=True)
 class HeadStats:
     """Where one query word attends in one head (the row ``attnviz compare`` prints).
@@ -287,12 +330,11 @@ def head_stats(
 
     ``targets``: each target word's positions in ``att.tokens`` (``select.find_targets``,
     mapped to words with ``transforms.positions_in``), so the words are found once,
-    before the forward pass. ``exclude`` (``findings.EXCLUDE_KINDS``) leaves special
+    before the forward pass. ``exclude`` (``EXCLUDE_KINDS``) leaves special
     tokens, neighbours or punctuation out of the ``top`` list (and so out of the default
     sort). Aggregate slots (head mean/max, rollout) get rows of their own, named. See
     the module docstring for split words and targets.
     """
-    from .findings import excluded
 
     span = query_span(att, query)
     rows = att.rows(_span(query)[0]) if len(_span(query)) == 1 else query_rows(att, span)  # (N, H, S)

@@ -17,36 +17,58 @@ from typing import Any
 import numpy as np
 
 from .errors import OutputError, UsageError
-from .heads import HasShape, ModelShape
 from .select import PARTS
+from .shape import HasShape, ModelShape
 from .tokens import Tokens
 
 JSON_DIGITS = 6  # six decimals keep float32's precision and halve the JSON
 
 
-def jsonable(value: Any) -> Any:
-    """``value`` made JSON-ready, the one place attnviz rounds: floats to JSON_DIGITS
-    decimals (numpy scalars and arrays included), tuples to lists, dataclass-free."""
+def jsonable(value: Any, digits: int | None = JSON_DIGITS) -> Any:
+    """``value`` made JSON-ready, the one place attnviz rounds: floats to ``digits``
+    decimals (numpy scalars and arrays included; None keeps every digit), a NaN or an
+    infinity to None (JSON has neither: a bare NaN makes the whole output unreadable, null
+    says "no number"), numpy integers to int, tuples to lists, dataclass-free."""
     if isinstance(value, np.ndarray):
         if value.dtype.kind != "f":
             return value.tolist()
-        values = np.round(value.astype(np.float64), JSON_DIGITS)
+        values = value.astype(np.float64)
+        if digits is not None:
+            values = np.round(values, digits)
         finite = np.isfinite(values)
         if finite.all():
             return values.tolist()
-        # JSON has no NaN: a bare NaN would make the whole output unreadable. null says "no number".
         shown = values.astype(object)
         shown[~finite] = None
         return shown.tolist()
     if isinstance(value, (float, np.floating)):
-        return round(float(value), JSON_DIGITS)
+        number = float(value)
+        if not np.isfinite(number):
+            return None
+        return number if digits is None else round(number, digits)
     if isinstance(value, np.integer):
         return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
     if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
+        return {k: jsonable(v, digits) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
+        return [jsonable(v, digits) for v in value]
     return value
+
+
+def json_text(document: Any, digits: int | None = JSON_DIGITS) -> str:
+    """The text of one JSON document, the way every command writes it: through
+    ``jsonable`` (rounding, NaN -> null), UTF-8 as is, and never a NaN token."""
+    return json.dumps(jsonable(document, digits), ensure_ascii=False, allow_nan=False)
+
+
+def provenance_fields(provenance: Provenance) -> dict[str, Any]:
+    """What every JSON document of a reading says of where it came from, in one shape:
+    the four a reader looks for first, and the whole ``provenance`` record, flat
+    (``Provenance.to_dict``: the model's shape beside the other fields)."""
+    p = provenance
+    return {"model": p.model, "engine": p.engine, "device": p.device, "dtype": p.dtype, "provenance": p.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -289,13 +311,7 @@ class Attention:
         else:
             out["weights"] = jsonable(self.weights)
         out.update(self.transform_dict())
-        out.update(
-            model=p.model,
-            engine=p.engine,
-            device=p.device,
-            dtype=p.dtype,
-            provenance=p.to_dict(),
-        )
+        out.update(provenance_fields(p))
         out.update(self.extra)
         return out
 

@@ -6,8 +6,9 @@
     write_atomic(path, data)     bytes rendered in memory -> temp file beside ``path``
                                  -> rename; the replaced file's mode is kept
     read_lines(path, ...)        a text file read streaming, with a size and a line limit
-    check_text(text, what)       text that cannot be encoded (lone surrogates from
-                                 invalid UTF-8 in argv) refused with its position
+    check_text(text, what)       the one check of a text: blank, or not encodable (lone
+                                 surrogates from invalid UTF-8 in argv), refused with
+                                 its 1-based position
     Terminated, handle_signals() SIGTERM and SIGHUP raised as exceptions like SIGINT's
                                  KeyboardInterrupt, so every ``finally`` and temp-file
                                  cleanup runs; the CLI exits 143 / 129
@@ -85,13 +86,17 @@ def exit_code_for(exc: KeyboardInterrupt) -> int:
 # --- text ----------------------------------------------------------------------------
 
 
-def check_text(text: str, what: str) -> str:
-    """Refuse text that has no UTF-8 form: lone surrogates, which Python makes of the
-    invalid UTF-8 bytes of a command line (``'\\udcff'`` for byte 0xff).
+def check_text(text: str, what: str = "the sentence", *, blank_ok: bool = False) -> str:
+    """The one check of a text before anything runs: not blank (unless ``blank_ok``), and
+    valid Unicode: no lone surrogates, which Python makes of the invalid UTF-8 bytes of a
+    command line (``'\\udcff'`` for byte 0xff). Positions are 1-based characters.
 
     Raises:
-        UsageError: naming ``what``, the position and the byte.
+        UsageError: naming ``what``: blank (facts: reason "empty"), or not encodable, with
+            the position and the byte (reason "encoding").
     """
+    if not blank_ok and not text.strip():
+        raise UsageError(f"{what} is empty", reason="empty")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -101,6 +106,7 @@ def check_text(text: str, what: str) -> str:
         raise UsageError(
             f"{what} is not valid UTF-8 ({byte} at character {exc.start + 1})",
             hint="pass text in UTF-8 (check the terminal's or the file's encoding)",
+            reason="encoding",
         ) from None
     return text
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import re
 import sys
+import unicodedata
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import ModelLoadError, TokenNotFoundError, UsageError
+from .safeio import check_text
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -189,26 +191,6 @@ def _tokenizer_from_transformers(model_dir: Path) -> Tokenizer:
     return backend
 
 
-def check_text(text: str) -> str:
-    """The one check of a text before anything runs: not empty, and valid Unicode.
-
-    Raises:
-        UsageError: empty or blank (facts: reason "empty"), or holding lone surrogates,
-            which is what invalid UTF-8 on a command line decodes to (reason "encoding").
-    """
-    if not text.strip():
-        raise UsageError("the sentence is empty", reason="empty")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise UsageError(
-            f"the text is not valid UTF-8 (undecodable byte at character {exc.start})",
-            hint="pass the text as UTF-8",
-            reason="encoding",
-        ) from None
-    return text
-
-
 def tokenize(tokenizer: Tokenizer, sentence: str, max_length: int | None = None) -> Tokens:
     """Encode one sentence, special tokens included.
 
@@ -273,6 +255,23 @@ def tokenize_pair(tokenizer: Tokenizer, first: str, second: str, max_length: int
         type_ids=tuple(int(t) for t in enc.type_ids),
         pair_start=starts[0],
     )
+
+
+# Markers tokenizers put on pieces: WordPiece continuation, byte-level BPE space, SentencePiece space.
+_PIECE_MARKERS = ("##", "Ġ", "▁")
+
+
+def is_punctuation(label: str) -> bool:
+    """True for a token label made only of Unicode punctuation (categories P*: ``.``,
+    ``,``, ``'``, ``«``, ``--``, ``...``, ``%``), once the piece marker and spaces are stripped.
+
+    The one rule of attnviz: compare's and show's ``punct`` exclusion and the heads
+    command's punctuation detector (Clark et al. 2019) use it. Symbols are not
+    punctuation: ``$``, ``+``, ``=`` (categories S*) carry meaning ("$5", "2 + 2")."""
+    text = label.strip()
+    for marker in _PIECE_MARKERS:
+        text = text.removeprefix(marker)
+    return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
 
 
 def word_occurrences(tokens: Tokens, word: str) -> list[tuple[int, ...]]:

@@ -50,8 +50,8 @@ def pct(values: list[float], q: float) -> float:
 
 async def measure(rounds: int) -> dict[str, list[tuple[float, float]]]:
     from attnviz.engines import load_engine
-    from attnviz.explore import ExploreApp
     from attnviz.pipeline import Selection, run
+    from attnviz.tui.app import ExploreApp
 
     engine = load_engine("own", None, "cpu")
     att = run(EXAMPLE, engine, Selection()).attention

@@ -24,7 +24,7 @@ SIZE = (104, 30)
 
 async def capture(svg: Path) -> None:
     from attnviz.engines import load_engine
-    from attnviz.explore import ExploreApp
+    from attnviz.tui.app import ExploreApp
     from attnviz.pipeline import Selection, run
 
     engine = load_engine("own", None, "cpu")

@@ -12,17 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnviz.corpus import (
-    CorpusText,
-    Scan,
-    ScanOptions,
-    count_lines,
-    induction_probe,
-    read_coref,
-    read_corpus,
-)
-from attnviz.detectors import DETECTORS, is_punctuation, top_heads
+from attnviz.corpus.detectors import DETECTORS, top_heads
+from attnviz.corpus.scan import Scan, ScanOptions
+from attnviz.corpus.sources import CorpusText, count_lines, induction_probe, read_coref, read_corpus
 from attnviz.errors import UsageError
+from attnviz.tokens import is_punctuation
 
 from .tiny_models import CORPUS, SPECS_BY_NAME, save_tiny
 
@@ -97,9 +91,9 @@ def test_bad_corpora_name_the_line(tmp_path: Path, name: str, data: bytes, messa
 
 
 def test_a_file_without_newlines_is_not_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import attnviz.corpus
+    import attnviz.corpus.sources
 
-    monkeypatch.setattr(attnviz.corpus, "MAX_LINE_BYTES", 1024)
+    monkeypatch.setattr(attnviz.corpus.sources, "MAX_LINE_BYTES", 1024)
     path = write(tmp_path, "blob.txt", b"short\n" + b"x" * 5000)
     texts = read_corpus(path)
     assert next(texts).text == "short"

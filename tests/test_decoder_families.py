@@ -331,12 +331,12 @@ def test_gpt_oss_rows_sum_to_one_minus_the_sink_share(saved: dict[str, Path]) ->
 def test_views_say_the_rows_do_not_sum_to_one(saved: dict[str, Path]) -> None:
     from attnviz import metrics
     from attnviz.render.tables import head_rows_table
-    from attnviz.render.terminal import render_show
+    from attnviz.render.terminal import for_console, render_show
 
     engine = load_engine("own", str(saved["gpt_oss"]), "cpu")
     att = inspect(SENTENCES[0], engine, layers=[1], queries=[3])
     console = Console(record=True, width=140, color_system=None)
-    render_show(att, (3,), console)
+    console.print(render_show(att, (3,), **for_console(console)))
     text = console.export_text()
     assert "learned attention sinks" in text and "rows sum to 1 - the logit sink" in text
     share = att.sink_share()[0, 0, 0]
@@ -347,7 +347,7 @@ def test_views_say_the_rows_do_not_sum_to_one(saved: dict[str, Path]) -> None:
     # Not for a model without sinks.
     other = inspect(SENTENCES[0], load_engine("own", str(saved["qwen3"]), "cpu"), layers=[1], queries=[3])
     console = Console(record=True, width=140, color_system=None)
-    render_show(other, (3,), console)
+    console.print(render_show(other, (3,), **for_console(console)))
     console.print(head_rows_table(metrics.head_stats(other, 3)))
     assert "logit sink" not in console.export_text()
 
@@ -363,8 +363,8 @@ def test_exported_figures_say_the_rows_do_not_sum_to_one(saved: dict[str, Path])
 
 
 def test_html_page_notes_the_learned_sinks(saved: dict[str, Path]) -> None:
-    from attnviz.heads import SINK_NOTE
     from attnviz.render.html import page_data
+    from attnviz.shape import SINK_NOTE
 
     for name, sinks in (("gpt_oss", True), ("qwen3", False)):
         att = inspect(SENTENCES[0], load_engine("own", str(saved[name]), "cpu"), layers="all")

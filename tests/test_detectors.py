@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from attnviz import metrics
-from attnviz.detectors import (
+from attnviz.corpus.detectors import (
     DETECTORS,
     CorefItem,
     CorefTally,
@@ -17,10 +17,10 @@ from attnviz.detectors import (
     coref_hits,
     detector_masks,
     features,
-    is_punctuation,
     text_scores,
     top_heads,
 )
+from attnviz.tokens import is_punctuation
 
 ALL = DetectorConfig()
 

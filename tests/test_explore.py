@@ -18,8 +18,9 @@ from textual.widgets import Input
 
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import UsageError
-from attnviz.explore import ExploreApp, check_size, export_name, free_path, runner
 from attnviz.result import Attention
+from attnviz.tui.app import ExploreApp
+from attnviz.tui.views import check_size, export_name, free_path, runner
 
 from .helpers import EXAMPLE, inspect, save_tiny_bert
 
@@ -96,7 +97,7 @@ async def test_start_screen_names_model_token_layer_and_keys(att: Attention) -> 
 
 
 def test_footer_wraps_between_pairs_only() -> None:
-    from attnviz.explore import FOOTER, footer
+    from attnviz.tui.app import FOOTER, footer
 
     for width in (40, 80, 104, 200):
         lines = footer(width).splitlines()
@@ -204,12 +205,12 @@ async def drawn_ahead(app: ExploreApp) -> int:
 async def test_views_one_key_away_are_drawn_ahead(att: Attention, monkeypatch: pytest.MonkeyPatch) -> None:
     """While the user reads a view, every view one key away is drawn, so the next key
     only shows lines already drawn."""
-    import attnviz.explore
-    from attnviz.explore import Cursor
+    import attnviz.tui.app
+    from attnviz.tui.views import Cursor
 
     # No view counts as slow here: on a loaded machine a drawing's CPU time can pass the
     # 50 ms limit (the next test covers that rule).
-    monkeypatch.setattr(attnviz.explore, "_WARM_MAX", 10.0)
+    monkeypatch.setattr(attnviz.tui.app, "_WARM_MAX", 10.0)
     app = ExploreApp(att, query=3)
     async with app.run_test(size=SIZE) as pilot:
         width = await drawn_ahead(app)
@@ -233,10 +234,10 @@ async def test_views_one_key_away_are_drawn_ahead(att: Attention, monkeypatch: p
 async def test_views_slow_to_draw_are_not_drawn_ahead(att: Attention, monkeypatch: pytest.MonkeyPatch) -> None:
     """A kind of view whose drawing took over the limit (a long sentence's matrix) is no
     longer drawn ahead: a key pressed meanwhile would wait for it."""
-    import attnviz.explore
-    from attnviz.explore import VIEWS, Cursor
+    import attnviz.tui.app
+    from attnviz.tui.views import VIEWS, Cursor
 
-    monkeypatch.setattr(attnviz.explore, "_WARM_MAX", -1.0)  # every drawing is too slow
+    monkeypatch.setattr(attnviz.tui.app, "_WARM_MAX", -1.0)  # every drawing is too slow
     app = ExploreApp(att, query=3)
     async with app.run_test(size=SIZE) as pilot:
         width = await drawn_ahead(app)
@@ -433,7 +434,7 @@ async def test_export_failure_is_a_message_not_a_crash(att: Attention, tmp_path:
 
 def test_export_names(own_engine: Engine) -> None:
     tokens_att = inspect("Où est-il?", own_engine)
-    from attnviz.explore import Cursor
+    from attnviz.tui.views import Cursor
 
     assert export_name(Cursor("matrix", 2, 3, 1), tokens_att) == "attnviz-matrix-layer2-h3-Où.png"
     assert export_name(Cursor("heads", 0, 3, 0), tokens_att) == "attnviz-token-layer0-CLS.png"

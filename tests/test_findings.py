@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnviz import findings, transforms
-from attnviz.heads import ModelShape
+from attnviz import findings, metrics, transforms
 from attnviz.result import Attention, Provenance
-from attnviz.tokens import Tokens
+from attnviz.shape import ModelShape
+from attnviz.tokens import Tokens, is_punctuation
 
 EXAMPLE = "The animal didn't cross the street because it was too tired"
 
@@ -30,18 +30,18 @@ def make_att(weights: np.ndarray, queries: tuple[int, ...]) -> Attention:
 
 
 def test_parse_exclude() -> None:
-    assert findings.parse_exclude("special, adjacent,punct") == ("special", "adjacent", "punct")
-    assert findings.parse_exclude("none") == () and findings.parse_exclude("") == ()
+    assert metrics.parse_exclude("special, adjacent,punct") == ("special", "adjacent", "punct")
+    assert metrics.parse_exclude("none") == () and metrics.parse_exclude("") == ()
     with pytest.raises(ValueError, match="the kinds are special, adjacent, punct"):
-        findings.parse_exclude("specials")
+        metrics.parse_exclude("specials")
 
 
 def test_excluded_kinds() -> None:
-    assert findings.excluded(CAT, (6,), ("special",)).tolist() == [1, 0, 0, 0, 0, 0, 0, 0, 1]
-    assert findings.excluded(CAT, (6,), ("punct",)).tolist() == [0, 0, 0, 0, 1, 0, 0, 0, 0]
-    assert findings.excluded(CAT, (6,), ("adjacent",)).tolist() == [0, 0, 0, 0, 0, 1, 1, 1, 0]
-    assert findings.excluded(CAT, (2, 3), ("adjacent",)).tolist() == [0, 1, 1, 1, 1, 0, 0, 0, 0]
-    assert findings.is_punct("'") and findings.is_punct("Ġ--".removeprefix("Ġ")) and not findings.is_punct("##s")
+    assert metrics.excluded(CAT, (6,), ("special",)).tolist() == [1, 0, 0, 0, 0, 0, 0, 0, 1]
+    assert metrics.excluded(CAT, (6,), ("punct",)).tolist() == [0, 0, 0, 0, 1, 0, 0, 0, 0]
+    assert metrics.excluded(CAT, (6,), ("adjacent",)).tolist() == [0, 0, 0, 0, 0, 1, 1, 1, 0]
+    assert metrics.excluded(CAT, (2, 3), ("adjacent",)).tolist() == [0, 1, 1, 1, 1, 0, 0, 0, 0]
+    assert is_punctuation("'") and is_punctuation("Ġ--".removeprefix("Ġ")) and not is_punctuation("##s")
 
 
 def test_strongest_links_skip_trivial_targets() -> None:

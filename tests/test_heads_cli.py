@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
-from attnviz.detectors import DETECTORS
+from attnviz.corpus.detectors import DETECTORS
 
 from .helpers import one_error_line
 from .test_corpus import MINILM_TEXTS
@@ -78,7 +78,8 @@ def test_terminal_table_csv_and_json_agree(tiny_bert: str, corpus: str) -> None:
 
 
 def test_image_has_one_panel_per_detector_with_the_means(tiny_bert: str, corpus: str, tmp_path: Path) -> None:
-    from attnviz.corpus import Scan, ScanOptions, read_corpus
+    from attnviz.corpus.scan import Scan, ScanOptions
+    from attnviz.corpus.sources import read_corpus
     from attnviz.engines import engine_provenance, load_engine
     from attnviz.render.heads_image import heads_figure
 
@@ -158,9 +159,9 @@ def test_coreference_with_pairs(tiny_bert: str, tmp_path: Path) -> None:
 def test_ctrl_c_reports_the_texts_done_marked_partial(
     tiny_bert: str, corpus: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import attnviz.corpus
+    import attnviz.corpus.scan
 
-    real = attnviz.corpus.score_batch
+    real = attnviz.corpus.scan.score_batch
     calls = {"n": 0}
 
     def interrupted_second_time(*args, **kwargs):
@@ -169,7 +170,7 @@ def test_ctrl_c_reports_the_texts_done_marked_partial(
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(attnviz.corpus, "score_batch", interrupted_second_time)
+    monkeypatch.setattr(attnviz.corpus.scan, "score_batch", interrupted_second_time)
     out = tmp_path / "heads.svg"
     result = run(corpus, "--model", tiny_bert, "--batch-size", "2", "--json", "-o", str(out))
     assert result.exit_code == 130, result.output
@@ -189,8 +190,9 @@ def test_ray_path_equals_the_local_scan(own_engine) -> None:
     """One local Ray instance (slow to start on 2 busy cores): the merged accumulators of
     the workers equal the single-process scan."""
     pytest.importorskip("ray")
-    from attnviz.corpus import CorpusText, Scan, ScanOptions, read_coref
-    from attnviz.distributed import RayScan
+    from attnviz.corpus.distributed import RayScan
+    from attnviz.corpus.scan import Scan, ScanOptions
+    from attnviz.corpus.sources import CorpusText, read_coref
 
     texts = [CorpusText(t, f"t:{i}") for i, t in enumerate(MINILM_TEXTS * 2)]
     pairs = list(read_coref(str(Path(__file__).resolve().parents[1] / "samples" / "minimal_pairs.tsv")))[:4]

@@ -103,6 +103,26 @@ def test_invalid_utf8_in_argv_is_exit_2_before_the_model(no_model: list[str]) ->
     assert no_model == []
 
 
+def test_one_check_text_with_one_position_convention(no_model: list[str]) -> None:
+    """The Python API, the CLI's sentence and its argv check share one check_text: the
+    same 1-based position (the API said 'character 4', 0-based, for this byte before)."""
+    import attnviz
+    from attnviz import tokens
+
+    sentence = os.fsdecode(b"the \xff cat")
+    assert tokens.check_text is check_text
+    with pytest.raises(UsageError, match=r"the sentence is not valid UTF-8 \(byte 0xff at character 5\)") as caught:
+        attnviz.inspect(sentence, "cat")
+    assert caught.value.facts["reason"] == "encoding"
+    with pytest.raises(UsageError, match=r"^the sentence is empty$") as caught:
+        check_text(" \n")
+    assert caught.value.facts["reason"] == "empty"
+    assert check_text("", "command-line argument 3", blank_ok=True) == ""
+    line = one_error_line(CliRunner().invoke(app, ["show", sentence, "-t", "cat"]), 2)
+    assert "byte 0xff at character 5" in line
+    assert no_model == []
+
+
 def test_invalid_utf8_in_a_real_argv() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "attnviz", "show", b"the \xff cat", "--token", "cat"],

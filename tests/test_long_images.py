@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from attnviz.cli import app
 from attnviz.errors import UsageError
-from attnviz.render import COLUMN_IN, FigureStyle, image
+from attnviz.render import COLUMN_IN, FigureStyle, image, layout
 from attnviz.render.image import matrix_figure, save_figure, token_figure
 from attnviz.transforms import head_aggregates, hide_special
 
@@ -28,7 +28,7 @@ def test_a_long_matrix_is_binned_keys_summed_and_queries_averaged() -> None:
     fig = matrix_figure(att, 0, highlight=(1500,))
     data = panels(fig)[0].images[0].get_array()
     w = att.matrix(0)[0]  # (Q, S)
-    kb = qb = int(np.ceil(2000 * 2 * image._MIN_MATRIX_CELL / image._MAX_GRID_W))  # 2 heads: a 2 × 1 grid
+    kb = qb = int(np.ceil(2000 * 2 * layout._MIN_MATRIX_CELL / layout._MAX_GRID_W))  # 2 heads: a 2 × 1 grid
     assert kb > 1 and data.shape == (int(np.ceil(2000 / qb)), int(np.ceil(2000 / kb)))
     # A cell by hand: keys kb..2kb-1 summed, queries qb..2qb-1 averaged.
     expected = w[qb : 2 * qb, kb : 2 * kb].sum(axis=1).mean()
@@ -38,18 +38,18 @@ def test_a_long_matrix_is_binned_keys_summed_and_queries_averaged() -> None:
     assert bool(data.mask[0, 1]) and not bool(data.mask[1, 1])
     assert f"binned: a cell sums {kb} keys' weights, averaged over {qb} queries (2000 × 2000 in all)" in _text(fig)
     width, height = fig.get_size_inches()
-    assert width <= image._MAX_GRID_W + 2 and height <= image._MAX_GRID_W + 3
+    assert width <= layout._MAX_GRID_W + 2 and height <= layout._MAX_GRID_W + 3
 
 
 def test_a_long_token_row_is_binned() -> None:
     att = _synthetic(5000, one_query=4321)
     fig = token_figure(att, 4321)
     data = panels(fig)[0].images[0].get_array()
-    block = int(np.ceil(5000 * image._MIN_CELL / image._MAX_GRID_W))
+    block = int(np.ceil(5000 * layout._MIN_CELL / layout._MAX_GRID_W))
     assert data.shape == (2, int(np.ceil(5000 / block)))
     np.testing.assert_allclose(np.asarray(data)[:, 3], att.rows(4321)[0, :, 3 * block : 4 * block].sum(-1), atol=1e-6)
     assert f"binned: each cell sums the weights of {block} tokens (5000 in all)" in _text(fig)
-    assert fig.get_size_inches()[0] <= image._MAX_GRID_W + 3
+    assert fig.get_size_inches()[0] <= layout._MAX_GRID_W + 3
 
 
 def test_short_inputs_are_drawn_cell_by_cell() -> None:
@@ -79,7 +79,7 @@ def test_a_binned_causal_row_names_the_chosen_token_and_masks_whole_future_block
     att = _synthetic(5000, causal=True, one_query=4321)
     fig = token_figure(att, 4321)
     data = panels(fig)[0].images[0].get_array()
-    block = int(np.ceil(5000 * image._MIN_CELL / image._MAX_GRID_W))
+    block = int(np.ceil(5000 * layout._MIN_CELL / layout._MAX_GRID_W))
     mine = 4321 // block
     # The block holding the query is labelled with the query's own token, in bold.
     bold = [t for t in panels(fig)[0].get_xticklabels() if t.get_fontweight() == "bold"]
@@ -95,7 +95,7 @@ def test_a_binned_causal_row_names_the_chosen_token_and_masks_whole_future_block
 def test_a_binned_matrix_outlines_and_names_the_highlighted_query() -> None:
     att = _synthetic(2000)
     fig = matrix_figure(att, 0, highlight=(1501,))
-    b = int(np.ceil(2000 * 2 * image._MIN_MATRIX_CELL / image._MAX_GRID_W))
+    b = int(np.ceil(2000 * 2 * layout._MIN_MATRIX_CELL / layout._MAX_GRID_W))
     first = panels(fig)[0]
     outlined = [p for p in first.patches if isinstance(p, Rectangle)]
     assert [(p.get_y() + 0.5, p.get_width()) for p in outlined] == [(1501 // b, int(np.ceil(2000 / b)))]
@@ -119,7 +119,7 @@ def test_a_fixed_figure_size_bins_so_the_panels_stay_on_the_page(view: str) -> N
     ax = panels(fig)[0]
     rows, cols = ax.images[0].get_array().shape
     width_in = ax.get_position().width * 6.3
-    assert width_in / cols >= image._MIN_FIXED_CELL - 1e-9  # no cell below the smallest
+    assert width_in / cols >= layout._MIN_FIXED_CELL - 1e-9  # no cell below the smallest
     if view == "matrix":
         assert rows == cols  # the same block both ways: square cells, the diagonal kept
 
@@ -132,7 +132,7 @@ def test_binning_after_hiding_specials_and_adding_a_head_mean() -> None:
     fig = token_figure(att, 7)
     data = np.asarray(panels(fig)[0].images[0].get_array())
     kept = [i for i in range(3000) if not special[i]]
-    block = int(np.ceil(len(kept) * image._MIN_CELL / image._MAX_GRID_W))
+    block = int(np.ceil(len(kept) * layout._MIN_CELL / layout._MAX_GRID_W))
     assert data.shape == (3, int(np.ceil(len(kept) / block)))  # 2 heads and the mean row
     # By hand, from the untouched weights: specials dropped, rows renormalised, blocks summed.
     raw = base.rows(7)[0][:, kept].astype(np.float64)  # (H, S')

@@ -13,9 +13,9 @@ from hypothesis.extra.numpy import arrays
 
 from attnviz import metrics
 from attnviz.errors import TokenNotFoundError, UsageError
-from attnviz.heads import ModelShape
 from attnviz.result import Attention, Provenance
 from attnviz.select import find_targets
+from attnviz.shape import ModelShape
 from attnviz.tokens import Tokens
 
 # --- hand-made sentences ---------------------------------------------------------------

@@ -179,8 +179,8 @@ def test_matrix_view_of_words(engine: Engine) -> None:
 
 def synthetic() -> Attention:
     """A fixed 1-layer, 2-head Attention over 5 made-up tokens (no model needed)."""
-    from attnviz.heads import ModelShape
     from attnviz.result import Provenance
+    from attnviz.shape import ModelShape
     from attnviz.tokens import Tokens
 
     labels = ("a", "b", "c", "d", "e")

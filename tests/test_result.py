@@ -104,3 +104,16 @@ def test_check_writable_permission(tmp_path: Path) -> None:
     locked.mkdir(mode=0o500)
     with pytest.raises(OutputError, match="permission denied"):
         check_writable(locked / "x.png", (".png",))
+
+
+def test_jsonable_is_the_one_rounding_and_nan_rule() -> None:
+    """Floats to six decimals (arrays and numpy scalars too), NaN and infinities to null
+    (scalars as well as arrays: a scalar NaN used to pass through as a bare NaN token)."""
+    from attnviz.result import json_text, jsonable
+
+    assert jsonable(0.12345678) == 0.123457 and jsonable(np.float32(0.5)) == 0.5
+    assert jsonable(float("nan")) is None and jsonable(np.float64("-inf")) is None
+    assert jsonable(np.array([0.1234567, np.nan])) == [0.123457, None]
+    assert jsonable({"n": np.int64(3), "t": (1.0, np.bool_(True))}) == {"n": 3, "t": [1.0, True]}
+    assert jsonable(3.2e-7) == 0.0 and jsonable(3.2e-7, digits=None) == 3.2e-7
+    assert json_text({"w": float("nan"), "s": "é"}) == '{"w": null, "s": "é"}'

@@ -87,12 +87,12 @@ def test_views_mark_the_boundary(own_engine: Engine) -> None:
     from rich.console import Console
 
     from attnviz.render.image import matrix_figure, token_figure
-    from attnviz.render.terminal import PAIR_RULE, render_show
+    from attnviz.render.terminal import PAIR_RULE, for_console, render_show
 
     tokens = own_engine.tokenize_pair(FIRST, SECOND)
     att = inspect(tokens, own_engine, layers=[0], queries=[12])
     console = Console(record=True, width=200, color_system=None)
-    render_show(att, (12,), console)
+    console.print(render_show(att, (12,), **for_console(console)))
     text = console.export_text()
     assert "sentence pair" in text and "at token 9 ('It')" in text
     header = next(line for line in text.splitlines() if "[CLS]" in line and "tired" in line)

@@ -15,7 +15,7 @@ from rich.console import Console
 from attnviz import findings, transforms
 from attnviz.engines import Engine
 from attnviz.render.shifts import shifts_table
-from attnviz.render.terminal import paged, render_show, token_heatmap
+from attnviz.render.terminal import for_console, paged, render_show, token_heatmap
 from attnviz.result import Attention
 
 from .helpers import inspect
@@ -91,7 +91,7 @@ def test_render_show_states_the_steps_and_the_links(att: Attention) -> None:
     it = att.tokens.labels.index("it")
     out = transforms.apply(att, transforms.View(hide_special=True), query_groups=[(it,)])
     console = Console(width=120, record=True, color_system=None, file=io.StringIO())
-    render_show(out, out.queries, console)
+    console.print(render_show(out, out.queries, **for_console(console)))
     text = console.export_text()
     assert "specials set aside: weight 0 as keys, rows renormalised over the rest" in text
     links = findings.strongest_links(out, 0)

@@ -106,3 +106,26 @@ def test_labels_mark_word_continuations() -> None:
 def test_tokens_validate_lengths() -> None:
     with pytest.raises(ValueError, match="one entry per token"):
         Tokens(text="a", ids=(1, 2), pieces=("a",), offsets=((0, 1),), special=(False,))
+
+
+def test_one_punctuation_rule_for_compare_and_heads() -> None:
+    """compare/show's 'punct' exclusion and the heads punctuation detector share one rule,
+    Unicode punctuation (P*): '$', '+', '=' are symbols (S*) and count in neither
+    (compare used to set '$' aside as punctuation while heads counted it as a word)."""
+    from attnviz.corpus.detectors import features
+    from attnviz.metrics import excluded
+    from attnviz.tokens import is_punctuation
+
+    labels = ["[CLS]", "it", "costs", "$", "5", ",", "+", "10", "%", "=", "«", "…", "[SEP]"]
+    punct = [False, False, False, False, False, True, False, False, True, False, True, True, False]
+    assert [is_punctuation(label) for label in labels[1:-1]] == punct[1:-1]
+    n = len(labels)
+    special = tuple(i in (0, n - 1) for i in range(n))
+    words = labels[1:-1]
+    starts = [sum(len(w) + 1 for w in words[:i]) for i in range(len(words))]
+    offsets = ((0, 0), *((a, a + len(w)) for a, w in zip(starts, words)), (0, 0))
+    tokens = Tokens(" ".join(words), tuple(range(n)), tuple(labels), offsets, special)
+    assert list(tokens.labels) == labels
+    assert excluded(tokens, (1,), ("punct",)).tolist() == punct
+    assert list(features(range(n), special, labels).punctuation) == punct
+    assert not is_punctuation("$") and is_punctuation("Ġ,") and is_punctuation("##.")

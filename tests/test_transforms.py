@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from attnviz import transforms
-from attnviz.heads import ModelShape
 from attnviz.result import Attention, Provenance
+from attnviz.shape import ModelShape
 from attnviz.tokens import Tokens
 
 # 0:[CLS] 1:the 2:council 3:##men 4:met 5:. 6:[SEP]

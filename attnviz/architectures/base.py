@@ -16,9 +16,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import RowRequest
 from ..errors import ModelLoadError, UnsupportedArchitectureError
-from ..heads import ModelShape
+from ..rows import RowRequest
+from ..shape import ModelShape
 
 
 @dataclass

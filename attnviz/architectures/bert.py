@@ -27,8 +27,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import EAGER, Mask, MultiHeadAttention, RowRequest
+from ..attention import Mask, MultiHeadAttention
 from ..errors import UnsupportedArchitectureError
+from ..rows import EAGER, RowRequest
 from .base import AttnModel, ForwardOutput, activation
 
 MODEL_TYPES = ("bert",)

@@ -218,7 +218,7 @@ class DisentangledAttention(MultiHeadAttention):
         # 3. softmax(q·(k/scale)ᵀ + bias)·v: k is divided first, as transformers does, so
         #    the scores round alike.
         heads, weights = scaled_dot_product_attention(
-            q, k / scale, v, mask, 1.0, bias=bias
+            q, k / scale, v, mask, 1.0, score_bias=bias
         )  # (B, H, L, D), (B, H, L, L)
         concat = heads.transpose(1, 2).reshape(b, length, self.n_heads * self.head_dim)  # (B, L, H·D)
         return self.o_proj(concat), weights

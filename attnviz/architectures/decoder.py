@@ -17,7 +17,8 @@ from collections.abc import Collection, Sequence
 
 from torch import Tensor, nn
 
-from ..attention import EAGER, Mask, MultiHeadAttention, QKTransform, RowRequest
+from ..attention import Mask, MultiHeadAttention, QKTransform
+from ..rows import EAGER, RowRequest
 from .base import AttnModel, ForwardOutput
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ..attention import EAGER, MaskLike, MultiHeadAttention, QKTransform, RowRequest
+from ..attention import Attend, MaskLike, MultiHeadAttention, QKTransform, eager_attention
 from . import llama
 from .llama import LlamaConfig, LlamaDecoder, RMSNorm, attention_options
 
@@ -38,14 +38,14 @@ class QKNormAttention(MultiHeadAttention):
         value: Tensor | None = None,
         mask: MaskLike = None,
         qk_transform: QKTransform | None = None,
-        request: RowRequest = EAGER,
-        bias: Tensor | None = None,
+        request: Attend = eager_attention,
+        score_bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         def normed(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
             q, k = self.q_norm(q), self.k_norm(k)  # (B, H, L, D), (B, G, S, D)
             return (q, k) if qk_transform is None else qk_transform(q, k)
 
-        return super().forward(query, key, value, mask, normed, request, bias)
+        return super().forward(query, key, value, mask, normed, request, score_bias)
 
 
 def qk_norm_attention(c: LlamaConfig, norm: type[nn.Module] = RMSNorm) -> QKNormAttention:

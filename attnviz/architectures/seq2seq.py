@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from ..attention import EAGER, MultiHeadAttention, RowRequest, causal_mask, padding_mask
-from ..heads import ModelShape
+from ..attention import MultiHeadAttention, causal_mask, padding_mask
+from ..rows import EAGER, RowRequest
 from ..select import PARTS
+from ..shape import ModelShape
 from .base import AttnModel, ForwardOutput
 
 
@@ -100,7 +101,7 @@ class Seq2SeqBlock(nn.Module):
         """
         # 1. Self-attention (with the family's position bias, if any).
         h = self.attn_norm(x) if self.pre_norm else x
-        a, weights = self.attn(h, mask=mask, request=request, bias=bias)  # (B, L, E), (B, H, R, L)
+        a, weights = self.attn(h, mask=mask, request=request, score_bias=bias)  # (B, L, E), (B, H, R, L)
         x = self._residual(x, self.attn_norm, a)
         # 2. Cross-attention: queries from the decoder, keys and values from the encoder.
         cross_weights = None

@@ -78,7 +78,7 @@ def _check_argv(argv: Sequence[str]) -> None:
 
     for i, arg in enumerate(argv, start=1):
         try:
-            check_text(arg, f"command-line argument {i}")
+            check_text(arg, f"command-line argument {i}", blank_ok=True)
         except UsageError as exc:
             fail(exc.message, exc.hint, exc.exit_code)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -41,7 +40,10 @@ def check(
         parts = None if part is None else (Part(part).value,)
         result = compare_engines(model, sentences, device, parts=parts)
         if json_out:
-            typer.echo(json.dumps(result.to_dict(), ensure_ascii=False))
+            from ..result import json_text
+
+            # Every digit: the differences are ~1e-7, which six decimals would print as 0.0.
+            typer.echo(json_text(result.to_dict(), digits=None))
         else:
             from ..render.check_table import render_check
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -145,13 +144,12 @@ def compare(
     """
     with errors(debug):
         from ..errors import UsageError
-        from ..findings import parse_exclude
-        from ..metrics import check_sort, head_stats, sort_rows
+        from ..metrics import check_sort, head_stats, parse_exclude, sort_rows
         from ..pairs import MinimalPair, PairOptions, read_pairs, run_pair
         from ..pipeline import Selection, run
         from ..render.tables import render_compare
-        from ..render.terminal import paged
-        from ..tokens import check_text
+        from ..render.terminal import for_console, paged
+        from ..safeio import check_text
 
         targets = tuple(target or ())
         pairwise = vs is not None or pairs is not None
@@ -219,18 +217,20 @@ def compare(
             rows = sort_rows(result.stats, by, limit)
         if json_out:
             out = {**_meta(att, kinds, by), "rows": [row.to_dict() for row in rows]}
-            typer.echo(json.dumps(out, ensure_ascii=False))
+            from ..result import json_text
+
+            typer.echo(json_text(out))
             return
         console = stdout_console()
         with paged(console, not no_pager):
-            render_compare(console, att, att.queries[:1], rows, by, exclude=kinds)
+            console.print(render_compare(att, att.queries[:1], rows, by, **for_console(console), exclude=kinds))
 
 
 def _meta(att: Attention, exclude: Sequence[str], by: str) -> dict[str, object]:
     """What every compare --json carries: the model's provenance, the reading, the sort."""
-    p = att.provenance
-    out: dict[str, object] = {"model": p.model, "engine": p.engine, "device": p.device, "dtype": p.dtype}
-    out["provenance"] = p.to_dict()
+    from ..result import provenance_fields
+
+    out: dict[str, object] = provenance_fields(att.provenance)
     if att.steps:
         out["steps"] = list(att.steps)
     out["exclude"] = list(exclude)
@@ -257,7 +257,7 @@ def _compare_pairs(
     from ..pairs import run_pairs
     from ..render.shifts import shifts_table
     from ..render.tables import render_compare
-    from ..render.terminal import paged
+    from ..render.terminal import for_console, paged, uses_colour
 
     console = stdout_console()
     everything: list[dict[str, object]] = []
@@ -277,9 +277,16 @@ def _compare_pairs(
                 continue
             indent = " " * len(f"{n}. ")
             console.print(Text(f"{n}. A: {p.sentence_a}\n{indent}B: {p.sentence_b}", style="bold"))
-            render_compare(
-                console, result.att_a, result.att_a.queries[:1], rows, by, header=n == 1, exclude=options.exclude
+            shown = render_compare(
+                result.att_a,
+                result.att_a.queries[:1],
+                rows,
+                by,
+                **for_console(console),
+                header=n == 1,
+                exclude=options.exclude,
             )
+            console.print(shown)
             console.print()
         toward, heads = toward_referent(unsorted)
         shifts = pair_shifts(toward, heads, seed=seed)
@@ -288,14 +295,12 @@ def _compare_pairs(
             out = {**_meta(att, options.exclude, by), "rows": everything}
             out["summary"] = [s.to_dict() for s in shifts]
             out["summary_rule"] = SUMMARY_RULE.format(n=len(unsorted), seed=seed)
-            typer.echo(json.dumps(out, ensure_ascii=False))
+            from ..result import json_text
+
+            typer.echo(json_text(out))
             return
         title = f"across {len(unsorted)} pairs, {SUMMARY_HEADS} heads that move most toward the referent"
-        console.print(
-            shifts_table(
-                shifts[:SUMMARY_HEADS], color=console.color_system is not None and not console.no_color, title=title
-            )
-        )
+        console.print(shifts_table(shifts[:SUMMARY_HEADS], color=uses_colour(console), title=title))
         console.print(Text(SUMMARY_RULE.format(n=len(unsorted), seed=seed), style="dim"))
 
 

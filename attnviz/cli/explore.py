@@ -1,4 +1,4 @@
-"""attnviz explore: the terminal explorer over one loaded model (textual, in attnviz.explore)."""
+"""attnviz explore: the terminal explorer over one loaded model (textual, in attnviz.tui)."""
 
 from __future__ import annotations
 
@@ -61,8 +61,9 @@ def explore(
         query = query_from(token, occurrence, index, required=False)
         eng = load(sentence, model, engine.value, device)
 
-        from ..explore import ExploreApp, explore_reading, runner
         from ..pipeline import Selection
+        from ..tui.app import ExploreApp
+        from ..tui.views import explore_reading, runner
 
         selection = Selection(queries=() if query is None else (query,), layers=layer)
         try:

@@ -27,6 +27,7 @@ from .options import (
     DtypeOpt,
     EngineName,
     EngineOpt,
+    ExportView,
     FileOpt,
     HeadsOpt,
     HideSpecialOpt,
@@ -42,7 +43,6 @@ from .options import (
     TargetTextOpt,
     TextArg,
     TokenOpt,
-    View,
     WordsOpt,
 )
 
@@ -55,7 +55,8 @@ if TYPE_CHECKING:
     from ..tokens import Tokens
 
 ViewOpt = Annotated[
-    View, typer.Option("--view", help="token: heads × tokens for one token, per layer; matrix: query × key per head.")
+    ExportView,
+    typer.Option("--view", help="token: heads × tokens for one token, per layer; matrix: query × key per head."),
 ]
 ImageLayerOpt = Annotated[
     str | None,
@@ -102,7 +103,7 @@ def export(
     token: TokenOpt = None,
     occurrence: Occurrence = None,
     index: IndexOpt = None,
-    view: ViewOpt = View.token,
+    view: ViewOpt = ExportView.token,
     layer: ImageLayerOpt = None,
     words: WordsOpt = False,
     hide_special: HideSpecialOpt = False,
@@ -150,7 +151,7 @@ def export(
         # Everything a user can get wrong without a model is checked before loading one
         # (and before importing matplotlib).
         check_writable(output, EXPORT_FORMATS)
-        if view is View.matrix and layer is not None and layer.strip().lower() == "all":
+        if view is ExportView.matrix and layer is not None and layer.strip().lower() == "all":
             raise UsageError("the matrix view draws one layer", hint="give --layer N (default: the middle layer)")
         query = query_from(token, occurrence, index, required=False)
         target = decoder_text(target_text, target_file)
@@ -168,7 +169,7 @@ def export(
             tokens = eng.tokenize(first) if isinstance(first, str) else first
             write_page(eng, tokens, query, layer, view, output, budget(max_memory))
             return
-        if view is View.token and query is None:
+        if view is ExportView.token and query is None:
             raise UsageError(
                 "say which token to draw",
                 hint="add --token WORD (or --index K), or use --view matrix for whole matrices",
@@ -182,24 +183,24 @@ def export(
         chosen = choose_part(eng, part.value if part else None, target is not None)
         shape = eng.part_shape(chosen)
         check_heads(picked, shape.num_heads)
-        spec = layer if layer is not None or view is View.token else str(shape.num_layers // 2)
+        spec = layer if layer is not None or view is ExportView.token else str(shape.num_layers // 2)
         selection = Selection(
             queries=() if query is None else (query,),
             layers=spec,
             part=chosen,
             view=reading,
             heads=picked,
-            all_rows=view is View.matrix,  # the matrix: every query row, the token outlined
+            all_rows=view is ExportView.matrix,  # the matrix: every query row, the token outlined
         )
         planned = plan(source, eng, selection, target=target)
         layers = planned.layers
-        if view is View.matrix and len(layers) != 1:
+        if view is ExportView.matrix and len(layers) != 1:
             raise UsageError(
                 f"the matrix view draws one layer, not {len(layers)}",
                 hint="give --layer N, or use --view token for several layers",
             )
         got = read(planned, eng, max_memory=limit)
-        if view is View.token:
+        if view is ExportView.token:
             write_token_image(got.attention, got.queries[:1], output, dpi, style)
             return
         from ..render.image import matrix_figure, save_figure
@@ -214,7 +215,7 @@ def write_page(
     tokens: Tokens,
     query: Query | None,
     layer: str | None,
-    view: View,
+    view: ExportView,
     path: Path,
     max_memory: int | None = None,
 ) -> None:
@@ -228,7 +229,7 @@ def write_page(
     check_page_size(len(planned.layers), eng.shape.num_heads, len(tokens))
     got = read(planned, eng, max_memory)  # every query row: whole matrices
     pinned = got.queries[0] if query is not None else None  # a split word: its first piece
-    save_html(got.attention, path, query=pinned, view="matrix" if view is View.matrix else "head")
+    save_html(got.attention, path, query=pinned, view="matrix" if view is ExportView.matrix else "head")
     wrote(path)
 
 

@@ -6,7 +6,6 @@ renders. No scoring logic here.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Iterator
@@ -22,7 +21,8 @@ from .common import stderr_console, stdout_console, wrote
 from .options import DebugOpt, DeviceOpt, DType, DtypeOpt, EngineName, EngineOpt, LayerOpt, ModelOpt
 
 if TYPE_CHECKING:
-    from ..corpus import CorpusText, ScanReport
+    from ..corpus.scan import ScanReport
+    from ..corpus.sources import CorpusText
 
 
 @app.command()
@@ -101,7 +101,7 @@ def heads(
     Example: attnviz heads corpus.txt --top 5 -o heads.png
     """
     with errors(debug):
-        from ..corpus import PROBES, corpus_format
+        from ..corpus.sources import PROBES, corpus_format
         from ..result import check_writable
 
         # 1. Cheap checks, before any model work.
@@ -117,14 +117,14 @@ def heads(
             corpus_format(corpus, fmt)
         if output is not None:
             check_writable(output, IMAGE_FORMATS)
-        from ..detectors import DetectorConfig
+        from ..corpus.detectors import DetectorConfig
         from ..engines import engine_provenance, load_engine
         from ..select import parse_layers
 
         # 2. The model.
         engine_name, dtype_name = EngineName(engine).value, DType(dtype).value
         eng = load_engine(engine_name, model, device, dtype_name)
-        from ..corpus import ScanOptions
+        from ..corpus.scan import ScanOptions
 
         options = ScanOptions(
             layers=parse_layers(layer, eng.num_layers),
@@ -148,18 +148,20 @@ def heads(
 
             save_figure(heads_figure(report, provenance), output, dpi)
         if json_out:
-            from ..corpus import report_dict
+            from ..corpus.scan import report_dict
+            from ..result import json_text
 
-            typer.echo(json.dumps(report_dict(report, provenance), ensure_ascii=False))
+            typer.echo(json_text(report_dict(report, provenance)))
         elif csv_out:
-            from ..corpus import report_csv
+            from ..corpus.scan import report_csv
 
             typer.echo(report_csv(report), nl=False)
         else:
             from ..render.heads_table import heads_table
+            from ..render.terminal import uses_colour
 
             console = stdout_console()
-            console.print(heads_table(report, provenance, top=top, color=console.is_terminal and not console.no_color))
+            console.print(heads_table(report, provenance, top=top, color=uses_colour(console)))
         if output is not None and not (json_out or csv_out):
             wrote(output)
         if report.partial:
@@ -180,7 +182,7 @@ def _texts(
     """The texts to scan, lazily, and how many there are when that is cheap to know."""
     import itertools
 
-    from ..corpus import count_lines, induction_probe, read_coref, read_corpus
+    from ..corpus.sources import count_lines, induction_probe, read_coref, read_corpus
 
     sources: list[Iterator[CorpusText]] = []
     total: int | None = 0
@@ -219,7 +221,7 @@ def _scan(
 ) -> ScanReport:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from ..corpus import Scan
+    from ..corpus.scan import Scan
 
     progress = Progress(
         TextColumn("scanning"),
@@ -243,7 +245,7 @@ def _scan(
 
     with progress:
         if ray is not None:
-            from ..distributed import RayScan
+            from ..corpus.distributed import RayScan
 
             address = None if ray == "local" else ray
             runner = RayScan(eng, options, address, model=model, engine_name=engine, device=device, dtype=dtype)

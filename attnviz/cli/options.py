@@ -20,7 +20,9 @@ class DType(str, Enum):
     float16 = "float16"
 
 
-class View(str, Enum):
+class ExportView(str, Enum):
+    """What ``attnviz export --view`` draws (transforms.View is the reading of the weights)."""
+
     token = "token"
     matrix = "matrix"
 

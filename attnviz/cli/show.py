@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -146,16 +145,20 @@ def show(
             wrote(npz)
         if json_out:
             if all_tokens:
-                typer.echo(json.dumps(att.to_dict(), ensure_ascii=False))
+                from ..result import json_text
+
+                typer.echo(json_text(att.to_dict()))
             else:
                 found = [att.query_dict(q) for q in positions]
-                typer.echo(json.dumps(found[0] if len(found) == 1 else found, ensure_ascii=False))
+                from ..result import json_text
+
+                typer.echo(json_text(found[0] if len(found) == 1 else found))
         elif not all_tokens:
-            from ..render.terminal import paged, render_show
+            from ..render.terminal import for_console, paged, render_show
 
             console = stdout_console()
             with paged(console, not no_pager):
-                render_show(att, positions, console, values=values, heads=picked)
+                console.print(render_show(att, positions, **for_console(console), values=values, heads=picked))
         if png is not None and figure is not None:
             from ..render import DEFAULT_DPI
             from ..render.image import save_figure

@@ -16,9 +16,9 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ModelLoadError, UsageError
-from ..heads import HasShape, ModelShape
 from ..models import ModelFiles
 from ..result import Provenance
+from ..shape import HasShape, ModelShape
 from ..tokens import Tokens, load_tokenizer, tokenize, tokenize_pair
 from ..version import __version__
 from .memory import ModelSizes

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..checkpoint import check_tensors
 from ..errors import EngineError, ModelLoadError
-from ..heads import ModelShape
 from ..select import PARTS
+from ..shape import ModelShape
 from ..tokens import Tokens
 from .base import EngineBase
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 
 if TYPE_CHECKING:
-    from ..heads import ModelShape
+    from ..shape import ModelShape
 
 GB = 1024**3
 
@@ -85,7 +85,7 @@ def estimate(
 ) -> MemoryEstimate:
     """What a model of ``shape`` and ``sizes`` allocates to run ``num_tokens`` tokens and
     keep the weight rows of ``num_queries`` queries (None: every row) in ``layers``."""
-    from ..attention import CHUNK_ELEMENTS
+    from ..rows import CHUNK_ELEMENTS
 
     size = sizes.element_size
     s, h, n = num_tokens, shape.num_heads, len(layers)

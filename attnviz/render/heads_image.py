@@ -15,11 +15,11 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
-from ..corpus import ScanReport
-from ..heads import head_label
+from ..corpus.scan import ScanReport
 from ..result import Provenance
+from ..shape import head_label
 from . import FigureStyle
-from .image import _char_in, _colorbar, _figure, _heatmap, _layout, _ticks, _title
+from .layout import _char_in, _colorbar, _figure, _heatmap, _layout, _ticks, _title
 
 
 def panels(report: ScanReport) -> list[tuple[str, np.ndarray]]:

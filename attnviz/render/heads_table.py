@@ -7,11 +7,12 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..corpus import ScanReport
-from ..detectors import top_heads
-from ..heads import head_label
+from ..corpus.detectors import top_heads
+from ..corpus.scan import ScanReport
 from ..result import Provenance
+from ..shape import head_label
 from .tables import _weight
+from .terminal import provenance_line
 
 
 def _head(layer: int, head: int, p: Provenance) -> str:
@@ -20,7 +21,7 @@ def _head(layer: int, head: int, p: Provenance) -> str:
 
 def summary_line(report: ScanReport, p: Provenance) -> str:
     """'all-MiniLM-L6-v2 · engine own · cpu · 6 layers × 12 heads · 2000 texts' (+ what was skipped)."""
-    line = f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads"
+    line = provenance_line(p)
     line += f" · {report.texts} texts in {report.seconds:.1f} s"
     if report.skipped:
         line += f" · {report.skipped} skipped (too long)"

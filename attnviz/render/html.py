@@ -44,8 +44,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
-from ..heads import head_label
 from ..result import Attention, atomic_write, check_writable
+from ..shape import head_label
 from ..tokens import Tokens
 from ..transforms import word_groups  # the CLI's word rule, so the page's words are its words
 from . import HTML_BUDGET_BYTES, HTML_FORMATS

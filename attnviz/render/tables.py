@@ -11,15 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rich.console import Console, Group, RenderableType
-from rich.style import Style
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..heads import head_label
 from ..metrics import HeadStats, PairStats
 from ..result import Attention
-from .terminal import colour, part_note
+from ..shape import head_label
+from .terminal import part_note, provenance_line, weight_style
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -31,8 +30,7 @@ def _weight(value: float, *, color: bool, bold: bool = False) -> Text:
     """A weight in 0..1, on the heatmap's viridis ramp when colour is on."""
     if not color:
         return Text(_num(value), style="bold" if bold else "")
-    fg = "black" if value > 0.55 else "white"
-    return Text(_num(value), style=Style(color=fg, bgcolor=colour(value), bold=bold))
+    return Text(_num(value), style=weight_style(value, bold=bold))
 
 
 def _delta(value: float, *, color: bool) -> Text:
@@ -185,42 +183,39 @@ def pair_rows_table(
 
 
 def render_compare(
-    console: Console,
     att: Attention,
     queries: Sequence[int],
     rows: Sequence[HeadStats] | Sequence[PairStats],
     sort: str,
     *,
+    width: int,
+    color: bool,
     header: bool = True,
     exclude: Sequence[str] = (),
-) -> None:
-    """Print compare's answer: a provenance line (``header``), the reading steps, a note
-    for a split word, and the head table (``PairStats`` rows: the minimal-pair table).
-    ``exclude``: the kinds of target left out of the top list, said in the title."""
-    # NO_COLOR keeps rich's colour system but strips colours: render the plain variant.
-    color = console.color_system is not None and not console.no_color
+) -> Group:
+    """compare's answer, to print: a provenance line (``header``), the reading steps, a
+    note for a split word, and the head table (``PairStats`` rows: the minimal-pair table).
+    ``exclude``: the kinds of target left out of the top list, said in the title.
+    ``width``/``color``: ``terminal.for_console(console)``."""
     p = att.provenance
+    parts: list[RenderableType] = []
     if header:
-        console.print(
-            Text(f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads"),
-            style="dim",
-        )
-        for step in att.steps:
-            console.print(Text(step, style="dim"))
+        parts.append(Text(provenance_line(p), style="dim"))
+        parts += [Text(step, style="dim") for step in att.steps]
     if header and att.part is not None:
-        console.print(Text(part_note(att), style="dim"))
+        parts.append(Text(part_note(att), style="dim"))
     slot = att.query_slot(queries[0])
     span = att.query_span(slot)
     word = " ".join(att.tokens.labels[q] for q in span)
     pieces = att.pieces_of_query(slot)
     if len(pieces) > 1 and header:
-        console.print(Text(f"{word!r} covers {len(pieces)} tokens: its row is their mean", style="dim"))
+        parts.append(Text(f"{word!r} covers {len(pieces)} tokens: its row is their mean", style="dim"))
     shown = f"{len(rows)} heads" if len(rows) < len(att.layers) * att.num_heads else "every head"
-    kv = {"num_heads": p.num_heads, "num_kv_heads": p.num_kv_heads, "width": console.width}
+    kv = {"num_heads": p.num_heads, "num_kv_heads": p.num_kv_heads, "width": width}
     left_out = {"special": "special tokens", "punct": "punctuation", "adjacent": "neighbours"}
     kinds = [left_out[k] for k in ("special", "punct", "adjacent") if k in exclude]
     if kinds and header:
-        console.print(
+        parts.append(
             Text(
                 f"top lists leave out {', '.join(kinds[:-1]) + ' and ' if len(kinds) > 1 else ''}{kinds[-1]}",
                 style="dim",
@@ -232,9 +227,10 @@ def render_compare(
         title = f"{word!r}: weight on each target in sentence A and B, Δ = B − A, {shown}, largest change first"
         if sort != "delta":
             title = title.rsplit(",", 1)[0] + f", sorted by {sort}"
-        console.print(pair_rows_table(rows, title=title + note, color=color, **kv))  # type: ignore[arg-type]
-        return
+        parts.append(pair_rows_table(rows, title=title + note, color=color, **kv))  # type: ignore[arg-type]
+        return Group(*parts)
     if att.part == "cross" and kind == "token":
         kind = "source token"
     title = f"{word!r} → each {kind}, {shown}, sorted by {sort}{note}"
-    console.print(head_rows_table(rows, sort_by=sort, title=title, color=color, **kv))  # type: ignore[arg-type]
+    parts.append(head_rows_table(rows, sort_by=sort, title=title, color=color, **kv))  # type: ignore[arg-type]
+    return Group(*parts)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from rich.console import Console, Group, RenderableType
@@ -18,8 +19,9 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from ..findings import DEFAULT_EXCLUDE, Link, strongest_links
-from ..result import Attention
+from ..findings import Link, strongest_links
+from ..metrics import DEFAULT_EXCLUDE
+from ..result import Attention, Provenance
 
 # viridis at 9 stops (matplotlib's values), interpolated linearly between them.
 _VIRIDIS = np.array(
@@ -50,6 +52,29 @@ def colour(weight: float) -> str:
     return f"#{round(r):02x}{round(g):02x}{round(b):02x}"
 
 
+def weight_style(weight: float, bold: bool = False) -> Style:
+    """The one colour rule of a weight cell: its viridis colour behind, black text on the
+    light end (above 0.55), white on the dark end."""
+    return Style(color="black" if weight > 0.55 else "white", bgcolor=colour(weight), bold=bold)
+
+
+def uses_colour(console: Console) -> bool:
+    """Whether views printed on ``console`` are drawn in colour. rich keeps a colour
+    system under NO_COLOR but drops background colours, which would leave blank cells:
+    the views then use their glyph fallback instead."""
+    return console.color_system is not None and not console.no_color
+
+
+def for_console(console: Console) -> dict[str, Any]:
+    """The ``width`` and ``color`` a view printed on ``console`` is drawn for."""
+    return {"width": console.width, "color": uses_colour(console)}
+
+
+def provenance_line(p: Provenance) -> str:
+    """The one header of a view: 'all-MiniLM-L6-v2 · engine own · cpu · 6 layers × 12 heads'."""
+    return f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads"
+
+
 def shade(weight: float) -> str:
     """A glyph for ``weight`` (0..1) when there is no colour: blank below 0.05,
     then · ░ ▒ ▓ █ in steps of 0.2."""
@@ -69,8 +94,7 @@ def _cell(weight: float, width: int, *, strongest: bool, values: bool, color: bo
     text = body.center(width)
     if not color:
         return Text(text, style="bold" if strongest else "")
-    fg = "black" if weight > 0.55 else "white"
-    return Text(text, style=Style(color=fg, bgcolor=colour(weight), bold=strongest))
+    return Text(text, style=weight_style(weight, bold=strongest))
 
 
 def _chunks(widths: list[int], room: int) -> Iterator[range]:
@@ -332,41 +356,38 @@ def links_text(att: Attention, slot: int, links: Sequence[Link], exclude: Sequen
 def render_show(
     att: Attention,
     queries: Sequence[int],
-    console: Console,
     *,
+    width: int,
+    color: bool,
     values: bool = False,
     heads: Sequence[int] | None = None,
     links: int = 5,
     exclude: Sequence[str] = DEFAULT_EXCLUDE,
-) -> None:
-    """Print every kept layer's heatmap for each query (token positions in ``att``), then
-    a legend and, per query, the ``links`` strongest links that are not to ``exclude``d
-    tokens (see attnviz.findings)."""
-    # rich keeps a colour system under NO_COLOR but drops background colours, which
-    # would leave blank cells: use the glyph fallback instead.
-    color = console.color_system is not None and not console.no_color
+) -> Group:
+    """show's answer, to print: the provenance line and notes, every kept layer's
+    heatmap for each query (token positions in ``att``), then a legend and, per query,
+    the ``links`` strongest links that are not to ``exclude``d tokens (see
+    attnviz.findings). ``width``/``color``: ``for_console(console)``."""
     p = att.provenance
-    header = Text(f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads")
-    console.print(header, style="dim")
+    parts: list[RenderableType] = [Text(provenance_line(p), style="dim")]
     if att.part is not None:
-        console.print(Text(part_note(att), style="dim"))
+        parts.append(Text(part_note(att), style="dim"))
     if att.keys.pair_start is not None and att.key_pieces is None:
-        console.print(Text(pair_note(att), style="dim"))
+        parts.append(Text(pair_note(att), style="dim"))
     if p.score_terms:
-        console.print(Text(score_note(p.score_terms), style="dim"))
-    for note in p.shape.notes():
-        console.print(Text(note, style="dim"))
-    for step in att.steps:
-        console.print(Text(step, style="dim"))
+        parts.append(Text(score_note(p.score_terms), style="dim"))
+    parts += [Text(note, style="dim") for note in p.shape.notes()]
+    parts += [Text(step, style="dim") for step in att.steps]
     for q in queries:
         for layer in att.layers:
-            console.print(token_heatmap(att, q, layer, values=values, color=color, width=console.width, heads=heads))
-    console.print(legend(color))
+            parts.append(token_heatmap(att, q, layer, values=values, color=color, width=width, heads=heads))
+    parts.append(legend(color))
     if links > 0:
         for q in queries:
             slot = att.query_slot(q)
             found = strongest_links(att, slot, links, exclude, heads=heads)
-            console.print(links_text(att, slot, found, exclude))
+            parts.append(links_text(att, slot, found, exclude))
+    return Group(*parts)
 
 
 @contextlib.contextmanager

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnviz.heads import head_label, kv_group, structure_notes
+from attnviz.shape import head_label, kv_group, structure_notes
 
 
 def test_head_label_plain_multi_head() -> None:

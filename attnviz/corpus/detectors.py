@@ -39,12 +39,14 @@ Shape legend: B texts in a batch, N layers, H heads, S tokens (padded), D detect
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from ..result import jsonable
+from ..tokens import is_punctuation
 
 DETECTORS: tuple[str, ...] = (
     "previous",
@@ -58,16 +60,6 @@ DETECTORS: tuple[str, ...] = (
     "entropy",
 )
 DEFAULT_LOCAL_K = 2
-# Markers tokenizers put on pieces: WordPiece continuation, byte-level BPE space, SentencePiece space.
-_PIECE_MARKERS = ("##", "Ġ", "▁")
-
-
-def is_punctuation(text: str) -> bool:
-    """True for a non-empty string made only of Unicode punctuation (categories P*)."""
-    text = text.strip()
-    for marker in _PIECE_MARKERS:
-        text = text.removeprefix(marker)
-    return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
 
 
 @dataclass(frozen=True)
@@ -316,15 +308,19 @@ class HeadScore:
     sd: float
     n: int
 
-    def to_dict(self, digits: int = 6) -> dict[str, Any]:
-        return {
-            "layer": self.layer,
-            "head": self.head,
-            "detector": self.detector,
-            "mean": round(self.mean, digits),
-            "sd": round(self.sd, digits),
-            "n": self.n,
-        }
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, rounded as every attnviz JSON is (``result.jsonable``); the CSV
+        of ``attnviz heads --csv`` writes these values too."""
+        return jsonable(
+            {
+                "layer": self.layer,
+                "head": self.head,
+                "detector": self.detector,
+                "mean": self.mean,
+                "sd": self.sd,
+                "n": self.n,
+            }
+        )
 
 
 def top_heads(acc: HeadAccumulator, detector: str, limit: int = 5) -> list[HeadScore]:

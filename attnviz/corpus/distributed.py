@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .corpus import CorpusText, Prepared, Progress, Scan, ScanOptions, ScanReport, score_batch
-from .errors import UsageError
+from ..errors import UsageError
+from .scan import CorpusText, Prepared, Progress, Scan, ScanOptions, ScanReport, score_batch
 
 if TYPE_CHECKING:
-    from .engines import Engine
+    from ..engines import Engine
 
 
 def _ray() -> Any:
@@ -40,7 +40,7 @@ class _Scorer:
     """A Ray Data actor: loads the model once, scores each batch it is handed."""
 
     def __init__(self, model: str | None, engine: str, device: str, dtype: str, options: ScanOptions) -> None:
-        from .engines import load_engine
+        from ..engines import load_engine
 
         self.engine = load_engine(engine, model, device, dtype)
         self.options = options

@@ -1,0 +1,288 @@
+"""The scan loop of ``attnviz heads``: tokenizing, batching, one padded forward pass a
+batch, and the per-head accumulators folded in (corpus.detectors).
+
+The scan keeps only the per-head accumulators and a window of a few batches (sorted by
+length so that batches pad little): memory is flat in the corpus size.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import TokenNotFoundError, UsageError
+from ..result import Provenance, provenance_fields
+from ..select import parse_target
+from ..tokens import Tokens, tokenize, word_occurrences
+from .detectors import (
+    CorefItem,
+    CorefTally,
+    DetectorConfig,
+    HeadAccumulator,
+    HeadScore,
+    TextFeatures,
+    features,
+    text_scores,
+)
+from .sources import CorefSpec, CorpusText
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+    from ..engines import Engine
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """How to scan: which layers, batch size, detectors, and what to do with long texts."""
+
+    layers: tuple[int, ...]
+    batch_size: int = 16
+    truncate: bool = False
+    config: DetectorConfig = field(default_factory=DetectorConfig)
+    window: int = 8  # batches held and sorted by length (padding waste vs memory)
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise UsageError(f"batch size must be at least 1, got {self.batch_size}", hint=None)
+        if not self.layers:
+            raise UsageError("no layers to scan", hint=None)
+        if self.window < 1:
+            raise ValueError(f"window={self.window} must be at least 1")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A tokenized text, its detector features and, for a coreference example, its item."""
+
+    tokens: Tokens
+    features: TextFeatures
+    coref: CorefItem | None = None
+
+
+@dataclass(frozen=True)
+class ScanReport:
+    """What a scan found, and how much of the corpus it covered."""
+
+    heads: HeadAccumulator
+    coref: CorefTally | None
+    texts: int  # texts scored
+    skipped: int  # longer than the model's positions, skipped
+    skipped_where: tuple[str, ...]  # the first few of them
+    truncated: int
+    seconds: float
+    partial: bool = False  # interrupted: covers the texts scored so far
+
+
+def report_dict(report: ScanReport, provenance: Provenance) -> dict[str, Any]:
+    """The JSON of ``attnviz heads --json``: provenance (``result.provenance_fields``'s
+    shape, as show and compare), coverage, and every (layer, head, detector, mean, sd, n)
+    row; coreference accuracy when there was any. Rounded by ``result.jsonable``."""
+    header = provenance_fields(provenance)
+    out: dict[str, Any] = {
+        **{key: header[key] for key in ("model", "engine", "device", "dtype")},
+        "layers": list(report.heads.layers),
+        "num_heads": report.heads.num_heads,
+        "detectors": list(report.heads.detectors),
+        "texts": report.texts,
+        "skipped": report.skipped,
+        "truncated": report.truncated,
+        "partial": report.partial,
+        "seconds": round(report.seconds, 3),
+        "scores": [row.to_dict() for row in report.heads.rows()],
+        "provenance": header["provenance"],
+    }
+    if report.coref is not None:
+        out["coreference"] = {
+            "examples": report.coref.total,
+            "baseline_nearest": report.coref.baseline,
+            "heads": [row.to_dict() for row in coref_rows(report.coref)],
+        }
+    return out
+
+
+def coref_rows(tally: CorefTally) -> list[HeadScore]:
+    """Coreference as (layer, head, 'coreference', accuracy, sd of the 0/1 hits, n) rows."""
+    n = tally.total
+    out = []
+    for i, layer in enumerate(tally.layers):
+        for h in range(tally.num_heads):
+            p = float(tally.accuracy[i, h])
+            sd = (p * (1 - p) * n / (n - 1)) ** 0.5 if n > 1 else 0.0
+            out.append(HeadScore(layer, h, "coreference", p, sd, n))
+    return out
+
+
+def report_csv(report: ScanReport) -> str:
+    """CSV with a header: layer,head,detector,mean,sd,n, one row per (layer, head,
+    detector), coreference rows last."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["layer", "head", "detector", "mean", "sd", "n"])
+    rows = report.heads.rows() + (coref_rows(report.coref) if report.coref is not None else [])
+    for row in rows:
+        d = row.to_dict()
+        writer.writerow([d["layer"], d["head"], d["detector"], d["mean"], d["sd"], d["n"]])
+    return buffer.getvalue()
+
+
+def prepare(tokens: Tokens, coref: CorefItem | None = None) -> Prepared:
+    return Prepared(tokens, features(tokens.ids, tokens.special, tokens.labels), coref)
+
+
+def resolve_coref(tokens: Tokens, spec: CorefSpec, where: str) -> CorefItem:
+    """Token positions of the example's words.
+
+    Raises:
+        TokenNotFoundError: a word is missing, or the pronoun occurs more than once.
+    """
+
+    def find(word_spec: str, role: str) -> tuple[int, ...]:
+        word, occurrence = parse_target(word_spec)
+        matches = word_occurrences(tokens, word)
+        if not matches:
+            raise TokenNotFoundError(
+                f"{where}: the {role} {word!r} is not in {tokens.text!r}",
+                hint="check the pairs file's words against the sentence",
+            )
+        if occurrence is None and role == "pronoun" and len(matches) > 1:
+            raise TokenNotFoundError(
+                f"{where}: the pronoun {word!r} occurs {len(matches)} times", hint=f"write {word}:N to pick one"
+            )
+        if occurrence is not None and occurrence > len(matches):
+            raise TokenNotFoundError(f"{where}: {word_spec!r}: {word!r} occurs {len(matches)} times", hint=None)
+        return matches[(occurrence or 1) - 1]
+
+    pronoun = find(spec.pronoun, "pronoun")
+    candidates = tuple(find(c, "candidate") for c in spec.candidates)
+    referent = find(spec.referent, "referent")
+    return CorefItem(pronoun, referent, candidates, tokens.special)
+
+
+def score_batch(
+    engine: Engine, batch: Sequence[Prepared], options: ScanOptions
+) -> tuple[HeadAccumulator, CorefTally | None]:
+    """One padded forward pass over ``batch`` -> its accumulator (and coreference tally)."""
+    import torch
+
+    out = engine.forward_batch([p.tokens for p in batch], max_layer=max(options.layers))
+    weights = [out.attentions[layer].to(device="cpu", dtype=torch.float32).numpy() for layer in options.layers]
+    shape = engine.shape
+    scores, valid = text_scores(weights, [p.features for p in batch], shape.causal, options.config)
+    acc = HeadAccumulator.empty(options.config.detectors, options.layers, shape.num_heads).add(scores, valid)
+    tally = None
+    if any(p.coref is not None for p in batch):
+        tally = CorefTally.empty(options.layers, shape.num_heads)
+        for b, p in enumerate(batch):
+            if p.coref is not None:
+                n = len(p.tokens)
+                one = np.stack([w[b, :, :n, :n] for w in weights])  # (N, H, n, n)
+                tally = tally.add(one, p.coref)
+    return acc, tally
+
+
+Progress = Callable[[int], None]  # called with the number of texts just scored (or skipped)
+
+
+class Scan:
+    """The scan loop. ``report()`` may be called at any time (after Ctrl-C, say): it covers
+    every batch folded in so far, never half of one."""
+
+    def __init__(self, engine: Engine, options: ScanOptions) -> None:
+        self.engine, self.options = engine, options
+        empty = HeadAccumulator.empty(options.config.detectors, options.layers, engine.shape.num_heads)
+        # (heads, coref, texts) in one tuple, replaced in one assignment per batch.
+        self._state: tuple[HeadAccumulator, CorefTally | None, int] = (empty, None, 0)
+        self.skipped = self.truncated = 0
+        self.skipped_where: list[str] = []
+        self._started = time.perf_counter()
+        self._limit = engine.max_positions
+        self._truncating: Tokenizer | None = None
+
+    def tokenize(self, item: CorpusText) -> Prepared | None:
+        """The text's tokens (truncated if asked), or None when it is too long and skipped."""
+        tokens = item.tokens
+        if tokens is None:
+            tokens = tokenize(self.engine.tokenizer, item.text)
+        if self._limit is not None and len(tokens) > self._limit:
+            if not self.options.truncate or item.tokens is not None or item.coref is not None:
+                self.skipped += 1
+                if len(self.skipped_where) < 5:
+                    self.skipped_where.append(item.where)
+                return None
+            tokens = tokenize(self._truncator(), item.text)
+            self.truncated += 1
+        coref = resolve_coref(tokens, item.coref, item.where) if item.coref is not None else None
+        return prepare(tokens, coref)
+
+    def _truncator(self) -> Tokenizer:
+        if self._truncating is None:
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_str(self.engine.tokenizer.to_str())
+            tok.enable_truncation(max_length=int(self._limit or 0))
+            self._truncating = tok
+        return self._truncating
+
+    def batches(self, items: Iterable[CorpusText], progress: Progress | None = None) -> Iterator[list[Prepared]]:
+        """Tokenized batches; a window of ``window`` batches is sorted by length first."""
+        size = self.options.batch_size
+        window: list[Prepared] = []
+        for item in items:
+            prepared = self.tokenize(item)
+            if prepared is None:
+                if progress is not None:
+                    progress(1)
+                continue
+            window.append(prepared)
+            if len(window) >= size * self.options.window:
+                yield from _split(window, size)
+                window = []
+        if window:
+            yield from _split(window, size)
+
+    def run(self, items: Iterable[CorpusText], progress: Progress | None = None) -> ScanReport:
+        from ..engines import cpu_threads_for
+
+        for batch in self.batches(items, progress):
+            with cpu_threads_for(self.engine, sum(len(p.tokens) for p in batch)):
+                acc, tally = score_batch(self.engine, batch, self.options)
+            self.fold(acc, tally, len(batch))
+            if progress is not None:
+                progress(len(batch))
+        return self.report()
+
+    def fold(self, acc: HeadAccumulator, tally: CorefTally | None, texts: int) -> None:
+        """Merge one batch's results (one assignment each, so an interrupt never sees half)."""
+        heads, coref, done = self._state
+        merged = coref if tally is None else tally if coref is None else coref.merge(tally)
+        self._state = (heads.merge(acc), merged, done + texts)
+
+    def report(self, partial: bool = False) -> ScanReport:
+        heads, coref, texts = self._state
+        return ScanReport(
+            heads=heads,
+            coref=coref,
+            texts=texts,
+            skipped=self.skipped,
+            skipped_where=tuple(self.skipped_where),
+            truncated=self.truncated,
+            seconds=time.perf_counter() - self._started,
+            partial=partial,
+        )
+
+
+def _split(window: list[Prepared], size: int) -> Iterator[list[Prepared]]:
+    ordered = sorted(window, key=lambda p: len(p.tokens))
+    for start in range(0, len(ordered), size):
+        yield ordered[start : start + size]
+
+
+def mark_partial(report: ScanReport) -> ScanReport:
+    return replace(report, partial=True)
