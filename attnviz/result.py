@@ -269,6 +269,23 @@ class Attention:
         """(H, Q, S): one layer's weights for every kept query."""
         return self.weights[self.layer_slot(layer)]
 
+    # --- notebooks: the interactive page inline (attnviz.render.notebook) ------
+
+    def show(self, view: str = "head", layer: int | None = None, token: str | int | None = None, **options: Any) -> Any:
+        """The interactive page for a notebook cell, opening on ``view`` ("head", "model",
+        "matrix"), ``layer`` (a model layer) and ``token`` (pinned: a word, ``WORD:N`` or a
+        position); ``options``: ``head``, ``words``, ``hide_special``, ``mean`` (the page's
+        own toggles). Needs every token's raw rows (``attnviz.inspect(text)``); otherwise,
+        or past the page's size budget, the cell shows a message saying why."""
+        notebook = _notebook()
+        return notebook.show(self, view, layer, token, notebook.Options(**options) if options else None)
+
+    def _repr_html_(self) -> str:
+        return str(_notebook().frame(self))
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return dict(_notebook().show(self)._repr_mimebundle_())
+
     # --- export -------------------------------------------------------------
 
     def to_dict(self, query: int | None = None, raw_rows: bool = False) -> dict[str, Any]:
@@ -396,6 +413,14 @@ class Attention:
             part=meta.get("part"),
             key_tokens=None if keys is None else _tokens_from(keys),
         )
+
+
+def _notebook() -> Any:
+    """attnviz.render.notebook, found by name when a notebook asks: renderers import this
+    module, so a static import here would close a circle (tests/test_imports.py)."""
+    import importlib
+
+    return importlib.import_module("attnviz.render.notebook")
 
 
 def _tokens_dict(tokens: Tokens) -> dict[str, Any]:

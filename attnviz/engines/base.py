@@ -120,9 +120,12 @@ class EngineBase(HasShape):
     parts: tuple[str, ...] = ()
     decoder_shape: ModelShape | None = None
 
-    def __init__(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self, files: ModelFiles, device: torch.device, dtype: torch.dtype, tokenizer: Tokenizer | None = None
+    ) -> None:
         self.files, self.device, self.dtype = files, device, dtype
-        self.tokenizer = load_tokenizer(files.path)
+        # A model in memory brings its tokenizer (engines/inmemory.py); a checkpoint has its files.
+        self.tokenizer = load_tokenizer(files.path) if tokenizer is None else tokenizer
         self.score_terms = score_terms(files)
 
     def tokenize(self, sentence: str) -> Tokens:

@@ -21,6 +21,7 @@ from .base import EngineBase
 
 if TYPE_CHECKING:
     import torch
+    from tokenizers import Tokenizer
 
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
@@ -32,8 +33,28 @@ class HFEngine(EngineBase):
 
     name = "hf"
 
-    def __init__(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
-        super().__init__(files, device, dtype)
+    def __init__(
+        self,
+        files: ModelFiles,
+        device: torch.device,
+        dtype: torch.dtype,
+        *,
+        model: Any = None,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        """transformers' model of the checkpoint ``files``, loaded with eager attention; or
+        ``model``, a transformers base model in memory (engines/inmemory.py), used as it is:
+        the caller switches it to eager attention around each run (``inmemory.running``)."""
+        super().__init__(files, device, dtype, tokenizer)
+        self.in_memory = model is not None
+        if model is not None:
+            self.model = model
+            check_tensors(self.model.named_parameters(), files.spec)
+        else:
+            self._load(files, device, dtype)
+        self._describe(files)
+
+    def _load(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         from transformers import AutoModel
         from transformers.utils import logging as hf_logging
@@ -68,6 +89,8 @@ class HFEngine(EngineBase):
         _check_loading_info(info, str(files.path), _computed_on_load(self.model))
         self.model.to(device).eval()
         check_tensors(self.model.named_parameters(), str(files.path))  # on the device: one reduction a tensor
+
+    def _describe(self, files: ModelFiles) -> None:
         cfg = self.model.config
         text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
         from . import hf_model
@@ -80,7 +103,7 @@ class HFEngine(EngineBase):
             num_layers=int(_cfg(text_cfg, "num_hidden_layers", "n_layer", "num_layers")),
             num_heads=num_heads,
             num_kv_heads=int(_cfg(text_cfg, "num_key_value_heads", default=num_heads)),
-            causal=hf_model.is_causal(encoder, device),  # the mask the model builds (D1)
+            causal=hf_model.is_causal(encoder, self.device),  # the mask the model builds (D1)
             # GPT-OSS-style learned sink logits: a ``sinks`` parameter in the attention modules.
             attention_sinks=any(name.endswith(".sinks") for name, _ in self.model.named_parameters()),
         )

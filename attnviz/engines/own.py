@@ -12,8 +12,9 @@ from .base import EngineBase
 
 if TYPE_CHECKING:
     import torch
+    from tokenizers import Tokenizer
 
-    from ..architectures.base import ForwardOutput
+    from ..architectures.base import AttnModel, ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
     from ..models import ModelFiles
 
@@ -23,11 +24,21 @@ class OwnEngine(EngineBase):
 
     name = "own"
 
-    def __init__(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        files: ModelFiles,
+        device: torch.device,
+        dtype: torch.dtype,
+        *,
+        model: AttnModel | None = None,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        """Our stack for the checkpoint ``files``, or ``model`` (already built, from a model
+        in memory: engines/inmemory.py) with its ``tokenizer``."""
         from .. import architectures
 
-        super().__init__(files, device, dtype)
-        self.model = architectures.load(files.path, files.config, device=device, dtype=dtype)
+        super().__init__(files, device, dtype, tokenizer)
+        self.model = model if model is not None else architectures.load(files.path, files.config, device, dtype)
         self.shape = self.model.shape
         self.max_positions = self.model.max_positions
         from ..architectures.seq2seq import EncoderDecoder

@@ -36,6 +36,7 @@ import base64
 import json
 import math
 import re
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -146,12 +147,24 @@ def versions(engine: str) -> dict[str, str]:
 VIEWS = ("head", "model", "matrix")
 
 
+@dataclass(frozen=True)
+class Options:
+    """What the page opens with beside the view, layer and query: the matrix view's
+    ``head`` and the page's toggles (its own rules, computed in the page)."""
+
+    head: int = 0
+    words: bool = False
+    hide_special: bool = False
+    mean: bool = False
+
+
 def page_data(
     att: Attention,
     query: int | None = None,
     view: str = "head",
     layer: int | None = None,
     norms: Attention | None = None,
+    options: Options | None = None,
 ) -> dict[str, Any]:
     """Everything the page's JavaScript reads, as one JSON-ready dict.
 
@@ -159,7 +172,8 @@ def page_data(
     page then carries them beside the weights, opens on them and has a weight/norm toggle.
 
     ``query`` (a token position) is pinned when the page opens, ``view`` is the view it
-    opens in, ``layer`` (a model layer) the layer it shows (default: the middle kept one).
+    opens in, ``layer`` (a model layer) the layer it shows (default: the middle kept one),
+    ``options`` the matrix view's head and the toggles it opens with (default: all off).
 
     Raises:
         UsageError: ``att`` does not hold every token as a query (the page needs full
@@ -177,6 +191,9 @@ def page_data(
     if query is not None and not 0 <= query < n_tok:
         raise UsageError(f"token {query} is out of range: the sentence has {n_tok} tokens (0..{n_tok - 1})")
     slot = att.layer_slot(layer) if layer is not None else (len(att.layers) - 1) // 2
+    options = options or Options()
+    if not 0 <= options.head < att.num_heads:
+        raise UsageError(f"head {options.head} is out of range: the page holds {att.num_heads} heads")
     p = att.provenance
     tokens = att.tokens
     groups = word_groups(tokens)
@@ -203,7 +220,16 @@ def page_data(
             "num_kv_heads": p.num_kv_heads,
         },
         "versions": versions(p.engine),
-        "initial": {"view": view, "query": query, "slot": slot, "measure": "weight" if norms is None else "norm"},
+        "initial": {
+            "view": view,
+            "query": query,
+            "slot": slot,
+            "head": options.head,
+            "words": options.words,
+            "hideSpecial": options.hide_special,
+            "mean": options.mean,
+            "measure": "weight" if norms is None else "norm",
+        },
         "weights": encode_weights(att.weights),
         **({} if norms is None else _norm_data(att, norms)),
     }
@@ -249,6 +275,7 @@ def html_page(
     view: str = "head",
     layer: int | None = None,
     norms: Attention | None = None,
+    options: Options | None = None,
 ) -> str:
     """The whole page: markup, inline CSS and JS, the weights as embedded JSON. The
     arguments set what the page shows when it opens (see ``page_data``).
@@ -256,7 +283,7 @@ def html_page(
     Raises:
         UsageError: ``att`` lacks some query rows, or a bad initial state (``page_data``).
     """
-    data = page_data(att, query, view, layer, norms)
+    data = page_data(att, query, view, layer, norms, options)
     title = f"attnviz · {att.tokens.text.strip()[:80]}"
     parts = {
         "TITLE": _escape(title),

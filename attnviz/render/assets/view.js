@@ -163,11 +163,11 @@
   var state = {
     view: DATA.initial.view,
     slot: DATA.initial.slot,
-    head: 0, // the matrix view's head
+    head: DATA.initial.head || 0, // the matrix view's head
     shown: [], // heads drawn in the head view
-    words: false,
-    hideSpecial: false,
-    mean: false,
+    words: !!DATA.initial.words, // the reading options the page opens with (all off by default)
+    hideSpecial: !!DATA.initial.hideSpecial,
+    mean: !!DATA.initial.mean,
     measure: DATA.initial.measure === "norm" && DATA.norms ? "norm" : "weight",
     pinned: DATA.initial.query, // token position of the pinned query (a piece of its unit)
     hover: null, // unit index under the pointer, head view
