@@ -47,6 +47,8 @@ from .options import (
     WordsOpt,
 )
 
+FULL_LIMIT = 100_000  # lines --full may print
+
 
 @app.command()
 def show(
@@ -72,6 +74,19 @@ def show(
     part: PartOpt = None,
     pair: PairOpt = None,
     values: Annotated[bool, typer.Option("--values", help="Print each weight in its cell.")] = False,
+    full: Annotated[
+        bool, typer.Option("--full", help="The full grid even when a row wraps into more than two blocks.")
+    ] = False,
+    top_keys: Annotated[
+        int | None,
+        typer.Option(
+            "--top-keys",
+            metavar="K",
+            min=1,
+            help="Compact view: how many strongest keys each head line names [default: 2 at 80 columns, 3 wider].",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonOpt = False,
     npz: Annotated[
         Path | None,
@@ -157,8 +172,28 @@ def show(
             from ..render.terminal import for_console, paged, render_show
 
             console = stdout_console()
+            if full:
+                from ..render.compact import full_grid_lines
+
+                shown = len(picked) if picked else att.model_heads
+                count = full_grid_lines(att, positions, console.width, values, shown + att.num_heads - att.model_heads)
+                if count > FULL_LIMIT:
+                    raise UsageError(
+                        f"--full would print about {count:,} lines ({len(att.keys)} tokens, {len(att.layers)} layers)",
+                        hint=f"at most {FULL_LIMIT:,}: pick layers with --layer, or drop --full for the compact view",
+                    )
             with paged(console, not no_pager):
-                console.print(render_show(att, positions, **for_console(console), values=values, heads=picked))
+                console.print(
+                    render_show(
+                        att,
+                        positions,
+                        **for_console(console),
+                        values=values,
+                        heads=picked,
+                        full=full,
+                        top_keys=top_keys,
+                    )
+                )
         if png is not None and figure is not None:
             from ..render import DEFAULT_DPI
             from ..render.image import save_figure

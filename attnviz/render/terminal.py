@@ -353,6 +353,12 @@ def links_text(att: Attention, slot: int, links: Sequence[Link], exclude: Sequen
     return text
 
 
+COMPACT_NOTE = (
+    "compact view: the row does not fit two wrapped blocks; each head's strongest keys and its whole row "
+    "binned (--full for the grid, --top-keys K)"
+)
+
+
 def render_show(
     att: Attention,
     queries: Sequence[int],
@@ -363,11 +369,19 @@ def render_show(
     heads: Sequence[int] | None = None,
     links: int = 5,
     exclude: Sequence[str] = DEFAULT_EXCLUDE,
+    full: bool = False,
+    top_keys: int | None = None,
 ) -> Group:
     """show's answer, to print: the provenance line and notes, every kept layer's
     heatmap for each query (token positions in ``att``), then a legend and, per query,
     the ``links`` strongest links that are not to ``exclude``d tokens (see
-    attnviz.findings). ``width``/``color``: ``for_console(console)``."""
+    attnviz.findings). ``width``/``color``: ``for_console(console)``.
+
+    A row that would wrap into more than two blocks is drawn compact (one line per head:
+    its ``top_keys`` strongest keys and a binned strip, ``attnviz.render.compact``) unless
+    ``full``."""
+    from .compact import MAX_GRID_BLOCKS, compact_heatmap, grid_blocks
+
     p = att.provenance
     parts: list[RenderableType] = [Text(provenance_line(p), style="dim")]
     if att.part is not None:
@@ -378,9 +392,15 @@ def render_show(
         parts.append(Text(score_note(p.score_terms), style="dim"))
     parts += [Text(note, style="dim") for note in p.shape.notes()]
     parts += [Text(step, style="dim") for step in att.steps]
+    compact = not full and grid_blocks(att, width, values) > MAX_GRID_BLOCKS
+    if compact:
+        parts.append(Text(COMPACT_NOTE, style="dim"))
     for q in queries:
         for layer in att.layers:
-            parts.append(token_heatmap(att, q, layer, values=values, color=color, width=width, heads=heads))
+            if compact:
+                parts.append(compact_heatmap(att, q, layer, width=width, top_keys=top_keys, color=color, heads=heads))
+            else:
+                parts.append(token_heatmap(att, q, layer, values=values, color=color, width=width, heads=heads))
     parts.append(legend(color))
     if links > 0:
         for q in queries:
