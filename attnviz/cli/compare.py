@@ -24,6 +24,7 @@ from .options import (
     IndexOpt,
     JsonOpt,
     LayerOpt,
+    LayersMeanOpt,
     MaxMemoryOpt,
     ModelOpt,
     NoPagerOpt,
@@ -120,6 +121,7 @@ def compare(
     no_renorm: NoRenormOpt = False,
     heads: HeadsOpt = None,
     rollout: RolloutOpt = False,
+    layers_mean: LayersMeanOpt = False,
     seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the --pairs bootstrap.")] = 0,
     model: ModelOpt = None,
     engine: EngineOpt = EngineName.own,
@@ -166,7 +168,7 @@ def compare(
             kinds = parse_exclude(exclude)
         except ValueError as exc:
             raise UsageError(str(exc), hint="e.g. --exclude special,adjacent,punct or --exclude none") from None
-        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout)
+        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout, layers_mean)
         if picked is not None:
             raise UsageError("compare ranks every head", hint="use --heads mean or max here, --layer to narrow")
         memory_limit = budget(max_memory)

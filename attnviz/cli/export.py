@@ -32,6 +32,7 @@ from .options import (
     HeadsOpt,
     HideSpecialOpt,
     IndexOpt,
+    LayersMeanOpt,
     MaxMemoryOpt,
     ModelOpt,
     NoRenormOpt,
@@ -110,6 +111,7 @@ def export(
     no_renorm: NoRenormOpt = False,
     heads: HeadsOpt = None,
     rollout: RolloutOpt = False,
+    layers_mean: LayersMeanOpt = False,
     figsize: FigsizeOpt = None,
     fontsize: FontsizeOpt = DEFAULT_FONT_PT,
     vmax: VmaxOpt = "1",
@@ -174,7 +176,7 @@ def export(
                 "say which token to draw",
                 hint="add --token WORD (or --index K), or use --view matrix for whole matrices",
             )
-        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout)
+        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout, layers_mean)
         style = _style(figsize, fontsize, vmax, cmap, no_title, picked)
         limit = budget(max_memory)
         text = read_input(sentence, file)

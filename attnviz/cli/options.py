@@ -150,6 +150,13 @@ RolloutOpt = Annotated[
         help="Add attention rollout (Abnar & Zuidema 2020): (A + I)/2 per layer, multiplied through the layers.",
     ),
 ]
+LayersMeanOpt = Annotated[
+    bool,
+    typer.Option(
+        "--layers-mean",
+        help="Add a 'layers mean' row: the mean over the chosen layers of each layer's head mean.",
+    ),
+]
 TokensOpt = Annotated[
     list[str] | None,
     typer.Option(

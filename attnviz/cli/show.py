@@ -32,6 +32,7 @@ from .options import (
     IndexOpt,
     JsonOpt,
     LayerOpt,
+    LayersMeanOpt,
     MaxMemoryOpt,
     ModelOpt,
     NoPagerOpt,
@@ -69,6 +70,7 @@ def show(
     no_renorm: NoRenormOpt = False,
     heads: HeadsOpt = None,
     rollout: RolloutOpt = False,
+    layers_mean: LayersMeanOpt = False,
     target_text: TargetTextOpt = None,
     target_file: TargetFileOpt = None,
     part: PartOpt = None,
@@ -134,7 +136,7 @@ def show(
                 raise UsageError("--all-tokens prints every row as data", hint="add --json or --npz PATH")
             if png is not None:
                 raise UsageError("--png draws one token", hint="use attnviz export --view matrix for whole matrices")
-        view, picked = view_from(words, hide_special, no_renorm, heads, rollout)
+        view, picked = view_from(words, hide_special, no_renorm, heads, rollout, layers_mean)
         queries = queries_from(token, occurrence, index, required=not all_tokens)
         selection = Selection(
             queries=tuple(queries), layers=layer, part=part.value if part else None, view=view, heads=picked
