@@ -322,12 +322,16 @@ def part_note(att: Attention) -> str:
     return f"encoder self-attention · source {att.tokens.text!r}"
 
 
-def legend(color: bool = True) -> Text:
-    """'weight 0 ▕colours▏ 1   ◆ strongest target of the head'."""
+def legend(color: bool = True, compact: bool = False) -> Text:
+    """'weight 0 ▕colours▏ 1   ◆ strongest target of the head' (``compact``: the strip's
+    key, '▼ the query · a special token (dimmed) - masked', instead of the ◆)."""
     text = Text("weight 0 ")
     for w in np.linspace(0, 1, 11):
         text.append("  " if color else shade(float(w)) * 2, style=Style(bgcolor=colour(float(w))) if color else "")
     text.append(" 1    ")
+    if compact:
+        text.append("▼ the query   · a special token (dimmed)   - masked")
+        return text
     text.append(MARK, style="bold")
     text.append(" strongest target of each head")
     return text
@@ -401,7 +405,7 @@ def render_show(
                 parts.append(compact_heatmap(att, q, layer, width=width, top_keys=top_keys, color=color, heads=heads))
             else:
                 parts.append(token_heatmap(att, q, layer, values=values, color=color, width=width, heads=heads))
-    parts.append(legend(color))
+    parts.append(legend(color, compact))
     if links > 0:
         for q in queries:
             slot = att.query_slot(q)
