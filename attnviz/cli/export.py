@@ -112,6 +112,17 @@ def export(
     heads: HeadsOpt = None,
     rollout: RolloutOpt = False,
     layers_mean: LayersMeanOpt = False,
+    open_layer: Annotated[
+        int | None,
+        typer.Option(
+            "--open-layer",
+            metavar="N",
+            min=0,
+            help="HTML: the layer the page opens on [default: the layer of the token's strongest link that is "
+            "not to a special token, punctuation or a neighbour, as show's footer finds it; else the middle one].",
+            show_default=False,
+        ),
+    ] = None,
     figsize: FigsizeOpt = None,
     fontsize: FontsizeOpt = DEFAULT_FONT_PT,
     vmax: VmaxOpt = "1",
@@ -157,6 +168,8 @@ def export(
             raise UsageError("the matrix view draws one layer", hint="give --layer N (default: the middle layer)")
         query = query_from(token, occurrence, index, required=False)
         target = decoder_text(target_text, target_file)
+        if open_layer is not None and output.suffix.lower() not in HTML_FORMATS:
+            raise UsageError("--open-layer sets the layer an HTML page opens on", hint="write .html, or drop it")
         if output.suffix.lower() in HTML_FORMATS:
             if target is not None or part is not None:
                 # The page's script draws square self-attention matrices over one text.
@@ -169,7 +182,7 @@ def export(
             eng = load(text, model, engine.value, device, dtype.value)
             first = sentence_tokens(eng, text, pair, None)
             tokens = eng.tokenize(first) if isinstance(first, str) else first
-            write_page(eng, tokens, query, layer, view, output, budget(max_memory))
+            write_page(eng, tokens, query, layer, view, output, budget(max_memory), open_layer)
             return
         if view is ExportView.token and query is None:
             raise UsageError(
@@ -220,18 +233,37 @@ def write_page(
     view: ExportView,
     path: Path,
     max_memory: int | None = None,
+    open_layer: int | None = None,
 ) -> None:
     """The interactive page: every query row of the chosen layers (default all), its size
-    checked from the token count before the forward pass."""
+    checked from the token count before the forward pass. It opens on ``open_layer``, by
+    default the layer of the pinned token's strongest non-trivial link (``findings``)."""
+    from ..errors import UsageError
+    from ..findings import strongest_links
     from ..pipeline import Selection, plan, read
     from ..render.html import check_page_size, save_html
 
     selection = Selection(queries=() if query is None else (query,), layers=layer, all_rows=True)
     planned = plan(tokens, eng, selection)
+    if open_layer is not None and open_layer not in planned.layers:
+        kept = list(planned.layers)
+        raise UsageError(
+            f"--open-layer {open_layer} is not among the page's layers ({kept[0]}..{kept[-1]})"
+            if kept == list(range(kept[0], kept[-1] + 1))
+            else f"--open-layer {open_layer} is not among the page's layers {kept}",
+            hint="pick one of them, or widen --layer",
+        )
     check_page_size(len(planned.layers), eng.shape.num_heads, len(tokens))
     got = read(planned, eng, max_memory)  # every query row: whole matrices
     pinned = got.queries[0] if query is not None else None  # a split word: its first piece
-    save_html(got.attention, path, query=pinned, view="matrix" if view is ExportView.matrix else "head")
+    att = got.attention
+    if open_layer is None and pinned is not None:
+        # The footer's rule (show): the strongest link not to specials, punctuation or neighbours,
+        # from the pinned token's rows (its first piece, as the page pins it).
+        found = strongest_links(att, att.query_slot(pinned), 1)
+        open_layer = found[0].layer if found else None
+    mode = "matrix" if view is ExportView.matrix else "head"
+    save_html(att, path, query=pinned, view=mode, layer=open_layer)
     wrote(path)
 
 
