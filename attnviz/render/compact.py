@@ -22,7 +22,7 @@ from rich.style import Style
 from rich.text import Text
 
 from ..result import Attention
-from .terminal import MASKED, colour, shade
+from .glyphs import MASKED, colour, shade
 
 # The grid gives way to this view past two wrapped blocks (issue 22).
 MAX_GRID_BLOCKS = 2

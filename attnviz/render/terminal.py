@@ -22,34 +22,10 @@ from rich.text import Text
 from ..findings import Link, strongest_links
 from ..metrics import DEFAULT_EXCLUDE
 from ..result import Attention, Provenance
+from .compact import MAX_GRID_BLOCKS, compact_heatmap, grid_blocks
+from .glyphs import _SHADES, _VIRIDIS, MARK, MASKED, PAIR_RULE, colour, shade
 
-# viridis at 9 stops (matplotlib's values), interpolated linearly between them.
-_VIRIDIS = np.array(
-    [
-        (68, 1, 84),
-        (71, 44, 122),
-        (59, 81, 139),
-        (44, 113, 142),
-        (33, 144, 141),
-        (39, 173, 129),
-        (92, 200, 99),
-        (170, 220, 50),
-        (253, 231, 37),
-    ],
-    dtype=float,
-)
-_SHADES = " ·░▒▓█"
-MARK = "◆"
-MASKED = "-"  # not "·", which is a shade glyph
-PAIR_RULE = "┃"  # between the two sentences of a pair
-
-
-def colour(weight: float) -> str:
-    """'#rrggbb' of ``weight`` (0..1) on the viridis ramp."""
-    x = min(max(float(weight), 0.0), 1.0) * (len(_VIRIDIS) - 1)
-    i = min(int(x), len(_VIRIDIS) - 2)
-    r, g, b = _VIRIDIS[i] + (x - i) * (_VIRIDIS[i + 1] - _VIRIDIS[i])
-    return f"#{round(r):02x}{round(g):02x}{round(b):02x}"
+__all__ = ["MARK", "MASKED", "PAIR_RULE", "_SHADES", "_VIRIDIS", "colour", "shade"]
 
 
 def weight_style(weight: float, bold: bool = False) -> Style:
@@ -73,14 +49,6 @@ def for_console(console: Console) -> dict[str, Any]:
 def provenance_line(p: Provenance) -> str:
     """The one header of a view: 'all-MiniLM-L6-v2 · engine own · cpu · 6 layers × 12 heads'."""
     return f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads"
-
-
-def shade(weight: float) -> str:
-    """A glyph for ``weight`` (0..1) when there is no colour: blank below 0.05,
-    then · ░ ▒ ▓ █ in steps of 0.2."""
-    if weight < 0.05:
-        return " "
-    return _SHADES[min(1 + int(weight * (len(_SHADES) - 1)), len(_SHADES) - 1)]
 
 
 def _cell(weight: float, width: int, *, strongest: bool, values: bool, color: bool, masked: bool) -> Text:
@@ -384,8 +352,6 @@ def render_show(
     A row that would wrap into more than two blocks is drawn compact (one line per head:
     its ``top_keys`` strongest keys and a binned strip, ``attnviz.render.compact``) unless
     ``full``."""
-    from .compact import MAX_GRID_BLOCKS, compact_heatmap, grid_blocks
-
     p = att.provenance
     parts: list[RenderableType] = [Text(provenance_line(p), style="dim")]
     if att.part is not None:
