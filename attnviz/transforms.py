@@ -243,6 +243,35 @@ def head_aggregates(att: Attention, kinds: Sequence[str]) -> Attention:
     )
 
 
+LAYERS_MEAN = "layers mean"
+
+
+def layers_mean(att: Attention) -> Attention:
+    """Append "layers mean": the mean over the kept layers of each layer's head mean (over
+    the model's heads), the same row in every layer's slot, so that every view that
+    draws a layer shows it beside that layer's heads (rows sum to 1 where the heads' do).
+
+    Raises:
+        ValueError: ``att`` holds no model head.
+    """
+    if att.model_heads == 0:
+        raise ValueError("the layers mean averages the model's heads; none are kept")
+    heads = att.weights[:, : att.model_heads].astype(np.float64)  # (N, H, Q, S)
+    mean = heads.mean(axis=(0, 1))  # (Q, S)
+    extra = np.broadcast_to(mean, (len(att.layers), 1, *mean.shape)).astype(np.float32)  # (N, 1, Q, S)
+    span = ", ".join(str(x) for x in att.layers) if len(att.layers) <= 4 else f"{att.layers[0]}..{att.layers[-1]}"
+    step = (
+        f"layers mean: over the {len(att.layers)} layers shown ({span}) of each layer's mean over its "
+        f"{att.model_heads} heads, the same row in every layer"
+    )
+    return dataclasses.replace(
+        att,
+        weights=np.concatenate([att.weights, extra], axis=1),
+        aggregates=(*att.aggregates, LAYERS_MEAN),
+        steps=(*att.steps, step),
+    )
+
+
 def rollout_matrices(weights: np.ndarray) -> np.ndarray:
     """Attention rollout (Abnar & Zuidema 2020) of full matrices.
 
@@ -351,6 +380,7 @@ class View:
         renorm: with ``hide_special``, renormalise rows over what remains.
         heads: head aggregates to append per layer ("mean", "max").
         rollout: append the attention rollout as a slot (needs full matrices).
+        layers_mean: append the mean over the kept layers of the head means ("layers mean").
     """
 
     words: bool = False
@@ -358,6 +388,7 @@ class View:
     renorm: bool = True
     heads: tuple[str, ...] = ()
     rollout: bool = False
+    layers_mean: bool = False
 
     def __post_init__(self) -> None:
         for kind in self.heads:
@@ -385,7 +416,7 @@ def apply(
     3. each query group (the token positions of one ``--token`` word) merged into one
        query slot, the mean of its rows (``merge_query``);
     4. head aggregates over the transformed per-head rows, then the rollout slot, passed
-       through steps 2-3 itself, appended last.
+       through steps 2-3 itself, then the layers mean of the per-head rows, appended last.
 
     ``query_groups`` are token positions in ``att.tokens`` (before words); they and
     ``layers`` pick what is kept (None / no groups: everything ``att`` holds). With
@@ -419,6 +450,8 @@ def apply(
     att = head_aggregates(att, view.heads)
     if rolled is not None:
         att = append_slots(att, reading(rolled))
+    if view.layers_mean:
+        att = layers_mean(att)
     return att
 
 

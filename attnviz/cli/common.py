@@ -103,7 +103,13 @@ def wrote(path: Path) -> None:
 
 
 def view_from(
-    words: bool, hide_special: bool, no_renorm: bool, heads: str | None, rollout: bool, measure: str = "weight"
+    words: bool,
+    hide_special: bool,
+    no_renorm: bool,
+    heads: str | None,
+    rollout: bool,
+    measure: str = "weight",
+    layers_mean: bool = False,
 ) -> tuple[View, tuple[int, ...] | None]:
     """The reading options as a ``transforms.View`` and the heads picked with --heads N,M
     (None: every head), checked before any model work (against ``measure`` too)."""
@@ -124,7 +130,15 @@ def view_from(
         picked, kinds = parse_heads(heads)
     except ValueError as exc:
         raise UsageError(str(exc), hint="e.g. --heads mean, --heads mean,max or --heads 1,11") from None
-    return View(words=words, hide_special=hide_special, renorm=not no_renorm, heads=kinds, rollout=rollout), picked
+    view = View(
+        words=words,
+        hide_special=hide_special,
+        renorm=not no_renorm,
+        heads=kinds,
+        rollout=rollout,
+        layers_mean=layers_mean,
+    )
+    return view, picked
 
 
 def check_heads(picked: tuple[int, ...] | None, num_heads: int) -> None:

@@ -25,6 +25,7 @@ from .options import (
     IndexOpt,
     JsonOpt,
     LayerOpt,
+    LayersMeanOpt,
     MaxMemoryOpt,
     Measure,
     MeasureOpt,
@@ -127,6 +128,7 @@ def compare(
     measure: MeasureOpt = Measure.weight,
     ablate: AblateOpt = False,
     ablate_with: AblateWithOpt = AblateWith.zero,
+    layers_mean: LayersMeanOpt = False,
     seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the --pairs bootstrap.")] = 0,
     model: ModelOpt = None,
     engine: EngineOpt = EngineName.own,
@@ -174,7 +176,7 @@ def compare(
             kinds = parse_exclude(exclude)
         except ValueError as exc:
             raise UsageError(str(exc), hint="e.g. --exclude special,adjacent,punct or --exclude none") from None
-        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout, measure.value)
+        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout, measure.value, layers_mean)
         if by == "effect" and not ablate:
             raise UsageError("sorting by effect needs the heads ablated", hint="add --ablate")
         if ablate and pairwise:

@@ -33,6 +33,7 @@ from .options import (
     HeadsOpt,
     HideSpecialOpt,
     IndexOpt,
+    LayersMeanOpt,
     MaxMemoryOpt,
     Measure,
     MeasureOpt,
@@ -114,6 +115,18 @@ def export(
     heads: HeadsOpt = None,
     rollout: RolloutOpt = False,
     measure: MeasureOpt = Measure.weight,
+    layers_mean: LayersMeanOpt = False,
+    open_layer: Annotated[
+        int | None,
+        typer.Option(
+            "--open-layer",
+            metavar="N",
+            min=0,
+            help="HTML: the layer the page opens on [default: the layer of the token's strongest link that is "
+            "not to a special token, punctuation or a neighbour, as show's footer finds it; else the middle one].",
+            show_default=False,
+        ),
+    ] = None,
     figsize: FigsizeOpt = None,
     fontsize: FontsizeOpt = DEFAULT_FONT_PT,
     vmax: VmaxOpt = "1",
@@ -160,6 +173,8 @@ def export(
             raise UsageError("the matrix view draws one layer", hint="give --layer N (default: the middle layer)")
         query = query_from(token, occurrence, index, required=False)
         target = decoder_text(target_text, target_file)
+        if open_layer is not None and output.suffix.lower() not in HTML_FORMATS:
+            raise UsageError("--open-layer sets the layer an HTML page opens on", hint="write .html, or drop it")
         if output.suffix.lower() in HTML_FORMATS:
             if target is not None or part is not None:
                 # The page's script draws square self-attention matrices over one text.
@@ -172,14 +187,14 @@ def export(
             eng = load(text, model, engine.value, device, dtype.value)
             first = sentence_tokens(eng, text, pair, None)
             tokens = eng.tokenize(first) if isinstance(first, str) else first
-            write_page(eng, tokens, query, layer, view, output, budget(max_memory), measure.value)
+            write_page(eng, tokens, query, layer, view, output, budget(max_memory), measure.value, open_layer)
             return
         if view is ExportView.token and query is None:
             raise UsageError(
                 "say which token to draw",
                 hint="add --token WORD (or --index K), or use --view matrix for whole matrices",
             )
-        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout, measure.value)
+        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout, measure.value, layers_mean)
         style = _style(figsize, fontsize, vmax, cmap, no_title, picked)
         limit = budget(max_memory)
         text = read_input(sentence, file)
@@ -226,15 +241,28 @@ def write_page(
     path: Path,
     max_memory: int | None = None,
     measure: str = "weight",
+    open_layer: int | None = None,
 ) -> None:
     """The interactive page: every query row of the chosen layers (default all), its size
     checked from the token count before the forward pass. ``measure`` "norm": the page
-    carries the norms too and opens on them (a weight/norm toggle)."""
+    carries the norms too and opens on them (a weight/norm toggle). It opens on
+    ``open_layer``, by default the layer of the pinned token's strongest non-trivial link
+    (``findings``)."""
+    from ..errors import UsageError
+    from ..findings import strongest_links
     from ..pipeline import Selection, plan, read
     from ..render.html import check_page_size, save_html
 
     selection = Selection(queries=() if query is None else (query,), layers=layer, all_rows=True)
     planned = plan(tokens, eng, selection)
+    if open_layer is not None and open_layer not in planned.layers:
+        kept = list(planned.layers)
+        raise UsageError(
+            f"--open-layer {open_layer} is not among the page's layers ({kept[0]}..{kept[-1]})"
+            if kept == list(range(kept[0], kept[-1] + 1))
+            else f"--open-layer {open_layer} is not among the page's layers {kept}",
+            hint="pick one of them, or widen --layer",
+        )
     heads = eng.shape.num_heads * (2 if measure == "norm" else 1)  # the norms double the matrices
     check_page_size(len(planned.layers), heads, len(tokens))
     got = read(planned, eng, max_memory)  # every query row: whole matrices
@@ -242,8 +270,14 @@ def write_page(
     if measure == "norm":
         norms = read(plan(tokens, eng, replace(selection, measure="norm")), eng, max_memory).attention
     pinned = got.queries[0] if query is not None else None  # a split word: its first piece
-    page = "matrix" if view is ExportView.matrix else "head"
-    save_html(got.attention, path, query=pinned, view=page, norms=norms)
+    att = got.attention
+    if open_layer is None and pinned is not None:
+        # The footer's rule (show): the strongest link not to specials, punctuation or neighbours,
+        # from the pinned token's rows (its first piece, as the page pins it).
+        found = strongest_links(att, att.query_slot(pinned), 1)
+        open_layer = found[0].layer if found else None
+    mode = "matrix" if view is ExportView.matrix else "head"
+    save_html(att, path, query=pinned, view=mode, layer=open_layer, norms=norms)
     wrote(path)
 
 

@@ -164,6 +164,13 @@ MeasureOpt = Annotated[
         "token adds to the head's output (Kobayashi et al. 2020; views colour each row's shares).",
     ),
 ]
+LayersMeanOpt = Annotated[
+    bool,
+    typer.Option(
+        "--layers-mean",
+        help="Add a 'layers mean' row: the mean over the chosen layers of each layer's head mean.",
+    ),
+]
 TokensOpt = Annotated[
     list[str] | None,
     typer.Option(

@@ -33,6 +33,7 @@ from .options import (
     IndexOpt,
     JsonOpt,
     LayerOpt,
+    LayersMeanOpt,
     MaxMemoryOpt,
     Measure,
     MeasureOpt,
@@ -52,6 +53,8 @@ from .options import (
 
 if TYPE_CHECKING:
     from ..result import Attention
+
+FULL_LIMIT = 100_000  # lines --full may print
 
 
 @app.command()
@@ -73,6 +76,7 @@ def show(
     no_renorm: NoRenormOpt = False,
     heads: HeadsOpt = None,
     rollout: RolloutOpt = False,
+    layers_mean: LayersMeanOpt = False,
     target_text: TargetTextOpt = None,
     target_file: TargetFileOpt = None,
     part: PartOpt = None,
@@ -81,6 +85,19 @@ def show(
     values: Annotated[bool, typer.Option("--values", help="Print each weight in its cell.")] = False,
     ablate: AblateOpt = False,
     ablate_with: AblateWithOpt = AblateWith.zero,
+    full: Annotated[
+        bool, typer.Option("--full", help="The full grid even when a row wraps into more than two blocks.")
+    ] = False,
+    top_keys: Annotated[
+        int | None,
+        typer.Option(
+            "--top-keys",
+            metavar="K",
+            min=1,
+            help="Compact view: how many strongest keys each head line names [default: 2 at 80 columns, 3 wider].",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonOpt = False,
     npz: Annotated[
         Path | None,
@@ -133,7 +150,7 @@ def show(
             raise UsageError("--ablate measures one token's heads", hint="drop --all-tokens, and name a --token")
         if ablate and rollout:
             raise UsageError("rollout's rows are not heads: there is nothing to ablate", hint="drop --rollout")
-        view, picked = view_from(words, hide_special, no_renorm, heads, rollout, measure.value)
+        view, picked = view_from(words, hide_special, no_renorm, heads, rollout, measure.value, layers_mean)
         queries = queries_from(token, occurrence, index, required=not all_tokens)
         selection = Selection(
             queries=tuple(queries),
@@ -188,10 +205,27 @@ def show(
             from ..render.terminal import for_console, paged, render_show
 
             console = stdout_console()
+            if full:
+                from ..render.compact import full_grid_lines
+
+                shown = len(picked) if picked else att.model_heads
+                count = full_grid_lines(att, positions, console.width, values, shown + att.num_heads - att.model_heads)
+                if count > FULL_LIMIT:
+                    raise UsageError(
+                        f"--full would print about {count:,} lines ({len(att.keys)} tokens, {len(att.layers)} layers)",
+                        hint=f"at most {FULL_LIMIT:,}: pick layers with --layer, or drop --full for the compact view",
+                    )
             with paged(console, not no_pager):
                 console.print(
                     render_show(
-                        shares(att), positions, **for_console(console), values=values, heads=picked, effects=effects
+                        shares(att),
+                        positions,
+                        **for_console(console),
+                        values=values,
+                        heads=picked,
+                        effects=effects,
+                        full=full,
+                        top_keys=top_keys,
                     )
                 )
         if png is not None and figure is not None:

@@ -22,34 +22,10 @@ from rich.text import Text
 from ..findings import Link, strongest_links
 from ..metrics import DEFAULT_EXCLUDE
 from ..result import Attention, Provenance
+from .compact import MAX_GRID_BLOCKS, compact_heatmap, grid_blocks
+from .glyphs import _SHADES, _VIRIDIS, MARK, MASKED, PAIR_RULE, colour, shade
 
-# viridis at 9 stops (matplotlib's values), interpolated linearly between them.
-_VIRIDIS = np.array(
-    [
-        (68, 1, 84),
-        (71, 44, 122),
-        (59, 81, 139),
-        (44, 113, 142),
-        (33, 144, 141),
-        (39, 173, 129),
-        (92, 200, 99),
-        (170, 220, 50),
-        (253, 231, 37),
-    ],
-    dtype=float,
-)
-_SHADES = " ·░▒▓█"
-MARK = "◆"
-MASKED = "-"  # not "·", which is a shade glyph
-PAIR_RULE = "┃"  # between the two sentences of a pair
-
-
-def colour(weight: float) -> str:
-    """'#rrggbb' of ``weight`` (0..1) on the viridis ramp."""
-    x = min(max(float(weight), 0.0), 1.0) * (len(_VIRIDIS) - 1)
-    i = min(int(x), len(_VIRIDIS) - 2)
-    r, g, b = _VIRIDIS[i] + (x - i) * (_VIRIDIS[i + 1] - _VIRIDIS[i])
-    return f"#{round(r):02x}{round(g):02x}{round(b):02x}"
+__all__ = ["MARK", "MASKED", "PAIR_RULE", "_SHADES", "_VIRIDIS", "colour", "shade"]
 
 
 def weight_style(weight: float, bold: bool = False) -> Style:
@@ -73,14 +49,6 @@ def for_console(console: Console) -> dict[str, Any]:
 def provenance_line(p: Provenance) -> str:
     """The one header of a view: 'all-MiniLM-L6-v2 · engine own · cpu · 6 layers × 12 heads'."""
     return f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads"
-
-
-def shade(weight: float) -> str:
-    """A glyph for ``weight`` (0..1) when there is no colour: blank below 0.05,
-    then · ░ ▒ ▓ █ in steps of 0.2."""
-    if weight < 0.05:
-        return " "
-    return _SHADES[min(1 + int(weight * (len(_SHADES) - 1)), len(_SHADES) - 1)]
 
 
 def _cell(weight: float, width: int, *, strongest: bool, values: bool, color: bool, masked: bool) -> Text:
@@ -342,12 +310,16 @@ def _measure_label(att: Attention) -> str:
     return measure_label(att)
 
 
-def legend(color: bool = True, measure: str = "weight") -> Text:
-    """'weight 0 ▕colours▏ 1   ◆ strongest target of the head' (``measure``: what a cell is)."""
+def legend(color: bool = True, measure: str = "weight", compact: bool = False) -> Text:
+    """'weight 0 ▕colours▏ 1   ◆ strongest target of the head' (``measure``: what a cell is;
+    ``compact``: the strip's key, '▼ the query · a special token (dimmed) - masked', instead of the ◆)."""
     text = Text(f"{measure} 0 ")
     for w in np.linspace(0, 1, 11):
         text.append("  " if color else shade(float(w)) * 2, style=Style(bgcolor=colour(float(w))) if color else "")
     text.append(" 1    ")
+    if compact:
+        text.append("▼ the query   · a special token (dimmed)   - masked")
+        return text
     text.append(MARK, style="bold")
     text.append(" strongest target of each head")
     return text
@@ -387,6 +359,12 @@ def links_text(
     return text
 
 
+COMPACT_NOTE = (
+    "compact view: the row does not fit two wrapped blocks; each head's strongest keys and its whole row "
+    "binned (--full for the grid, --top-keys K)"
+)
+
+
 def render_show(
     att: Attention,
     queries: Sequence[int],
@@ -398,13 +376,19 @@ def render_show(
     links: int = 5,
     exclude: Sequence[str] = DEFAULT_EXCLUDE,
     effects: Mapping[int, np.ndarray] | None = None,
+    full: bool = False,
+    top_keys: int | None = None,
 ) -> Group:
     """show's answer, to print: the provenance line and notes, every kept layer's
     heatmap for each query (token positions in ``att``), then a legend and, per query,
     the ``links`` strongest links that are not to ``exclude``d tokens (see
     attnviz.findings). ``width``/``color``: ``for_console(console)``. ``effects``: per
     query, its (N_model, H) head-ablation effects (``show --ablate``), beside each head's
-    row and each link."""
+    row and each link.
+
+    A row that would wrap into more than two blocks is drawn compact (one line per head:
+    its ``top_keys`` strongest keys and a binned strip, ``attnviz.render.compact``) unless
+    ``full``."""
     p = att.provenance
     parts: list[RenderableType] = [Text(provenance_line(p), style="dim")]
     if att.measure == "norm":
@@ -417,21 +401,27 @@ def render_show(
         parts.append(Text(score_note(p.score_terms), style="dim"))
     parts += [Text(note, style="dim") for note in p.shape.notes()]
     parts += [Text(step, style="dim") for step in att.steps]
+    compact = not full and grid_blocks(att, width, values) > MAX_GRID_BLOCKS
+    if compact:
+        parts.append(Text(COMPACT_NOTE, style="dim"))
     for q in queries:
         for layer in att.layers:
-            parts.append(
-                token_heatmap(
-                    att,
-                    q,
-                    layer,
-                    values=values,
-                    color=color,
-                    width=width,
-                    heads=heads,
-                    effects=None if effects is None else effects.get(q),
+            if compact:
+                parts.append(compact_heatmap(att, q, layer, width=width, top_keys=top_keys, color=color, heads=heads))
+            else:
+                parts.append(
+                    token_heatmap(
+                        att,
+                        q,
+                        layer,
+                        values=values,
+                        color=color,
+                        width=width,
+                        heads=heads,
+                        effects=None if effects is None else effects.get(q),
+                    )
                 )
-            )
-    parts.append(legend(color, _measure_label(att)))
+    parts.append(legend(color, _measure_label(att), compact))
     if links > 0:
         for q in queries:
             slot = att.query_slot(q)
