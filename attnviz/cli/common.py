@@ -17,9 +17,13 @@ if TYPE_CHECKING:
 
 
 def stdout_console() -> Console:
+    import os
+
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False)
+    from ..render.terminal import colour_settings
+
+    return Console(highlight=False, soft_wrap=False, **colour_settings(os.environ))
 
 
 def stderr_console() -> Console:

@@ -11,6 +11,7 @@ import typer
 
 from .app import EXAMPLE, app, errors
 from .common import budget, decoder_text, load, query_from, read_input, sentence_tokens, stdout_console, view_from
+from .conventions import example
 from .options import (
     DebugOpt,
     DeviceOpt,
@@ -60,7 +61,6 @@ SortOpt = Annotated[
     SortKey | None,
     typer.Option(
         "--sort",
-        "-s",
         help="weight (first --target, else top weight) | entropy (most focused first) | sink | distance | "
         "delta (largest change, with --vs) [default: delta with --vs, else weight].",
         show_default=False,
@@ -80,7 +80,7 @@ ExcludeOpt = Annotated[
 SUMMARY_HEADS = 10  # heads in the --pairs summary
 
 
-@app.command()
+@app.command(epilog=example(f'attnviz compare "{EXAMPLE}" --token it --target animal'))
 def compare(
     sentence: TextArg = None,
     file: FileOpt = None,
@@ -139,8 +139,6 @@ def compare(
 
     Without --target the heads are ranked by their strongest link that is not to a special
     token, punctuation or the token's neighbours (--exclude none: any link).
-
-    Example: attnviz compare "The animal didn't cross the street because it was too tired" --token it --target animal
     """
     with errors(debug):
         from ..errors import UsageError

@@ -18,6 +18,7 @@ from ..errors import ExitCode, UsageError
 from ..render import DEFAULT_DPI, IMAGE_FORMATS
 from .app import app, errors
 from .common import stderr_console, stdout_console, wrote
+from .conventions import example
 from .options import DebugOpt, DeviceOpt, DType, DtypeOpt, EngineName, EngineOpt, LayerOpt, ModelOpt
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from ..corpus.sources import CorpusText
 
 
-@app.command()
+@app.command(epilog=example("attnviz heads --probe induction --probe-texts 20 --top 5"))
 def heads(
     corpus: Annotated[
         str | None,
@@ -96,10 +97,7 @@ def heads(
     ] = None,
     debug: DebugOpt = False,
 ) -> None:
-    """Score every head over a corpus: previous-token, induction, sink and other detectors.
-
-    Example: attnviz heads corpus.txt --top 5 -o heads.png
-    """
+    """Score every head over a corpus: previous-token, induction, sink and other detectors."""
     with errors(debug):
         from ..corpus.sources import PROBES, corpus_format
         from ..result import check_writable

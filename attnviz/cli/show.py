@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .app import app, errors
+from .app import EXAMPLE, app, errors
 from .common import (
     budget,
     decoder_text,
@@ -19,6 +19,7 @@ from .common import (
     view_from,
     wrote,
 )
+from .conventions import example
 from .options import (
     DebugOpt,
     DeviceOpt,
@@ -48,7 +49,7 @@ from .options import (
 )
 
 
-@app.command()
+@app.command(epilog=example(f'attnviz show "{EXAMPLE}" --token it'))
 def show(
     sentence: TextArg = None,
     file: FileOpt = None,
@@ -90,8 +91,6 @@ def show(
 
     Ends with the strongest links that are not to special tokens, punctuation or the
     token's neighbours. A word split into pieces is one query: the mean of its pieces' rows.
-
-    Example: attnviz show "The animal didn't cross the street because it was too tired" --token it
 
     Encoder-decoders: attnviz show SOURCE --target-text TARGET --part cross --token WORD
     shows where the decoder's WORD looks in the source.

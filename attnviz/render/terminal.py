@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,6 +63,21 @@ def uses_colour(console: Console) -> bool:
     system under NO_COLOR but drops background colours, which would leave blank cells:
     the views then use their glyph fallback instead."""
     return console.color_system is not None and not console.no_color
+
+
+def colour_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """rich ``Console`` arguments for the colour the environment asks for.
+
+    NO_COLOR (any non-empty value, no-color.org) wins over everything. FORCE_COLOR
+    (non-empty) draws colour even into a pipe or a file, and in true colour, since the
+    heatmap is a continuous ramp that 8 colours cannot show. COLORTERM=truecolor/24bit
+    picks true colour on a terminal (rich reads it); alone it does not colour a pipe, as
+    terminals export it to every program they start."""
+    if env.get("NO_COLOR"):
+        return {}
+    if env.get("FORCE_COLOR"):
+        return {"force_terminal": True, "color_system": "truecolor"}
+    return {}
 
 
 def for_console(console: Console) -> dict[str, Any]:
