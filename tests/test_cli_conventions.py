@@ -84,7 +84,7 @@ def test_help_is_in_the_house_style(name: str) -> None:
 
 def test_check_part_help_names_no_option_check_lacks() -> None:
     text = run("check", "--help").stdout
-    part = text.split("--part")[1].split("--json")[0]
+    part = text.split("  --part ")[1].split("--json")[0]
     assert "--token" not in part and "encoder" in part
     options = {o for p in GROUP.commands["check"].params for o in p.opts}  # type: ignore[attr-defined]
     for flag in re.findall(r"--[a-z][a-z-]+", text):
@@ -203,7 +203,7 @@ def test_head_reads_one_line_and_attnviz_ends_quietly() -> None:
 
 
 def test_env_vars_are_shown_in_help() -> None:
-    text = run("show", "--help").stdout
+    text = " ".join(run("show", "--help").stdout.split())
     for var in ("ATTNVIZ_MODEL", "ATTNVIZ_ENGINE", "ATTNVIZ_DEVICE"):
         assert f"env var: {var}" in text, var
 
@@ -283,7 +283,8 @@ def test_forced_colour_draws_the_true_colour_heatmap_in_a_pipe(env: dict[str, st
     assert done.returncode == 0, done.stderr
     assert bool(TRUE_COLOUR_CELL.search(done.stdout)) is true_colour
     if not true_colour:
-        assert "\x1b[3" not in done.stdout and "\x1b[4" not in done.stdout  # no colour of any depth
+        # No colour of any depth (bold, dim and italic are no colour: no-color.org).
+        assert not re.search(r"\x1b\[(?:[0-9;]*;)?(?:3[0-8]|4[0-8]|9[0-7]|10[0-7])[;m]", done.stdout)
 
 
 def test_colour_settings_rule() -> None:

@@ -32,6 +32,7 @@ from ..errors import (
     DeviceError,
     ExitCode,
     LayerError,
+    ModelLoadError,
     ModelNotFoundError,
     TokenNotFoundError,
     UnsupportedArchitectureError,
@@ -67,6 +68,11 @@ class _Group(TyperGroup):
             sys.exit(ExitCode.OK)  # the help text has been printed: that is the answer
         except BrokenPipeError:
             _quiet_pipe()
+        except SystemExit as exc:
+            # typer turns a closed pipe while printing help into a bare exit 1.
+            if isinstance(exc.__context__, BrokenPipeError):
+                _quiet_pipe()
+            raise
         except click_exc.BadParameter as exc:
             fail(*conventions.bad_parameter(exc), ExitCode.USAGE)
         except click_exc.UsageError as exc:
@@ -182,6 +188,8 @@ def hint_for(exc: AttnvizError) -> str | None:
     if isinstance(exc, LayerError):
         n = int(facts["num_layers"])
         return exc.hint or f"use --layer 0..{n - 1}, N,M, A-B or all"
+    if isinstance(exc, DeviceError) and conventions.origin_of("device"):
+        return f"fix or unset {conventions.origin_of('device')}, or pass --device cpu (or auto)"
     if isinstance(exc, DeviceError):
         return "use --device cpu (or auto)" if reason == "absent" else "use --device auto, cpu, cuda, cuda:N or mps"
     if reason == "page_size":  # an HTML page over the budget: facts ``fit`` (layers that fit)
@@ -196,6 +204,9 @@ def hint_for(exc: AttnvizError) -> str | None:
         if facts.get("command") == "show":  # show --png has no --dpi
             return f"draw fewer layers or heads (--layer, --heads), or use attnviz export --dpi {largest}"
         return f"use --dpi {largest} or less, or draw fewer layers or heads (--layer, --heads) or a smaller --figsize"
+    model_origin = conventions.origin_of("model") if isinstance(exc, (ModelNotFoundError, ModelLoadError)) else None
+    if model_origin is not None:
+        return f"--model came from {model_origin}: fix or unset it, or pass --model DIR"
     if isinstance(exc, ModelNotFoundError) and reason == "offline":
         return "when offline, pass a local checkpoint directory with --model DIR"
     if type(exc).__name__ == "MemoryBudgetError":  # attnviz.engines.memory: not imported for --help
@@ -264,7 +275,7 @@ def main() -> None:
 
     handle_signals()  # SIGTERM/SIGHUP clean up like Ctrl-C, then exit 143/129
     try:
-        app()
+        app(prog_name="attnviz")  # also under python -m attnviz: the completion scripts name it
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
