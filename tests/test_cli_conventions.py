@@ -86,7 +86,7 @@ def test_check_part_help_names_no_option_check_lacks() -> None:
     text = run("check", "--help").stdout
     part = text.split("  --part ")[1].split("--json")[0]
     assert "--token" not in part and "encoder" in part
-    options = {o for p in GROUP.commands["check"].params for o in p.opts}  # type: ignore[attr-defined]
+    options = {o for p in GROUP.commands["check"].params for o in p.opts} | {"--help"}  # type: ignore[attr-defined]
     for flag in re.findall(r"--[a-z][a-z-]+", text):
         assert flag in options, flag
 
@@ -304,7 +304,7 @@ def test_completion_script_for_each_shell(shell: str) -> None:
     done = cli("--show-completion", shell, env={"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
     assert done.returncode == 0, done.stderr
     assert "_ATTNVIZ_COMPLETE" in done.stdout
-    marker = {"bash": "complete -o default -F", "zsh": "compdef", "fish": "complete --no-files --command attnviz"}
+    marker = {"bash": "complete -o default -F", "zsh": "compdef", "fish": "complete --command attnviz --no-files"}
     assert marker[shell] in done.stdout, done.stdout
 
 
@@ -316,8 +316,8 @@ def test_bash_completion_completes_commands_and_options(tmp_path: Path) -> None:
     shim.chmod(0o755)
     probe = (
         f"{script}\n"
-        'COMP_WORDS=(attnviz sh); COMP_CWORD=1; _attnviz_completion; echo "${COMPREPLY[@]}"\n'
-        'COMP_WORDS=(attnviz compare --so); COMP_CWORD=2; _attnviz_completion; echo "${COMPREPLY[@]}"\n'
+        'COMP_WORDS=(attnviz sh); COMP_CWORD=1; _attnviz_completion attnviz; echo "${COMPREPLY[@]}"\n'
+        'COMP_WORDS=(attnviz compare --so); COMP_CWORD=2; _attnviz_completion attnviz; echo "${COMPREPLY[@]}"\n'
     )
     done = subprocess.run(
         ["bash", "-c", probe],

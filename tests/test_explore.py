@@ -5,6 +5,7 @@ real command in a pseudo-terminal."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import struct
@@ -597,8 +598,14 @@ def run_in_pty(args: list[str], expect: tuple[bytes, ...], timeout: float = 180)
         # The footer can arrive before the body: wait for each needle in turn.
         for needle in expect:
             assert read_until(needle, timeout), plain()[-3000:].decode(errors="replace")
-        os.write(leader, b"q")
-        assert proc.wait(timeout=60) == 0
+        # q again until the app quits: a key typed while textual is still starting (a
+        # loaded machine, pytest -n 2) can be read before the app listens for it.
+        end = time.monotonic() + timeout
+        while proc.poll() is None and time.monotonic() < end:
+            with contextlib.suppress(OSError):  # the app has closed the terminal: it is quitting
+                os.write(leader, b"q")
+            read_until(b"\x00never", 5)  # drain the screen for 5 s (or until it closes)
+        assert proc.wait(timeout=10) == 0
         return plain()
     finally:
         if proc.poll() is None:

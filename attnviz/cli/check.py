@@ -32,8 +32,8 @@ def check(
     json_out: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> None:
-    """Prove our multi-head attention exact on a model: run --engine own and transformers
-    on a few sentences and print, per layer, the largest difference of the attention
+    """Prove our multi-head attention exact on a model: run it (the own engine) and
+    transformers on a few sentences and print, per layer, the largest difference of the attention
     weights (exit status 1 if any exceeds 1e-5).
 
     Encoder-decoders: every part (encoder, decoder, cross-attention; each sentence the

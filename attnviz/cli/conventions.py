@@ -29,7 +29,7 @@ try:  # typer >= 0.26 vendors click
     from typer._click.core import ParameterSource
 except ImportError:  # pragma: no cover - older typer on top of click
     from click import exceptions as click_exc  # type: ignore[no-redef]
-    from click.core import ParameterSource  # type: ignore[no-redef,attr-defined]
+    from click.core import ParameterSource  # type: ignore[assignment]
 
 # The defaults a user may set outside the command line: config key -> variable.
 ENV_VARS: dict[str, str] = {"model": "ATTNVIZ_MODEL", "engine": "ATTNVIZ_ENGINE", "device": "ATTNVIZ_DEVICE"}
@@ -177,7 +177,8 @@ def _or(items: list[str]) -> str:
 
 def bad_parameter(exc: click_exc.BadParameter) -> tuple[str, str | None]:
     """A bad value's message and hint in the tool's words, naming where it came from."""
-    param, ctx = exc.param, exc.ctx
+    param: Any = exc.param
+    ctx = exc.ctx
     if param is None:
         return exc.format_message(), None
     opts = [o for o in getattr(param, "opts", ()) if o.startswith("--")] or list(getattr(param, "opts", ()))
