@@ -328,3 +328,11 @@ def test_bash_completion_completes_commands_and_options(tmp_path: Path) -> None:
     lines = done.stdout.strip().splitlines()
     assert lines[0].split() == ["show"], done
     assert "--sort" in lines[1].split(), done
+
+
+@pytest.mark.parametrize("args", [["show"], ["show", "--token", "it"], ["export", "-o", "a.png"], ["compare"]])
+def test_no_text_is_said_first(args: list[str], no_model: list[str]) -> None:
+    """No sentence at all: the error asks for the text, not for a token of a text not given."""
+    line = one_error_line(run(*args), 2)
+    assert "give a text" in line or "give a sentence" in line, line
+    assert "which token" not in line and no_model == []

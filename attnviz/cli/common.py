@@ -61,6 +61,14 @@ def read_input(sentence: str | None, file: Path | None) -> str:
     return read_text("-") if sentence == "-" else sentence
 
 
+def need_text(sentence: str | None, file: Path | None) -> None:
+    """No text at all is the first thing to say (before which token: there is none yet)."""
+    from ..errors import UsageError
+
+    if sentence is None and file is None:
+        raise UsageError("give a text (or --file PATH)", reason="empty")
+
+
 def budget(max_memory: str | None) -> int | None:
     """--max-memory in bytes (None: the free memory is the limit)."""
     from ..engines.memory import parse_size

@@ -19,7 +19,18 @@ from ..render import (  # stdlib only: no matplotlib
     parse_vmax,
 )
 from .app import EXAMPLE, app, errors
-from .common import budget, check_heads, decoder_text, load, query_from, read_input, sentence_tokens, view_from, wrote
+from .common import (
+    budget,
+    check_heads,
+    decoder_text,
+    load,
+    need_text,
+    query_from,
+    read_input,
+    sentence_tokens,
+    view_from,
+    wrote,
+)
 from .conventions import example
 from .options import (
     DebugOpt,
@@ -149,6 +160,7 @@ def export(
 
         # Everything a user can get wrong without a model is checked before loading one
         # (and before importing matplotlib).
+        need_text(sentence, file)
         check_writable(output, EXPORT_FORMATS)
         if view is ExportView.matrix and layer is not None and layer.strip().lower() == "all":
             raise UsageError("the matrix view draws one layer", hint="give --layer N (default: the middle layer)")

@@ -12,6 +12,7 @@ from .common import (
     budget,
     decoder_text,
     load,
+    need_text,
     queries_from,
     read_input,
     sentence_tokens,
@@ -102,6 +103,7 @@ def show(
         from .export import token_image
 
         # Before any model work: a typo should cost nothing.
+        need_text(sentence, file)
         if png is not None:
             if png.suffix.lower() != ".png":
                 raise UsageError(
