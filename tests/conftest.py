@@ -76,3 +76,26 @@ def device(request: pytest.FixtureRequest) -> str:
 
     pick_device(name)  # DeviceError, one clear message, when it is not here
     return name
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say, after a run that skipped some tests, how to run them (a user's run lacks
+    Chromium, which only .ci/run installs)."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    reasons: dict[str, int] = {}
+    for report in skipped:
+        longrepr = getattr(report, "longrepr", None)
+        reason = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        kind = "browser" if "headless browser" in reason else "other"
+        reasons[kind] = reasons.get(kind, 0) + 1
+    if not reasons:
+        return
+    terminalreporter.section("skipped tests: how to run them")
+    if reasons.get("browser"):
+        terminalreporter.write_line(
+            f"{reasons['browser']} browser test(s) skipped: install Debian's headless Chromium "
+            "(sudo apt-get install chromium chromium-driver) and rerun; .ci/run installs it and sets "
+            "ATTNVIZ_REQUIRE_BROWSER=1, under which a missing browser fails instead of skipping."
+        )
+    if reasons.get("other"):
+        terminalreporter.write_line(f"{reasons['other']} other test(s) skipped: see the reasons above (-ra).")

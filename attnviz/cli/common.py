@@ -17,9 +17,13 @@ if TYPE_CHECKING:
 
 
 def stdout_console() -> Console:
+    import os
+
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False)
+    from ..render.terminal import colour_settings
+
+    return Console(highlight=False, soft_wrap=False, **colour_settings(os.environ))
 
 
 def stderr_console() -> Console:
@@ -55,6 +59,14 @@ def read_input(sentence: str | None, file: Path | None) -> str:
     if sentence is None:
         raise UsageError("give a text (or --file PATH)", reason="empty")
     return read_text("-") if sentence == "-" else sentence
+
+
+def need_text(sentence: str | None, file: Path | None) -> None:
+    """No text at all is the first thing to say (before which token: there is none yet)."""
+    from ..errors import UsageError
+
+    if sentence is None and file is None:
+        raise UsageError("give a text (or --file PATH)", reason="empty")
 
 
 def budget(max_memory: str | None) -> int | None:

@@ -12,6 +12,7 @@ import typer
 from .ablating import AblateOpt, AblateWith, AblateWithOpt
 from .app import EXAMPLE, app, errors
 from .common import budget, decoder_text, load, query_from, read_input, sentence_tokens, stdout_console, view_from
+from .conventions import example
 from .options import (
     DebugOpt,
     DeviceOpt,
@@ -64,7 +65,6 @@ SortOpt = Annotated[
     SortKey | None,
     typer.Option(
         "--sort",
-        "-s",
         help="weight (first --target, else top weight) | entropy (most focused first) | sink | distance | "
         "delta (largest change, with --vs) | effect (largest first, with --ablate) "
         "[default: delta with --vs, else weight].",
@@ -85,7 +85,7 @@ ExcludeOpt = Annotated[
 SUMMARY_HEADS = 10  # heads in the --pairs summary
 
 
-@app.command()
+@app.command(epilog=example(f'attnviz compare "{EXAMPLE}" --token it --target animal'))
 def compare(
     sentence: TextArg = None,
     file: FileOpt = None,
@@ -148,8 +148,6 @@ def compare(
 
     Without --target the heads are ranked by their strongest link that is not to a special
     token, punctuation or the token's neighbours (--exclude none: any link).
-
-    Example: attnviz compare "The animal didn't cross the street because it was too tired" --token it --target animal
     """
     with errors(debug):
         from ..errors import UsageError

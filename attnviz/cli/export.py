@@ -19,8 +19,20 @@ from ..render import (  # stdlib only: no matplotlib
     parse_figsize,
     parse_vmax,
 )
-from .app import app, errors
-from .common import budget, check_heads, decoder_text, load, query_from, read_input, sentence_tokens, view_from, wrote
+from .app import EXAMPLE, app, errors
+from .common import (
+    budget,
+    check_heads,
+    decoder_text,
+    load,
+    need_text,
+    query_from,
+    read_input,
+    sentence_tokens,
+    view_from,
+    wrote,
+)
+from .conventions import example
 from .options import (
     DebugOpt,
     DeviceOpt,
@@ -89,7 +101,7 @@ CmapOpt = Annotated[str, typer.Option("--cmap", metavar="NAME", help="A matplotl
 NoTitleOpt = Annotated[bool, typer.Option("--no-title", help="No sentence or provenance line above the panels.")]
 
 
-@app.command()
+@app.command(epilog=example(f'attnviz export "{EXAMPLE}" --token it -o it.png'))
 def export(
     sentence: TextArg = None,
     file: FileOpt = None,
@@ -157,8 +169,6 @@ def export(
     the chosen layers (default: all): head view, model view, matrix, and words / special
     tokens / head mean toggles. --token is optional and pins that token; --view matrix
     opens the matrix.
-
-    Example: attnviz export "The animal didn't cross the street because it was too tired" --token it -o it.png
     """
     with errors(debug):
         from ..errors import UsageError
@@ -168,6 +178,7 @@ def export(
 
         # Everything a user can get wrong without a model is checked before loading one
         # (and before importing matplotlib).
+        need_text(sentence, file)
         check_writable(output, EXPORT_FORMATS)
         if view is ExportView.matrix and layer is not None and layer.strip().lower() == "all":
             raise UsageError("the matrix view draws one layer", hint="give --layer N (default: the middle layer)")

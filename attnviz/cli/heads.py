@@ -19,6 +19,7 @@ from ..render import DEFAULT_DPI, IMAGE_FORMATS
 from .ablating import AblateOpt, AblateWith, AblateWithOpt
 from .app import app, errors
 from .common import stderr_console, stdout_console, wrote
+from .conventions import example
 from .options import (
     DebugOpt,
     DeviceOpt,
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from ..corpus.sources import CorpusText
 
 
-@app.command()
+@app.command(epilog=example("attnviz heads --probe induction --probe-texts 20 --top 5"))
 def heads(
     corpus: Annotated[
         str | None,
@@ -128,10 +129,7 @@ def heads(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Run an --ablate scan past --max-passes.")] = False,
     debug: DebugOpt = False,
 ) -> None:
-    """Score every head over a corpus: previous-token, induction, sink and other detectors.
-
-    Example: attnviz heads corpus.txt --top 5 -o heads.png
-    """
+    """Score every head over a corpus: previous-token, induction, sink and other detectors."""
     with errors(debug):
         from ..corpus.sources import PROBES, corpus_format
         from ..result import check_writable

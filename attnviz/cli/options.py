@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from .conventions import check_device
+
 
 class EngineName(str, Enum):
     own = "own"
@@ -69,16 +71,35 @@ IndexOpt = Annotated[
 ModelOpt = Annotated[
     str | None,
     typer.Option(
-        "--model", "-m", metavar="DIR|ID", help="Checkpoint directory or Hub id [default: packaged all-MiniLM-L6-v2]."
+        "--model",
+        "-m",
+        metavar="DIR|ID",
+        envvar="ATTNVIZ_MODEL",
+        help="Checkpoint directory or Hub id [default: packaged all-MiniLM-L6-v2].",
     ),
 ]
 EngineOpt = Annotated[
-    EngineName, typer.Option("--engine", "-e", help="own: our multi-head attention; hf: transformers' own heads.")
+    EngineName,
+    typer.Option(
+        "--engine",
+        "-e",
+        envvar="ATTNVIZ_ENGINE",
+        help="own: our multi-head attention; hf: transformers' own heads.",
+    ),
 ]
 LayerOpt = Annotated[
     str, typer.Option("--layer", "-l", metavar="LAYERS", help="Layer(s), 0-based: N, N,M, A-B or all.")
 ]
-DeviceOpt = Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto, cpu, cuda, cuda:N or mps.")]
+DeviceOpt = Annotated[
+    str,
+    typer.Option(
+        "--device",
+        metavar="DEVICE",
+        envvar="ATTNVIZ_DEVICE",
+        callback=check_device,
+        help="auto, cpu, cuda, cuda:N or mps.",
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]
 

@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from .ablating import AblateOpt, AblateWith, AblateWithOpt
-from .app import app, errors
+from .app import EXAMPLE, app, errors
 from .common import (
     budget,
     decoder_text,
     load,
+    need_text,
     queries_from,
     read_input,
     sentence_tokens,
@@ -20,6 +21,7 @@ from .common import (
     view_from,
     wrote,
 )
+from .conventions import example
 from .options import (
     DebugOpt,
     DeviceOpt,
@@ -57,7 +59,7 @@ if TYPE_CHECKING:
 FULL_LIMIT = 100_000  # lines --full may print
 
 
-@app.command()
+@app.command(epilog=example(f'attnviz show "{EXAMPLE}" --token it'))
 def show(
     sentence: TextArg = None,
     file: FileOpt = None,
@@ -117,8 +119,6 @@ def show(
     Ends with the strongest links that are not to special tokens, punctuation or the
     token's neighbours. A word split into pieces is one query: the mean of its pieces' rows.
 
-    Example: attnviz show "The animal didn't cross the street because it was too tired" --token it
-
     Encoder-decoders: attnviz show SOURCE --target-text TARGET --part cross --token WORD
     shows where the decoder's WORD looks in the source.
     """
@@ -130,6 +130,7 @@ def show(
         from .export import token_image
 
         # Before any model work: a typo should cost nothing.
+        need_text(sentence, file)
         if png is not None:
             if png.suffix.lower() != ".png":
                 raise UsageError(

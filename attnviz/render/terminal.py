@@ -41,6 +41,21 @@ def uses_colour(console: Console) -> bool:
     return console.color_system is not None and not console.no_color
 
 
+def colour_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """rich ``Console`` arguments for the colour the environment asks for.
+
+    NO_COLOR (any non-empty value, no-color.org) wins over everything. FORCE_COLOR
+    (non-empty) draws colour even into a pipe or a file, and in true colour, since the
+    heatmap is a continuous ramp that 8 colours cannot show. COLORTERM=truecolor/24bit
+    picks true colour on a terminal (rich reads it); alone it does not colour a pipe, as
+    terminals export it to every program they start."""
+    if env.get("NO_COLOR"):
+        return {}
+    if env.get("FORCE_COLOR"):
+        return {"force_terminal": True, "color_system": "truecolor"}
+    return {}
+
+
 def for_console(console: Console) -> dict[str, Any]:
     """The ``width`` and ``color`` a view printed on ``console`` is drawn for."""
     return {"width": console.width, "color": uses_colour(console)}
