@@ -121,7 +121,7 @@ def test_explore_example_runs_in_a_terminal(tmp_path: Path) -> None:
     ("args", "words"),
     [
         (["show", "x", "--token", "x", "--engine", "hff"], "--engine must be own or hf, not 'hff'"),
-        (["compare", "x", "--token", "x", "--sort", "wieght"], "--sort must be weight, entropy, sink, distance or delta"),  # noqa: E501
+        (["compare", "x", "--token", "x", "--sort", "wieght"], "--sort must be weight, entropy, sink, distance, delta or effect"),  # noqa: E501
         (["export", "x", "--token", "x", "-o", "a.png", "--dtype", "f16"], "--dtype must be float32, bfloat16 or"),
         (["compare", "x", "--token", "x", "--top", "abc"], "--top takes a whole number, not 'abc'"),
         (["compare", "x", "--token", "x", "--top", "0"], "--top must be in N >= 1, not '0'"),

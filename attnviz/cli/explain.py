@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .app import app, errors
+from .app import EXAMPLE, app, errors
 from .common import query_from, read_input, stdout_console, wrote
+from .conventions import example
 from .options import (
     DebugOpt,
     DeviceOpt,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from ..select import Query
 
 
-@app.command()
+@app.command(epilog=example(f'attnviz explain "{EXAMPLE}" --token it --layer 3 --head 1 --key animal'))
 def explain(
     sentence: TextArg = None,
     file: FileOpt = None,
@@ -47,7 +48,6 @@ def explain(
         str | None,
         typer.Option(
             "--key",
-            "-k",
             metavar="WORD[:N]",
             help="A key word: the dimensions of q ⊙ k that make its score (the neuron view).",
             show_default=False,
@@ -73,9 +73,6 @@ def explain(
     """Show how one head came to its weights for one token, and what it took: the query and
     key vectors, the scores q·k, the scale, the mask, the softmax, each key's value norm
     ‖f(x)‖ and norm contribution α·‖f(x)‖ (Kobayashi et al. 2020), and the head's output.
-
-    Example: attnviz explain "The animal didn't cross the street because it was too tired"
-    --token it --layer 3 --head 1 --key animal
     """
     with errors(debug):
         from ..errors import UsageError
