@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -47,10 +47,22 @@ if TYPE_CHECKING:
     import torch
 
     from .engines import Engine
-    from .lm import LMHead
     from .tokens import Tokens
 
 MODES = ("zero", "mean")
+
+
+class LanguageModelHead(Protocol):
+    """What ablation reads of a checkpoint's LM head (``lm.LMHead``; named here as a
+    protocol, so that lm.py, which runs ablations for a masked LM, is imported by no one
+    it imports)."""
+
+    kind: str
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
+
+    def token(self, index: int) -> str: ...
+
 
 # (passes done, passes in all): called after each pass.
 Progress = Callable[[int, int], None]
@@ -299,7 +311,7 @@ def ablate_text(
     batch: int | None = None,
     layers: Sequence[int] | None = None,
     fill: torch.Tensor | None = None,
-    lm: LMHead | None = None,
+    lm: LanguageModelHead | None = None,
     lm_query: int | None = None,
     progress: Progress | None = None,
 ) -> Effects:

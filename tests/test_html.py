@@ -95,6 +95,7 @@ def test_initial_state_is_checked_and_embedded(att: Attention) -> None:
         "words": False,
         "hideSpecial": False,
         "mean": False,
+        "measure": "weight",
     }
     assert page_data(att)["initial"]["slot"] == 2  # middle of 0..5
     assert page_data(att)["initial"]["query"] is None

@@ -42,7 +42,16 @@ def test_export_html_writes_one_small_page(runner: CliRunner, tmp_path: Path) ->
     assert decode_weights(data["weights"]).shape == (6, 12, 15, 15)
     # "it" pinned, on the layer of its strongest non-trivial link: over every layer, show's
     # footer names layer 2 head 1 -> "tired" (0.69) first.
-    assert data["initial"] == {"view": "head", "query": 10, "slot": 2}
+    assert data["initial"] == {
+        "view": "head",
+        "query": 10,
+        "slot": 2,
+        "head": 0,
+        "words": False,
+        "hideSpecial": False,
+        "mean": False,
+        "measure": "weight",
+    }
     assert [p.name for p in tmp_path.iterdir()] == ["view.html"]
 
 
@@ -78,7 +87,16 @@ def test_layer_and_view_shape_the_page(runner: CliRunner, tmp_path: Path) -> Non
     assert result.exit_code == 0, result.output
     data = embedded(one)
     assert data["layers"] == [3]
-    assert data["initial"] == {"view": "matrix", "query": None, "slot": 0}
+    assert data["initial"] == {
+        "view": "matrix",
+        "query": None,
+        "slot": 0,
+        "head": 0,
+        "words": False,
+        "hideSpecial": False,
+        "mean": False,
+        "measure": "weight",
+    }
     # One layer of six: the weights part shrinks six-fold.
     w_full, w_one = (len(embedded(p)["weights"]["base64"]) for p in (full, one))
     assert w_one * 6 == pytest.approx(w_full, rel=0.001)

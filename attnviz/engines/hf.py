@@ -50,9 +50,13 @@ class HFEngine(EngineBase):
         if model is not None:
             self.model = model
             check_tensors(self.model.named_parameters(), files.spec)
+            from .hf_model import eager_for_the_call
+
+            with eager_for_the_call(model):  # _describe's causality probe needs the weights
+                self._describe(files)
         else:
             self._load(files, device, dtype)
-        self._describe(files)
+            self._describe(files)
 
     def _load(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -13,6 +13,8 @@ Imports torch lazily; never imports transformers itself (it takes the model as g
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 # Tokens in the causality probe: enough that every query but the last has a later key.
@@ -100,3 +102,26 @@ class RotaryState:
                     delattr(module, name)
             for name, value in plain.items():
                 setattr(module, name, value)
+
+
+@contextlib.contextmanager
+def eager_for_the_call(model: Any) -> Iterator[None]:
+    """A transformers model in memory switched to eager attention (sdpa and flash attention
+    return no weights) and eval mode (no dropout) for the ``with`` block, both restored after."""
+    config = model.config
+    attn = getattr(config, "_attn_implementation", None)
+    experts = getattr(config, "_experts_implementation", None)
+    training = bool(model.training)
+    try:
+        if attn != "eager":
+            model.set_attn_implementation("eager")
+        if experts not in (None, "eager") and hasattr(model, "set_experts_implementation"):
+            model.set_experts_implementation("eager")
+        model.eval()
+        yield
+    finally:
+        if attn is not None and attn != "eager":
+            model.set_attn_implementation(attn)
+        if experts not in (None, "eager") and hasattr(model, "set_experts_implementation"):
+            model.set_experts_implementation(experts)
+        model.train(training)

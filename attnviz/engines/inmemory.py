@@ -204,20 +204,7 @@ def running(engine: Engine) -> Iterator[None]:
     if not getattr(engine, "in_memory", False) or model is None:
         yield
         return
-    config = model.config
-    attn = getattr(config, "_attn_implementation", None)
-    experts = getattr(config, "_experts_implementation", None)
-    training = bool(model.training)
-    try:
-        if attn != "eager":
-            model.set_attn_implementation("eager")
-        if experts not in (None, "eager") and hasattr(model, "set_experts_implementation"):
-            model.set_experts_implementation("eager")
-        model.eval()
+    from .hf_model import eager_for_the_call
+
+    with eager_for_the_call(model):
         yield
-    finally:
-        if attn is not None and attn != "eager":
-            model.set_attn_implementation(attn)
-        if experts not in (None, "eager") and hasattr(model, "set_experts_implementation"):
-            model.set_experts_implementation(experts)
-        model.train(training)

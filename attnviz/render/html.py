@@ -163,8 +163,8 @@ def page_data(
     query: int | None = None,
     view: str = "head",
     layer: int | None = None,
-    norms: Attention | None = None,
     options: Options | None = None,
+    norms: Attention | None = None,
 ) -> dict[str, Any]:
     """Everything the page's JavaScript reads, as one JSON-ready dict.
 
@@ -274,8 +274,8 @@ def html_page(
     query: int | None = None,
     view: str = "head",
     layer: int | None = None,
-    norms: Attention | None = None,
     options: Options | None = None,
+    norms: Attention | None = None,
 ) -> str:
     """The whole page: markup, inline CSS and JS, the weights as embedded JSON. The
     arguments set what the page shows when it opens (see ``page_data``).
@@ -283,7 +283,7 @@ def html_page(
     Raises:
         UsageError: ``att`` lacks some query rows, or a bad initial state (``page_data``).
     """
-    data = page_data(att, query, view, layer, norms, options)
+    data = page_data(att, query, view, layer, options, norms)
     title = f"attnviz · {att.tokens.text.strip()[:80]}"
     parts = {
         "TITLE": _escape(title),
@@ -314,6 +314,6 @@ def save_html(
     path = check_writable(Path(path), HTML_FORMATS)
     heads = att.num_heads * (1 if norms is None else 2)  # the norms double the matrices
     check_page_size(len(att.layers), heads, len(att.tokens), budget)
-    encoded = html_page(att, query, view, layer, norms).encode("utf-8")
+    encoded = html_page(att, query, view, layer, norms=norms).encode("utf-8")
     atomic_write(path, encoded)
     return len(encoded)
