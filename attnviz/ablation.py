@@ -57,7 +57,8 @@ class LanguageModelHead(Protocol):
     protocol, so that lm.py, which runs ablations for a masked LM, is imported by no one
     it imports)."""
 
-    kind: str
+    @property
+    def kind(self) -> str: ...
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
 
