@@ -15,6 +15,16 @@ EXAMPLE = "The animal didn't cross the street because it was too tired"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# Under pytest-xdist the workers already fill the cores. torch's default pool (a thread per
+# core in every worker, and in every CLI subprocess a test starts) would oversubscribe them,
+# and every parallel region then waits at a barrier for a descheduled thread: tests/
+# test_ablation.py took 203 s and 167 s that way, 63 s and 31 s with one thread per worker
+# (-n 2, 2 cores, the same load). Set before torch is imported; a user's setting stays.
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _workers > 1:
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // _workers)))
+
 
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
