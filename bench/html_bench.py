@@ -22,6 +22,7 @@ machine: read them as orders of magnitude. Needs /usr/bin/chromium and chromedri
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import tempfile
@@ -98,7 +99,8 @@ def rows_bench(lengths: list[int], reps: int) -> None:
     import time
 
     print(
-        "| tokens | page | storage, largest error | forward + page (CLI) | open + first draw | click the query | next layer | model view |"
+        "| tokens | page | storage, largest error | forward + page (CLI) | open + first draw | click the query "
+        "| next layer | model view |"
     )
     print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp, browser.chromium(1280, 1000) as driver:
@@ -116,7 +118,8 @@ def rows_bench(lengths: list[int], reps: int) -> None:
             if done.returncode:
                 sys.exit(f"the CLI failed: {done.stderr.strip()}")
             note = next((line for line in done.stderr.splitlines() if line.startswith("note: row mode")), "")
-            storage = note.split(" as ", 1)[1].replace(":", ",", 1) if " as " in note else "?"
+            m = re.search(r" as (uint\d+): .* largest error (\S+)", note)
+            storage = f"{m[1]}, {m[2]}" if m else "?"
             times: dict[str, list[float]] = {"open": [], "click": [], "layer": [], "model": []}
             a = "window.attnviz"
             for _ in range(reps):

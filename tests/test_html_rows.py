@@ -33,7 +33,7 @@ from .helpers import one_error_line
 from .tiny_models import SPECS_BY_NAME, build_tokenizer, save_tiny
 
 TEXT = "the cat sat on the mat and the dog sat by the door because it was too tired"
-LONG_WORDS = "the cat sat on the mat and the dog sat by the door".split()
+LONG_WORDS = ["the", "cat", "sat", "on", "the", "mat", "and", "the", "dog", "sat", "by", "the", "door"]
 
 
 @pytest.fixture
@@ -334,7 +334,8 @@ def test_row_page_renders_and_reacts_to_a_click(driver: Any, llama: Path, tmp_pa
     assert ink(driver, "model-canvas") > 1000
     driver.execute_script(
         "const c = document.getElementById('model-canvas'), b = c.getBoundingClientRect(), d = c.dataset;"
-        "c.dispatchEvent(new MouseEvent('click', {clientX: b.left + +d.left + 2.5 * +d.cw, clientY: b.top + +d.top + 0.5 * +d.sh}));"
+        "c.dispatchEvent(new MouseEvent('click',"
+        " {clientX: b.left + +d.left + 2.5 * +d.cw, clientY: b.top + +d.top + 0.5 * +d.sh}));"
     )
     state = driver.execute_script(f"return {a}.state")
     assert state["view"] == "head" and state["slot"] == 0 and state["shown"] == [False, False, True, False]

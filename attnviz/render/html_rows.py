@@ -175,7 +175,7 @@ def encode_rows(weights: np.ndarray, bits: int) -> dict[str, Any]:
     s = scales.astype(np.float64)[..., None]
     q = np.divide(w.astype(np.float64), s, out=np.zeros(w.shape), where=s > 0)
     q = np.clip(np.rint(q), 0, top).astype("<u1" if bits == 8 else "<u2")
-    encoded = {
+    encoded: dict[str, Any] = {
         "dtype": f"uint{bits}",
         "shape": list(w.shape),
         "base64": base64.b64encode(q.tobytes(order="C")).decode("ascii"),
