@@ -459,7 +459,7 @@
       var r = document.createElement("span");
       var single = bin[1] - bin[0] === 1;
       r.className = "tok" + (single && us[bin[0]].special ? " special" : "") + (single ? "" : " bin");
-      r.textContent = single ? us[bin[0]].label : binLabel(us, bin) + " (" + (bin[1] - bin[0]) + ")";
+      r.textContent = single ? us[bin[0]].label : binLabel(us, bin) + " " + binWhere(us, bin);
       r.setAttribute("data-bin", String(b));
       if (shades[b] > 0) r.style.background = "rgba(255, 160, 0, " + Math.min(1, shades[b]).toFixed(3) + ")";
       r.title = f === null ? binWhere(us, bin) : us[f].label + " → " + binLabel(us, bin) + " " + binWhere(us, bin) + ": " +
