@@ -343,3 +343,39 @@ def test_row_page_renders_and_reacts_to_a_click(driver: Any, llama: Path, tmp_pa
     driver.find_element("id", "tab-matrix").click()
     assert "has no full matrix" in driver.find_element("id", "matrix-title").text
     assert [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")] == []
+
+
+def test_encoder_and_decoder_parts_of_an_encoder_decoder(runner: CliRunner, tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModelForSeq2SeqLM
+
+    from attnviz.render.html import decode_weights
+
+    model = save_tiny(SPECS_BY_NAME["bart"], tmp_path / "bart")
+    source, target = "the cat sat on the mat", "the dog sat by the door"
+    eng = load_engine("own", str(model), "cpu")
+    src, tgt = eng.tokenize(source), eng.tokenize_target(target)
+    hf = AutoModelForSeq2SeqLM.from_pretrained(model, attn_implementation="eager").eval()
+    with torch.no_grad():
+        out = hf(input_ids=torch.tensor([src.ids]), decoder_input_ids=torch.tensor([tgt.ids]), output_attentions=True)
+    encoder = np.stack([a[0].double().numpy() for a in out.encoder_attentions])  # (N, H, S, S)
+    decoder = np.stack([a[0].double().numpy() for a in out.decoder_attentions])  # (N, H, T, T)
+    base = ["export", source, "--model", str(model), "--target-text", target]
+    # The decoder part: the full page over the decoder text, its causal self-attention.
+    page = tmp_path / "decoder.html"
+    result = runner.invoke(app, [*base, "--part", "decoder", "-o", str(page)])
+    assert result.exit_code == 0, result.output
+    data = embedded(page)
+    assert data["labels"] == list(tgt.labels) and data["causal"] is True
+    assert np.abs(decode_weights(data["weights"]) - decoder).max() <= 0.5 / 65535 + 2e-6
+    # The encoder part in row mode: "mat"'s rows in every layer, within the stated error.
+    page = tmp_path / "encoder.html"
+    result = runner.invoke(app, [*base, "--part", "encoder", "--rows", "--token", "mat", "-o", str(page)])
+    assert result.exit_code == 0, result.output
+    data = embedded(page)
+    mat = list(src.labels).index("mat")
+    assert data["labels"] == list(src.labels) and data["queries"] == [mat]
+    assert np.abs(decode(data["rows"]) - encoder[:, :, [mat]]).max() <= data["rows"]["max_error"] + 2e-6
+    # Cross-attention is two texts: refused, naming the parts the page draws.
+    line = one_error_line(runner.invoke(app, [*base, "-o", str(tmp_path / "x.html")]), 2)
+    assert "cross-attention is not in it" in line and "--part decoder" in line

@@ -223,16 +223,17 @@ def export(
         if len(queries) > 1 and not html:
             raise UsageError("an image draws one token", hint="give one --token/--index, or write .html for several")
         if html:
-            if target is not None or part is not None:
-                # The page's script draws square self-attention matrices over one text.
-                raise UsageError(
-                    "the HTML page shows self-attention over one text; encoder-decoder parts are not in it",
-                    hint="drop --target-text/--part (the encoder), or export .png/.svg/.pdf",
-                )
             # The page carries its own words / special tokens / head-mean toggles.
             text = read_input(sentence, file)
             eng = load(text, model, engine.value, device, dtype.value)
-            first = sentence_tokens(eng, text, pair, None)
+            chosen = choose_part(eng, part.value if part else None, target is not None)
+            if chosen == "cross":
+                # The page's script draws self-attention over one text.
+                raise UsageError(
+                    "the HTML page draws self-attention over one text; cross-attention is not in it",
+                    hint="give --part encoder (the source) or --part decoder (the target text), or export .png/.pdf",
+                )
+            first = sentence_tokens(eng, text, pair, target)
             tokens = eng.tokenize(first) if isinstance(first, str) else first
             write_page(
                 eng,
@@ -246,6 +247,8 @@ def export(
                 open_layer,
                 rows=rows,
                 matrix_layers=tuple(matrix_layer or ()),
+                part=chosen,
+                target=target if chosen == "decoder" else None,
             )
             return
         if view is ExportView.token and query is None:
@@ -319,6 +322,8 @@ def write_page(
     *,
     rows: bool = False,
     matrix_layers: Sequence[int] = (),
+    part: str | None = None,
+    target: str | None = None,
 ) -> None:
     """The interactive page: every query row of the chosen layers (default all), its size
     checked from the token count before the forward pass. ``measure`` "norm": the page
@@ -327,14 +332,16 @@ def write_page(
     (``findings``).
 
     Row mode (``rows``, ``matrix_layers``, or full matrices over the budget with a query
-    given): ``write_row_page``."""
+    given): ``write_row_page``. An encoder-decoder's ``part`` "encoder" (the source) or
+    "decoder" (the self-attention of ``target``, the decoder text)."""
     from ..errors import UsageError
     from ..findings import strongest_links
     from ..pipeline import Selection, plan, read
     from ..render.html import check_page_size, save_html
 
-    selection = Selection(queries=tuple(queries), layers=layer, all_rows=True)
-    planned = plan(tokens, eng, selection)
+    selection = Selection(queries=tuple(queries), layers=layer, all_rows=True, part=part)
+    planned = plan(tokens, eng, selection, target=target)
+    shown = planned.query_tokens  # the decoder text for the decoder part
     if open_layer is not None and open_layer not in planned.layers:
         kept = list(planned.layers)
         raise UsageError(
@@ -343,11 +350,11 @@ def write_page(
             else f"--open-layer {open_layer} is not among the page's layers {kept}",
             hint="pick one of them, or widen --layer",
         )
-    heads = eng.shape.num_heads * (2 if measure == "norm" else 1)  # the norms double the matrices
+    heads = eng.part_shape(planned.part).num_heads * (2 if measure == "norm" else 1)  # norms: twice the matrices
     fallback = False
     if not (rows or matrix_layers):
         try:
-            check_page_size(len(planned.layers), heads, len(tokens))
+            check_page_size(len(planned.layers), heads, len(shown))
         except UsageError as exc:
             if not planned.queries:
                 raise UsageError(
@@ -364,7 +371,7 @@ def write_page(
     got = read(planned, eng, max_memory)  # every query row: whole matrices
     norms = None
     if measure == "norm":
-        norms = read(plan(tokens, eng, replace(selection, measure="norm")), eng, max_memory).attention
+        norms = read(plan(tokens, eng, replace(selection, measure="norm"), target=target), eng, max_memory).attention
     query = queries[0] if queries else None
     pinned = got.queries[0] if query is not None else None  # a split word: its first piece
     att = got.attention
@@ -408,7 +415,8 @@ def write_row_page(
             "a row-mode page holds the rows of chosen query tokens: say which",
             hint="add --token WORD or --index K (both repeatable)",
         )
-    layers, tokens = planned.layers, planned.tokens
+    layers, tokens, shown = planned.layers, planned.tokens, planned.query_tokens
+    heads = eng.part_shape(planned.part).num_heads
     extra = sorted(set(matrix_layers))
     missing = [m for m in extra if m not in layers]
     if missing:
@@ -420,15 +428,16 @@ def write_row_page(
         )
     if open_layer is None and view is ExportView.matrix and extra:
         open_layer = extra[0]
-    positions = row_positions(tokens, [p for g in planned.queries for p in g])
-    check_row_page(len(layers), eng.shape.num_heads, len(positions), len(tokens), len(extra))
+    positions = row_positions(shown, [p for g in planned.queries for p in g])
+    check_row_page(len(layers), heads, len(positions), len(shown), len(extra))
     if fallback:
         sys.stderr.write(
-            f"note: {len(tokens)} tokens' full matrices do not fit the page: it holds the rows of the chosen "
+            f"note: {len(shown)} tokens' full matrices do not fit the page: it holds the rows of the chosen "
             "tokens (row mode; --matrix-layer N adds a layer's matrices)\n"
         )
-    att = forward(tokens, eng, layers, positions, max_memory)  # the asked rows only: no n × n
-    matrix = forward(tokens, eng, extra, (), max_memory) if extra else None
+    target, part = planned.target, planned.part
+    att = forward(tokens, eng, layers, positions, max_memory, target=target, part=part)  # asked rows: no n × n
+    matrix = forward(tokens, eng, extra, (), max_memory, target=target, part=part) if extra else None
     pinned = planned.queries[0][0]
     if open_layer is None:
         found = strongest_links(att, att.query_slot(pinned), 1)  # show's footer rule
@@ -436,8 +445,8 @@ def write_row_page(
     opens = RowPage(query=pinned, view="matrix" if view is ExportView.matrix else "head", layer=open_layer)
     size, stored = save_html(att, path, matrix, opens)
     sys.stderr.write(
-        f"note: row mode, {len(positions)} query row(s) × {len(layers)} layers × {eng.shape.num_heads} heads × "
-        f"{len(tokens)} keys as {'uint' + str(stored['bits'])}: {size / 1e6:.1f} MB, largest error "
+        f"note: row mode, {len(positions)} query row(s) × {len(layers)} layers × {heads} heads × "
+        f"{len(shown)} keys as {'uint' + str(stored['bits'])}: {size / 1e6:.1f} MB, largest error "
         f"{stored['max_error']:.2g}\n"
     )
     wrote(path)
