@@ -376,6 +376,28 @@ def test_encoder_and_decoder_parts_of_an_encoder_decoder(runner: CliRunner, tmp_
     mat = list(src.labels).index("mat")
     assert data["labels"] == list(src.labels) and data["queries"] == [mat]
     assert np.abs(decode(data["rows"]) - encoder[:, :, [mat]]).max() <= data["rows"]["max_error"] + 2e-6
-    # Cross-attention is two texts: refused, naming the parts the page draws.
+    # Cross-attention: the decoder text's rows over the source, in row mode only.
     line = one_error_line(runner.invoke(app, [*base, "-o", str(tmp_path / "x.html")]), 2)
-    assert "cross-attention is not in it" in line and "--part decoder" in line
+    assert "cross-attention is in row mode only" in line and "--rows" in line and "--part encoder or decoder" in line
+    cross = np.stack([a[0].double().numpy() for a in out.cross_attentions])  # (N, H, T, S)
+    page = tmp_path / "cross.html"
+    result = runner.invoke(app, [*base, "--rows", "--token", "dog", "-o", str(page)])
+    assert result.exit_code == 0, result.output
+    data = embedded(page)
+    dog = list(tgt.labels).index("dog")
+    assert data["cross"] is True and data["labels"] == list(tgt.labels) and data["key_labels"] == list(src.labels)
+    assert data["queries"] == [dog] and data["rows"]["shape"][-1] == len(src.labels)
+    assert np.abs(decode(data["rows"]) - cross[:, :, [dog]]).max() <= data["rows"]["max_error"] + 2e-6
+    if _why is None:  # in the browser: the two texts drawn, a click answered, nothing logged
+        with browser.chromium(1280, 900) as d:
+            d.get(page.resolve().as_uri())
+            assert "Cross-attention" in d.find_element("id", "mode-note").text
+            rights = [e.text for e in d.find_elements("css selector", "#hv-right .tok")]
+            assert rights == list(src.labels)  # the source's tokens are the keys
+            assert d.find_element("id", "detail-best").text.startswith("Strongest link to a source token")
+            assert not d.find_element("id", "opt-words").is_displayed()
+            d.find_element("css selector", "#hv-left .tok").click()
+            assert d.execute_script("return window.attnviz.state.pinned") is None
+            d.find_element("id", "tab-model").click()
+            assert int(d.execute_script("return +document.getElementById('model-canvas').dataset.blocks")) == len(src)
+            assert [e for e in d.get_log("browser") if e["level"] in ("SEVERE", "WARNING")] == []

@@ -14,6 +14,7 @@ from ..render import (  # stdlib only: no matplotlib
     DEFAULT_DPI,
     DEFAULT_FONT_PT,
     EXPORT_FORMATS,
+    HTML_BUDGET_BYTES,
     HTML_FORMATS,
     FigureStyle,
     parse_figsize,
@@ -227,12 +228,14 @@ def export(
             text = read_input(sentence, file)
             eng = load(text, model, engine.value, device, dtype.value)
             chosen = choose_part(eng, part.value if part else None, target is not None)
-            if chosen == "cross":
-                # The page's script draws self-attention over one text.
+            if chosen == "cross" and not rows:
+                # The full page's script draws square self-attention matrices over one text.
                 raise UsageError(
-                    "the HTML page draws self-attention over one text; cross-attention is not in it",
-                    hint="give --part encoder (the source) or --part decoder (the target text), or export .png/.pdf",
+                    "the full HTML page draws self-attention over one text; cross-attention is in row mode only",
+                    hint="add --rows with --token (the decoder text's tokens), or give --part encoder or decoder",
                 )
+            if chosen == "cross" and matrix_layer:
+                raise UsageError("cross-attention's page holds rows only", hint="drop --matrix-layer")
             first = sentence_tokens(eng, text, pair, target)
             tokens = eng.tokenize(first) if isinstance(first, str) else first
             write_page(
@@ -248,7 +251,7 @@ def export(
                 rows=rows,
                 matrix_layers=tuple(matrix_layer or ()),
                 part=chosen,
-                target=target if chosen == "decoder" else None,
+                target=target if chosen in ("decoder", "cross") else None,
             )
             return
         if view is ExportView.token and query is None:
@@ -429,7 +432,8 @@ def write_row_page(
     if open_layer is None and view is ExportView.matrix and extra:
         open_layer = extra[0]
     positions = row_positions(shown, [p for g in planned.queries for p in g])
-    check_row_page(len(layers), heads, len(positions), len(shown), len(extra))
+    keys = len(tokens) if planned.part == "cross" else len(shown)  # cross-attention: over the source
+    check_row_page(len(layers), heads, len(positions), keys, len(extra), HTML_BUDGET_BYTES - cross_labels(planned))
     if fallback:
         sys.stderr.write(
             f"note: {len(shown)} tokens' full matrices do not fit the page: it holds the rows of the chosen "
@@ -443,13 +447,21 @@ def write_row_page(
         found = strongest_links(att, att.query_slot(pinned), 1)  # show's footer rule
         open_layer = found[0].layer if found else None
     opens = RowPage(query=pinned, view="matrix" if view is ExportView.matrix else "head", layer=open_layer)
-    size, stored = save_html(att, path, matrix, opens)
+    size, stored = save_html(att, path, matrix, opens, HTML_BUDGET_BYTES - cross_labels(planned))
     sys.stderr.write(
         f"note: row mode, {len(positions)} query row(s) × {len(layers)} layers × {heads} heads × "
-        f"{len(shown)} keys as {'uint' + str(stored['bits'])}: {size / 1e6:.1f} MB, largest error "
+        f"{keys} keys as {'uint' + str(stored['bits'])}: {size / 1e6:.1f} MB, largest error "
         f"{stored['max_error']:.2g}\n"
     )
     wrote(path)
+
+
+def cross_labels(planned: Plan) -> int:
+    """Bytes a cross-attention page spends on the decoder text's labels beside the source's
+    (the size estimate counts the keys' tokens): budgeted as generously as those."""
+    from ..render.html import _PER_TOKEN
+
+    return _PER_TOKEN * len(planned.query_tokens) if planned.part == "cross" else 0
 
 
 def _style(

@@ -222,8 +222,12 @@ def page_data(
     ``rows``: raw rows (no reading option applied) of some query tokens, every kept
     layer; ``matrix``: every row of some of those layers (or None).
 
+    Cross-attention (``rows.key_tokens`` the source): the decoder text's rows over the
+    source, without matrices, words or hidden special tokens.
+
     Raises:
-        UsageError: ``rows`` was read with options, is cross-attention, holds no query;
+        UsageError: ``rows`` was read with options, holds no query, is cross-attention
+            with matrices or word / special options;
             ``matrix`` holds a layer ``rows`` lacks or misses rows; a bad initial state.
     """
     opens = opens or RowPage()
@@ -232,8 +236,12 @@ def page_data(
             "the row page applies words, special tokens and the head mean itself: give it the raw weights",
             reason="row_options",
         )
-    if not rows.is_self_attention:
-        raise UsageError("the row page draws self-attention over one text", reason="row_cross")
+    cross = not rows.is_self_attention  # an encoder-decoder's cross-attention: keys are the source
+    if cross and (matrix is not None or opens.words or opens.hide_special):
+        raise UsageError(
+            "cross-attention's page holds rows only, without words or hidden special tokens (two texts)",
+            reason="row_cross",
+        )
     if not rows.queries:
         raise UsageError("the row page needs at least one query token's rows", reason="row_none")
     n_tok = len(rows.tokens)
@@ -276,6 +284,16 @@ def page_data(
             "num_kv_heads": p.num_kv_heads,
         },
         "versions": versions(p.engine),
+        **(
+            {}
+            if not cross
+            else {
+                "cross": True,
+                "key_text": rows.keys.text,
+                "key_labels": list(rows.keys.labels),
+                "key_special": list(rows.keys.special),
+            }
+        ),
         "queries": list(rows.queries),
         "rows": encoded,
         "matrix_slots": matrix_slots,

@@ -10,6 +10,11 @@
 
   var DATA = JSON.parse(document.getElementById("attnviz-data").textContent);
   var N = DATA.rows.shape[0], H = DATA.rows.shape[1], R = DATA.rows.shape[2], S = DATA.rows.shape[3];
+  // Cross-attention (an encoder-decoder's): the queries are the decoder text's tokens
+  // (DATA.labels), the keys the source's (DATA.key_labels); words and hidden special
+  // tokens are not defined across two texts, so those toggles are off.
+  var CROSS = !!DATA.cross;
+  var KEY_SPECIAL = CROSS ? DATA.key_special : DATA.special;
 
   // --- weights ---------------------------------------------------------------------------
   function bytesOf(b64) {
@@ -67,14 +72,25 @@
         out.push({ label: DATA.word_labels[i], tokens: g, special: g.length === 1 && DATA.special[g[0]] });
       }
     } else {
-      for (i = 0; i < S; i++) out.push({ label: DATA.labels[i], tokens: [i], special: DATA.special[i] });
+      for (i = 0; i < DATA.labels.length; i++) out.push({ label: DATA.labels[i], tokens: [i], special: DATA.special[i] });
     }
     if (o.hideSpecial) out = out.filter(function (u) { return !u.special; });
-    var of = new Int32Array(S).fill(-1); // token -> unit (-1: hidden)
+    var of = new Int32Array(DATA.labels.length).fill(-1); // token -> unit (-1: hidden)
     out.forEach(function (u, k) { u.tokens.forEach(function (t) { of[t] = k; }); });
     out.of = of;
     unitCache.set(key, out);
     return out;
+  }
+
+  // The key side: the units themselves, or for cross-attention the source's tokens.
+  var sourceUnits = null;
+  function keyUnits(o) {
+    if (!CROSS) return units(o);
+    if (sourceUnits === null) {
+      sourceUnits = DATA.key_labels.map(function (l, i) { return { label: l, tokens: [i], special: DATA.key_special[i] }; });
+      sourceUnits.of = new Int32Array(S).map(function (_, i) { return i; });
+    }
+    return sourceUnits;
   }
 
   // One query unit's row over the units, by the rules of attnviz.transforms (the footer
@@ -86,7 +102,7 @@
   function unitRow(slot, head, a, o) { // Float32Array (U) or null
     var key = slot + "/" + head + "/" + a + "/" + (o.words ? 1 : 0) + (o.hideSpecial ? 1 : 0);
     if (rowCache.has(key)) return rowCache.get(key);
-    var us = units(o), U = us.length, out = new Float32Array(U), t, k;
+    var us = units(o), ks = keyUnits(o), U = ks.length, out = new Float32Array(U), t, k;
     if (head === "mean") {
       for (var h = 0; h < H; h++) {
         var rh = unitRow(slot, h, a, o);
@@ -101,11 +117,11 @@
         var scale = 1;
         if (o.hideSpecial) {
           var total = 0;
-          for (k = 0; k < S; k++) if (!DATA.special[k]) total += raw[k];
+          for (k = 0; k < S; k++) if (!KEY_SPECIAL[k]) total += raw[k];
           scale = total >= MIN_LEFT ? 1 / total : 0;
         }
         for (k = 0; k < S; k++) {
-          var u = us.of[k];
+          var u = ks.of[k];
           if (u >= 0) out[u] += raw[k] * scale / qs.length;
         }
       }
@@ -115,7 +131,7 @@
   }
 
   function masked(us, a, b) { // causal: all of key unit b comes after all of query unit a
-    if (!DATA.causal) return false;
+    if (!DATA.causal || CROSS) return false;
     var qa = us[a].tokens;
     return us[b].tokens[0] > qa[qa.length - 1];
   }
@@ -174,9 +190,9 @@
     if (Math.abs(d - 0.5) < 1e-9) return f % 2 === 0 ? f : f + 1;
     return Math.round(x);
   }
-  function ownBins(us, f) { // the query, the first masked unit, special tokens
+  function ownBins(us, f) { // the query, the first masked unit, special tokens (us: the keys)
     var own = [];
-    if (f !== null) {
+    if (f !== null && !CROSS) {
       own.push(f);
       if (DATA.causal && f + 1 < us.length) own.push(f + 1);
     }
@@ -321,7 +337,7 @@
     var parts = [p.model + " (" + p.architecture + ")", "engine " + p.engine, p.dtype, p.device,
       p.num_layers + " layers × " + p.num_heads + " heads" +
         (p.num_kv_heads !== p.num_heads ? " (" + p.num_kv_heads + " key/value heads)" : ""),
-      S + " tokens"];
+      CROSS ? DATA.labels.length + " decoder-text tokens × " + S + " source tokens" : S + " tokens"];
     if (N < p.num_layers) parts.push("layers kept: " + DATA.layers.join(", "));
     parts.push(Object.keys(v).map(function (k) { return k + " " + v[k]; }).join(", "));
     $("provenance").textContent = parts.join(" · ");
@@ -329,6 +345,11 @@
     $("mode-note").textContent = "Row mode: the rows of " + R + " query token" + (R === 1 ? "" : "s") + " (" +
       asked.join(", ") + ") in every layer and head; full matrices: " +
       (DATA.matrix_slots.length ? DATA.matrix_slots.map(function (s) { return "layer " + DATA.layers[s]; }).join(", ") : "none") + ".";
+    if (CROSS) {
+      $("mode-note").textContent += " Cross-attention: each decoder-text token (left) over the source's " + S +
+        " tokens (right): “" + DATA.key_text.trim().slice(0, 200) + "”.";
+      ["opt-words", "opt-special"].forEach(function (id) { $(id).parentNode.hidden = true; });
+    }
     $("notes").textContent = DATA.notes.join(" · ");
     var bits = DATA.rows.dtype === "uint8" ? 8 : 16;
     $("storage").textContent = "Storage: rows as " + DATA.rows.dtype + " with a scale per row (q = round(w / s), s = the row's largest weight / " +
@@ -444,8 +465,8 @@
   }
 
   function drawHead() {
-    var o = opts(), us = units(o), U = us.length, qs = queryUnits(us), f = focusUnit(us), heads = headsShown();
-    var bins = keyBins(U, MAX_KEYS, ownBins(us, f)), B = bins.length;
+    var o = opts(), us = units(o), ks = keyUnits(o), U = ks.length, qs = queryUnits(us), f = focusUnit(us), heads = headsShown();
+    var bins = keyBins(U, MAX_KEYS, ownBins(ks, f)), B = bins.length;
     var right = $("hv-right");
     right.textContent = "";
     var shades = new Float32Array(B);
@@ -458,11 +479,11 @@
     bins.forEach(function (bin, b) {
       var r = document.createElement("span");
       var single = bin[1] - bin[0] === 1;
-      r.className = "tok" + (single && us[bin[0]].special ? " special" : "") + (single ? "" : " bin");
-      r.textContent = single ? us[bin[0]].label : binLabel(us, bin) + " " + binWhere(us, bin);
+      r.className = "tok" + (single && ks[bin[0]].special ? " special" : "") + (single ? "" : " bin");
+      r.textContent = single ? ks[bin[0]].label : binLabel(ks, bin) + " " + binWhere(ks, bin);
       r.setAttribute("data-bin", String(b));
       if (shades[b] > 0) r.style.background = "rgba(255, 160, 0, " + Math.min(1, shades[b]).toFixed(3) + ")";
-      r.title = f === null ? binWhere(us, bin) : us[f].label + " → " + binLabel(us, bin) + " " + binWhere(us, bin) + ": " +
+      r.title = f === null ? binWhere(ks, bin) : us[f].label + " → " + binLabel(ks, bin) + " " + binWhere(ks, bin) + ": " +
         fmt(shades[b]) + (heads.length > 1 ? " (mean of the heads drawn)" : "") + (single ? "" : ", summed over the block");
       right.appendChild(r);
     });
@@ -479,7 +500,7 @@
       heads.forEach(function (h, hi) {
         var row = f === null ? unitRow(state.slot, h, a, o) : rowsOf[hi];
         if (row === null) return;
-        var bs = f === null ? binned(row, keyBins(U, MAX_KEYS, ownBins(us, a))) : binned(row, bins);
+        var bs = f === null ? binned(row, keyBins(U, MAX_KEYS, ownBins(ks, a))) : binned(row, bins);
         for (var b = 0; b < bs.length; b++) if (bs[b] >= 0.01) links.push([hi, qs.indexOf(a), b, Math.min(1, bs[b])]);
       });
     });
@@ -506,12 +527,12 @@
     });
     ctx.globalAlpha = 1;
     document.querySelectorAll("#hv-left .tok").forEach(function (b) { b.classList.toggle("focus", +b.getAttribute("data-unit") === f); });
-    drawDetail(us, f);
+    drawDetail(us, ks, f);
   }
 
   var RH = 16; // px per head row in the detail
-  function drawDetail(us, f) {
-    var canvas = $("detail-canvas"), U = us.length, o = opts();
+  function drawDetail(us, ks, f) {
+    var canvas = $("detail-canvas"), U = ks.length, o = opts();
     var rows = [];
     for (var h = 0; h < H; h++) rows.push(h);
     if (state.mean) rows.push("mean");
@@ -522,7 +543,7 @@
       $("detail-axis").textContent = ""; $("detail-best").textContent = ""; $("links").textContent = "";
       return;
     }
-    $("detail-title").textContent = "“" + us[f].label + "” (@" + us[f].tokens[0] + ") → each " + (state.words ? "word" : "token") +
+    $("detail-title").textContent = "“" + us[f].label + "” (@" + us[f].tokens[0] + ") → each " + (CROSS ? "source token" : state.words ? "word" : "token") +
       ", " + layerName(state.slot) + ", per head" + (state.hideSpecial ? " (special tokens hidden, rows renormalised)" : "");
     canvas.setAttribute("data-focus", us[f].label);
     var ctx0 = canvas.getContext("2d");
@@ -530,9 +551,9 @@
     var left = Math.ceil(textWidth(ctx0, rows.map(headName))) + 10;
     var avail = Math.max(300, ($("detail").clientWidth || 720) - left - 8);
     var perUnit = U * 12 <= avail; // room for a labelled cell per unit
-    var bins = perUnit ? keyBins(U, U, []) : keyBins(U, Math.floor(avail / 2), ownBins(us, f)), B = bins.length;
+    var bins = perUnit ? keyBins(U, U, []) : keyBins(U, Math.floor(avail / 2), ownBins(ks, f)), B = bins.length;
     var cell = perUnit ? Math.max(12, Math.min(34, Math.floor(avail / U))) : avail / B;
-    var bottom = perUnit ? Math.ceil(textWidth(ctx0, us.map(function (u) { return u.label; }))) + 10 : 10;
+    var bottom = perUnit ? Math.ceil(textWidth(ctx0, ks.map(function (u) { return u.label; }))) + 10 : 10;
     var ctx = sized(canvas, left + B * cell + 8, rows.length * RH + bottom + 4);
     ctx.font = FONT;
     var full = rows.map(function (h) { return unitRow(state.slot, h, f, o); });
@@ -542,25 +563,25 @@
     heatmap(ctx, values, rows.length, B, left, 0, cell, RH, maskBin);
     ctx.textBaseline = "middle"; ctx.textAlign = "right";
     rows.forEach(function (h, r) { ctx.fillStyle = h === "mean" ? "#000" : headColour(h); ctx.fillText(headName(h), left - 6, r * RH + RH / 2); });
-    var qb = 0;
-    for (var b = 0; b < B; b++) if (bins[b][0] <= f && f < bins[b][1]) qb = b;
+    var qb = -1;
+    for (var b = 0; b < B && !CROSS; b++) if (bins[b][0] <= f && f < bins[b][1]) qb = b;
     if (perUnit) {
       ctx.save();
       for (var c = 0; c < B; c++) {
         ctx.save();
         ctx.translate(left + c * cell + cell / 2, rows.length * RH + 4);
         ctx.rotate(-Math.PI / 2);
-        ctx.fillStyle = c === qb ? "#c00000" : us[c].special ? "#888" : "#222";
+        ctx.fillStyle = c === qb ? "#c00000" : ks[c].special ? "#888" : "#222";
         ctx.font = (c === qb ? "bold " : "") + FONT;
-        ctx.fillText(us[c].label, 0, 0);
+        ctx.fillText(ks[c].label, 0, 0);
         ctx.restore();
       }
       ctx.restore();
       $("detail-axis").textContent = "";
     } else {
       ctx.fillStyle = "#c00000"; // the query's own block, marked under the strip
-      ctx.fillRect(left + qb * cell, rows.length * RH + 2, Math.max(2, cell), 6);
-      $("detail-axis").textContent = U + " " + (state.words ? "words" : "tokens") + " in " + B + " blocks (each cell the summed weight of its keys; " +
+      if (qb >= 0) ctx.fillRect(left + qb * cell, rows.length * RH + 2, Math.max(2, cell), 6);
+      $("detail-axis").textContent = U + " " + (CROSS ? "source tokens" : state.words ? "words" : "tokens") + " in " + B + " blocks (each cell the summed weight of its keys; " +
         "the query, the first masked token and special tokens in blocks of their own; red: the query).";
     }
     canvas.setAttribute("data-blocks", String(B));
@@ -569,21 +590,21 @@
       var c = Math.floor(x / cell), r = Math.floor(y / RH);
       if (c < 0 || c >= B || r < 0 || r >= rows.length) return hideTip();
       var bin = bins[c];
-      showTip(ev, headName(rows[r]) + ": “" + us[f].label + "” → “" + binLabel(us, bin) + "” " + binWhere(us, bin) + " " +
+      showTip(ev, headName(rows[r]) + ": “" + us[f].label + "” → “" + binLabel(ks, bin) + "” " + binWhere(ks, bin) + " " +
         (maskBin(r, c) ? "masked" : fmt(values[r * B + c]) + (bin[1] - bin[0] > 1 ? " (sum of " + (bin[1] - bin[0]) + ")" : "")));
     };
     canvas.onmouseleave = hideTip;
-    strongest(us, f, rows, full);
+    strongest(us, ks, f, rows, full);
   }
 
   // The strongest links of the focused query to other keys that are not special tokens,
   // over the rows drawn, unbinned: the finding, in words, and a list of the first few.
   var LINKS = 8;
-  function strongest(us, f, rows, full) {
+  function strongest(us, ks, f, rows, full) {
     var top = [];
     full.forEach(function (row, r) {
-      for (var c = 0; c < us.length; c++) {
-        if (c === f || us[c].special || masked(us, f, c)) continue;
+      for (var c = 0; c < ks.length; c++) {
+        if ((c === f && !CROSS) || ks[c].special || masked(us, f, c)) continue;
         var w = row[c];
         if (top.length < LINKS || w > top[top.length - 1][2]) {
           top.push([rows[r], c, w]);
@@ -592,17 +613,17 @@
         }
       }
     });
-    var word = state.words ? "word" : "token";
-    $("detail-best").textContent = top.length ? "Strongest link to another " + word + " (special tokens aside): " +
-      headName(top[0][0]) + " → “" + us[top[0][1]].label + "” @" + us[top[0][1]].tokens[0] + " " + fmt(top[0][2]) + "." : "";
+    var word = CROSS ? "source token" : state.words ? "word" : "token";
+    $("detail-best").textContent = top.length ? "Strongest link to " + (CROSS ? "a " : "another ") + word + " (special tokens aside): " +
+      headName(top[0][0]) + " → “" + ks[top[0][1]].label + "” @" + ks[top[0][1]].tokens[0] + " " + fmt(top[0][2]) + "." : "";
     var list = $("links");
     list.textContent = "";
     top.forEach(function (t) {
       var li = document.createElement("li");
-      li.textContent = headName(t[0]) + " → “" + us[t[1]].label + "” ";
+      li.textContent = headName(t[0]) + " → “" + ks[t[1]].label + "” ";
       var pos = document.createElement("span");
       pos.className = "pos";
-      pos.textContent = "@" + us[t[1]].tokens[0] + " ";
+      pos.textContent = "@" + ks[t[1]].tokens[0] + " ";
       li.appendChild(pos);
       li.appendChild(document.createTextNode(fmt(t[2])));
       list.appendChild(li);
@@ -611,7 +632,7 @@
 
   // --- model view: every layer × head, the query's row as a strip -----------------------------
   function renderModel() {
-    var o = opts(), us = units(o), U = us.length, qs = queryUnits(us), f = unitOf(us, state.pinned);
+    var o = opts(), us = units(o), ks = keyUnits(o), U = ks.length, qs = queryUnits(us), f = unitOf(us, state.pinned);
     if (f === null || qs.indexOf(f) < 0) f = qs.length ? qs[0] : null;
     var canvas = $("model-canvas");
     if (f === null) { $("model-help").textContent = "No query token to draw."; sized(canvas, 1, 1); return; }
@@ -623,7 +644,7 @@
     var left = Math.ceil(textWidth(ctx0, DATA.layers.map(function (l) { return "L" + l; }))) + 10, top = 18;
     var avail = Math.max(400, ($("view-model").clientWidth || 1200) - left - 8);
     var gap = 2, cw = Math.max(16, Math.min(160, Math.floor(avail / heads.length) - gap)), sh = 12;
-    var bins = keyBins(U, cw, ownBins(us, f)), B = bins.length;
+    var bins = keyBins(U, cw, ownBins(ks, f)), B = bins.length;
     $("model-help").textContent = "“" + us[f].label + "” (@" + us[f].tokens[0] + "): each strip is its row in one layer (rows) and head (columns), " +
       U + " keys in " + B + " blocks (summed weight). Click a strip to open that layer and head in the head view.";
     var width = heads.length * (cw + gap), height = N * (sh + gap);
@@ -672,10 +693,10 @@
       var p = at(ev);
       if (p === null) return hideTip();
       var row = unitRow(p[0], p[1], f, o), best = -1;
-      for (var c = 0; c < U; c++) if (c !== f && !us[c].special && !masked(us, f, c) && (best < 0 || row[c] > row[best])) best = c;
+      for (var c = 0; c < U; c++) if ((c !== f || CROSS) && !ks[c].special && !masked(us, f, c) && (best < 0 || row[c] > row[best])) best = c;
       var b = Math.min(B - 1, Math.max(0, p[2]));
-      showTip(ev, layerName(p[0]) + ", " + headName(p[1]) + ": block “" + binLabel(us, bins[b]) + "” " + binWhere(us, bins[b]) + " " +
-        fmt(binned(row, [bins[b]])[0]) + (best >= 0 ? " · strongest: “" + us[best].label + "” @" + us[best].tokens[0] + " " + fmt(row[best]) : ""));
+      showTip(ev, layerName(p[0]) + ", " + headName(p[1]) + ": block “" + binLabel(ks, bins[b]) + "” " + binWhere(ks, bins[b]) + " " +
+        fmt(binned(row, [bins[b]])[0]) + (best >= 0 ? " · strongest: “" + ks[best].label + "” @" + ks[best].tokens[0] + " " + fmt(row[best]) : ""));
     };
     canvas.onmouseleave = hideTip;
     canvas.onclick = function (ev) {
