@@ -128,7 +128,7 @@ def test_over_the_budget_is_a_usage_error_before_the_forward_pass(
     line = result.stderr.strip()
     assert "\n" not in line and "Traceback" not in line
     assert "6 layers × 12 heads × 402² tokens" in line and "over the 16 MB budget" in line
-    assert "(hint: keep at most 3 layers, e.g. --layer 0-2)" in line
+    assert "(hint: keep at most 3 layers, e.g. --layer 0-2, or give --token WORD (or --index K) for a row-mode" in line
     # What the hint says works.
     result = runner.invoke(app, ["export", long, "--layer", "0-2", "-o", str(out)])
     assert result.exit_code == 0, result.output

@@ -67,8 +67,9 @@ def test_what_the_page_cannot_draw_is_a_message_in_the_cell(own_engine: Any, att
     import attnviz
 
     one_row = attnviz.inspect(EXAMPLE, token="it", device="cpu")
-    shown = one_row._repr_html_()
-    assert "<iframe" not in shown and "holds the rows of 1 of its 15 tokens" in shown
+    shown = htmllib.unescape(one_row._repr_html_())  # one token's raw rows: the row-mode page
+    assert shown.startswith("<iframe") and '"mode":"rows"' in shown and '"queries":[10]' in shown
+    assert "has no row in the page" in htmllib.unescape(one_row.show(token="animal").html)
     words = attnviz.inspect(EXAMPLE, words=True, device="cpu")
     assert "read with options" in words._repr_html_()
     for bad, says in (
@@ -112,7 +113,8 @@ def test_a_notebook_executed_in_a_real_kernel_carries_the_page(tmp_path: Path, a
     (second,) = notebooks.outputs(nb, 2)
     assert srcdoc(second["data"]["text/html"]) == html_page(att, att.tokens.labels.index("it"), "model", 3)
     (third,) = notebooks.outputs(nb, 3)
-    assert "needs every row" in third["data"]["text/html"] and "Traceback" not in str(third)
+    # One token's raw rows: the row-mode page (render.html_rows), its rows those computed here.
+    assert '"mode":"rows"' in srcdoc(third["data"]["text/html"]) and "Traceback" not in str(third)
     weights = np.asarray(att.weights)
     assert weights.shape == (6, 12, 15, 15)
 

@@ -206,6 +206,13 @@ def hint_for(exc: AttnvizError) -> str | None:
         if not fit:
             return "shorten the sentence, or export a .png/.svg/.pdf"
         return "keep one layer, e.g. --layer 0" if fit == 1 else f"keep at most {fit} layers, e.g. --layer 0-{fit - 1}"
+    if reason == "row_queries":  # a row-mode page over the budget: facts ``fit`` (query tokens that fit)
+        fit = int(facts["fit"])
+        if not fit:
+            return "not even one token's rows fit: shorten the text, or keep fewer layers with --layer"
+        return f"give at most {fit} --token/--index (a split word counts each piece), or fewer --layer"
+    if reason == "row_matrices":  # full matrix layers over the budget: facts ``largest_tokens``
+        return f"drop --matrix-layer, ask fewer, or shorten the text to {int(facts['largest_tokens'])} tokens or less"
     if reason == "head":  # a --heads number out of range: facts ``num_heads``
         return f"use --heads with numbers 0..{int(facts['num_heads']) - 1}"
     if reason == "pixels":  # an image over render.image.MAX_PIXELS: facts ``largest`` (the dpi that fits)

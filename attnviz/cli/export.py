@@ -14,19 +14,20 @@ from ..render import (  # stdlib only: no matplotlib
     DEFAULT_DPI,
     DEFAULT_FONT_PT,
     EXPORT_FORMATS,
+    HTML_BUDGET_BYTES,
     HTML_FORMATS,
     FigureStyle,
     parse_figsize,
     parse_vmax,
 )
-from .app import EXAMPLE, app, errors
+from .app import EXAMPLE, app, errors, hint_for
 from .common import (
     budget,
     check_heads,
     decoder_text,
     load,
     need_text,
-    query_from,
+    queries_from,
     read_input,
     sentence_tokens,
     view_from,
@@ -44,7 +45,6 @@ from .options import (
     FileOpt,
     HeadsOpt,
     HideSpecialOpt,
-    IndexOpt,
     LayersMeanOpt,
     MaxMemoryOpt,
     Measure,
@@ -58,7 +58,7 @@ from .options import (
     TargetFileOpt,
     TargetTextOpt,
     TextArg,
-    TokenOpt,
+    TokensOpt,
     WordsOpt,
 )
 
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from ..engines import Engine
+    from ..pipeline import Plan
     from ..result import Attention
     from ..select import Query
     from ..tokens import Tokens
@@ -99,6 +100,30 @@ VmaxOpt = Annotated[
 ]
 CmapOpt = Annotated[str, typer.Option("--cmap", metavar="NAME", help="A matplotlib colormap, e.g. viridis, magma.")]
 NoTitleOpt = Annotated[bool, typer.Option("--no-title", help="No sentence or provenance line above the panels.")]
+IndexesOpt = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--index", "-i", metavar="K", help="Raw token position instead of --token (0-based); repeatable for .html."
+    ),
+]
+RowsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--rows",
+        help="HTML: row mode, the rows of the --token/--index tokens in every layer and head (no n × n matrices); "
+        "the default when the full matrices would not fit the page's budget.",
+    ),
+]
+MatrixLayerOpt = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--matrix-layer",
+        metavar="N",
+        min=0,
+        help="HTML row mode: also hold this layer's full matrices (repeatable; they grow as tokens²).",
+        show_default=False,
+    ),
+]
 
 
 @app.command(epilog=example(f'attnviz export "{EXAMPLE}" --token it -o it.png'))
@@ -116,9 +141,9 @@ def export(
             show_default=False,
         ),
     ],
-    token: TokenOpt = None,
+    token: TokensOpt = None,
     occurrence: Occurrence = None,
-    index: IndexOpt = None,
+    index: IndexesOpt = None,
     view: ViewOpt = ExportView.token,
     layer: ImageLayerOpt = None,
     words: WordsOpt = False,
@@ -139,6 +164,8 @@ def export(
             show_default=False,
         ),
     ] = None,
+    rows: RowsOpt = False,
+    matrix_layer: MatrixLayerOpt = None,
     figsize: FigsizeOpt = None,
     fontsize: FontsizeOpt = DEFAULT_FONT_PT,
     vmax: VmaxOpt = "1",
@@ -168,7 +195,10 @@ def export(
     -o view.html writes one self-contained page (it needs no network) holding every head of
     the chosen layers (default: all): head view, model view, matrix, and words / special
     tokens / head mean toggles. --token is optional and pins that token; --view matrix
-    opens the matrix.
+    opens the matrix. When the full matrices would not fit the page's budget (or with
+    --rows), the page holds only the rows of the --token/--index tokens (repeatable) in
+    every layer and head, computed without n × n matrices, and full matrices only for the
+    --matrix-layer layers.
     """
     with errors(debug):
         from ..errors import UsageError
@@ -182,23 +212,47 @@ def export(
         check_writable(output, EXPORT_FORMATS)
         if view is ExportView.matrix and layer is not None and layer.strip().lower() == "all":
             raise UsageError("the matrix view draws one layer", hint="give --layer N (default: the middle layer)")
-        query = query_from(token, occurrence, index, required=False)
+        queries = page_queries(token, occurrence, index)
+        query = queries[0] if queries else None
         target = decoder_text(target_text, target_file)
-        if open_layer is not None and output.suffix.lower() not in HTML_FORMATS:
+        html = output.suffix.lower() in HTML_FORMATS
+        if open_layer is not None and not html:
             raise UsageError("--open-layer sets the layer an HTML page opens on", hint="write .html, or drop it")
-        if output.suffix.lower() in HTML_FORMATS:
-            if target is not None or part is not None:
-                # The page's script draws square self-attention matrices over one text.
-                raise UsageError(
-                    "the HTML page shows self-attention over one text; encoder-decoder parts are not in it",
-                    hint="drop --target-text/--part (the encoder), or export .png/.svg/.pdf",
-                )
+        if (rows or matrix_layer) and not html:
+            flag = "--rows" if rows else "--matrix-layer"
+            raise UsageError(f"{flag} is for the HTML page's row mode", hint="write .html, or drop it")
+        if len(queries) > 1 and not html:
+            raise UsageError("an image draws one token", hint="give one --token/--index, or write .html for several")
+        if html:
             # The page carries its own words / special tokens / head-mean toggles.
             text = read_input(sentence, file)
             eng = load(text, model, engine.value, device, dtype.value)
-            first = sentence_tokens(eng, text, pair, None)
+            chosen = choose_part(eng, part.value if part else None, target is not None)
+            if chosen == "cross" and not rows:
+                # The full page's script draws square self-attention matrices over one text.
+                raise UsageError(
+                    "the full HTML page draws self-attention over one text; cross-attention is in row mode only",
+                    hint="add --rows with --token (the decoder text's tokens), or give --part encoder or decoder",
+                )
+            if chosen == "cross" and matrix_layer:
+                raise UsageError("cross-attention's page holds rows only", hint="drop --matrix-layer")
+            first = sentence_tokens(eng, text, pair, target)
             tokens = eng.tokenize(first) if isinstance(first, str) else first
-            write_page(eng, tokens, query, layer, view, output, budget(max_memory), measure.value, open_layer)
+            write_page(
+                eng,
+                tokens,
+                queries,
+                layer,
+                view,
+                output,
+                budget(max_memory),
+                measure.value,
+                open_layer,
+                rows=rows,
+                matrix_layers=tuple(matrix_layer or ()),
+                part=chosen,
+                target=target if chosen in ("decoder", "cross") else None,
+            )
             return
         if view is ExportView.token and query is None:
             raise UsageError(
@@ -243,29 +297,54 @@ def export(
         wrote(output)
 
 
+def page_queries(tokens: list[str] | None, occurrence: int | None, indexes: list[int] | None) -> list[Query]:
+    """The queries of repeatable --token WORD[:N] and --index K, checked before any model work."""
+    from ..errors import UsageError
+    from ..select import Query
+
+    picked = list(indexes or [])
+    if len(picked) <= 1:
+        return queries_from(tokens, occurrence, picked[0] if picked else None, required=False)
+    if tokens:
+        raise UsageError("give --token or --index, not both", hint="--token WORD picks by text, --index K by position")
+    if occurrence is not None:
+        raise UsageError("--occurrence is for one --token", hint="with --index, give the positions themselves")
+    return [Query(index=k) for k in picked]
+
+
 def write_page(
     eng: Engine,
     tokens: Tokens,
-    query: Query | None,
+    queries: Sequence[Query],
     layer: str | None,
     view: ExportView,
     path: Path,
     max_memory: int | None = None,
     measure: str = "weight",
     open_layer: int | None = None,
+    *,
+    rows: bool = False,
+    matrix_layers: Sequence[int] = (),
+    part: str | None = None,
+    target: str | None = None,
 ) -> None:
     """The interactive page: every query row of the chosen layers (default all), its size
     checked from the token count before the forward pass. ``measure`` "norm": the page
     carries the norms too and opens on them (a weight/norm toggle). It opens on
     ``open_layer``, by default the layer of the pinned token's strongest non-trivial link
-    (``findings``)."""
+    (``findings``).
+
+    Row mode (``rows``, ``matrix_layers``, or full matrices over the budget with a query
+    given): ``write_row_page``. An encoder-decoder's ``part`` "encoder" (the source) or
+    "decoder" (the self-attention of ``target``, the decoder text)."""
     from ..errors import UsageError
     from ..findings import strongest_links
     from ..pipeline import Selection, plan, read
     from ..render.html import check_page_size, save_html
 
-    selection = Selection(queries=() if query is None else (query,), layers=layer, all_rows=True)
-    planned = plan(tokens, eng, selection)
+    selection = Selection(queries=tuple(queries), layers=layer, all_rows=True, part=part)
+    planned = plan(tokens, eng, selection, target=target)
+    shown = planned.query_tokens  # the decoder text for the decoder part
     if open_layer is not None and open_layer not in planned.layers:
         kept = list(planned.layers)
         raise UsageError(
@@ -274,12 +353,29 @@ def write_page(
             else f"--open-layer {open_layer} is not among the page's layers {kept}",
             hint="pick one of them, or widen --layer",
         )
-    heads = eng.shape.num_heads * (2 if measure == "norm" else 1)  # the norms double the matrices
-    check_page_size(len(planned.layers), heads, len(tokens))
+    heads = eng.part_shape(planned.part).num_heads * (2 if measure == "norm" else 1)  # norms: twice the matrices
+    fallback = False
+    if not (rows or matrix_layers):
+        try:
+            check_page_size(len(planned.layers), heads, len(shown))
+        except UsageError as exc:
+            if not planned.queries:
+                raise UsageError(
+                    exc.message,
+                    hint=f"{hint_for(exc)}, or give --token WORD (or --index K) for a row-mode page: that token's "
+                    "rows in every layer and head",
+                ) from None
+            if measure == "norm":
+                raise
+            rows = fallback = True
+    if rows or matrix_layers:
+        write_row_page(eng, planned, view, path, max_memory, measure, open_layer, matrix_layers, fallback)
+        return
     got = read(planned, eng, max_memory)  # every query row: whole matrices
     norms = None
     if measure == "norm":
-        norms = read(plan(tokens, eng, replace(selection, measure="norm")), eng, max_memory).attention
+        norms = read(plan(tokens, eng, replace(selection, measure="norm"), target=target), eng, max_memory).attention
+    query = queries[0] if queries else None
     pinned = got.queries[0] if query is not None else None  # a split word: its first piece
     att = got.attention
     if open_layer is None and pinned is not None:
@@ -290,6 +386,82 @@ def write_page(
     mode = "matrix" if view is ExportView.matrix else "head"
     save_html(att, path, query=pinned, view=mode, layer=open_layer, norms=norms)
     wrote(path)
+
+
+def write_row_page(
+    eng: Engine,
+    planned: Plan,
+    view: ExportView,
+    path: Path,
+    max_memory: int | None,
+    measure: str,
+    open_layer: int | None,
+    matrix_layers: Sequence[int],
+    fallback: bool = False,
+) -> None:
+    """The row-mode page: the rows of the planned queries (every piece of their words) in
+    every planned layer and head, by the row path (no n × n matrix), plus the full
+    matrices of ``matrix_layers``. Every size is checked before the forward pass.
+    ``fallback``: the full page was too large (said on stderr once the rows fit)."""
+    from ..errors import UsageError
+    from ..findings import strongest_links
+    from ..pipeline import forward
+    from ..render.html_rows import RowPage, check_row_page, row_positions, save_html
+
+    if measure == "norm":
+        raise UsageError(
+            "the row-mode page holds the attention weights; the norm measure is not in it",
+            hint="drop --measure norm (attnviz show --measure norm gives the norms of long texts)",
+        )
+    if not planned.queries:
+        raise UsageError(
+            "a row-mode page holds the rows of chosen query tokens: say which",
+            hint="add --token WORD or --index K (both repeatable)",
+        )
+    layers, tokens, shown = planned.layers, planned.tokens, planned.query_tokens
+    heads = eng.part_shape(planned.part).num_heads
+    extra = sorted(set(matrix_layers))
+    missing = [m for m in extra if m not in layers]
+    if missing:
+        raise UsageError(
+            f"--matrix-layer {missing[0]} is not among the page's layers ({', '.join(map(str, layers))})"
+            if len(layers) < 12
+            else f"--matrix-layer {missing[0]} is not among the page's layers",
+            hint="pick one of them, or widen --layer",
+        )
+    if open_layer is None and view is ExportView.matrix and extra:
+        open_layer = extra[0]
+    positions = row_positions(shown, [p for g in planned.queries for p in g])
+    keys = len(tokens) if planned.part == "cross" else len(shown)  # cross-attention: over the source
+    check_row_page(len(layers), heads, len(positions), keys, len(extra), HTML_BUDGET_BYTES - cross_labels(planned))
+    if fallback:
+        sys.stderr.write(
+            f"note: {len(shown)} tokens' full matrices do not fit the page: it holds the rows of the chosen "
+            "tokens (row mode; --matrix-layer N adds a layer's matrices)\n"
+        )
+    target, part = planned.target, planned.part
+    att = forward(tokens, eng, layers, positions, max_memory, target=target, part=part)  # asked rows: no n × n
+    matrix = forward(tokens, eng, extra, (), max_memory, target=target, part=part) if extra else None
+    pinned = planned.queries[0][0]
+    if open_layer is None:
+        found = strongest_links(att, att.query_slot(pinned), 1)  # show's footer rule
+        open_layer = found[0].layer if found else None
+    opens = RowPage(query=pinned, view="matrix" if view is ExportView.matrix else "head", layer=open_layer)
+    size, stored = save_html(att, path, matrix, opens, HTML_BUDGET_BYTES - cross_labels(planned))
+    sys.stderr.write(
+        f"note: row mode, {len(positions)} query row(s) × {len(layers)} layers × {heads} heads × "
+        f"{keys} keys as {'uint' + str(stored['bits'])}: {size / 1e6:.1f} MB, largest error "
+        f"{stored['max_error']:.2g}\n"
+    )
+    wrote(path)
+
+
+def cross_labels(planned: Plan) -> int:
+    """Bytes a cross-attention page spends on the decoder text's labels beside the source's
+    (the size estimate counts the keys' tokens): budgeted as generously as those."""
+    from ..render.html import _PER_TOKEN
+
+    return _PER_TOKEN * len(planned.query_tokens) if planned.part == "cross" else 0
 
 
 def _style(

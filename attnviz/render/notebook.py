@@ -102,14 +102,30 @@ def frame(
     Never raises for what a user can cause: an Attention the page cannot draw, a page over
     ``budget`` bytes or a bad initial state come back as a message in the cell.
     """
-    problem = page_problem(att)
+    rows = _raw_rows(att)
+    problem = None if rows else page_problem(att)
     if problem is not None:
         return message(problem)
     if view not in VIEWS:
         return message(f"unknown view {view!r} (known: {', '.join(VIEWS)})")
     try:
-        check_page_size(len(att.layers), att.num_heads, len(att.tokens), budget)
-        page = html_page(att, query_position(att, token), view, layer, options=options)
+        if rows:
+            page = _row_page(att, view, layer, token, options, budget)
+        else:
+            try:
+                check_page_size(len(att.layers), att.num_heads, len(att.tokens), budget)
+            except AttnvizError:
+                if token is None:
+                    raise
+                # Row mode (issue 22): the pinned token's rows (its word's pieces) in every layer.
+                from ..transforms import select
+                from .html_rows import row_positions
+
+                pinned = query_position(att, token)
+                picked = select(att, queries=row_positions(att.tokens, [] if pinned is None else [pinned]))
+                page = _row_page(picked, view, layer, token, options, budget)
+            else:
+                page = html_page(att, query_position(att, token), view, layer, options=options)
     except AttnvizError as exc:
         return message(str(exc))
     title = html.escape(f"attnviz: {att.tokens.text.strip()[:80]}")
@@ -121,6 +137,29 @@ def frame(
         f'style="width:100%;height:{int(height)}px;border:1px solid #ddd;resize:vertical" '
         f'srcdoc="{html.escape(page, quote=True)}"></iframe>'
     )
+
+
+def _raw_rows(att: Any) -> bool:
+    """True when ``att`` holds some tokens' raw rows (no option applied) of self-attention:
+    the row-mode page draws it."""
+    partial = tuple(att.queries) != tuple(range(len(att.tokens)))
+    raw = not (att.steps or att.aggregates) and getattr(att, "measure", "weight") == "weight"
+    return bool(partial and raw and att.is_self_attention and len(att.queries))
+
+
+def _row_page(
+    att: Any, view: str, layer: int | None, token: str | int | None, options: Options | None, budget: int
+) -> str:
+    """The row-mode page of ``att`` (``render.html_rows``), the size checked first."""
+    from .html_rows import RowPage, check_row_page
+    from .html_rows import html_page as row_page
+
+    n_layers, heads, n_rows, n_tok = att.weights.shape
+    bits = check_row_page(n_layers, heads, n_rows, n_tok, 0, budget)
+    o = options or Options()
+    query = query_position(att, token)
+    opens = RowPage(query, view, layer, o.head, o.words, o.hide_special, o.mean)
+    return row_page(att, None, opens, bits)
 
 
 @dataclass(frozen=True)
