@@ -19,6 +19,7 @@ from ..render import (  # stdlib only: no matplotlib
     parse_figsize,
     parse_vmax,
 )
+from .ablating import AblateOpt, AblateWith, AblateWithOpt
 from .app import EXAMPLE, app, errors
 from .common import (
     budget,
@@ -63,9 +64,11 @@ from .options import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
     from matplotlib.figure import Figure
 
     from ..engines import Engine
+    from ..pipeline import Plan
     from ..result import Attention
     from ..select import Query
     from ..tokens import Tokens
@@ -128,6 +131,8 @@ def export(
     rollout: RolloutOpt = False,
     measure: MeasureOpt = Measure.weight,
     layers_mean: LayersMeanOpt = False,
+    ablate: AblateOpt = False,
+    ablate_with: AblateWithOpt = AblateWith.zero,
     open_layer: Annotated[
         int | None,
         typer.Option(
@@ -186,6 +191,11 @@ def export(
         target = decoder_text(target_text, target_file)
         if open_layer is not None and output.suffix.lower() not in HTML_FORMATS:
             raise UsageError("--open-layer sets the layer an HTML page opens on", hint="write .html, or drop it")
+        if ablate and output.suffix.lower() not in HTML_FORMATS:
+            raise UsageError(
+                "--ablate draws each head's effect as a bar on the HTML page",
+                hint="write -o view.html, or see the numbers with attnviz show --ablate",
+            )
         if output.suffix.lower() in HTML_FORMATS:
             if target is not None or part is not None:
                 # The page's script draws square self-attention matrices over one text.
@@ -198,7 +208,18 @@ def export(
             eng = load(text, model, engine.value, device, dtype.value)
             first = sentence_tokens(eng, text, pair, None)
             tokens = eng.tokenize(first) if isinstance(first, str) else first
-            write_page(eng, tokens, query, layer, view, output, budget(max_memory), measure.value, open_layer)
+            write_page(
+                eng,
+                tokens,
+                query,
+                layer,
+                view,
+                output,
+                budget(max_memory),
+                measure.value,
+                open_layer,
+                ablate=ablate_with.value if ablate else None,
+            )
             return
         if view is ExportView.token and query is None:
             raise UsageError(
@@ -253,16 +274,19 @@ def write_page(
     max_memory: int | None = None,
     measure: str = "weight",
     open_layer: int | None = None,
+    ablate: str | None = None,
 ) -> None:
     """The interactive page: every query row of the chosen layers (default all), its size
     checked from the token count before the forward pass. ``measure`` "norm": the page
     carries the norms too and opens on them (a weight/norm toggle). It opens on
     ``open_layer``, by default the layer of the pinned token's strongest non-trivial link
-    (``findings``)."""
+    (``findings``). ``ablate`` ("zero" or "mean"): each head of the page's layers removed
+    in turn, its effect at every token carried for the page's bars."""
+    from .. import render
     from ..errors import UsageError
     from ..findings import strongest_links
     from ..pipeline import Selection, plan, read
-    from ..render.html import check_page_size, save_html
+    from ..render.html import PageAblation, ablation_bytes, check_page_size, save_html
 
     selection = Selection(queries=() if query is None else (query,), layers=layer, all_rows=True)
     planned = plan(tokens, eng, selection)
@@ -275,7 +299,8 @@ def write_page(
             hint="pick one of them, or widen --layer",
         )
     heads = eng.shape.num_heads * (2 if measure == "norm" else 1)  # the norms double the matrices
-    check_page_size(len(planned.layers), heads, len(tokens))
+    extra = 0 if ablate is None else ablation_bytes(len(planned.layers), eng.shape.num_heads, len(tokens))
+    check_page_size(len(planned.layers), heads, len(tokens), render.HTML_BUDGET_BYTES - extra)
     got = read(planned, eng, max_memory)  # every query row: whole matrices
     norms = None
     if measure == "norm":
@@ -287,9 +312,28 @@ def write_page(
         # from the pinned token's rows (its first piece, as the page pins it).
         found = strongest_links(att, att.query_slot(pinned), 1)
         open_layer = found[0].layer if found else None
+    effects = None
+    if ablate is not None:
+        effects = PageAblation(_page_effects(eng, planned, att.layers, max_memory, ablate), ablate)
     mode = "matrix" if view is ExportView.matrix else "head"
-    save_html(att, path, query=pinned, view=mode, layer=open_layer, norms=norms)
+    save_html(att, path, query=pinned, view=mode, layer=open_layer, norms=norms, ablation=effects)
     wrote(path)
+
+
+def _page_effects(eng: Engine, planned: Plan, layers: Sequence[int], max_memory: int | None, mode: str) -> np.ndarray:
+    """(N_kept, H, S): the effect of removing each head of the page's layers at every token
+    (the same passes give every position's final hidden state). Ctrl-C writes no page."""
+    from ..ablation import Runner, ablate_text, batch_size
+    from ..engines import cpu_threads_for
+    from .ablating import delayed_progress
+
+    runner = Runner(eng, planned.tokens)
+    batch = batch_size(eng, len(planned.tokens), max_memory)
+    with delayed_progress("ablating", False) as progress, cpu_threads_for(eng, len(planned.tokens) * batch):
+        found = ablate_text(runner, mode, batch, layers, progress=progress)
+    if found.partial:
+        raise KeyboardInterrupt
+    return found.effect[list(layers)]  # (N, H, S), in the page's layer order
 
 
 def _style(
