@@ -248,7 +248,7 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
     import torch
 
     from .attention import Mask
-    from .engines import engine_provenance
+    from .engines import cpu_threads_for, engine_provenance
     from .norms import Projections, recording, transformed_values
     from .rows import RowRequest
 
@@ -256,8 +256,9 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
     if engine.name != "own" or model is None:
         raise UsageError("explain reads our own attention modules", reason="explain_engine")
     check_head(engine.num_layers, engine.shape.num_heads, layer, head)
-    # 1. The forward pass up to the layer, the module's inputs caught on the way.
-    with _caught(model, layer) as caught:
+    # 1. The forward pass up to the layer, the module's inputs caught on the way (on the
+    # threads its work calls for, as show's pass: the whole pool on a busy machine spins).
+    with _caught(model, layer) as caught, cpu_threads_for(engine, len(tokens)):
         engine.forward(tokens, (layer,), (query,))
     if "module" not in caught:
         raise UsageError(
@@ -282,7 +283,11 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
     args["request"] = RowRequest((query,), fused=True)
     one = Projections(caught["name"], "encoder", m.v_proj, m.o_proj, m.n_heads)
     # 2. The module once more on the same inputs, row ``query`` only.
-    with torch.inference_mode(), recording(model, keep_values=True, projections=[one]) as rec:
+    with (
+        torch.inference_mode(),
+        cpu_threads_for(engine, len(tokens)),
+        recording(model, keep_values=True, projections=[one]) as rec,
+    ):
         out, weights = m(**args)  # (1, L, E), (1, H, 1, S)
     q_all, k_all, v = seen["q"], seen["k"], rec.values[0]  # (1, H, L, D), (1, G, S, D), (1, G, S, D)
     n_heads, groups = m.n_heads, k_all.size(1)

@@ -92,6 +92,17 @@ def main() -> None:
         by_command[argv[0]].append(secs)
     print("time by command: " + ", ".join(f"{c} {len(t)} cases {sum(t):.0f} s" for c, t in sorted(by_command.items())))
     print(f"slowest case: {slowest[0]:.1f} s, exit {slowest[2]}: attnviz {' '.join(map(ascii_arg, slowest[1]))}")
+    drawn = {
+        "explain": lambda a: a[0] == "explain",
+        "--measure norm": lambda a: any(f == "--measure" and v == "norm" for f, v in zip(a, a[1:], strict=False)),
+        "--ablate": lambda a: "--ablate" in a,
+    }
+    parts = []
+    for label, hit in drawn.items():
+        seen = [o for o in outcomes if hit(o[1])]
+        ok = sum(o[2] == 0 for o in seen)
+        parts.append(f"{label} {len(seen)} cases ({ok} exit 0, {sum(o[0] for o in seen):.0f} s)")
+    print("drawn: " + ", ".join(parts))
     if failures:
         print(f"failing cases: {args.failures}")
     sys.exit(1 if failures else 0)

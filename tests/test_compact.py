@@ -166,3 +166,34 @@ def test_full_grid_is_refused_past_100000_lines(long_decoder: tuple[Path, Path])
     line = one_error_line(result, 2)
     count = int(re.search(r"about ([\d,]+) lines", line).group(1).replace(",", ""))  # type: ignore[union-attr]
     assert count > 100_000 and "--layer" in line
+
+
+def test_show_ablate_on_a_long_text_puts_each_heads_effect_on_its_compact_line(
+    minilm_dir: Path, tmp_path: Path
+) -> None:
+    """show --ablate on a row too long for the grid: every head line of the compact view
+    carries that head's effect: the library's ``ablate_text`` at the query (held to
+    transformers in test_ablation.py), to the three decimals shown."""
+    from attnviz.ablation import Runner, ablate_text
+    from attnviz.engines import load_engine
+
+    text = _paragraph(200, seed=3)
+    path = tmp_path / "p.txt"
+    path.write_text(text, encoding="utf-8")
+    env = {"COLUMNS": "100", "NO_COLOR": "1"}
+    args = ["show", "-f", str(path), "--index", "40", "--layer", "4", "--ablate", "--no-pager"]
+    result = runner.invoke(app, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert "compact view" in result.stdout and "ablation effect" in result.stdout
+    (block,) = _layers(result.stdout)
+    assert max(len(line) for line in block) <= 100
+    lines = [x for x in block if re.match(r"\s*h\d+ ", x)]
+    assert len(lines) == 12
+    shown = np.array([float(x.split()[1]) for x in lines])  # "h3 0.012 label@pos .wt ..."
+    eng = load_engine("own", str(minilm_dir), "cpu")
+    tokens = eng.tokenize(text)
+    found = ablate_text(Runner(eng, tokens), "zero", 12, (4,))  # (6, 12, S), NaN off layer 4
+    np.testing.assert_allclose(shown, found.effect[4, :, 40], atol=5e-4, rtol=0)
+    # Every strip keeps its width beside the effect column, inside the terminal.
+    strips = _strips(block)
+    assert len(strips) == 12 and len({len(x) for x in strips}) == 1 and len(strips[0]) >= 16

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from attnviz.cli import app
 
 from .fuzz_grammar import (
+    EXAMPLE,
     Files,
     command_lines,
     grammar,
@@ -134,3 +135,45 @@ def test_fuzzed_command_lines_keep_every_promise(files: Files, loaded_once: None
     argv = data.draw(command_lines(COMMANDS, files), label="argv")
     outcome = run_case(app, argv, files)
     assert outcome.problems == (), (outcome.problems, outcome.exit_code, outcome.stderr[-2000:])
+
+
+def test_the_grammar_draws_explain_norm_and_ablate(files: Files, loaded_once: None) -> None:
+    """explain, --measure norm and --ablate are in the grammar; --ablate only with a small
+    --model (never the packaged one), and a valid explain case gets a layer, head and token."""
+    from hypothesis import Phase, find
+
+    explain = {p.opts[0] if p.opts else p.name for p in COMMANDS["explain"]}
+    assert {"--layer", "--head", "--key", "--token"} <= explain
+    for command in ("show", "compare", "export", "heads"):
+        names = {p.opts[0] for p in COMMANDS[command] if p.opts}
+        assert "--measure" in names and "--ablate" in names, command
+
+    def flag_value(argv: list[str], flag: str) -> str | None:
+        return next((v for f, v in zip(argv, argv[1:], strict=False) if f == flag), None)
+
+    lines = command_lines(COMMANDS, files)
+    # The first hit of each, no shrinking (a shrunk case costs hundreds of draws).
+    settings_ = settings(
+        max_examples=2000, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck)
+    )
+    ablate = find(lines, lambda a: "--ablate" in a, settings=settings_)
+    model = flag_value(ablate, "--model")
+    assert model is not None and "MiniLM" not in model
+    norm = find(lines, lambda a: flag_value(a, "--measure") == "norm", settings=settings_)
+    assert norm[0] in ("show", "compare", "export", "heads")
+    valid = find(
+        lines,
+        lambda a: a[0] == "explain" and a[1:2] == [EXAMPLE] and flag_value(a, "--head") is not None,
+        settings=settings_,
+    )
+    outcome = run_case(app, valid, files)
+    assert outcome.problems == (), (valid, outcome.stderr[-500:])
+
+
+def test_the_checker_reads_norm_rows_as_norms() -> None:
+    # Norm rows are raw α·‖f(x)‖: any size >= 0, no sum; the document must say its measure.
+    argv = ["show", "x", "--measure", "norm", "--json"]
+    assert weight_problems(argv, {"measure": "norm", "weights": [[[0.5, 3.25]]]}) == []
+    assert weight_problems(argv, {"measure": "norm", "weights": [[[-0.5, 3.25]]]})[0].startswith("a norm below 0")
+    assert weight_problems(argv, {"measure": "weight", "weights": [[[0.5, 0.5]]]})[0].startswith("show --json says")
+    assert weight_problems(["show"], {"measure": "norm", "weights": [[[0.5, 0.5]]]})[0].startswith("show --json says")

@@ -206,3 +206,39 @@ def test_ray_path_equals_the_local_scan(own_engine) -> None:
     np.testing.assert_allclose(remote.heads.sd, local.heads.sd, atol=1e-9)
     assert remote.coref is not None and local.coref is not None
     np.testing.assert_array_equal(remote.coref.hits, local.coref.hits)
+
+
+def test_ray_path_ablation_equals_the_local_scan(own_engine) -> None:
+    """heads --ablate --ray: one local Ray instance; the workers' merged effect accumulators
+    (zero-ablation, and mean-ablation with the corpus means shipped in the options) equal
+    the single-process scan's, and the scan's own numbers are ablation.token_effects'."""
+    pytest.importorskip("ray")
+    from dataclasses import replace
+
+    from attnviz.ablation import corpus_head_means, token_effects
+    from attnviz.corpus.distributed import RayScan
+    from attnviz.corpus.scan import Scan, ScanOptions
+    from attnviz.corpus.sources import CorpusText
+
+    texts = [CorpusText(t, f"t:{i}") for i, t in enumerate(MINILM_TEXTS)]
+    zero = ScanOptions((1, 4), batch_size=2, window=1, ablate="zero")
+    means = corpus_head_means(own_engine, [own_engine.tokenize(t) for t in MINILM_TEXTS])  # (N, H, D)
+    mean = replace(zero, ablate="mean", fill=means)
+    for options in (zero, mean):
+        local = Scan(own_engine, options).run(texts)
+        # chunk_batches=1: one Ray dataset a batch, so the chunks' accumulators are merged.
+        remote = RayScan(own_engine, options, None, device="cpu", chunk_batches=1).run(texts)
+        assert remote.texts == local.texts == len(MINILM_TEXTS)
+        np.testing.assert_array_equal(remote.heads.count, local.heads.count)
+        np.testing.assert_allclose(remote.heads.mean, local.heads.mean, atol=1e-9)
+        np.testing.assert_allclose(remote.heads.sd, local.heads.sd, atol=1e-9)
+        # The local scan against the effects text by text (every real token is a sample).
+        samples = [
+            token_effects(own_engine, own_engine.tokenize(t), (1, 4), options.ablate, options.fill, "all")
+            for t in MINILM_TEXTS
+        ]
+        every = np.concatenate(samples)  # (T, 2, H): every real token of every text
+        assert int(local.heads.count[0]) == len(every)
+        np.testing.assert_allclose(local.heads.mean[0], every.mean(0), atol=1e-9)
+        np.testing.assert_allclose(local.heads.sd[0], every.std(0, ddof=1), atol=1e-9)
+        assert every.max() > 0.01  # heads that matter: the comparison is not of zeros

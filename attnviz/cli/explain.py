@@ -27,6 +27,8 @@ from .options import (
 )
 
 if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
     from ..models import ModelFiles
     from ..select import Query
 
@@ -91,10 +93,10 @@ def explain(
             word, n = parse_target(key)
             key_query = Query(word, n)
         text = read_input(sentence, file)
-        files = _precheck(text, model, query, key_query, layer, head)
+        files, tokenizer = _precheck(text, model, query, key_query, layer, head)
         from ..engines import load_engine
 
-        eng = load_engine("own", files, device, dtype.value)
+        eng = load_engine("own", files, device, dtype.value, tokenizer=tokenizer)
         tokens = eng.tokenize(text)
         positions = query.resolve(tokens)
         key_at = key_query.resolve(tokens, "the sentence")[0] if key_query is not None else None
@@ -124,9 +126,11 @@ def explain(
             wrote(output)
 
 
-def _precheck(text: str, model: str | None, query: Query, key: Query | None, layer: int, head: int) -> ModelFiles:
+def _precheck(
+    text: str, model: str | None, query: Query, key: Query | None, layer: int, head: int
+) -> tuple[ModelFiles, Tokenizer]:
     """The layer, head and words checked from the checkpoint's config and tokenizer: a
-    mistake here costs no model load."""
+    mistake here costs no model load. Returns the files and the tokenizer (the engine's)."""
     from ..architectures import family
     from ..checkpoint import config_layers
     from ..engines import score_terms
@@ -153,8 +157,9 @@ def _precheck(text: str, model: str | None, query: Query, key: Query | None, lay
     )
     if isinstance(layers, int) and isinstance(heads, int):
         check_head(layers, heads, layer, head)
-    tokens = tokenize(load_tokenizer(files.path), text, None)
+    tokenizer = load_tokenizer(files.path)
+    tokens = tokenize(tokenizer, text, None)
     query.resolve(tokens)
     if key is not None:
         key.resolve(tokens, "the sentence")
-    return files
+    return files, tokenizer

@@ -20,6 +20,7 @@ from ..render import (  # stdlib only: no matplotlib
     parse_figsize,
     parse_vmax,
 )
+from .ablating import AblateOpt, AblateWith, AblateWithOpt
 from .app import EXAMPLE, app, errors, hint_for
 from .common import (
     budget,
@@ -63,6 +64,7 @@ from .options import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
     from matplotlib.figure import Figure
 
     from ..engines import Engine
@@ -153,6 +155,8 @@ def export(
     rollout: RolloutOpt = False,
     measure: MeasureOpt = Measure.weight,
     layers_mean: LayersMeanOpt = False,
+    ablate: AblateOpt = False,
+    ablate_with: AblateWithOpt = AblateWith.zero,
     open_layer: Annotated[
         int | None,
         typer.Option(
@@ -221,6 +225,21 @@ def export(
         if (rows or matrix_layer) and not html:
             flag = "--rows" if rows else "--matrix-layer"
             raise UsageError(f"{flag} is for the HTML page's row mode", hint="write .html, or drop it")
+        if ablate and not html:
+            raise UsageError(
+                "--ablate draws each head's effect as a bar on the HTML page",
+                hint="write -o view.html, or see the numbers with attnviz show --ablate",
+            )
+        if ablate and (rows or matrix_layer):
+            raise UsageError(
+                "the row-mode page does not carry the ablation bars",
+                hint="drop --ablate, or drop --rows/--matrix-layer for the full page",
+            )
+        if ablate and target is not None:
+            raise UsageError(
+                "the page's ablation bars are for one text's self-attention",
+                hint="drop --ablate, or see a decoder's effects with attnviz compare --ablate",
+            )
         if len(queries) > 1 and not html:
             raise UsageError("an image draws one token", hint="give one --token/--index, or write .html for several")
         if html:
@@ -252,6 +271,7 @@ def export(
                 matrix_layers=tuple(matrix_layer or ()),
                 part=chosen,
                 target=target if chosen in ("decoder", "cross") else None,
+                ablate=ablate_with.value if ablate else None,
             )
             return
         if view is ExportView.token and query is None:
@@ -327,12 +347,14 @@ def write_page(
     matrix_layers: Sequence[int] = (),
     part: str | None = None,
     target: str | None = None,
+    ablate: str | None = None,
 ) -> None:
     """The interactive page: every query row of the chosen layers (default all), its size
     checked from the token count before the forward pass. ``measure`` "norm": the page
     carries the norms too and opens on them (a weight/norm toggle). It opens on
     ``open_layer``, by default the layer of the pinned token's strongest non-trivial link
-    (``findings``).
+    (``findings``). ``ablate`` ("zero" or "mean"): each head of the page's layers removed
+    in turn, its effect at every token carried for the page's bars (full page only).
 
     Row mode (``rows``, ``matrix_layers``, or full matrices over the budget with a query
     given): ``write_row_page``. An encoder-decoder's ``part`` "encoder" (the source) or
@@ -340,7 +362,7 @@ def write_page(
     from ..errors import UsageError
     from ..findings import strongest_links
     from ..pipeline import Selection, plan, read
-    from ..render.html import check_page_size, save_html
+    from ..render.html import PageAblation, ablation_bytes, check_page_size, save_html
 
     selection = Selection(queries=tuple(queries), layers=layer, all_rows=True, part=part)
     planned = plan(tokens, eng, selection, target=target)
@@ -355,10 +377,13 @@ def write_page(
         )
     heads = eng.part_shape(planned.part).num_heads * (2 if measure == "norm" else 1)  # norms: twice the matrices
     fallback = False
+    extra = 0 if ablate is None else ablation_bytes(len(planned.layers), eng.shape.num_heads, len(shown))
     if not (rows or matrix_layers):
         try:
-            check_page_size(len(planned.layers), heads, len(shown))
+            check_page_size(len(planned.layers), heads, len(shown), HTML_BUDGET_BYTES - extra)
         except UsageError as exc:
+            if ablate is not None:  # the row-mode page carries no ablation bars
+                raise
             if not planned.queries:
                 raise UsageError(
                     exc.message,
@@ -383,9 +408,28 @@ def write_page(
         # from the pinned token's rows (its first piece, as the page pins it).
         found = strongest_links(att, att.query_slot(pinned), 1)
         open_layer = found[0].layer if found else None
+    effects = None
+    if ablate is not None:
+        effects = PageAblation(_page_effects(eng, planned, att.layers, max_memory, ablate), ablate)
     mode = "matrix" if view is ExportView.matrix else "head"
-    save_html(att, path, query=pinned, view=mode, layer=open_layer, norms=norms)
+    save_html(att, path, query=pinned, view=mode, layer=open_layer, norms=norms, ablation=effects)
     wrote(path)
+
+
+def _page_effects(eng: Engine, planned: Plan, layers: Sequence[int], max_memory: int | None, mode: str) -> np.ndarray:
+    """(N_kept, H, S): the effect of removing each head of the page's layers at every token
+    (the same passes give every position's final hidden state). Ctrl-C writes no page."""
+    from ..ablation import Runner, ablate_text, batch_size
+    from ..engines import cpu_threads_for
+    from .ablating import delayed_progress
+
+    runner = Runner(eng, planned.tokens)
+    batch = batch_size(eng, len(planned.tokens), max_memory)
+    with delayed_progress("ablating", False) as progress, cpu_threads_for(eng, len(planned.tokens) * batch):
+        found = ablate_text(runner, mode, batch, layers, progress=progress)
+    if found.partial:
+        raise KeyboardInterrupt
+    return found.effect[list(layers)]  # (N, H, S), in the page's layer order
 
 
 def write_row_page(

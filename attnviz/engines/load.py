@@ -11,6 +11,7 @@ from ..models import ModelFiles, resolve
 
 if TYPE_CHECKING:
     import torch
+    from tokenizers import Tokenizer
 
     from .base import Engine
 
@@ -53,9 +54,16 @@ def pick_device(name: str = "auto") -> torch.device:
 
 
 def load_engine(
-    name: str = "own", model: str | ModelFiles | None = None, device: str = "auto", dtype: str = "float32"
+    name: str = "own",
+    model: str | ModelFiles | None = None,
+    device: str = "auto",
+    dtype: str = "float32",
+    *,
+    tokenizer: Tokenizer | None = None,
 ) -> Engine:
-    """Resolve the model and build the engine on the device.
+    """Resolve the model and build the engine on the device. ``tokenizer``: the
+    checkpoint's own, already loaded (``tokens.load_tokenizer``) by a check before the
+    model (explain's), so that it is not read twice.
 
     Raises:
         UsageError: unknown engine or dtype; DeviceError, ModelNotFoundError, ModelLoadError,
@@ -80,5 +88,6 @@ def load_engine(
     from .hf import HFEngine
     from .own import OwnEngine
 
-    engine: Engine = OwnEngine(files, dev, torch_dtype) if name == "own" else HFEngine(files, dev, torch_dtype)
+    kind = OwnEngine if name == "own" else HFEngine
+    engine: Engine = kind(files, dev, torch_dtype, tokenizer=tokenizer)
     return engine

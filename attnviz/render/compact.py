@@ -14,6 +14,7 @@ JSON rows: the bins partition the kept keys, and their sums add up to the row.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -128,9 +129,13 @@ def compact_heatmap(
     top_keys: int | None = None,
     color: bool = True,
     heads: Sequence[int] | None = None,
+    effects: np.ndarray | None = None,
 ) -> RenderableType:
     """One layer, one line per head slot: the ``top_keys`` strongest keys and the binned
-    strip of the whole row. H + 4 lines (title, axis, one per head, a blank)."""
+    strip of the whole row. H + 4 lines (title, axis, one per head, a blank).
+
+    ``effects``: (N_model, H) head-ablation effects at this query (``show --ablate``): each
+    model head's, after its name (– for a head not ablated)."""
     k_top = default_top_keys(width) if top_keys is None else top_keys
     slot = att.query_slot(query)
     span = att.query_span(slot)
@@ -140,10 +145,11 @@ def compact_heatmap(
     causal = att.provenance.causal
     names = [att.head_name(h) for h in slots]
     name_w = max(len(n) for n in names) + 1
+    eff_w = EFFECT_W if effects is not None else 0
     pos_w = len(str(len(labels) - 1))
     one_w = _TOP_LABEL + 1 + pos_w + 4  # "label@pos .wt"
     top_w = k_top * (one_w + 1)
-    cells = max(width - name_w - top_w - 3, _MIN_STRIP)
+    cells = max(width - name_w - eff_w - top_w - 3, _MIN_STRIP)
     cols, bins = strip_bins(att, query, cells)
     kind = "word" if att.key_pieces is not None else "token"
     who = " ".join(att.tokens.labels[i] for i in span)
@@ -155,6 +161,8 @@ def compact_heatmap(
     )
     if causal:
         title.append(f" · later {kind}s ({MASKED}) masked")
+    if effects is not None:
+        title.append(" · after each head: its ablation effect (1 − cos of the final hidden state)")
     lines: list[RenderableType] = [title]
     # The axis: first and last position, and the query under its mark.
     axis = [" "] * len(bins)
@@ -169,7 +177,7 @@ def compact_heatmap(
         for j, ch in enumerate(last):
             if axis[len(bins) - len(last) + j] == " ":
                 axis[len(bins) - len(last) + j] = ch
-    lines.append(Text(" " * (name_w + top_w + 2) + "".join(axis), style="dim"))
+    lines.append(Text(" " * (name_w + eff_w + top_w + 2) + "".join(axis), style="dim"))
     cols_arr = np.asarray(cols)
     special = np.asarray(att.keys.special, dtype=bool)
     for name, h in zip(names, slots):
@@ -177,6 +185,8 @@ def compact_heatmap(
         kept = row[cols_arr]  # (S',)
         order = np.lexsort((cols_arr, -kept))[:k_top]
         line = Text(name.rjust(name_w - 1) + " ", style="dim" if h < att.model_heads else "dim italic")
+        if effects is not None:
+            line.append(_effect_cell(effects, layer, h, att.model_heads), style="bold")
         tops = []
         for j in order:
             i = int(cols_arr[j])
@@ -199,6 +209,17 @@ def compact_heatmap(
         lines.append(line)
     lines.append(Text(""))
     return Group(*lines)
+
+
+EFFECT_W = 6  # "0.105 ": an effect and a space
+
+
+def _effect_cell(effects: np.ndarray, layer: int, head: int, model_heads: int) -> str:
+    """A head's effect in EFFECT_W characters; blank for an aggregate slot, – for NaN."""
+    if head >= model_heads:
+        return " " * EFFECT_W
+    value = float(effects[layer, head])
+    return ("–" if math.isnan(value) else f"{value:.3f}").rjust(EFFECT_W - 1) + " "
 
 
 def full_grid_lines(att: Attention, queries: Sequence[int], width: int, values: bool, heads: int) -> int:

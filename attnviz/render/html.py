@@ -165,11 +165,14 @@ def page_data(
     layer: int | None = None,
     options: Options | None = None,
     norms: Attention | None = None,
+    ablation: PageAblation | None = None,
 ) -> dict[str, Any]:
     """Everything the page's JavaScript reads, as one JSON-ready dict.
 
     ``norms``: the same layers and rows with the norm measure (``measure`` "norm"): the
     page then carries them beside the weights, opens on them and has a weight/norm toggle.
+    ``ablation``: each head's ablation effect at every token (``export --ablate``): the page
+    draws them as a bar beside each head of the focused token (``ablation_data``).
 
     ``query`` (a token position) is pinned when the page opens, ``view`` is the view it
     opens in, ``layer`` (a model layer) the layer it shows (default: the middle kept one),
@@ -232,6 +235,7 @@ def page_data(
         },
         "weights": encode_weights(att.weights),
         **({} if norms is None else _norm_data(att, norms)),
+        **({} if ablation is None else ablation_data(att, ablation)),
     }
 
 
@@ -255,6 +259,61 @@ def _norm_data(att: Attention, norms: Attention) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class PageAblation:
+    """Head-ablation effects for the page (``attnviz.ablation``), N kept layers, H heads,
+    S tokens.
+
+    Attributes:
+        effects: (N, H, S) at each token, 1 − cos(final hidden state, the same with that
+            head's output removed before W^O); NaN where a head was not ablated.
+        mode: what replaced the head's output: "zero" or "mean".
+    """
+
+    effects: np.ndarray
+    mode: str = "zero"
+
+    def nbytes(self) -> int:
+        """What the effects add to the page, for the size check (``ablation_bytes``)."""
+        return ablation_bytes(*self.effects.shape)
+
+
+def ablation_bytes(num_layers: int, num_heads: int, num_tokens: int) -> int:
+    """Bytes the effects of ``num_layers`` × ``num_heads`` heads at ``num_tokens`` tokens add
+    to a page (float32, base64, and the words around them)."""
+    return 4 * math.ceil(4 * num_layers * num_heads * num_tokens / 3) + 512
+
+
+EFFECT_TEXT = "1 − cos(final hidden state at the token, the same with the head's output removed before W^O)"
+
+
+def ablation_data(att: Attention, ablation: PageAblation) -> dict[str, Any]:
+    """The page's ``ablation`` key: the effects as little-endian float32 (base64; NaN for a
+    head not ablated), with what replaced the head and what the number is.
+
+    Raises:
+        ValueError: the effects are not (kept layers, heads, tokens) of ``att``.
+    """
+    e = np.asarray(ablation.effects, dtype="<f4")
+    if e.shape != (len(att.layers), att.num_heads, len(att.tokens)):
+        raise ValueError(f"the effects must be (layers, heads, tokens) of the page, not {e.shape}")
+    if ablation.mode not in ("zero", "mean"):
+        raise ValueError(f"unknown ablation mode {ablation.mode!r}")
+    return {
+        "ablation": {
+            "with": ablation.mode,
+            "effect": EFFECT_TEXT,
+            "effects": {"dtype": "float32", "shape": list(e.shape), "base64": base64.b64encode(e.tobytes()).decode()},
+        }
+    }
+
+
+def decode_effects(data: dict[str, Any]) -> np.ndarray:
+    """The inverse of ``ablation_data``'s encoding (what the page's JavaScript reads)."""
+    enc = data["ablation"]["effects"]
+    return np.frombuffer(base64.b64decode(enc["base64"]), dtype="<f4").reshape(enc["shape"])
+
+
 def _asset(name: str) -> str:
     return (ASSETS / name).read_text(encoding="utf-8")
 
@@ -276,6 +335,7 @@ def html_page(
     layer: int | None = None,
     options: Options | None = None,
     norms: Attention | None = None,
+    ablation: PageAblation | None = None,
 ) -> str:
     """The whole page: markup, inline CSS and JS, the weights as embedded JSON. The
     arguments set what the page shows when it opens (see ``page_data``).
@@ -283,7 +343,7 @@ def html_page(
     Raises:
         UsageError: ``att`` lacks some query rows, or a bad initial state (``page_data``).
     """
-    data = page_data(att, query, view, layer, options, norms)
+    data = page_data(att, query, view, layer, options, norms, ablation)
     title = f"attnviz · {att.tokens.text.strip()[:80]}"
     parts = {
         "TITLE": _escape(title),
@@ -303,6 +363,7 @@ def save_html(
     layer: int | None = None,
     budget: int = HTML_BUDGET_BYTES,
     norms: Attention | None = None,
+    ablation: PageAblation | None = None,
 ) -> int:
     """Write the page to ``path`` atomically; returns its size in bytes.
 
@@ -313,7 +374,8 @@ def save_html(
     """
     path = check_writable(Path(path), HTML_FORMATS)
     heads = att.num_heads * (1 if norms is None else 2)  # the norms double the matrices
-    check_page_size(len(att.layers), heads, len(att.tokens), budget)
-    encoded = html_page(att, query, view, layer, norms=norms).encode("utf-8")
+    extra = 0 if ablation is None else ablation.nbytes()  # the effects: N·H·S floats
+    check_page_size(len(att.layers), heads, len(att.tokens), budget - extra)
+    encoded = html_page(att, query, view, layer, norms=norms, ablation=ablation).encode("utf-8")
     atomic_write(path, encoded)
     return len(encoded)

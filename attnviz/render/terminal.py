@@ -422,7 +422,18 @@ def render_show(
     for q in queries:
         for layer in att.layers:
             if compact:
-                parts.append(compact_heatmap(att, q, layer, width=width, top_keys=top_keys, color=color, heads=heads))
+                parts.append(
+                    compact_heatmap(
+                        att,
+                        q,
+                        layer,
+                        width=width,
+                        top_keys=top_keys,
+                        color=color,
+                        heads=heads,
+                        effects=None if effects is None else effects.get(q),
+                    )
+                )
             else:
                 parts.append(
                     token_heatmap(

@@ -472,6 +472,7 @@
     var rows = [];
     for (var h = 0; h < H; h++) rows.push(h);
     if (state.mean) rows.push("mean");
+    drawAblation(us, f);
     if (f === null) {
       $("detail-title").textContent = "Hover or click a token to see its attention in each head of " + layerName(state.slot) + ".";
       sized(canvas, 1, 1);
@@ -525,6 +526,72 @@
     });
     $("detail-best").textContent = best === null ? "" : "Strongest link to another " + (state.words ? "word" : "token") +
       " (special tokens aside): " + headName(best[0]) + " → “" + us[best[1]].label + "” " + fmt(best[2]) + ".";
+  }
+
+  // --- ablation effects (export --ablate): a bar beside each head ------------------------
+  // DATA.ablation.effects: (N, H, S) float32, 1 − cos of the final hidden state at each token
+  // with the head's output removed before W^O (NaN: not ablated). A unit of several pieces
+  // (words) takes the mean of its pieces, as `show --ablate` does for a split query word.
+  var EFF = (function () {
+    if (!DATA.ablation) return null;
+    var raw = atob(DATA.ablation.effects.base64), bytes = new Uint8Array(raw.length);
+    for (var i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
+    return new Float32Array(bytes.buffer);
+  })();
+  function effectAt(slot, head, tokens) { // the effect at a unit: the mean over its tokens
+    var sum = 0;
+    for (var i = 0; i < tokens.length; i++) sum += EFF[(slot * H + head) * S + tokens[i]];
+    return sum / tokens.length;
+  }
+  function drawAblation(us, f) {
+    var box = $("ablation");
+    if (!EFF) return;
+    box.hidden = false;
+    box.textContent = "";
+    var title = document.createElement("p");
+    title.className = "ablation-title";
+    box.appendChild(title);
+    if (f === null) {
+      title.textContent = "Ablation: focus a token to see what removing each head of " + layerName(state.slot) +
+        " does to it (" + DATA.ablation.effect + ").";
+      return;
+    }
+    // One scale for the token's bars over every kept layer: [ and ] compare layers.
+    var top = 0, best = null, slot, h, e;
+    for (slot = 0; slot < N; slot++) {
+      for (h = 0; h < H; h++) {
+        e = effectAt(slot, h, us[f].tokens);
+        if (e === e && (best === null || e > best[2])) best = [slot, h, e];
+        if (e === e && e > top) top = e;
+      }
+    }
+    title.textContent = "Ablation effect at “" + us[f].label + "”, " + layerName(state.slot) + " (head " +
+      (DATA.ablation["with"] === "mean" ? "replaced by its mean" : "zeroed") + "): " + DATA.ablation.effect + "." +
+      (best === null ? "" : " Largest: " + layerName(best[0]) + " " + DATA.heads[best[1]] + " " + fmt(best[2]) + ".");
+    for (h = 0; h < H; h++) {
+      e = effectAt(state.slot, h, us[f].tokens);
+      var row = document.createElement("div");
+      row.className = "ab-row";
+      row.setAttribute("data-head", String(h));
+      row.setAttribute("data-effect", e === e ? String(e) : "");
+      var name = document.createElement("span");
+      name.className = "ab-name";
+      name.style.color = headColour(h);
+      name.textContent = DATA.heads[h];
+      var track = document.createElement("span");
+      track.className = "ab-track";
+      var bar = document.createElement("span");
+      bar.className = "ab-bar";
+      bar.style.width = (e === e && top > 0 ? 100 * Math.max(0, e) / top : 0).toFixed(2) + "%";
+      bar.style.background = headColour(h);
+      track.appendChild(bar);
+      var value = document.createElement("span");
+      value.className = "ab-value";
+      value.textContent = e === e ? fmt(e) : "–";
+      row.title = DATA.heads[h] + " removed: " + (e === e ? fmt(e) : "not ablated") + " at “" + us[f].label + "”";
+      row.appendChild(name); row.appendChild(track); row.appendChild(value);
+      box.appendChild(row);
+    }
   }
 
   function verticalLabels(ctx, us, x, y, cell, bold) {
@@ -676,6 +743,12 @@
   window.attnviz = {
     data: DATA,
     state: state,
+    effects: function (slot, o) { // the ablation bars' values: (U,) per head of a kept layer, or null
+      if (!EFF) return null;
+      var us = units(o || opts()), out = [];
+      for (var h = 0; h < H; h++) out.push(us.map(function (u) { return effectAt(slot, h, u.tokens); }));
+      return out;
+    },
     render: render,
     units: function (o) { return units(o || opts()).map(function (u) { return u.label; }); },
     matrix: function (slot, head, o) {
