@@ -170,6 +170,11 @@ def load_tokenizer(model_dir: Path) -> Tokenizer:
 
         require_tokenizer(model_dir)  # never a tokenizer invented with an empty vocabulary
         tokenizer = _tokenizer_from_transformers(model_dir)
+    if tokenizer.get_vocab_size(with_added_tokens=True) == 0:
+        raise ModelLoadError(
+            f"the tokenizer in {model_dir} has an empty vocabulary",
+            hint="save the model's own tokenizer beside it with tokenizer.save_pretrained(DIR)",
+        )
     tokenizer.no_padding()
     tokenizer.no_truncation()
     return tokenizer
@@ -198,6 +203,8 @@ def tokenize(tokenizer: Tokenizer, sentence: str, max_length: int | None = None)
         UsageError: the sentence is empty, or longer than the model's ``max_length``.
     """
     check_text(sentence)
+    if max_length is not None:
+        _refuse_long_prefix(tokenizer, sentence, max_length)
     enc = tokenizer.encode(sentence)
     if max_length is not None and len(enc.ids) > max_length:
         raise UsageError(
@@ -214,6 +221,51 @@ def tokenize(tokenizer: Tokenizer, sentence: str, max_length: int | None = None)
         offsets=tuple((int(a), int(b)) for a, b in enc.offsets),
         special=tuple(bool(s) for s in enc.special_tokens_mask),
     )
+
+
+def _refuse_long_prefix(tokenizer: Tokenizer, sentence: str, max_length: int) -> None:
+    """Refuse a text whose beginning alone has more than ``max_length`` tokens, before
+    tokenizing it whole (a 15 MiB text costs 15 s and 3 GB to tokenize; its first 8 KB
+    already show it cannot fit 512 positions).
+
+    Prefixes of 16, 32, 64... characters per position are cut at a space: the tokenizers
+    split words at spaces, so a prefix ending at a space encodes to a prefix of the
+    whole text's tokens (plus the same special tokens), and its count is a lower bound.
+    A text without a space in the window is left to the whole encoding.
+    """
+    window = 16 * max_length
+    while window < len(sentence):
+        cut = sentence.rfind(" ", 0, window)
+        if cut <= 0:
+            return
+        count = len(tokenizer.encode(sentence[:cut]).ids)
+        if count > max_length:
+            raise UsageError(
+                f"the sentence has more than {max_length} tokens ({count} in its first {cut:,} characters "
+                f"of {len(sentence):,}); this model reads at most {max_length}",
+                hint="shorten the text",
+                reason="too_long",
+                count=count,
+                limit=max_length,
+            )
+        window *= 2
+
+
+def check_ids(tokens: Tokens, vocab_size: int | None, where: str) -> Tokens:
+    """Every token id fits the model's embedding table of ``vocab_size`` rows.
+
+    Raises:
+        ModelLoadError: an id at or past ``vocab_size`` (a tokenizer from another model):
+            torch would fail with an IndexError deep in the embedding lookup.
+    """
+    if vocab_size is not None and tokens.ids and max(tokens.ids) >= vocab_size:
+        i = max(range(len(tokens.ids)), key=tokens.ids.__getitem__)
+        raise ModelLoadError(
+            f"{where}: the tokenizer gives token {tokens.pieces[i]!r} the id {tokens.ids[i]}, "
+            f"but the model's vocabulary has {vocab_size} entries (0..{vocab_size - 1})",
+            hint="the tokenizer belongs to another model; save the model's own tokenizer beside it",
+        )
+    return tokens
 
 
 # Between the two sentences of a pair in ``Tokens.text``: not a word, so never matched
