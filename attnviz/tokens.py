@@ -116,6 +116,8 @@ def read_text(source: str | Path, max_bytes: int = MAX_TEXT_BYTES) -> str:
     name = "standard input" if str(source) == "-" else str(source)
     try:
         if str(source) == "-":
+            if sys.stdin is None:  # `<&-`: Python starts without a sys.stdin
+                raise UsageError("standard input is closed", hint="pipe the text in, or give it as an argument")
             data = sys.stdin.buffer.read(max_bytes + 1)
         else:
             with open(source, "rb") as fh:

@@ -40,10 +40,10 @@ def check(
         parts = None if part is None else (Part(part).value,)
         result = compare_engines(model, sentences, device, parts=parts)
         if json_out:
-            from ..result import json_text
+            from .output import emit_json
 
             # Every digit: the differences are ~1e-7, which six decimals would print as 0.0.
-            typer.echo(json_text(result.to_dict(), digits=None))
+            emit_json(result.to_dict(), digits=None)
         else:
             from ..render.check_table import render_check
 

@@ -17,15 +17,15 @@ if TYPE_CHECKING:
 
 
 def stdout_console() -> Console:
-    from rich.console import Console
+    from .output import console
 
-    return Console(highlight=False, soft_wrap=False)
+    return console()
 
 
 def stderr_console() -> Console:
-    from rich.console import Console
+    from .output import console
 
-    return Console(stderr=True, highlight=False)
+    return console(stderr=True)
 
 
 def query_from(token: str | None, occurrence: int | None, index: int | None, required: bool = True) -> Query | None:

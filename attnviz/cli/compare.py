@@ -217,9 +217,9 @@ def compare(
             rows = sort_rows(result.stats, by, limit)
         if json_out:
             out = {**_meta(att, kinds, by), "rows": [row.to_dict() for row in rows]}
-            from ..result import json_text
+            from .output import emit_json
 
-            typer.echo(json_text(out))
+            emit_json(out)
             return
         console = stdout_console()
         with paged(console, not no_pager):
@@ -295,9 +295,9 @@ def _compare_pairs(
             out = {**_meta(att, options.exclude, by), "rows": everything}
             out["summary"] = [s.to_dict() for s in shifts]
             out["summary_rule"] = SUMMARY_RULE.format(n=len(unsorted), seed=seed)
-            from ..result import json_text
+            from .output import emit_json
 
-            typer.echo(json_text(out))
+            emit_json(out)
             return
         title = f"across {len(unsorted)} pairs, {SUMMARY_HEADS} heads that move most toward the referent"
         console.print(shifts_table(shifts[:SUMMARY_HEADS], color=uses_colour(console), title=title))

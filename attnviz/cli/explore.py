@@ -51,7 +51,7 @@ def explore(
         from ..errors import UsageError
 
         # Everything a user can get wrong without a model, before loading one.
-        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        if not (sys.stdin is not None and sys.stdout is not None and sys.stdin.isatty() and sys.stdout.isatty()):
             raise UsageError(
                 "attnviz explore is interactive and needs a terminal",
                 hint="for a pipe or a file use attnviz show, compare or export",

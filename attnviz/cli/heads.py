@@ -149,13 +149,14 @@ def heads(
             save_figure(heads_figure(report, provenance), output, dpi)
         if json_out:
             from ..corpus.scan import report_dict
-            from ..result import json_text
+            from .output import emit_json
 
-            typer.echo(json_text(report_dict(report, provenance)))
+            emit_json(report_dict(report, provenance))
         elif csv_out:
             from ..corpus.scan import report_csv
+            from .output import emit
 
-            typer.echo(report_csv(report), nl=False)
+            emit(report_csv(report), nl=False)
         else:
             from ..render.heads_table import heads_table
             from ..render.terminal import uses_colour

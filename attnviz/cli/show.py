@@ -145,14 +145,14 @@ def show(
             wrote(npz)
         if json_out:
             if all_tokens:
-                from ..result import json_text
+                from .output import emit_json
 
-                typer.echo(json_text(att.to_dict()))
+                emit_json(att.to_dict())
             else:
                 found = [att.query_dict(q) for q in positions]
-                from ..result import json_text
+                from .output import emit_json
 
-                typer.echo(json_text(found[0] if len(found) == 1 else found))
+                emit_json(found[0] if len(found) == 1 else found)
         elif not all_tokens:
             from ..render.terminal import for_console, paged, render_show
 

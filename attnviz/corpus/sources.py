@@ -74,6 +74,8 @@ def corpus_format(source: str, fmt: str = "auto") -> str:
 
 def _open(source: str) -> tuple[IO[bytes], str, bool]:
     if source == "-":
+        if sys.stdin is None:  # `<&-`: Python starts without a sys.stdin
+            raise UsageError("standard input is closed", hint="pipe the corpus in, or give a file")
         return sys.stdin.buffer, "<stdin>", False
     shown = repr(source[:80]) + ("…" if len(source) > 80 else "")
     try:
