@@ -185,6 +185,8 @@ def plan(
     layers = parse_layers(selection.layers, shape.num_layers)
     check_heads(selection.heads, shape.num_heads)
     groups = tuple(q.resolve(query_tokens, where) for q in selection.queries)
+    if selection.view.words:  # a query on a piece of a word is that whole word under words
+        groups = tuple(whole_words(query_tokens, g) for g in groups)
     taken: set[int] = set()
     for group in groups:
         shared = taken & set(group)
@@ -195,6 +197,16 @@ def plan(
         taken |= set(group)
     targets = find_targets(key_tokens, selection.targets, "the source" if part == "cross" else where)
     return Plan(tokens, target_tokens, part, layers, groups, targets, selection)
+
+
+def whole_words(tokens: Tokens, positions: Sequence[int]) -> tuple[int, ...]:
+    """``positions`` widened to every token of the words that hold them: with words
+    merged, a query covering part of a word ("council" of "councilmen", ``--index`` on
+    one piece, "##men") reads as that word, whose row is the mean of all its pieces."""
+    from .transforms import word_groups
+
+    picked = {int(p) for p in positions}
+    return tuple(i for group in word_groups(tokens) if picked & set(group) for i in group)
 
 
 def read(planned: Plan, engine: Engine, max_memory: int | None = None) -> Reading:
