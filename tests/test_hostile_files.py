@@ -237,3 +237,19 @@ def test_an_empty_vocabulary_is_refused(tiny_bert: Path, tmp_path: Path) -> None
 
         load_tokenizer(path)
     assert "empty vocabulary" in error_line(*show(path)) or "cannot read" in error_line(*show(path))
+
+
+# --- output names -----------------------------------------------------------------------
+
+
+def test_a_252_byte_name_of_4_byte_characters_is_written(tmp_path: Path) -> None:
+    # The temp name took the first 100 characters: 400 bytes, over 255, after the model work.
+    from attnviz.safeio import temp_stem
+
+    name = "😀" * 62 + ".svg"
+    assert len(name.encode()) == 252
+    assert len(temp_stem(name).encode()) <= 100 and name.startswith(temp_stem(name))
+    out = tmp_path / name
+    result = CliRunner().invoke(app, ["export", "The cat sat", "--token", "cat", "--layer", "0", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.stat().st_size > 0 and sorted(p.name for p in tmp_path.iterdir()) == [name]
