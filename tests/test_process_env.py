@@ -80,3 +80,30 @@ def test_an_ascii_stdout_gets_escapes_not_an_error() -> None:
 def test_dash_with_a_closed_stdin_is_one_line() -> None:
     line = one_line(run(["show", "-", "--token", "cat"], shell_redirect="<&-"), 2)
     assert "standard input" in line
+
+
+@pytest.mark.parametrize(("signum", "code", "name"), [(15, 143, "SIGTERM"), (1, 129, "SIGHUP")])
+def test_heads_mid_scan_exits_with_the_signal_code(tmp_path: Path, signum: int, code: int, name: str) -> None:
+    # The scan caught the signal as an interrupt and exited 130 for all three.
+    import signal
+    import time
+
+    corpus = tmp_path / "c.txt"
+    line = "The animal number {} did not cross the street because it was tired"
+    corpus.write_text("\n".join(line.format(i) for i in range(20000)))
+    environ = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnviz", "heads", str(corpus), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+        if time.monotonic() > deadline - 100:  # well into the scan on a loaded machine
+            break
+    proc.send_signal(signal.Signals(signum))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, (proc.returncode, err)
+    assert f"terminated by {name}" in err and "Traceback" not in err
+    if out:  # mid-scan: the partial results, whole
+        assert json.loads(out)["partial"] is True

@@ -141,7 +141,9 @@ def heads(
         provenance = engine_provenance(eng)
         _notes(report, eng)
         if report.texts == 0 and report.partial:
-            raise KeyboardInterrupt
+            from ..safeio import terminated_by
+
+            raise terminated_by() or KeyboardInterrupt()  # SIGTERM/SIGHUP keep their exit code
         if output is not None:
             from ..render.heads_image import heads_figure
             from ..render.image import save_figure
@@ -166,8 +168,12 @@ def heads(
         if output is not None and not (json_out or csv_out):
             wrote(output)
         if report.partial:
-            sys.stderr.write(f"attnviz: interrupted: the results cover the first {report.texts} texts (partial)\n")
-            raise SystemExit(ExitCode.INTERRUPTED)
+            from ..safeio import terminated_by
+
+            signalled = terminated_by()  # SIGTERM and SIGHUP end 143 and 129, Ctrl-C 130
+            how = f"terminated by {signalled.name}" if signalled else "interrupted"
+            sys.stderr.write(f"attnviz: {how}: the results cover the first {report.texts} texts (partial)\n")
+            raise SystemExit(signalled.exit_code if signalled else ExitCode.INTERRUPTED)
 
 
 def _texts(
