@@ -253,3 +253,19 @@ def test_a_252_byte_name_of_4_byte_characters_is_written(tmp_path: Path) -> None
     result = CliRunner().invoke(app, ["export", "The cat sat", "--token", "cat", "--layer", "0", "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert out.stat().st_size > 0 and sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+# --- check refuses what show refuses ----------------------------------------------------
+
+
+def test_check_refuses_an_empty_sentence_before_loading(no_model: list[str]) -> None:
+    line = error_line("check", "-s", "a", "-s", " ")
+    assert "--sentence number 2 is empty" in line and no_model == []
+
+
+@pytest.mark.parametrize("command", ["check", "show"])
+def test_part_on_a_one_stack_model_is_refused_by_check_as_by_show(tmp_path: Path, command: str) -> None:
+    path = save_tiny(SPECS_BY_NAME["gpt2"], tmp_path / "gpt2")
+    args = ["the cat sat", "--token", "cat"] if command == "show" else []
+    line = error_line(command, *args, "--model", str(path), "--part", "encoder")
+    assert "has no 'encoder' attention: it is not an encoder-decoder" in line

@@ -32,7 +32,11 @@ def check(
     source, the next one the decoder's text), or the one --part names."""
     with errors(debug):
         from ..check import DEFAULT_SENTENCES, compare_engines
+        from ..errors import UsageError
 
+        for n, text in enumerate(sentence or (), start=1):  # before any model loads
+            if not text.strip():
+                raise UsageError(f"--sentence number {n} is empty", hint='give it some text, or drop -s ""')
         sentences = (*DEFAULT_SENTENCES, *(sentence or ()))
         err = stderr_console()
         if err.is_terminal:  # progress is for people watching, not for logs

@@ -187,7 +187,7 @@ class EngineBase(HasShape):
         Raises:
             UsageError: a part this model does not have. facts: ``reason`` "part".
         """
-        if part in (None, "encoder"):
+        if part is None or (part == "encoder" and self.parts):  # a one-stack model has no parts
             return self.shape
         if part not in self.parts or self.decoder_shape is None:
             raise UsageError(
