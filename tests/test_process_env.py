@@ -107,3 +107,15 @@ def test_heads_mid_scan_exits_with_the_signal_code(tmp_path: Path, signum: int, 
     assert f"terminated by {name}" in err and "Traceback" not in err
     if out:  # mid-scan: the partial results, whole
         assert json.loads(out)["partial"] is True
+
+
+def test_an_unreachable_ray_address_is_one_line_before_the_model(tmp_path: Path) -> None:
+    # ray.init(address="127.0.0.1:1") waited for ever.
+    import time
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the cat sat\n")
+    start = time.monotonic()
+    line = one_line(run(["heads", str(corpus), "--ray-address", "127.0.0.1:1"]), 2)
+    assert "cannot connect to the Ray cluster at '127.0.0.1:1': Connection refused" in line
+    assert time.monotonic() - start < 60

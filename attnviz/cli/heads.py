@@ -117,6 +117,10 @@ def heads(
             corpus_format(corpus, fmt)
         if output is not None:
             check_writable(output, IMAGE_FORMATS)
+        if ray_address not in (None, "local", "auto"):
+            from ..corpus.distributed import reach
+
+            reach(ray_address)  # nothing listening: one line now, not a wait after the model load
         from ..corpus.detectors import DetectorConfig
         from ..engines import engine_provenance, load_engine
         from ..select import parse_layers
