@@ -333,10 +333,11 @@ def valid_for(param: Param, files: Files, command: str) -> st.SearchStrategy[str
         "--device": ["cpu", "auto"],
         "--dtype": ["float32", "float32", "bfloat16"],
         "--pairs": files.pairs[:1],
-        "--token": ["it", "animal", "street", "because:1"],
+        # "anim" and "##al": parts of a word (a piece query under --words, issue 25)
+        "--token": ["it", "animal", "street", "because:1", "anim", "##al"],
         "--target": ["animal", "street", "because"],
         "--vs": [EXAMPLE.replace("tired", "wide")],
-        "--index": ["0", "3", "-1"],
+        "--index": ["0", "3", "-1", "2", "4"],
         "--occurrence": ["1"],
         "--file": files.texts[:1],
         "--target-file": files.texts[:1],  # the decoder reads the sentence again: --token finds its words
@@ -380,6 +381,7 @@ def valid_for(param: Param, files: Files, command: str) -> st.SearchStrategy[str
     return st.sampled_from(WORDS[:5])
 
 
+SHORT = ("it animal", "the animal it", "it")  # hold the --token words the valid pool draws
 HOSTILE, MOSTLY_VALID, VALID = 0, 9, 10  # in ten values, how many come from the valid pools
 MODES = [HOSTILE, MOSTLY_VALID, VALID]
 
@@ -406,7 +408,9 @@ def command_lines(draw: Any, commands: dict[str, list[Param]], files: Files) -> 
         if not param.opts:  # an argument: usually present, often the real sentence
             if valid_share == VALID or draw(st.integers(0, 9)) > 0:
                 real = valid_share and param.name == "sentence" and (valid_share == VALID or draw(st.integers(0, 4)))
-                chosen.append((param, "", EXAMPLE if real else value(param)))
+                # Short sentences too: compare on 2-3 words was an IndexError (issue 25).
+                sentence = draw(st.sampled_from([EXAMPLE, EXAMPLE, EXAMPLE, *SHORT])) if real else None
+                chosen.append((param, "", sentence if sentence is not None else value(param)))
             continue
         likely = param.required or param.opts[0] in ("--token", "--target")
         if not (param.required and valid_share == VALID) and draw(st.integers(0, 9)) >= (
