@@ -119,3 +119,13 @@ def test_an_unreachable_ray_address_is_one_line_before_the_model(tmp_path: Path)
     line = one_line(run(["heads", str(corpus), "--ray-address", "127.0.0.1:1"]), 2)
     assert "cannot connect to the Ray cluster at '127.0.0.1:1': Connection refused" in line
     assert time.monotonic() - start < 60
+
+
+def test_an_unwritable_home_adds_no_matplotlib_warning(tmp_path: Path) -> None:
+    # HOME=/dev/null: matplotlib cannot make ~/.config/matplotlib, and warned twice on
+    # stderr beside a successful export.
+    out = tmp_path / "a.png"
+    env = {"HOME": "/dev/null", "MPLCONFIGDIR": "", "XDG_CONFIG_HOME": ""}
+    result = run(["export", "The cat sat", "--token", "cat", "--layer", "0", "-o", str(out)], env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == f"wrote {out}" and out.stat().st_size > 0
