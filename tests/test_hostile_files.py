@@ -269,3 +269,20 @@ def test_part_on_a_one_stack_model_is_refused_by_check_as_by_show(tmp_path: Path
     args = ["the cat sat", "--token", "cat"] if command == "show" else []
     line = error_line(command, *args, "--model", str(path), "--part", "encoder")
     assert "has no 'encoder' attention: it is not an encoder-decoder" in line
+
+
+# --- a text far longer than the positions -------------------------------------------------
+
+
+def test_a_15_mib_text_is_refused_before_it_is_tokenized_whole(own_engine: Any) -> None:
+    # It was tokenized whole first (4.1 M tokens, 15 s, 3.1 GB), then refused.
+    import time
+
+    text = "The animal didn't cross the street because it was too tired. " * 260_000
+    assert len(text) > 15 * 2**20
+    start = time.perf_counter()
+    with pytest.raises(UsageError, match=r"more than 512 tokens \(\d+ in its first [\d,]+ characters"):
+        own_engine.tokenize(text)
+    assert time.perf_counter() - start < 2
+    fits = "the cat sat " * 40  # 120 words: under 512 tokens, tokenized whole as before
+    assert len(own_engine.tokenize(fits)) == 122
