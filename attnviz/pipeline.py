@@ -201,7 +201,7 @@ def plan(
 
 def whole_words(tokens: Tokens, positions: Sequence[int]) -> tuple[int, ...]:
     """``positions`` widened to every token of the words that hold them: with words
-    merged, a query covering part of a word ("council" of "councilmen", ``--index`` on
+    merged, a query covering part of a word ("council" of "councilmen", a raw position on
     one piece, "##men") reads as that word, whose row is the mean of all its pieces."""
     from .transforms import word_groups
 
