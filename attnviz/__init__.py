@@ -10,8 +10,9 @@ Heavy libraries (torch, transformers, matplotlib) are imported only when used.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import AttnvizError, ExitCode, UsageError
 from .version import __version__
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from .result import Attention
     from .select import LayerSpec
 
-__all__ = ["inspect", "Attention", "AttnvizError", "ExitCode", "UsageError", "__version__"]
+__all__ = ["inspect", "widget", "Attention", "AttnvizError", "ExitCode", "UsageError", "__version__"]
 
 
 def inspect(
@@ -29,7 +30,8 @@ def inspect(
     *,
     occurrence: int | None = None,
     index: int | None = None,
-    model: str | None = None,
+    model: str | Any = None,
+    tokenizer: Any = None,
     engine: str = "own",
     layers: LayerSpec = None,
     device: str = "auto",
@@ -38,13 +40,16 @@ def inspect(
     renorm: bool = True,
     heads: Sequence[str] = (),
     rollout: bool = False,
-    dtype: str = "float32",
+    dtype: str | None = None,
     max_memory: int | str | None = None,
     pair: str | None = None,
     target: str | None = None,
     part: str | None = None,
+    measure: str = "weight",
 ) -> Attention:
-    """Run ``sentence`` through ``model`` and return per-head attention weights.
+    """Run ``sentence`` through ``model`` and return per-head attention weights (or, with
+    ``measure="norm"``, the norms ‖α·f(x)‖ of Kobayashi et al. 2020: ``att.measure`` says
+    which; norm rows do not sum to 1, ``attnviz.transforms.shares`` makes them shares).
 
     With ``token`` (a word, matched case-insensitively; ``occurrence`` is 1-based; or a
     list of words, each ``WORD`` or ``WORD:N``) or ``index`` (a raw token position), only
@@ -56,7 +61,13 @@ def inspect(
     ``heads`` (per-layer "mean"/"max" slots after the heads), ``rollout`` (a "rollout"
     slot); ``att.steps`` says what was done. The same select stage as the command line
     checks everything before the model loads. ``dtype``: float32, bfloat16 or float16 for
-    the model (the weights are always softmaxed in float32). ``max_memory`` (bytes, or
+    the model (default float32; a model in memory keeps its own; the weights are always
+    softmaxed in float32).
+
+    ``model``: a checkpoint directory, a Hub id or a built-in name (default: the packaged
+    all-MiniLM-L6-v2); or a transformers ``PreTrainedModel`` already in memory, with its
+    ``tokenizer`` (``engines.inmemory``: the own engine reads its config and state_dict
+    without a copy, the hf engine runs it with eager attention for the call). ``max_memory`` (bytes, or
     "32GB"): the budget the forward pass is checked against instead of the memory free now.
 
     ``pair``: a second sentence, encoded with the first as a typed sentence pair (BERT-likes).
@@ -78,17 +89,65 @@ def inspect(
         queries: tuple[Query, ...] = () if query is None else (query,)
     else:
         queries = tuple(Query(*parse_target(spec)) for spec in token)
-    selection = Selection(queries=queries, layers=layers, part=part, view=view)
+    selection = Selection(queries=queries, layers=layers, part=part, view=view, measure=measure)
     check_text(sentence)
     budget = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
-    eng = load_engine(engine, model, device, dtype)
-    return run(sentence, eng, selection, pair=pair, target=target, max_memory=budget).attention
+    if model is None or isinstance(model, (str, os.PathLike)):
+        eng = load_engine(engine, None if model is None else os.fspath(model), device, dtype or "float32")
+        return run(sentence, eng, selection, pair=pair, target=target, max_memory=budget).attention
+    from .engines.inmemory import from_model, running
+
+    eng = from_model(model, tokenizer, engine, device, dtype)
+    with running(eng):
+        return run(sentence, eng, selection, pair=pair, target=target, max_memory=budget).attention
+
+
+def widget(
+    text: str = "The animal didn't cross the street because it was too tired",
+    *,
+    model: str | Any = None,
+    tokenizer: Any = None,
+    engine: str = "own",
+    layers: LayerSpec = None,
+    device: str = "auto",
+    dtype: str | None = None,
+    token: str = "",
+    view: str = "head",
+) -> Any:
+    """A live notebook widget (anywidget; ``pip install 'attnviz[notebook]'``): a text
+    box, a token picker, layer, head, view and the reading options over the interactive
+    page. ``model`` (a path, Hub id or built-in name, or a transformers model in memory
+    with its ``tokenizer``, as in ``inspect``) is loaded once; each new text goes down
+    ``pipeline.run`` through that one engine, the other controls re-render the page from
+    the weights computed. What the engine refuses (an empty text, one over the model's
+    positions, a page over the size budget) is a message in the widget.
+    """
+    from .engines.inmemory import from_model, running
+    from .pipeline import Selection, plan, read
+    from .render.html import check_page_size
+    from .render.notebook import widget as make
+
+    if model is None or isinstance(model, (str, os.PathLike)):
+        from .engines import load_engine
+
+        eng = load_engine(engine, None if model is None else os.fspath(model), device, dtype or "float32")
+    else:
+        eng = from_model(model, tokenizer, engine, device, dtype)
+    selection = Selection(layers=layers, all_rows=True)
+
+    def run(new: str) -> Attention:
+        planned = plan(new, eng, selection)
+        check_page_size(len(planned.layers), eng.shape.num_heads, len(planned.tokens))  # before the pass
+        with running(eng):
+            return read(planned, eng).attention
+
+    return make(run, text, view=view, token=token)
 
 
 # What each argument of inspect() may be, checked before anything runs: index=1.5 was
 # taken as token 1, and inspect(b"...") failed deep inside (issue 25).
-_OPTIONAL_STR = ("model", "pair", "target", "part")
-_STR = ("engine", "device", "dtype")
+_OPTIONAL_STR = ("pair", "target", "part", "dtype")
+_STR = ("engine", "device", "measure")
 _BOOL = ("words", "hide_special", "renorm", "rollout")
 
 
@@ -110,6 +169,9 @@ def _check_arguments(given: dict[str, object]) -> None:
     for name in ("occurrence", "index"):
         if given[name] is not None and not whole(given[name]):
             refuse(name, "an int or None")
+    model = given["model"]
+    if not (model is None or isinstance(model, (str, os.PathLike)) or hasattr(model, "config")):
+        refuse("model", "a path, a model name, a transformers model or None")
     for name in _OPTIONAL_STR:
         if given[name] is not None and not isinstance(given[name], str):
             refuse(name, "a str or None")

@@ -45,6 +45,9 @@ _POSITIVE_INTS = (
     "vocab_size", "max_position_embeddings", "n_positions",
     "embedding_size", "num_hidden_groups", "inner_group_num", "sliding_window",
 )  # fmt: skip
+# Fields that may be 0 where they are switched off: transformers 5 saves Qwen2-MoE configs
+# with "sliding_window": 0 whenever use_sliding_window is false (the value is then unused).
+_OFF_WHEN_ZERO = {"sliding_window": "use_sliding_window"}
 _NONNEGATIVE_INTS = ("type_vocab_size", "max_window_layers")
 _POSITIVE_FLOATS = ("layer_norm_eps", "layer_norm_epsilon", "rms_norm_eps", "rope_theta")
 _INT_LIMIT = 2**31
@@ -74,6 +77,9 @@ def validate_config(config: Mapping[str, Any], where: str = "config.json") -> No
         if value is None:
             continue
         low = 1 if name in _POSITIVE_INTS else 0
+        switch = _OFF_WHEN_ZERO.get(name)
+        if switch is not None and value == 0 and config.get(switch) is False:
+            continue
         if isinstance(value, bool) or not isinstance(value, int):
             raise ModelLoadError(f"{where}: {name} must be a whole number, not {_shown(value)}", hint=hint)
         if not low <= value < _INT_LIMIT:
@@ -442,17 +448,13 @@ def check_tensors(named: Iterable[tuple[str, Any]], where: str) -> None:
     Raises:
         ModelLoadError: the first offending tensor, by layer.
     """
+    from .threads import ELEMENTS_PER_THREAD, limited
+
+    tensors = list(named)
     worst: tuple[float, str, str] | None = None
-    for name, tensor in named:
-        if not tensor.is_floating_point():
-            if name.endswith(_PARAMETERS):
-                raise ModelLoadError(
-                    f"{where}: {_kind(name)} {name} is stored as {str(tensor.dtype).removeprefix('torch.')}",
-                    hint="quantized or integer checkpoints are not supported; use a float checkpoint",
-                )
-            continue
-        if tensor.device.type == "meta" or bool(tensor.isfinite().all()):
-            continue
+    with limited(sum(t.numel() for _, t in tensors), ELEMENTS_PER_THREAD):
+        bad = [(name, tensor) for name, tensor in tensors if not _all_finite(name, tensor, where)]
+    for name, tensor in bad:
         layer = layer_of(name)
         rank = float(layer) if layer is not None else -1.0 if _EMBEDDING.search(name) else math.inf
         kind = "NaN" if bool(tensor.isnan().any()) else "infinite values"
@@ -465,6 +467,33 @@ def check_tensors(named: Iterable[tuple[str, Any]], where: str) -> None:
             f"{where}: the weights hold {kind}, first in {place} ({name})",
             hint="the checkpoint is damaged (or was saved after training diverged); re-save or re-download it",
         )
+
+
+def _all_finite(name: str, tensor: Any, where: str) -> bool:
+    """No NaN or ±Inf in ``tensor`` (True for integer biases and meta tensors), on the
+    tensor's own device.
+
+    One min/max reduction: NaN propagates into both, ±Inf is an extreme. Measured on
+    one CPU core, 50 M float32: 15 ms, against 490 ms for ``isfinite().all()``, which
+    writes a bool per element first (a 16 GB checkpoint: ~1 s instead of 11-20 s).
+
+    Raises:
+        ModelLoadError: an integer ``*weight`` or ``*bias`` (a quantized checkpoint).
+    """
+    if not tensor.is_floating_point():
+        if name.endswith(_PARAMETERS):
+            raise ModelLoadError(
+                f"{where}: {_kind(name)} {name} is stored as {str(tensor.dtype).removeprefix('torch.')}",
+                hint="quantized or integer checkpoints are not supported; use a float checkpoint",
+            )
+        return True
+    if tensor.device.type == "meta" or tensor.numel() == 0:
+        return True
+    try:
+        low, high = tensor.aminmax()
+    except (RuntimeError, NotImplementedError):  # a device or dtype without aminmax
+        return bool(tensor.isfinite().all())
+    return bool(low.isfinite() & high.isfinite())
 
 
 _EMBEDDING = re.compile(r"embed|(?:^|\.)(?:tokens|positions|token_types|wte|wpe)\.")

@@ -79,6 +79,15 @@ class OutputError(UsageError):
     """An output path we cannot write (missing directory, no permission, bad extension)."""
 
 
+class MeasureError(UsageError):
+    """A measure (``--measure norm``) this model, part, engine or view cannot give.
+
+    facts: ``reason``: "unknown_measure" (not a measure), "norm_rollout" (rollout reads
+    weights only), "norm_projections" (transformers keeps no separate value projection and
+    W^O here), "norm_split" (the family's attention output does not split by head); ``measure``.
+    """
+
+
 class EngineError(AttnvizError):
     """A forward pass failed or returned something we cannot use."""
 

@@ -37,7 +37,14 @@ from .result import Attention, jsonable
 from .tokens import Tokens, is_punctuation
 
 # Sort keys of ``sort_rows``; True = largest first.
-SORT_KEYS: dict[str, bool] = {"weight": True, "entropy": False, "sink": True, "distance": True, "delta": True}
+SORT_KEYS: dict[str, bool] = {
+    "weight": True,
+    "entropy": False,
+    "sink": True,
+    "distance": True,
+    "delta": True,
+    "effect": True,
+}
 
 
 # --- per-row statistics ----------------------------------------------------------
@@ -225,6 +232,10 @@ class HeadStats:
             (whose ``head`` is then its slot number on the head axis, not a head).
         sink_logit: share on a learned sink logit (GPT-OSS), 1 - the row's sum; None
             (and absent from the JSON) for models without learned sinks.
+        effect, kl, delta_logprob: what removing the head does (``ablation.Effects``):
+            1 − cos of the query's final hidden state, and with a language-model head
+            the KL of its distribution and the change in its top token's log-probability;
+            None (and absent from the JSON) without ``--ablate``.
     """
 
     layer: int
@@ -241,6 +252,9 @@ class HeadStats:
     name: str = ""
     aggregate: bool = False
     sink_logit: float | None = None
+    effect: float | None = None
+    kl: float | None = None
+    delta_logprob: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (rounded as every attnviz JSON is: ``result.jsonable``). An
@@ -261,6 +275,11 @@ class HeadStats:
                 "next": self.next,
                 "distance": self.distance,
                 **sink_logit,
+                **{
+                    name: value
+                    for name, value in (("effect", self.effect), ("kl", self.kl), ("delta_logprob", self.delta_logprob))
+                    if value is not None
+                },
             }
         )
 
@@ -434,12 +453,20 @@ def sort_key(row: Row, by: str) -> float:
         # neighbours are set aside (compare on "The cat sat" was an IndexError): weight 0.
         return float(stats.top[0][1]) if stats.top else 0.0
     value = getattr(stats, by)
+    if by == "effect":  # an aggregate slot or a head not done (interrupted) goes last
+        if value is None and not stats.aggregate:
+            _no_effect()
+        return float("-inf") if value is None or value != value else float(value)
     if value is None:
         raise UsageError(
             f"cannot sort by {by}: it compares query and key positions, and cross-attention's keys are another text",
             reason="positional_sort",
         )
     return float(value)
+
+
+def _no_effect() -> None:
+    raise UsageError("sorting by effect needs the heads ablated", hint="add --ablate", reason="effect_without_ablate")
 
 
 def check_sort(by: str | None, pair: bool) -> str:

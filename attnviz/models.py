@@ -122,10 +122,12 @@ def _hub_snapshot(repo_id: str) -> Path:
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns))
     except Exception as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        from .safeio import whole_sentences
+
+        reason = whole_sentences(str(exc)) or type(exc).__name__
         raise ModelNotFoundError(
             f"{repo_id!r} is not a local directory, not in the Hugging Face cache, and could not be downloaded "
-            f"({reason[:160]})",
+            f"({reason})",
             hint="when offline, use a local checkpoint directory",
             reason="offline",
         ) from exc

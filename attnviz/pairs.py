@@ -109,9 +109,11 @@ def run_pair(
     view: View | None = None,
     exclude: Collection[str] = (),
     max_memory: int | None = None,
+    measure: str = "weight",
 ) -> PairResult:
     """Both sentences of ``pair`` through ``engine``, each read as ``view`` asks
     (``pipeline.read``); see the module docstring. ``exclude``: as in ``metrics.head_stats``.
+    ``measure`` "norm": the rows are the norms' shares (``transforms.shares``).
 
     Raises:
         TokenNotFoundError: the token or a target is missing from sentence A or B (the
@@ -120,17 +122,22 @@ def run_pair(
     from .metrics import pair_stats
     from .pipeline import Selection, plan, read
     from .select import Query
-    from .transforms import View
+    from .transforms import View, shares
 
     selection = Selection(
-        queries=(Query(pair.token, occurrence),), layers=layers, targets=pair.targets, view=view or View()
+        queries=(Query(pair.token, occurrence),),
+        layers=layers,
+        targets=pair.targets,
+        view=view or View(),
+        measure=measure,
     )
     # Both planned before either forward pass: a word missing from B costs no model time.
     plan_a = plan(pair.sentence_a, engine, selection, where="sentence A")
     plan_b = plan(pair.sentence_b, engine, selection, where="sentence B")
     a, b = read(plan_a, engine, max_memory), read(plan_b, engine, max_memory)
-    stats = pair_stats(a.attention, a.queries[0], a.targets, b.attention, b.queries[0], b.targets, top, exclude)
-    return PairResult(pair, a.attention, b.attention, stats)
+    att_a, att_b = shares(a.attention), shares(b.attention)  # the norm measure's rows as shares
+    stats = pair_stats(att_a, a.queries[0], a.targets, att_b, b.queries[0], b.targets, top, exclude)
+    return PairResult(pair, att_a, att_b, stats)
 
 
 @dataclass(frozen=True)
@@ -143,6 +150,7 @@ class PairOptions:
     view: View | None = None
     exclude: tuple[str, ...] = ()
     max_memory: int | None = None
+    measure: str = "weight"
 
     def kwargs(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

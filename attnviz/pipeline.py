@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from .checkpoint import first_nonfinite_layer
-from .errors import EngineError, UsageError
+from .errors import EngineError, MeasureError, UsageError
 from .result import Attention, Reading
-from .select import PARTS, LayerSpec, Query, find_targets, parse_layers, parse_target
+from .select import PARTS, LayerSpec, Query, check_measure, find_targets, parse_layers, parse_target
 from .tokens import Tokens
 from .transforms import View, apply, positions_in
 
@@ -48,9 +48,12 @@ class Selection:
         heads: the heads picked for showing (None: all), checked against the part's heads.
         all_rows: keep every token's rows even when queries are given; the queries are
             then only located (the explorer and the HTML page start on one).
+        measure: "weight", the attention weights α, or "norm", ‖α·f(x)‖ (Kobayashi et
+            al. 2020, see ``attnviz.norms``): one value norm per head and key, beside the rows.
 
     Raises (on construction):
         UsageError: a target ``WORD:0``, or an unknown part.
+        MeasureError: an unknown measure, or rollout with the norm measure.
     """
 
     queries: tuple[Query, ...] = ()
@@ -60,8 +63,17 @@ class Selection:
     view: View = field(default_factory=View)
     heads: tuple[int, ...] | None = None
     all_rows: bool = False
+    measure: str = "weight"
 
     def __post_init__(self) -> None:
+        check_measure(self.measure)
+        if self.measure == "norm" and self.view.rollout:
+            raise MeasureError(
+                "rollout multiplies attention weights through the layers; it is not defined for the norm measure",
+                hint="show the rollout with the weights, or the norms without rollout",
+                reason="norm_rollout",
+                measure=self.measure,
+            )
         object.__setattr__(self, "queries", tuple(self.queries))
         object.__setattr__(self, "targets", tuple(self.targets))
         # Targets are checked for form here (word:N with N >= 1), before any model work.
@@ -226,7 +238,16 @@ def read(planned: Plan, engine: Engine, max_memory: int | None = None) -> Readin
     else:
         rows = () if every_row else tuple(sorted({p for g in planned.queries for p in g}))
         computed = layers
-    att = forward(planned.tokens, engine, computed, rows, max_memory, target=planned.target, part=planned.part)
+    att = forward(
+        planned.tokens,
+        engine,
+        computed,
+        rows,
+        max_memory,
+        target=planned.target,
+        part=planned.part,
+        measure=selection.measure,
+    )
     groups = () if selection.all_rows else planned.queries
     if groups or view != View() or computed != layers:
         att = apply(att, view, groups, layers)
@@ -259,10 +280,14 @@ def forward(
     *,
     target: Tokens | None = None,
     part: str | None = None,
+    measure: str = "weight",
 ) -> Attention:
     """One forward pass of ``tokens`` -> an ``Attention`` of ``layers`` and the query
     ``rows`` (token positions, in the order given; () = every token's rows), raw: no
     reading option applied. ``read`` calls it; tests use it for the engines' raw rows.
+
+    ``measure`` "norm": ‖α_hij·f_h(x_j)‖ = α_hij·‖f_h(x_j)‖ (Kobayashi et al. 2020), the
+    value norms (H, S) of each layer, computed beside the rows, times the rows.
 
     Before the pass, its memory is estimated and checked against ``max_memory`` bytes,
     or against the memory free on the engine's device when None.
@@ -281,6 +306,7 @@ def forward(
 
     from .engines import cpu_threads_for, engine_provenance, memory
 
+    norms = check_measure(measure) == "norm"
     shape = engine.part_shape(part)
     query_tokens, key_tokens = tokens, None
     if part in ("decoder", "cross"):
@@ -295,18 +321,32 @@ def forward(
         free, where = memory.available(engine.device) if max_memory is None else (None, "")
         memory.check(need, max_memory, free, where)
         with cpu_threads_for(engine, len(tokens)):
-            out = engine.forward(tokens, chosen, asked or None)  # None: every row, the full matrices
+            # None: every row, the full matrices
+            out = (
+                engine.forward(tokens, chosen, asked or None, norms=True)
+                if norms
+                else engine.forward(tokens, chosen, asked or None)
+            )
         picked = torch.stack([a[0] for a in out.attentions])  # (N, H, Q, S)
+        values = None if out.value_norms is None else torch.stack([n[0] for n in out.value_norms])  # (N, H, S)
     else:
         with cpu_threads_for(engine, len(tokens) + len(target)):
-            full = engine.forward_seq2seq(tokens, target).part(part)
+            both = (
+                engine.forward_seq2seq(tokens, target, norms=True) if norms else engine.forward_seq2seq(tokens, target)
+            )
+        full = both.part(part)
         stacked = torch.stack([full.attentions[i][0] for i in chosen])  # (N, H, L, S)
         picked = stacked[:, :, list(asked or range(len(query_tokens))), :]  # (N, H, Q, S)
+        values = None if full.value_norms is None else torch.stack([full.value_norms[i][0] for i in chosen])
+    if norms:
+        if values is None:
+            raise EngineError(f"the {engine.name} engine returned no value norms", hint="report this as a bug")
+        picked = picked.float() * values.float()[:, :, None, :]  # (N, H, Q, S): α_hij·‖f_h(x_j)‖
     weights = picked.to(device="cpu", dtype=torch.float32).numpy().astype(np.float32, copy=False)
     bad = first_nonfinite_layer(weights, chosen)
     if bad is not None:
         raise EngineError(
-            f"the attention weights of layer {bad} hold NaN or infinite values",
+            f"the attention {'norms' if norms else 'weights'} of layer {bad} hold NaN or infinite values",
             hint="the weights overflow in this dtype or are damaged; try float32 or another checkpoint",
         )
     provenance = replace(engine_provenance(engine), shape=shape)  # the part's shape (encoder, decoder, cross)
@@ -318,4 +358,5 @@ def forward(
         provenance=provenance,
         part=part,
         key_tokens=key_tokens,
+        measure=measure,
     )

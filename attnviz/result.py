@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .errors import OutputError, UsageError
-from .select import PARTS
+from .select import MEASURES, PARTS
 from .shape import HasShape, ModelShape
 from .tokens import Tokens
 
@@ -138,6 +138,9 @@ class Attention:
         hidden: token positions set aside as keys (their weight is 0 in every row).
         steps: what was done to the engine's weights, in order, one label each
             (see attnviz.transforms); empty for raw per-head weights.
+        measure: what ``weights`` holds: "weight", the attention weights α, or "norm",
+            ‖α_hij·f_h(x_j)‖ (Kobayashi et al. 2020, see attnviz.norms), whose rows do not
+            sum to 1 (a row's shares are the row over its sum).
     """
 
     tokens: Tokens
@@ -154,8 +157,11 @@ class Attention:
     steps: tuple[str, ...] = ()
     part: str | None = None
     key_tokens: Tokens | None = None
+    measure: str = "weight"
 
     def __post_init__(self) -> None:
+        if self.measure not in MEASURES:
+            raise ValueError(f"unknown measure {self.measure!r} (measures: {', '.join(MEASURES)})")
         n, h, q, s = self.weights.shape
         if n != len(self.layers) or q != len(self.queries) or s != len(self.keys):
             raise ValueError(
@@ -254,7 +260,7 @@ class Attention:
     def sink_defined(self) -> np.ndarray:
         """(H,) bool: the head slots whose rows still sum to 1 - the learned sink's share
         (see ``sink_share``)."""
-        defined = np.full(self.num_heads, not self.hidden)
+        defined = np.full(self.num_heads, not self.hidden and self.measure == "weight")
         for i, name in enumerate(self.aggregates):
             defined[self.model_heads + i] &= name == "mean"
         return defined
@@ -263,11 +269,29 @@ class Attention:
         """(H, Q, S): one layer's weights for every kept query."""
         return self.weights[self.layer_slot(layer)]
 
+    # --- notebooks: the interactive page inline (attnviz.render.notebook) ------
+
+    def show(self, view: str = "head", layer: int | None = None, token: str | int | None = None, **options: Any) -> Any:
+        """The interactive page for a notebook cell, opening on ``view`` ("head", "model",
+        "matrix"), ``layer`` (a model layer) and ``token`` (pinned: a word, ``WORD:N`` or a
+        position); ``options``: ``head``, ``words``, ``hide_special``, ``mean`` (the page's
+        own toggles). Needs every token's raw rows (``attnviz.inspect(text)``); otherwise,
+        or past the page's size budget, the cell shows a message saying why."""
+        notebook = _notebook()
+        return notebook.show(self, view, layer, token, notebook.Options(**options) if options else None)
+
+    def _repr_html_(self) -> str:
+        return str(_notebook().frame(self))
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return dict(_notebook().show(self)._repr_mimebundle_())
+
     # --- export -------------------------------------------------------------
 
-    def to_dict(self, query: int | None = None) -> dict[str, Any]:
+    def to_dict(self, query: int | None = None, raw_rows: bool = False) -> dict[str, Any]:
         """JSON-ready dict. With ``query``, ``weights`` is that token's rows
-        (layers × heads × tokens); without, the full (layers × heads × queries × tokens)."""
+        (layers × heads × tokens); without, the full (layers × heads × queries × tokens).
+        ``raw_rows``: large weights in [0, 1] as ``jsonrows.RawJSON`` (for ``jsonrows.write``)."""
         p = self.provenance
         out: dict[str, Any] = {
             "tokens": list(self.tokens.labels),
@@ -276,6 +300,7 @@ class Attention:
             "text": self.tokens.text,
             "layers": list(self.layers),
             "queries": list(self.queries),
+            "measure": self.measure,
         }
         if self.tokens.pair_start is not None:
             out["type_ids"] = list(self.tokens.type_ids)
@@ -290,9 +315,13 @@ class Attention:
         if query is not None:
             out["query_index"] = query
             out["query_token"] = self.tokens.labels[query]
-            out["weights"] = jsonable(self.rows(query))
-        else:
-            out["weights"] = jsonable(self.weights)
+        weights = self.weights if query is None else self.rows(query)
+        raw = None
+        if raw_rows:
+            from .jsonrows import encode
+
+            raw = encode(weights)
+        out["weights"] = jsonable(weights) if raw is None else raw
         out.update(self.transform_dict())
         out.update(provenance_fields(p))
         out.update(self.extra)
@@ -314,12 +343,12 @@ class Attention:
             out["hidden"] = list(self.hidden)
         return out
 
-    def query_dict(self, query: int) -> dict[str, Any]:
+    def query_dict(self, query: int, raw_rows: bool = False) -> dict[str, Any]:
         """The JSON of ``show`` for one query: ``to_dict(query)`` plus ``query_indices``,
         the token positions (before any word merge) whose rows were averaged into it,
         and, when there are several, ``query_rule`` saying so. One rule for a split
         word in every view: its row is the mean of its pieces' rows."""
-        out = self.to_dict(query)
+        out = self.to_dict(query, raw_rows)
         pieces = self.pieces_of_query(self.query_slot(query))
         out["query_indices"] = list(pieces)
         if len(pieces) > 1:
@@ -350,6 +379,7 @@ class Attention:
                 "query_pieces": None if self.query_pieces is None else [list(g) for g in self.query_pieces],
                 "hidden": list(self.hidden),
                 "steps": list(self.steps),
+                "measure": self.measure,
             }
         )
         buffer = io.BytesIO()  # rendered in memory: no temp file exists while numpy works
@@ -379,9 +409,18 @@ class Attention:
             query_pieces=None if query_pieces is None else tuple(tuple(g) for g in query_pieces),
             hidden=tuple(meta.get("hidden", ())),
             steps=tuple(meta.get("steps", ())),
+            measure=meta.get("measure", "weight"),
             part=meta.get("part"),
             key_tokens=None if keys is None else _tokens_from(keys),
         )
+
+
+def _notebook() -> Any:
+    """attnviz.render.notebook, found by name when a notebook asks: renderers import this
+    module, so a static import here would close a circle (tests/test_imports.py)."""
+    import importlib
+
+    return importlib.import_module("attnviz.render.notebook")
 
 
 def _tokens_dict(tokens: Tokens) -> dict[str, Any]:

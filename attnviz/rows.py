@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from .attention import Mask, MaskLike, eager_attention, repeat_kv, scaled_dot_product_attention
+from .attention import Ablation, Mask, MaskLike, eager_attention, repeat_kv, scaled_dot_product_attention
 
 # Weight elements computed per block of query rows: 2^24 float32 = 64 MiB, whatever the
 # length. Measured on CPU: larger blocks are no faster, smaller ones add call overhead.
@@ -48,10 +48,12 @@ class RowRequest:
             (L, S) matrices); () = none (a layer nobody looks at).
         fused: True: the output from torch's fused kernel, the weights computed exactly
             beside it (``attention_rows``); False: everything by the eager reference.
+        ablation: heads the layer removes before W^O (``attention.Ablation``), or None.
     """
 
     queries: tuple[int, ...] | None = None
     fused: bool = False
+    ablation: Ablation | None = None
 
     def __call__(
         self, q: Tensor, k: Tensor, v: Tensor, mask: MaskLike, scale: float | None, **modifiers: Any
@@ -129,24 +131,22 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: MaskLike = None, scal
     Returns:
         (B, H, L, Dv). A query with nothing to attend to gets 0, as in the eager path.
     """
-    sdpa = nn.functional.scaled_dot_product_attention
-    gqa = q.size(1) != k.size(1)
+    from .kernels import sdpa  # fused on every device and dtype, GQA included (see kernels.py)
+
     if mask is None or isinstance(mask, Tensor):
-        return sdpa(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)  # (B, H, L, Dv)
+        return sdpa(q, k, v, attn_mask=mask, scale=scale)  # (B, H, L, Dv)
     length, keys = q.size(2), k.size(2)
     if mask.causal and length != keys:
         raise ValueError(f"a causal Mask needs as many queries as keys, not {length} and {keys}")
     if mask.plain_causal:
-        return sdpa(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)  # (B, H, L, Dv)
+        return sdpa(q, k, v, is_causal=True, scale=scale)  # (B, H, L, Dv)
     b, h = q.shape[:2]
     out = q.new_empty(b, h, length, v.size(-1))  # (B, H, L, Dv)
     for start, stop in _row_blocks(length, b * h, keys):
         lo, hi = mask.key_range(start, stop, keys)
         m = mask.rows(torch.arange(start, stop, device=q.device), keys)  # (B or 1, 1, l, S)
         block = None if m is None else m[..., lo:hi]  # (B or 1, 1, l, hi-lo)
-        out[:, :, start:stop] = sdpa(
-            q[:, :, start:stop], k[:, :, lo:hi], v[:, :, lo:hi], attn_mask=block, scale=scale, enable_gqa=gqa
-        )
+        out[:, :, start:stop] = sdpa(q[:, :, start:stop], k[:, :, lo:hi], v[:, :, lo:hi], attn_mask=block, scale=scale)
     return out
 
 

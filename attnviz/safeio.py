@@ -146,6 +146,21 @@ def temp_stem(name: str, max_bytes: int = 100) -> str:
 TEMP_EXTRA = 14  # "." + "." + mkstemp's 8 random characters + ".tmp"
 
 
+def whole_sentences(text: str, limit: int = 200) -> str:
+    """The first line of ``text``, at most about ``limit`` characters, cut only after a
+    whole sentence (or, with none that short, after a whole word and an ellipsis): an
+    error quoting another library's message never ends mid-word or mid-sentence."""
+    line = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if len(line) <= limit:
+        return line
+    head = line[: limit + 1]
+    end = max(head.rfind(". "), head.rfind("! "), head.rfind("? "), head.rfind(".) "))
+    if end > 0:
+        return line[: end + 1].rstrip()
+    cut = head.rfind(" ")
+    return (line[:cut] if cut > 0 else line[:limit]).rstrip(" ,;:") + "…"
+
+
 # --- reading -------------------------------------------------------------------------
 
 MAX_INPUT_BYTES = 16 * 2**20  # a pairs file of 16 MiB is ~100 000 pairs

@@ -21,6 +21,25 @@ LayerSpec = str | int | Sequence[int] | None
 # The attention an encoder-decoder has: encoder self-attention (source -> source),
 # decoder self-attention (target -> target, causal) and cross-attention (target -> source).
 PARTS = ("encoder", "decoder", "cross")
+# What a row shows: the attention weights α, or ‖α·f(x)‖, the norm of what each key adds to
+# the head's output (Kobayashi et al. 2020; see attnviz.norms).
+MEASURES = ("weight", "norm")
+
+
+def check_measure(measure: str) -> str:
+    """``measure`` if it is one of MEASURES.
+
+    Raises:
+        MeasureError: any other name (facts: reason "unknown_measure").
+    """
+    from .errors import MeasureError
+
+    if measure not in MEASURES:
+        raise MeasureError(
+            f"unknown measure {measure!r} (known: {', '.join(MEASURES)})", reason="unknown_measure", measure=measure
+        )
+    return measure
+
 
 # A layer spec longer than this is not a list of layers anyone typed.
 _MAX_LAYER_SPEC = 10_000

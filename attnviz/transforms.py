@@ -195,12 +195,18 @@ def hide_special(att: Attention, renorm: bool = True) -> Attention:
     special = np.flatnonzero(np.asarray(att.tokens.special, dtype=bool))
     weights = att.weights.astype(np.float64)  # (N, H, Q, S)
     weights[..., special] = 0.0
+    # Norms are magnitudes, not a distribution: they stay as they are (a view's shares are
+    # then over the remaining tokens anyway).
+    renorm = renorm and att.measure == "weight"
     if renorm:
         total = weights.sum(-1, keepdims=True)
         weights = np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
-    step = "specials set aside: " + (
-        "weight 0 as keys, rows renormalised over the rest" if renorm else "weight 0 as keys, raw mass kept"
-    )
+    if att.measure == "norm":
+        step = "specials set aside: norm 0 as keys, the other norms as they are"
+    else:
+        step = "specials set aside: " + (
+            "weight 0 as keys, rows renormalised over the rest" if renorm else "weight 0 as keys, raw mass kept"
+        )
     return dataclasses.replace(
         att,
         weights=weights.astype(np.float32),
@@ -233,6 +239,35 @@ def head_aggregates(att: Attention, kinds: Sequence[str]) -> Attention:
         att,
         weights=np.concatenate([att.weights, extra], axis=1),
         aggregates=(*att.aggregates, *kinds),
+        steps=(*att.steps, step),
+    )
+
+
+LAYERS_MEAN = "layers mean"
+
+
+def layers_mean(att: Attention) -> Attention:
+    """Append "layers mean": the mean over the kept layers of each layer's head mean (over
+    the model's heads), the same row in every layer's slot, so that every view that
+    draws a layer shows it beside that layer's heads (rows sum to 1 where the heads' do).
+
+    Raises:
+        ValueError: ``att`` holds no model head.
+    """
+    if att.model_heads == 0:
+        raise ValueError("the layers mean averages the model's heads; none are kept")
+    heads = att.weights[:, : att.model_heads].astype(np.float64)  # (N, H, Q, S)
+    mean = heads.mean(axis=(0, 1))  # (Q, S)
+    extra = np.broadcast_to(mean, (len(att.layers), 1, *mean.shape)).astype(np.float32)  # (N, 1, Q, S)
+    span = ", ".join(str(x) for x in att.layers) if len(att.layers) <= 4 else f"{att.layers[0]}..{att.layers[-1]}"
+    step = (
+        f"layers mean: over the {len(att.layers)} layers shown ({span}) of each layer's mean over its "
+        f"{att.model_heads} heads, the same row in every layer"
+    )
+    return dataclasses.replace(
+        att,
+        weights=np.concatenate([att.weights, extra], axis=1),
+        aggregates=(*att.aggregates, LAYERS_MEAN),
         steps=(*att.steps, step),
     )
 
@@ -271,7 +306,7 @@ def rollout(att: Attention) -> Attention:
         raise ValueError("rollout needs every token's row (the full matrices)")
     if att.layers != tuple(range(len(att.layers))):
         raise ValueError(f"rollout needs every layer from 0 up; have {list(att.layers)}")
-    if att.aggregates or att.steps:
+    if att.aggregates or att.steps or att.measure != "weight":
         raise ValueError("rollout reads the raw per-head weights")
     rolled = rollout_matrices(att.weights)[:, None]  # (N, 1, S, S)
     return dataclasses.replace(att, weights=rolled.astype(np.float32), aggregates=("rollout",), steps=(ROLLOUT_STEP,))
@@ -345,6 +380,7 @@ class View:
         renorm: with ``hide_special``, renormalise rows over what remains.
         heads: head aggregates to append per layer ("mean", "max").
         rollout: append the attention rollout as a slot (needs full matrices).
+        layers_mean: append the mean over the kept layers of the head means ("layers mean").
     """
 
     words: bool = False
@@ -352,6 +388,7 @@ class View:
     renorm: bool = True
     heads: tuple[str, ...] = ()
     rollout: bool = False
+    layers_mean: bool = False
 
     def __post_init__(self) -> None:
         for kind in self.heads:
@@ -379,7 +416,7 @@ def apply(
     3. each query group (the token positions of one ``--token`` word) merged into one
        query slot, the mean of its rows (``merge_query``);
     4. head aggregates over the transformed per-head rows, then the rollout slot, passed
-       through steps 2-3 itself, appended last.
+       through steps 2-3 itself, then the layers mean of the per-head rows, appended last.
 
     ``query_groups`` are token positions in ``att.tokens`` (before words); they and
     ``layers`` pick what is kept (None / no groups: everything ``att`` holds). With
@@ -413,4 +450,32 @@ def apply(
     att = head_aggregates(att, view.heads)
     if rolled is not None:
         att = append_slots(att, reading(rolled))
+    if view.layers_mean:
+        att = layers_mean(att)
     return att
+
+
+# --- measures --------------------------------------------------------------------------
+
+SHARES_STEP = "norm shares: each row's norms over the row's sum (Kobayashi et al. 2020)"
+
+
+def shares(att: Attention) -> Attention:
+    """What a view colours for the norm measure: each row's norms ‖α·f(x)‖ over the row's
+    sum, so a row's cells are shares of 0..1 that sum to 1 (an all-zero row stays zero).
+    Weights are returned as they are; ``measure`` stays "norm" (the numbers are shares of
+    norms, not weights), and a step says so.
+    """
+    if att.measure == "weight" or SHARES_STEP in att.steps:
+        return att
+    w = att.weights.astype(np.float64)  # (N, H, Q, S)
+    total = w.sum(-1, keepdims=True)
+    out = np.divide(w, total, out=np.zeros_like(w), where=total > 0)
+    return dataclasses.replace(att, weights=out.astype(np.float32), steps=(*att.steps, SHARES_STEP))
+
+
+def measure_label(att: Attention) -> str:
+    """How views name what a cell shows: "weight", or "norm share" (‖α·f(x)‖ / row sum)."""
+    if att.measure == "weight":
+        return "weight"
+    return "norm share" if SHARES_STEP in att.steps else "norm ‖α·f(x)‖"

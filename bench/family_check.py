@@ -1,12 +1,16 @@
 """How exact the own engine is on each family of issue 10 (encoder-decoders, ModernBERT,
-DeBERTa): ``attnviz check`` (``check.compare_engines``) on the tiny random checkpoints of
-tests/tiny_models.py, in float32 on the CPU, over check's four built-in sentences.
+DeBERTa) and issue 23 (GPT-NeoX, GPT-Neo, OPT, GPT-J, Phi, BLOOM, Falcon, GPT-BigCode):
+``attnviz check`` (``check.compare_engines``) on the tiny random checkpoints of
+tests/tiny_models.py and tests/tiny_families_a.py, in float32 on the CPU, over check's four built-in sentences.
 
 Prints one markdown row per checkpoint: the largest |own - transformers eager| of the
 attention weights (per part for an encoder-decoder) and of the final hidden states.
 0 means bit-exact. Each checkpoint is a few hundred KB; the run takes well under a minute.
 
     PYTHONPATH=. python bench/family_check.py [name ...]
+
+Issue 23's families-b (OLMo 1, OLMoE, CamemBERT, MPNet, StableLM, Granite, Cohere,
+Starcoder2, SmolLM3, Qwen2-MoE, Marian, Pegasus) come from tests/tiny_models_b.py.
 """
 
 from __future__ import annotations
@@ -18,9 +22,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from attnviz.check import compare_engines  # noqa: E402
+from tests.tiny_families_a import FAMILY_A_SPECS  # noqa: E402
 from tests.tiny_models import SPECS_BY_NAME, save_tiny  # noqa: E402
+from tests.tiny_models_b import SPECS_B, SPECS_B_BY_NAME, save_tiny_b  # noqa: E402
 
-NAMES = ("t5", "mt5", "bart", "mbart", "modernbert", "deberta-v3", "deberta-v2-conv")
+# Issue 23's families (tests/tiny_families_a.py), every quirk switched on, after issue 10's.
+SPECS = {**SPECS_BY_NAME, **{spec.name: spec for spec in FAMILY_A_SPECS}}
+NAMES = (
+    "t5", "mt5", "bart", "mbart", "modernbert", "deberta-v3", "deberta-v2-conv",
+    *(spec.name for spec in FAMILY_A_SPECS),
+)  # fmt: skip
+# Issue 23, families-b: tests/tiny_models_b.py, every quirk switched on.
+NAMES_B = tuple(spec.name for spec in SPECS_B)
 
 
 def main(names: list[str]) -> None:
@@ -28,8 +41,12 @@ def main(names: list[str]) -> None:
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as root:
         for name in names:
-            spec = SPECS_BY_NAME[name]
-            path = save_tiny(spec, Path(root) / name)
+            if name in SPECS_B_BY_NAME:
+                spec = SPECS_B_BY_NAME[name]
+                path = save_tiny_b(spec, Path(root) / name)
+            else:
+                spec = SPECS[name]
+                path = save_tiny(spec, Path(root) / name)
             result = compare_engines(str(path), device="cpu")
             if result.parts:
                 attention = ", ".join(f"{p.part} {max(p.attention):.1e}" for p in result.parts)
@@ -41,4 +58,4 @@ def main(names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or list(NAMES))
+    main(sys.argv[1:] or [*NAMES, *NAMES_B])

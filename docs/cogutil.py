@@ -54,6 +54,10 @@ def _env(width: int) -> dict[str, str]:
     # same on any number of cores.
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     env.pop("FORCE_COLOR", None)
+    # The reader's own defaults (ATTNVIZ_*, a config file) never reach the docs' outputs.
+    for var in ("ATTNVIZ_MODEL", "ATTNVIZ_ENGINE", "ATTNVIZ_DEVICE"):
+        env.pop(var, None)
+    env["XDG_CONFIG_HOME"] = os.path.join(tempfile.gettempdir(), "attnviz-docs-no-config")
     # The docs' child processes import this checkout, wherever cog is run from.
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     return env
@@ -68,12 +72,14 @@ def output(
     models: bool = False,
     stdin: str | None = None,
     subs: Subs = (),
+    env: dict[str, str] | None = None,
 ) -> str:
     """What `command` (a shell-like string starting with `attnviz`) prints, stdout then stderr.
 
     ``models``: run in the directory ``tiny``/``broken`` build checkpoints in (so that
     ``--model ./tiny-llama`` names one); ``cwd`` any other directory. ``subs`` masks what
-    differs between runs. Raises when the exit code is not ``expect``.
+    differs between runs; ``env`` extra environment variables (shown with ``shown``).
+    Raises when the exit code is not ``expect``.
     """
     argv = shlex.split(command)
     if argv[0] != "attnviz":
@@ -83,7 +89,7 @@ def output(
         [sys.executable, "-m", "attnviz", *argv[1:]],
         capture_output=True,
         text=True,
-        env=_env(width),
+        env={**_env(width), **(env or {})},
         cwd=where,
         input=stdin,
     )

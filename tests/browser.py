@@ -49,8 +49,10 @@ def missing() -> str | None:
 
 
 @contextmanager
-def chromium(width: int = 1280, height: int = 900) -> Iterator[Any]:
-    """A fresh headless Chromium (its own --user-data-dir), network blocked; quit after."""
+def chromium(width: int = 1280, height: int = 900, local: bool = False) -> Iterator[Any]:
+    """A fresh headless Chromium (its own --user-data-dir), network blocked; quit after.
+    ``local``: 127.0.0.1 stays reachable over http (a JupyterLab the test started); every
+    other address is still blocked (names resolve to nothing, IPs go to the closed proxy)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -58,6 +60,8 @@ def chromium(width: int = 1280, height: int = 900) -> Iterator[Any]:
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for flag in FLAGS:
+        if local and flag.startswith("--host-resolver-rules="):
+            flag += ", EXCLUDE 127.0.0.1"
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={profile}")
     options.add_argument(f"--window-size={width},{height}")
@@ -66,7 +70,8 @@ def chromium(width: int = 1280, height: int = 900) -> Iterator[Any]:
     driver = webdriver.Chrome(options=options, service=service)
     try:
         driver.execute_cdp_cmd("Network.enable", {})
-        driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["http://*", "https://*", "ws://*", "wss://*"]})
+        blocked = ["https://*", "wss://*"] if local else ["http://*", "https://*", "ws://*", "wss://*"]
+        driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": blocked})
         yield driver
     finally:
         driver.quit()

@@ -51,3 +51,51 @@ def no_model(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(attnviz.engines, "load_engine", refuse)
     return calls
+
+
+# --- the device the engine tests marked "device" run on ---------------------------------
+# `pytest -m device --device cuda` runs them on a GPU (bench/gpu_check.py does); by default
+# they run on the CPU with the rest of the suite.
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--device", default="cpu", help="device of the tests marked 'device' (cpu, cuda, cuda:N, mps); default cpu"
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "device: an engine path run on --device (bench/gpu_check.py: on CUDA)")
+
+
+@pytest.fixture(scope="session")
+def device(request: pytest.FixtureRequest) -> str:
+    """The --device of this run; a device this machine lacks fails every test that asks."""
+    name = str(request.config.getoption("--device"))
+    from attnviz.engines import pick_device
+
+    pick_device(name)  # DeviceError, one clear message, when it is not here
+    return name
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say, after a run that skipped some tests, how to run them (a user's run lacks
+    Chromium, which only .ci/run installs)."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    reasons: dict[str, int] = {}
+    for report in skipped:
+        longrepr = getattr(report, "longrepr", None)
+        reason = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        kind = "browser" if "headless browser" in reason else "other"
+        reasons[kind] = reasons.get(kind, 0) + 1
+    if not reasons:
+        return
+    terminalreporter.section("skipped tests: how to run them")
+    if reasons.get("browser"):
+        terminalreporter.write_line(
+            f"{reasons['browser']} browser test(s) skipped: install Debian's headless Chromium "
+            "(sudo apt-get install chromium chromium-driver) and rerun; .ci/run installs it and sets "
+            "ATTNVIZ_REQUIRE_BROWSER=1, under which a missing browser fails instead of skipping."
+        )
+    if reasons.get("other"):
+        terminalreporter.write_line(f"{reasons['other']} other test(s) skipped: see the reasons above (-ra).")

@@ -32,8 +32,10 @@ EXAMPLE = "The animal didn't cross the street because it was too tired"
 ALLOWED_EXIT_CODES = {0, 1, 2, 130}
 # explore takes over the terminal (a Textual app; tested with Pilot in test_explore.py).
 INTERACTIVE = {"explore"}
-# --debug shows tracebacks by design; --ray starts a Ray cluster (seconds; test_distributed.py).
-NEVER = {"debug", "help", "version", "ray", "ray_address"}
+# --debug shows tracebacks by design; --ray starts a Ray cluster (seconds; test_distributed.py);
+# --ablate runs a forward pass per layer (and up to --max-passes over a corpus) for each case
+# (minutes per run of the grammar; proved in test_ablation.py, its refusals tested there).
+NEVER = {"debug", "help", "version", "ray", "ray_address", "ablate", "ablate_with", "max_passes", "yes", "query_rule"}
 COMMAND_WEIGHTS = {"check": 1}  # every other command: 4
 
 

@@ -20,10 +20,12 @@ def inspect(
     *,
     target: Any = None,
     part: str | None = None,
+    measure: str = "weight",
 ) -> Any:
     """The engine's raw weights (no reading option) of ``layers`` for ``queries`` (token
     positions, kept in the order given; None: every row), down the pipeline's own steps:
-    ``pipeline.plan`` checks the text, part and layers, ``pipeline.forward`` runs the pass."""
+    ``pipeline.plan`` checks the text, part and layers, ``pipeline.forward`` runs the pass
+    (``measure`` "norm": the raw norms)."""
     from attnviz.pipeline import Selection, forward, plan
 
     planned = plan(sentence, engine, Selection(layers=layers, part=part), target=target)
@@ -35,6 +37,7 @@ def inspect(
         max_memory,
         target=planned.target,
         part=planned.part,
+        measure=measure,
     )
 
 

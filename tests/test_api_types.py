@@ -25,7 +25,7 @@ from attnviz.errors import UsageError
         ({"token": "cat", "layers": [0, "1"]}, "layers must be None, an int"),
         ({"token": "cat", "words": "yes"}, "words must be True or False"),
         ({"token": "cat", "heads": "mean"}, "heads must be a list of str"),
-        ({"token": "cat", "model": 3}, "model must be a str or None"),
+        ({"token": "cat", "model": 3}, "model must be a path, a model name, a transformers model or None"),
         ({"token": "cat", "engine": None}, "engine must be a str"),
         ({"token": "cat", "max_memory": 1.5e9}, "max_memory must be a number of bytes"),
     ],

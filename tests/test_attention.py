@@ -177,3 +177,28 @@ def test_blocked_softmax_is_bit_identical_to_torch(dtype: torch.dtype, shape: tu
     out = _softmax_(scores)
     assert out.data_ptr() == scores.data_ptr() and out.dtype == dtype
     assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(1, 2, 3, 5), (2, 3, 700, 600)])
+@pytest.mark.parametrize("masked", [False, True])
+def test_scale_in_the_softmax_blocks_rounds_as_the_separate_pass(
+    dtype: torch.dtype, shape: tuple[int, ...], masked: bool
+) -> None:
+    """The eager function scales each row block just before its softmax (one memory pass
+    fewer) and masks before scaling; the weights and output must be bit-identical to the
+    textbook order transformers uses: (q·kᵀ)·scale, mask, softmax in float32, back."""
+    torch.manual_seed(1)
+    b, h, length, keys = shape
+    q, k, v = (torch.randn(b, h, n, 32).to(dtype) for n in (length, keys, keys))
+    mask = torch.rand(b, 1, length, keys) > 0.3 if masked else None
+    scale = 1 / math.sqrt(32)  # not a power of two: no folding into q would be exact
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    expected = torch.softmax(scores, dim=-1, dtype=torch.float32).to(dtype)
+    if mask is not None:
+        expected = expected.masked_fill(~mask, 0.0)
+    out, weights = scaled_dot_product_attention(q, k, v, mask, scale)
+    assert torch.equal(weights, expected)
+    assert torch.equal(out, expected @ v)

@@ -142,12 +142,12 @@ def test_export_takes_word_colon_n(tmp_path: Path) -> None:
         (["show", EXAMPLE, "--index", "99"], "token index 99 is out of range"),
         (["show", EXAMPLE], "say which token to inspect"),
         (["show", EXAMPLE, "--token", "it", "--index", "2"], "not both"),
-        (["show", EXAMPLE, "--token", "it", "--engine", "fast"], "'fast' is not one of 'own', 'hf'"),
+        (["show", EXAMPLE, "--token", "it", "--engine", "fast"], "--engine must be own or hf, not 'fast'"),
         (["show", EXAMPLE, "--token", "it", "--device", "tpu"], "device"),
         (["show", EXAMPLE, "--token", "it", "--model", "/no/such/dir"], "no model directory at '/no/such/dir'"),
         (["show", EXAMPLE, "--token", "it", "--model", "nobody-xyz/no-such-model"], "could not be downloaded"),
         (["show", EXAMPLE, "--token", "it", "--bogus"], "No such option: --bogus"),
-        (["show"], "say which token to inspect"),  # the text may come from --file, so it is not required
+        (["show"], "give a text (or --file PATH)"),  # no text at all is said first (issue 24)
         (["nosuchcommand"], "No such command"),
     ],
 )

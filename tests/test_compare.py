@@ -134,7 +134,7 @@ def test_vs_deltas_are_the_difference_of_two_runs(reference: dict[str, np.ndarra
         (["--token", "it", "--vs", "The animal was tired", "--target", "street"], "not in sentence B"),
         (["--token", "because", "--vs", "The animal was tired", "--target", "animal"], "not in sentence B"),
         (["--token", "it", "--vs", WIDE], "--vs compares the weight on --target words"),
-        (["--token", "it", "--sort", "size"], "'size' is not one of"),
+        (["--token", "it", "--sort", "size"], "--sort must be weight, entropy, sink, distance, delta or effect, not 'size'"),
         (["--token", "it", "--sort", "delta"], "sorting by change needs two sentences"),
         (["--index", "9", "--vs", WIDE, "--target", "animal"], "--vs aligns the token by its text"),
         (["--token", "it", "--pairs", "samples/minimal_pairs.tsv"], "--pairs takes the sentences"),

@@ -5,6 +5,7 @@ real command in a pseudo-terminal."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import struct
@@ -547,19 +548,19 @@ def test_export_dir_must_be_a_directory(name: str, tmp_path: Path, monkeypatch: 
     assert line.startswith("attnviz: error: --export-dir") and "is not a directory (hint: create it first)" in line
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
-def test_command_runs_in_a_terminal_and_quits_on_q(tmp_path: Path) -> None:
-    """The real command in a pseudo-terminal: the screen appears, q exits with 0."""
+def run_in_pty(args: list[str], expect: tuple[bytes, ...], timeout: float = 180) -> bytes:
+    """``attnviz ARGS`` in a pseudo-terminal: wait for each of ``expect`` on the screen,
+    press q, check the exit status 0; the screen as text comes back. The waits are long
+    (a loaded machine under pytest-xdist starts torch slowly); a pass returns at once."""
     import pty
     import select
     import subprocess
 
-    model = save_tiny_bert(tmp_path / "tiny")
     leader, follower = pty.openpty()
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
     proc = subprocess.Popen(
-        [sys.executable, "-m", "attnviz", "explore", "the cat sat on the mat", "--model", str(model), "-t", "cat"],
+        [sys.executable, "-m", "attnviz", *args],
         stdin=follower,
         stdout=follower,
         stderr=follower,
@@ -594,13 +595,52 @@ def test_command_runs_in_a_terminal_and_quits_on_q(tmp_path: Path) -> None:
         return re.sub(rb"\s+", b"", needle) in re.sub(rb"\s+", b"", plain())
 
     try:
-        assert read_until(b"quit", 60), seen[-2000:]
-        # The footer can arrive before the body: wait for the body too.
-        assert read_until(b"2 layers", 30), plain()[-3000:].decode(errors="replace")
-        assert b"cat" in plain()
-        os.write(leader, b"q")
-        assert proc.wait(timeout=30) == 0
+        # The footer can arrive before the body: wait for each needle in turn.
+        for needle in expect:
+            assert read_until(needle, timeout), plain()[-3000:].decode(errors="replace")
+        # q again until the app quits: a key typed while textual is still starting (a
+        # loaded machine, pytest -n 2) can be read before the app listens for it.
+        end = time.monotonic() + timeout
+        while proc.poll() is None and time.monotonic() < end:
+            with contextlib.suppress(OSError):  # the app has closed the terminal: it is quitting
+                os.write(leader, b"q")
+            read_until(b"\x00never", 5)  # drain the screen for 5 s (or until it closes)
+        assert proc.wait(timeout=10) == 0
+        return plain()
     finally:
         if proc.poll() is None:
             proc.kill()
         os.close(leader)
+
+
+async def test_o_switches_to_the_norms_shares_and_back(own_engine: Engine, att: Attention) -> None:
+    """Key o: the same sentence, token and head, the norms ‖α·f(x)‖ as each row's shares
+    (computed once, on first use), and the measure named in the status line and the view."""
+    from attnviz.transforms import shares
+
+    it = att.tokens.labels.index("it")
+    norms = runner(own_engine, att.layers, measure="norm")
+    app = ExploreApp(att, query=it, run_norms=norms)
+    async with app.run_test(size=SIZE) as pilot:
+        await press(pilot, "o")
+        assert app.att.measure == "norm" and "norm shares" in status(app)
+        assert "norm share" in view(app)
+        want = shares(inspect(EXAMPLE, own_engine, measure="norm")).weights
+        np.testing.assert_allclose(app.att.weights, want, atol=1e-6)
+        np.testing.assert_allclose(app.att.weights.sum(-1), 1.0, atol=1e-5)
+        await press(pilot, "o")
+        assert app.att.measure == "weight" and "norm" not in status(app)
+        np.testing.assert_allclose(app.att.weights, att.weights)
+    bare = ExploreApp(att, query=it)  # no model to compute norms with: said, nothing changes
+    async with bare.run_test(size=SIZE) as pilot:
+        await press(pilot, "o")
+        assert bare.att.measure == "weight"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
+def test_command_runs_in_a_terminal_and_quits_on_q(tmp_path: Path) -> None:
+    """The real command in a pseudo-terminal: the screen appears, q exits with 0."""
+    model = save_tiny_bert(tmp_path / "tiny")
+    args = ["explore", "the cat sat on the mat", "--model", str(model), "-t", "cat"]
+    screen = run_in_pty(args, (b"quit", b"2 layers"))
+    assert b"cat" in screen

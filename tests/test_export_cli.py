@@ -82,7 +82,7 @@ def test_export_matrix_view_defaults_to_the_middle_layer(
     [
         (["-o", "{tmp}/missing/heads.png"], "does not exist"),
         (["-o", "{tmp}/heads.jpg"], "extension"),
-        (["-o", "{tmp}/heads.png", "--view", "cube"], "'cube' is not one of 'token', 'matrix'"),
+        (["-o", "{tmp}/heads.png", "--view", "cube"], "--view must be token or matrix, not 'cube'"),
         (["-o", "{tmp}/heads.png", "--view", "matrix", "--layer", "all"], "one layer"),
     ],
 )

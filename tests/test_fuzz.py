@@ -54,7 +54,7 @@ def test_the_grammar_is_read_from_the_app() -> None:
     assert set(COMMANDS) == declared - {"explore"}
     compare = {p.opts[0] if p.opts else p.name: p for p in COMMANDS["compare"]}
     assert compare["--top"].kind == "int" and compare["--top"].low == 1
-    assert set(compare["--sort"].choices) == {"weight", "entropy", "sink", "distance", "delta"}
+    assert set(compare["--sort"].choices) == {"weight", "entropy", "sink", "distance", "delta", "effect"}
     heads = {p.opts[0] if p.opts else p.name: p for p in COMMANDS["heads"]}
     assert "corpus" in heads and "--ray" not in heads and heads["--top"].high == 12
     assert compare["--target"].multiple and compare["--pairs"].kind == "path"

@@ -87,8 +87,18 @@ def test_page_needs_every_query_row(att: Attention) -> None:
 
 def test_initial_state_is_checked_and_embedded(att: Attention) -> None:
     data = page_data(att, query=10, view="matrix", layer=4)
-    assert data["initial"] == {"view": "matrix", "query": 10, "slot": 4}
-    assert page_data(att)["initial"] == {"view": "head", "query": None, "slot": 2}  # middle of 0..5
+    assert data["initial"] == {
+        "view": "matrix",
+        "query": 10,
+        "slot": 4,
+        "head": 0,
+        "words": False,
+        "hideSpecial": False,
+        "mean": False,
+        "measure": "weight",
+    }
+    assert page_data(att)["initial"]["slot"] == 2  # middle of 0..5
+    assert page_data(att)["initial"]["query"] is None
     with pytest.raises(UsageError, match="unknown view"):
         page_data(att, view="3d")
     with pytest.raises(UsageError, match="out of range"):

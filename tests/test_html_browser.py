@@ -402,3 +402,36 @@ def test_a_hostile_sentence_is_text(driver: Any, tmp_path: Path, own_engine: Any
     assert driver.execute_script("return window.pwned === undefined")
     assert driver.find_element("id", "sentence").text == f"“{text}”"
     assert console(driver) == []
+
+
+def test_norm_toggle_shows_the_norms_shares(driver: Any, att: Attention, tmp_path: Path) -> None:
+    """A page written with the norm measure opens on the norms (each row's shares, after
+    words / specials / head mean on the raw norms, as attnviz.transforms does) and its
+    toggle goes back to the weights."""
+    from attnviz.transforms import View, apply, shares
+
+    norms = inspect(EXAMPLE, load_engine("own", None, "cpu"), measure="norm")  # every row
+    path = tmp_path / "norms.html"
+    save_html(att, path, norms=norms)
+    open_page(driver, path)
+    assert driver.execute_script("return window.attnviz.state.measure") == "norm"
+    js = "return window.attnviz.matrix(arguments[0], arguments[1], arguments[2])"
+    for words, hide in ((False, False), (True, True)):
+        view = View(words=words, hide_special=hide, heads=("mean",))
+        want = shares(apply(norms, view)).weights  # (N, H + 1, U', U'): rows of the kept queries
+        kept = [i for i in range(len(want[0, 0])) if not (hide and apply(norms, view).tokens.special[i])]
+        opts = {"words": words, "hideSpecial": hide}
+        for slot in (0, 3):
+            for head in (1, "mean"):
+                got = np.array(driver.execute_script(js, slot, head, opts))  # (U, U), specials left out
+                h = att.model_heads if head == "mean" else head
+                expected = want[slot, h][np.ix_(kept, kept)] if hide else want[slot, h]
+                if hide:  # the page's shares are over the kept keys, as are attnviz's (specials at 0)
+                    expected = expected / np.maximum(expected.sum(1, keepdims=True), 1e-12)
+                np.testing.assert_allclose(got, expected, atol=2e-4)
+    driver.find_element("id", "opt-norm").click()
+    assert driver.execute_script("return window.attnviz.state.measure") == "weight"
+    got = np.array(driver.execute_script(js, 3, 1, {"words": False, "hideSpecial": False}))
+    np.testing.assert_allclose(got, att.weights[3, 1], atol=1e-5)
+    assert driver.find_element("id", "legend-label").text == "weight"
+    assert console(driver) == []

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -39,8 +40,44 @@ def test_export_html_writes_one_small_page(runner: CliRunner, tmp_path: Path) ->
     data = embedded(out)
     assert data["layers"] == [0, 1, 2, 3, 4, 5]
     assert decode_weights(data["weights"]).shape == (6, 12, 15, 15)
-    assert data["initial"] == {"view": "head", "query": 10, "slot": 2}  # "it" pinned, middle layer
+    # "it" pinned, on the layer of its strongest non-trivial link: over every layer, show's
+    # footer names layer 2 head 1 -> "tired" (0.69) first.
+    assert data["initial"] == {
+        "view": "head",
+        "query": 10,
+        "slot": 2,
+        "head": 0,
+        "words": False,
+        "hideSpecial": False,
+        "mean": False,
+        "measure": "weight",
+    }
     assert [p.name for p in tmp_path.iterdir()] == ["view.html"]
+
+
+def test_open_layer_follows_the_footer_or_the_flag(runner: CliRunner, tmp_path: Path) -> None:
+    from attnviz.findings import strongest_links
+
+    show = json.loads(runner.invoke(app, ["show", EXAMPLE, "--token", "cross", "--json"]).stdout)
+    rows = np.asarray(show["weights"])  # (N, H, S): the footer's rule, by hand on the JSON rows
+    from attnviz.engines import load_engine
+    from attnviz.pipeline import Selection, run
+
+    att = run(EXAMPLE, load_engine("own", None, "cpu"), Selection(queries=())).attention
+    expected = strongest_links(att, att.query_slot(6), 1)[0].layer
+    assert np.allclose(rows[expected], att.weights[expected, :, 6], atol=1e-6)
+    out = tmp_path / "cross.html"
+    assert runner.invoke(app, ["export", EXAMPLE, "--token", "cross", "-o", str(out)]).exit_code == 0
+    assert embedded(out)["initial"]["slot"] == expected
+    result = runner.invoke(app, ["export", EXAMPLE, "--token", "cross", "--open-layer", "1", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert embedded(out)["initial"]["slot"] == 1
+    result = runner.invoke(app, ["export", EXAMPLE, "--layer", "2-4", "--open-layer", "5", "-o", str(out)])
+    assert result.exit_code == 2 and "not among the page's layers (2..4)" in result.stderr
+    result = runner.invoke(
+        app, ["export", EXAMPLE, "--token", "it", "--open-layer", "1", "-o", str(tmp_path / "a.png")]
+    )
+    assert result.exit_code == 2 and "--open-layer" in result.stderr
 
 
 def test_layer_and_view_shape_the_page(runner: CliRunner, tmp_path: Path) -> None:
@@ -50,7 +87,16 @@ def test_layer_and_view_shape_the_page(runner: CliRunner, tmp_path: Path) -> Non
     assert result.exit_code == 0, result.output
     data = embedded(one)
     assert data["layers"] == [3]
-    assert data["initial"] == {"view": "matrix", "query": None, "slot": 0}
+    assert data["initial"] == {
+        "view": "matrix",
+        "query": None,
+        "slot": 0,
+        "head": 0,
+        "words": False,
+        "hideSpecial": False,
+        "mean": False,
+        "measure": "weight",
+    }
     # One layer of six: the weights part shrinks six-fold.
     w_full, w_one = (len(embedded(p)["weights"]["base64"]) for p in (full, one))
     assert w_one * 6 == pytest.approx(w_full, rel=0.001)

@@ -30,7 +30,7 @@ def loaded_after(code: str) -> set[str]:
 # The one table: importing the module (alone, in a fresh interpreter) must not load any of
 # these. "attnviz.architectures.*" stands for every family module the registry names.
 RULES: dict[str, tuple[str, ...]] = {
-    "attnviz": ("torch", "transformers", "matplotlib", "rich", "typer", "textual"),
+    "attnviz": ("torch", "transformers", "matplotlib", "rich", "typer", "textual", "IPython", "anywidget"),
     "attnviz.errors": STDLIB_ONLY,
     "attnviz.version": STDLIB_ONLY,
     "attnviz.shape": STDLIB_ONLY,
@@ -52,12 +52,30 @@ RULES: dict[str, tuple[str, ...]] = {
     "attnviz.engines": ("rich", "matplotlib", "typer", "transformers", "torch", "textual"),
     "attnviz.engines.own": ("rich", "matplotlib", "typer", "transformers", "torch", "textual"),
     "attnviz.engines.hf": ("rich", "matplotlib", "typer", "transformers", "torch", "textual"),
+    "attnviz.engines.hf_model": ("rich", "matplotlib", "typer", "transformers", "torch", "textual"),
     "attnviz.corpus.detectors": ("torch", "rich", "matplotlib", "typer", "transformers", "ray"),
     "attnviz.corpus.scan": ("torch", "rich", "matplotlib", "typer", "transformers", "ray"),
     "attnviz.corpus.sources": ("torch", "rich", "matplotlib", "typer", "transformers", "ray"),
+    "attnviz.norms": ("rich", "matplotlib", "typer", "transformers", "textual"),
+    "attnviz.explain": ("rich", "matplotlib", "typer", "transformers", "torch", "textual"),
+    "attnviz.render.explain_view": ("transformers", "typer", "torch", "matplotlib", "textual"),
+    "attnviz.render.explain_page": ("transformers", "typer", "torch", "matplotlib", "rich", "textual"),
     "attnviz.render.terminal": ("transformers", "typer", "torch", "matplotlib", "textual"),
     "attnviz.render.html": ("transformers", "typer", "torch", "matplotlib", "rich", "textual"),
     "attnviz.render.tables": ("transformers", "typer", "torch", "matplotlib", "textual"),
+    # The notebook renderer: the page in an iframe; IPython and anywidget only once a widget is made.
+    "attnviz.render.notebook": (
+        "transformers",
+        "typer",
+        "torch",
+        "matplotlib",
+        "rich",
+        "textual",
+        "IPython",
+        "anywidget",
+        "ipywidgets",
+    ),  # fmt: skip
+    "attnviz.engines.inmemory": ("rich", "matplotlib", "typer", "transformers", "torch", "textual", "IPython"),
     # matplotlib itself is the image renderer's, but never pyplot (global state).
     "attnviz.render.image": ("transformers", "typer", "torch", "rich", "textual", "matplotlib.pyplot"),
     "attnviz.render.layout": ("transformers", "typer", "torch", "rich", "textual", "matplotlib.pyplot"),

@@ -108,7 +108,10 @@ def test_export_reads_a_file(qwen: Path, tmp_path: Path) -> None:
         (("show", TEXT, "--file", "x.txt", "--token", "it"), "give the text or --file, not both"),
         (("show", "--token", "it"), "give a text (or --file PATH)"),
         (("show", "--file", "/nonexistent/t.txt", "--token", "it"), "/nonexistent/t.txt does not exist"),
-        (("show", TEXT, "--token", "it", "--dtype", "float64"), "'float64' is not one of 'float32', 'bfloat16'"),
+        (
+            ("show", TEXT, "--token", "it", "--dtype", "float64"),
+            "--dtype must be float32, bfloat16 or float16, not 'float64'",
+        ),
         (("show", TEXT, "--token", "it", "--max-memory", "lots"), "cannot read the memory size 'lots'"),
     ],
 )

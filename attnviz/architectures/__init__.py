@@ -25,7 +25,7 @@ from ..errors import UnsupportedArchitectureError
 from ..models import read_config, read_weights
 from .base import AttnModel, ForwardOutput, load_into, rename
 
-__all__ = ["AttnModel", "ForwardOutput", "load", "registry", "supported_model_types"]
+__all__ = ["AttnModel", "ForwardOutput", "build_from", "load", "registry", "supported_model_types"]
 
 # Modules of this package that are not families.
 _NOT_FAMILIES = frozenset({"base", "decoder", "seq2seq"})
@@ -74,9 +74,20 @@ def load(model_dir: Path, config: dict[str, Any] | None = None, device: Any = "c
     The model is built on the meta device and takes the checkpoint tensors as they
     are, so nothing is randomly initialised only to be overwritten.
     """
+    config = read_config(model_dir) if config is None else config
+    family(config)  # an architecture we have not written: before reading any weight
+    return build_from(config, read_weights(model_dir), model_dir, device, dtype)
+
+
+def build_from(
+    config: dict[str, Any], tensors: dict[str, Any], where: Path, device: Any = "cpu", dtype: Any = None
+) -> AttnModel:
+    """The family's model for ``config``, holding ``tensors`` (checkpoint names: a weight
+    file's, or a transformers module's ``state_dict()``) as they are: no copy unless a
+    family's ``convert`` must transpose or split, or ``device``/``dtype`` differ from the
+    tensors'. ``where`` names the model in messages."""
     import torch
 
-    config = read_config(model_dir) if config is None else config
     module = family(config)
     with torch.device("meta"), _skip_init():
         try:
@@ -85,14 +96,19 @@ def load(model_dir: Path, config: dict[str, Any] | None = None, device: Any = "c
             from ..errors import ModelLoadError
 
             reason = f"lacks {exc}" if isinstance(exc, KeyError) else str(exc)
-            raise ModelLoadError(f"{model_dir}/config.json: {reason}", hint="the config is invalid") from exc
-    tensors = rename(read_weights(model_dir), module.RULES, module.PREFIXES)
+            raise ModelLoadError(f"{where}/config.json: {reason}", hint="the config is invalid") from exc
+    tensors = rename(tensors, module.RULES, module.PREFIXES)
     from ..checkpoint import check_tensors
 
-    check_tensors(tensors.items(), str(model_dir))  # integer or non-finite weights: before any use
+    if torch.device(device).type != "cpu":
+        # On the device before the check: there it is one reduction per tensor at the
+        # device's bandwidth (a 16 GB checkpoint on one CPU core: seconds); the stored
+        # dtype kept until the check has judged the values as stored.
+        tensors = {name: tensor.to(device) for name, tensor in tensors.items()}
+    check_tensors(tensors.items(), str(where))  # integer or non-finite weights: before any use
     if hasattr(module, "convert"):
         tensors = module.convert(tensors, config)
-    load_into(model, tensors, model_dir)
+    load_into(model, tensors, where)
     return model.to(device=device, dtype=dtype or torch.float32).eval()
 
 

@@ -9,16 +9,20 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from ..attention import Ablation
 from ..errors import ModelLoadError, UnsupportedArchitectureError
 from ..rows import RowRequest
 from ..shape import ModelShape
+
+# Head ablation in one layer of a pass: (layer, which heads, with what).
+LayerAblation = tuple[int, Ablation]
 
 
 @dataclass
@@ -29,10 +33,13 @@ class ForwardOutput:
         hidden_states: (B, S, E) output of the last layer computed.
         attentions: one (B, H, R, S) tensor per layer computed, first layer first: the
             rows asked for (R = S for every row), or none (R = 0) in a layer not asked for.
+        value_norms: with the norm measure (``attnviz.norms``), one (B, H, S) tensor per
+            entry of ``attentions``: ‖f_h(x_j)‖ of every head and key; None otherwise.
     """
 
     hidden_states: Tensor
     attentions: list[Tensor]
+    value_norms: list[Tensor] | None = None
 
 
 class AttnModel(nn.Module):
@@ -60,22 +67,36 @@ class AttnModel(nn.Module):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
+        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """input_ids (B, S), attention_mask (B, S) of 1/0; stop after layer ``max_layer``.
 
         ``layers`` (default all) return the weight rows of ``queries`` (default every
         row); the other layers return none. ``fused=False`` runs the eager reference.
+        ``ablate``: (layer, Ablation), heads of one layer removed before W^O; the
+        input then has batch 1 and the output batch len(Ablation.heads).
         """
         raise NotImplementedError
 
     @staticmethod
     def row_requests(
-        last: int, layers: Collection[int] | None, queries: Sequence[int] | None, fused: bool
+        last: int,
+        layers: Collection[int] | None,
+        queries: Sequence[int] | None,
+        fused: bool,
+        ablate: LayerAblation | None = None,
     ) -> list[RowRequest]:
-        """Per layer 0..last: what its attention returns beside its output."""
+        """Per layer 0..last: what its attention returns beside its output; ``ablate``
+        (layer, Ablation) removes heads of that one layer (``attention.Ablation``)."""
         wanted = RowRequest(None if queries is None else tuple(queries), fused)
         nothing = RowRequest((), fused)
-        return [wanted if layers is None or layer in layers else nothing for layer in range(last + 1)]
+        out = [wanted if layers is None or layer in layers else nothing for layer in range(last + 1)]
+        if ablate is not None:
+            layer, ablation = ablate
+            if not 0 <= layer <= last:
+                raise ValueError(f"cannot ablate layer {layer}: the pass runs layers 0..{last}")
+            out[layer] = replace(out[layer], ablation=ablation)
+        return out
 
 
 # --- activations ---------------------------------------------------------------

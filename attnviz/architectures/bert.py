@@ -14,6 +14,7 @@ one switch here:
     type_vocab_size 0 for DistilBERT, which has no token types
     position_ids()  RoBERTa counts positions from past its padding index
     block_index()   ALBERT runs one shared block for every layer
+    position_bias() MPNet adds relative-position buckets to every layer's scores
 
 torch only; reads the checkpoint's config.json and weights without transformers.
 """
@@ -30,7 +31,7 @@ from torch import Tensor, nn
 from ..attention import Mask, MultiHeadAttention
 from ..errors import UnsupportedArchitectureError
 from ..rows import EAGER, RowRequest
-from .base import AttnModel, ForwardOutput, activation
+from .base import AttnModel, ForwardOutput, LayerAblation, activation
 
 MODEL_TYPES = ("bert",)
 PREFIXES = ("bert.",)
@@ -125,9 +126,11 @@ class Block(nn.Module):
         self.ffn_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.act = activation(c.hidden_act)
 
-    def forward(self, x: Tensor, mask: Mask | None, request: RowRequest = EAGER) -> tuple[Tensor, Tensor]:
-        # 1. Self-attention, residual, LayerNorm.
-        a, weights = self.attn(x, mask=mask, request=request)  # (B, S, E), (B, H, R, S)
+    def forward(
+        self, x: Tensor, mask: Mask | None, request: RowRequest = EAGER, score_bias: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        # 1. Self-attention (with the family's position bias, if any), residual, LayerNorm.
+        a, weights = self.attn(x, mask=mask, request=request, score_bias=score_bias)  # (B, S, E), (B, H, R, S)
         x = self.attn_norm(x + a)
         # 2. Position-wise feed-forward, residual, LayerNorm.
         x = self.ffn_norm(x + self.ffn_out(self.act(self.ffn_in(x))))
@@ -163,6 +166,11 @@ class BertEncoder(AttnModel):
         """Which of ``self.blocks`` computes layer ``layer``."""
         return layer
 
+    def position_bias(self, length: int, like: Tensor) -> Tensor | None:
+        """(1, H, S, S) bias added to the attention scores of every layer (MPNet's relative
+        position buckets); None here."""
+        return None
+
     def forward(
         self,
         input_ids: Tensor,
@@ -173,6 +181,7 @@ class BertEncoder(AttnModel):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
+        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """As ``AttnModel.forward``, plus token_type_ids (B, S): the segments of a sentence pair."""
         # 1. Embeddings (and the projection up to the blocks' width, if any).
@@ -183,9 +192,10 @@ class BertEncoder(AttnModel):
         # 2. The layers, each returning the weight rows asked of it.
         attentions: list[Tensor] = []
         last = self.num_layers - 1 if max_layer is None else max_layer
-        requests = self.row_requests(last, layers, queries, fused)
+        requests = self.row_requests(last, layers, queries, fused, ablate)
+        bias = self.position_bias(input_ids.size(1), x)  # (1, H, S, S) or None
         for layer in range(last + 1):
-            x, weights = self.blocks[self.block_index(layer)](x, mask, requests[layer])
+            x, weights = self.blocks[self.block_index(layer)](x, mask, requests[layer], bias)
             attentions.append(weights)
         return ForwardOutput(hidden_states=x, attentions=attentions)
 

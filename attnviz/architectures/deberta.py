@@ -34,9 +34,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention, padding_mask, scaled_dot_product_attention
+from ..attention import Ablation, MultiHeadAttention, ablate_heads, padding_mask, scaled_dot_product_attention
 from ..errors import UnsupportedArchitectureError
-from .base import AttnModel, ForwardOutput, activation, config_value
+from .base import AttnModel, ForwardOutput, LayerAblation, activation, config_value
 
 MODEL_TYPES = ("deberta-v2",)
 PREFIXES = ("deberta.",)
@@ -186,10 +186,16 @@ class DisentangledAttention(MultiHeadAttention):
         self.score_scale = float(torch.sqrt(factor))
 
     def forward_disentangled(
-        self, x: Tensor, mask: Tensor | None, positions: Tensor | None, rel: Tensor | None
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        positions: Tensor | None,
+        rel: Tensor | None,
+        ablation: Ablation | None = None,
     ) -> tuple[Tensor, Tensor]:
         """x (B, L, E); positions (L, L) bucketed i - j; rel (2·span, E) the position
-        embeddings P. Returns output (B, L, E) and weights (B, H, L, L)."""
+        embeddings P; ``ablation``: heads removed before W^O (``attention.Ablation``).
+        Returns output (B, L, E) and weights (B, H, L, L)."""
         b, length, _ = x.shape
         # 1. Per-head projections.
         q = self._split(self.q_proj(x), self.n_heads)  # (B, H, L, D)
@@ -221,6 +227,8 @@ class DisentangledAttention(MultiHeadAttention):
             q, k / scale, v, mask, 1.0, score_bias=bias
         )  # (B, H, L, D), (B, H, L, L)
         concat = heads.transpose(1, 2).reshape(b, length, self.n_heads * self.head_dim)  # (B, L, H·D)
+        if ablation is not None:
+            concat = ablate_heads(concat, self.n_heads, ablation)  # (B', L, H·D)
         return self.o_proj(concat), weights
 
 
@@ -237,9 +245,14 @@ class Block(nn.Module):
         self.act = activation(c.hidden_act)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None, positions: Tensor | None, rel: Tensor | None
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        positions: Tensor | None,
+        rel: Tensor | None,
+        ablation: Ablation | None = None,
     ) -> tuple[Tensor, Tensor]:
-        a, weights = self.attn.forward_disentangled(x, mask, positions, rel)  # (B, S, E), (B, H, S, S)
+        a, weights = self.attn.forward_disentangled(x, mask, positions, rel, ablation)  # (B, S, E), (B, H, S, S)
         x = self.attn_norm(a + x)
         x = self.ffn_norm(self.ffn_out(self.act(self.ffn_in(x))) + x)
         return x, weights
@@ -293,6 +306,7 @@ class Deberta(AttnModel):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = False,
+        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """input_ids (B, S), attention_mask (B, S) of 1/0, token_type_ids (B, S) for pairs.
 
@@ -320,7 +334,8 @@ class Deberta(AttnModel):
         attentions: list[Tensor] = []
         last = self.num_layers - 1 if max_layer is None else max_layer
         for layer in range(last + 1):
-            out, weights = self.blocks[layer](x, mask, positions, rel)
+            ablation = ablate[1] if ablate is not None and ablate[0] == layer else None
+            out, weights = self.blocks[layer](x, mask, positions, rel, ablation)
             if layer == 0 and self.conv is not None:
                 out = self.conv(x, out, real)
             x = out

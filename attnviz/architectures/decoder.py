@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from ..attention import Mask, MultiHeadAttention, QKTransform
 from ..rows import EAGER, RowRequest
-from .base import AttnModel, ForwardOutput
+from .base import AttnModel, ForwardOutput, LayerAblation
 
 
 class PreNormBlock(nn.Module):
@@ -74,6 +74,7 @@ class DecoderModel(AttnModel):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
+        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """input_ids (B, S), attention_mask (B, S) of 1/0; the rest as in ``AttnModel.forward``.
 
@@ -90,7 +91,7 @@ class DecoderModel(AttnModel):
         # 3. The layers, each returning the weight rows asked of it.
         attentions: list[Tensor] = []
         last = self.num_layers - 1 if max_layer is None else max_layer
-        requests = self.row_requests(last, layers, queries, fused)
+        requests = self.row_requests(last, layers, queries, fused, ablate)
         for layer in range(last + 1):
             x, weights = self.blocks[layer](x, masks[self.windows[layer]], qk[layer], requests[layer])
             attentions.append(weights)

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention, QKTransform, padding_mask
 from ..errors import UnsupportedArchitectureError
-from .base import AttnModel, ForwardOutput, activation, config_value
+from .base import AttnModel, ForwardOutput, LayerAblation, activation, config_value
 from .decoder import PreNormBlock
 from .rope import RopeConfig, rotary
 
@@ -159,6 +159,7 @@ class ModernBert(AttnModel):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
+        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """input_ids (B, S), attention_mask (B, S) of 1/0; ``layers``, ``queries`` and
         ``fused`` as ``AttnModel.forward`` says. ``hidden_states`` is after the final norm
@@ -180,7 +181,7 @@ class ModernBert(AttnModel):
         # 3. The layers.
         attentions: list[Tensor] = []
         last = self.num_layers - 1 if max_layer is None else max_layer
-        requests = self.row_requests(last, layers, queries, fused)
+        requests = self.row_requests(last, layers, queries, fused, ablate)
         for layer in range(last + 1):
             kind = c.layer_types[layer]
             x, weights = self.blocks[layer](x, masks[kind], rope[kind], requests[layer])

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention, causal_mask, padding_mask
+from ..attention import Ablation, MultiHeadAttention, causal_mask, padding_mask
 from ..rows import EAGER, RowRequest
 from ..select import PARTS
 from ..shape import ModelShape
-from .base import AttnModel, ForwardOutput
+from .base import AttnModel, ForwardOutput, LayerAblation
 
 
 @dataclass
@@ -42,11 +42,14 @@ class Seq2SeqOutput:
         decoder: the decoder's causal self-attention (B, H, L, L) per layer and its
             final hidden states (B, L, E) (transformers' ``last_hidden_state``).
         cross: the decoder's cross-attention (B, H, L, S) per layer: target token -> source token.
+        cross_value_norms: with the norm measure, (B, H, S) per layer: the value norms of
+            the source tokens as each cross-attention sees them (``attnviz.norms``).
     """
 
     encoder: ForwardOutput
     decoder: ForwardOutput
     cross: list[Tensor]
+    cross_value_norms: list[Tensor] | None = None
 
     def part(self, name: str) -> ForwardOutput:
         """One part's attentions with the hidden states of the stack that computed them
@@ -56,7 +59,7 @@ class Seq2SeqOutput:
         if name == "decoder":
             return self.decoder
         if name == "cross":
-            return ForwardOutput(hidden_states=self.decoder.hidden_states, attentions=self.cross)
+            return ForwardOutput(self.decoder.hidden_states, self.cross, self.cross_value_norms)
         raise ValueError(f"unknown part {name!r} (parts: {', '.join(PARTS)})")
 
 
@@ -92,9 +95,11 @@ class Seq2SeqBlock(nn.Module):
         memory: Tensor | None = None,
         memory_mask: Tensor | None = None,
         request: RowRequest = EAGER,
+        cross_request: RowRequest = EAGER,
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """x (B, L, E); memory (B, S, E), the encoder's output (decoder layers only);
-        ``request``: the self-attention weight rows to return (cross-attention's are all).
+        ``request``: the self-attention weight rows to return (cross-attention's are all);
+        ``cross_request``: cross-attention's (an ablation's heads, with every row).
 
         Returns the layer's output (B, L, E), its self-attention weights (B, H, R, L)
         and its cross-attention weights (B, H, L, S) or None.
@@ -107,7 +112,7 @@ class Seq2SeqBlock(nn.Module):
         cross_weights = None
         if self.cross is not None and self.cross_norm is not None and memory is not None:
             h = self.cross_norm(x) if self.pre_norm else x
-            a, cross_weights = self.cross(h, memory, mask=memory_mask)  # (B, L, E), (B, H, L, S)
+            a, cross_weights = self.cross(h, memory, mask=memory_mask, request=cross_request)  # (B, L, E), (B, H, L, S)
             x = self._residual(x, self.cross_norm, a)
         # 3. The MLP.
         h = self.mlp_norm(x) if self.pre_norm else x
@@ -134,6 +139,7 @@ class Stack(nn.Module):
         memory_mask: Tensor | None = None,
         max_layer: int | None = None,
         requests: Sequence[RowRequest] | None = None,
+        cross_requests: Sequence[RowRequest] | None = None,
     ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """x (B, L, E) embedded; attention_mask (B, L) of 1/0; memory_mask (B, S) of 1/0.
 
@@ -153,7 +159,8 @@ class Stack(nn.Module):
         last = len(self.blocks) - 1 if max_layer is None else max_layer
         for layer in range(last + 1):
             request = EAGER if requests is None else requests[layer]
-            x, weights, cross = self.blocks[layer](x, mask, bias, memory, cross_mask, request)
+            cross_request = EAGER if cross_requests is None else cross_requests[layer]
+            x, weights, cross = self.blocks[layer](x, mask, bias, memory, cross_mask, request, cross_request)
             attentions.append(weights)
             if cross is not None:
                 crosses.append(cross)
@@ -201,13 +208,14 @@ class EncoderDecoder(AttnModel):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
+        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """The encoder alone: input_ids (B, S), attention_mask (B, S) of 1/0; ``layers``,
-        ``queries`` and ``fused`` as ``AttnModel.forward`` says."""
+        ``queries``, ``fused`` and ``ablate`` as ``AttnModel.forward`` says."""
         x = self.embed(input_ids, "encoder")  # (B, S, E)
         bias = self.position_bias("encoder", input_ids.size(1), x)
         last = len(self.encoder.blocks) - 1 if max_layer is None else max_layer
-        requests = self.row_requests(last, layers, queries, fused)
+        requests = self.row_requests(last, layers, queries, fused, ablate)
         hidden, attentions, _ = self.encoder(x, attention_mask, bias, max_layer=max_layer, requests=requests)
         return ForwardOutput(hidden_states=hidden, attentions=attentions)
 
@@ -217,16 +225,32 @@ class EncoderDecoder(AttnModel):
         decoder_input_ids: Tensor,
         attention_mask: Tensor | None = None,
         decoder_attention_mask: Tensor | None = None,
+        ablate: tuple[str, int, Ablation] | None = None,
     ) -> Seq2SeqOutput:
         """Source input_ids (B, S) through the encoder, target decoder_input_ids (B, L)
-        through the decoder (teacher forcing: the whole target at once, causally masked)."""
+        through the decoder (teacher forcing: the whole target at once, causally masked).
+
+        ``ablate``: (part, layer, Ablation), heads of one layer of "encoder", "decoder"
+        (self-attention) or "cross" removed before W^O (see ``AttnModel.forward``)."""
+        part, at = (None, None) if ablate is None else (ablate[0], (ablate[1], ablate[2]))
+        if part not in (None, *PARTS):
+            raise ValueError(f"unknown part {part!r} (parts: {', '.join(PARTS)})")
         # 1. The encoder, all layers: the decoder cross-attends to its final output.
-        encoded = self.forward(input_ids, attention_mask, fused=False)
+        encoded = self.forward(input_ids, attention_mask, fused=False, ablate=at if part == "encoder" else None)
         # 2. The decoder, cross-attending to it.
         y = self.embed(decoder_input_ids, "decoder")  # (B, L, E)
         bias = self.position_bias("decoder", decoder_input_ids.size(1), y)
+        last = len(self.decoder.blocks) - 1
+        requests = self.row_requests(last, None, None, False, at if part == "decoder" else None)
+        cross_requests = self.row_requests(last, None, None, False, at if part == "cross" else None)
         hidden, attentions, cross = self.decoder(
-            y, decoder_attention_mask, bias, memory=encoded.hidden_states, memory_mask=attention_mask
+            y,
+            decoder_attention_mask,
+            bias,
+            memory=encoded.hidden_states,
+            memory_mask=attention_mask,
+            requests=requests,
+            cross_requests=cross_requests,
         )
         return Seq2SeqOutput(
             encoder=encoded, decoder=ForwardOutput(hidden_states=hidden, attentions=attentions), cross=cross

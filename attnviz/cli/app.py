@@ -32,26 +32,49 @@ from ..errors import (
     DeviceError,
     ExitCode,
     LayerError,
+    ModelLoadError,
     ModelNotFoundError,
     TokenNotFoundError,
     UnsupportedArchitectureError,
 )
 from ..version import __version__
+from . import conventions
 
 EXAMPLE = "The animal didn't cross the street because it was too tired"
 
 
 class _Group(TyperGroup):
-    """Click's usage errors, as one line on stderr with a hint (not a boxed panel)."""
+    """Click's usage errors, as one line on stderr with a hint (not a boxed panel); help
+    in the house style; defaults from the environment and the config file."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for command in self.commands.values():
+            conventions.restyle(command)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
         argv = kwargs.get("args", args[0] if args else None)
         _check_argv(sys.argv[1:] if argv is None else list(argv))
         try:
+            config = conventions.read_config()
+        except conventions.ConfigError as exc:
+            fail(str(exc), "fix the file, or move it aside", ExitCode.USAGE)
+        if config:
+            kwargs.setdefault("default_map", conventions.default_map(self, config))
+        try:
             rv = super().main(*args, **kwargs)
         except click_exc.NoArgsIsHelpError:
             sys.exit(ExitCode.OK)  # the help text has been printed: that is the answer
+        except BrokenPipeError:
+            _quiet_pipe()
+        except SystemExit as exc:
+            # typer turns a closed pipe while printing help into a bare exit 1.
+            if isinstance(exc.__context__, BrokenPipeError):
+                _quiet_pipe()
+            raise
+        except click_exc.BadParameter as exc:
+            fail(*conventions.bad_parameter(exc), ExitCode.USAGE)
         except click_exc.UsageError as exc:
             command = exc.ctx.command_path if exc.ctx else "attnviz"
             fail(exc.format_message(), f"see '{command} --help'", ExitCode.USAGE)
@@ -68,6 +91,15 @@ class _Group(TyperGroup):
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:
             _interrupted(exc)
+
+
+def _quiet_pipe() -> NoReturn:
+    """The reader went away (``| head``): the answer was not wanted, which is no failure.
+    stdout goes to /dev/null so the interpreter's last flush raises nothing either."""
+    with contextlib.suppress(Exception):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    raise SystemExit(ExitCode.OK)
 
 
 def _check_argv(argv: Sequence[str]) -> None:
@@ -94,7 +126,7 @@ app = typer.Typer(
     name="attnviz",
     help="See what each attention head of a transformer does with a token.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     # Plain click help: rich's help formatter cost --help 0.38 s of imports (issue 8).
     rich_markup_mode=None,
@@ -136,6 +168,10 @@ _REASON_HINTS: dict[str, str] = {
     "pair_seq2seq": "give the second text with --target-text: an encoder-decoder's is the decoder's",
     "positional_sort": "use --sort weight, entropy or sink",
     "cross_view": "drop --words/--hide-special/--rollout here, or pick --part encoder or decoder",
+    "norm_rollout": "drop --rollout, or use --measure weight",
+    "norm_projections": "use --engine own, which gives the norms for every family it runs",
+    "norm_split": "use --measure weight for this model",
+    "unknown_measure": "use --measure weight or norm",
 }
 
 
@@ -156,8 +192,15 @@ def hint_for(exc: AttnvizError) -> str | None:
     if isinstance(exc, LayerError):
         n = int(facts["num_layers"])
         return exc.hint or f"use --layer 0..{n - 1}, N,M, A-B or all"
+    if isinstance(exc, DeviceError) and conventions.origin_of("device"):
+        return f"fix or unset {conventions.origin_of('device')}, or pass --device cpu (or auto)"
     if isinstance(exc, DeviceError):
         return "use --device cpu (or auto)" if reason == "absent" else "use --device auto, cpu, cuda, cuda:N or mps"
+    if reason in ("explain_layer", "explain_head"):
+        flag = "--layer" if reason == "explain_layer" else "--head"
+        return f"use {flag} 0..{count - 1}"
+    if reason == "explain_family":
+        return "explain covers attnviz's own families whose scores are q·k; attnviz show gives this model's weights"
     if reason == "page_size":  # an HTML page over the budget: facts ``fit`` (layers that fit)
         fit = int(facts["fit"])
         if not fit:
@@ -170,6 +213,9 @@ def hint_for(exc: AttnvizError) -> str | None:
         if facts.get("command") == "show":  # show --png has no --dpi
             return f"draw fewer layers or heads (--layer, --heads), or use attnviz export --dpi {largest}"
         return f"use --dpi {largest} or less, or draw fewer layers or heads (--layer, --heads) or a smaller --figsize"
+    model_origin = conventions.origin_of("model") if isinstance(exc, (ModelNotFoundError, ModelLoadError)) else None
+    if model_origin is not None:
+        return f"--model came from {model_origin}: fix or unset it, or pass --model DIR"
     if isinstance(exc, ModelNotFoundError) and reason == "offline":
         return "when offline, pass a local checkpoint directory with --model DIR"
     if type(exc).__name__ == "MemoryBudgetError":  # attnviz.engines.memory: not imported for --help
@@ -193,10 +239,7 @@ def errors(debug: bool) -> Iterator[None]:
     except KeyboardInterrupt as exc:  # Ctrl-C, and SIGTERM/SIGHUP as safeio.Terminated
         _interrupted(exc)
     except BrokenPipeError:
-        # The reader went away (| head): not our failure to report.
-        with contextlib.suppress(Exception):
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush
-        raise SystemExit(ExitCode.FAILURE) from None
+        _quiet_pipe()
     except (typer.Exit, SystemExit):
         raise
     except Exception as exc:
@@ -241,7 +284,7 @@ def main() -> None:
 
     handle_signals()  # SIGTERM/SIGHUP clean up like Ctrl-C, then exit 143/129
     try:
-        app()
+        app(prog_name="attnviz")  # also under python -m attnviz: the completion scripts name it
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

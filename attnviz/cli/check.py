@@ -9,10 +9,11 @@ import typer
 from ..errors import ExitCode
 from .app import app, errors
 from .common import stderr_console, stdout_console
-from .options import DebugOpt, DeviceOpt, JsonOpt, ModelOpt, Part, PartOpt
+from .conventions import example
+from .options import DebugOpt, DeviceOpt, JsonOpt, ModelOpt, Part
 
 
-@app.command()
+@app.command(epilog=example("attnviz check"))
 def check(
     model: ModelOpt = None,
     sentence: Annotated[
@@ -20,12 +21,19 @@ def check(
         typer.Option("--sentence", "-s", metavar="SENTENCE", help="Also compare on this sentence (repeatable)."),
     ] = None,
     device: DeviceOpt = "auto",
-    part: PartOpt = None,
+    part: Annotated[
+        Part | None,
+        typer.Option(
+            "--part",
+            help="Encoder-decoders: check only this part: encoder, decoder or cross [default: every part].",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> None:
-    """Prove our multi-head attention exact on a model: run --engine own and transformers
-    on a few sentences and print, per layer, the largest difference of the attention
+    """Prove our multi-head attention exact on a model: run it (the own engine) and
+    transformers on a few sentences and print, per layer, the largest difference of the attention
     weights (exit status 1 if any exceeds 1e-5).
 
     Encoder-decoders: every part (encoder, decoder, cross-attention; each sentence the

@@ -57,6 +57,14 @@ def read_input(sentence: str | None, file: Path | None) -> str:
     return read_text("-") if sentence == "-" else sentence
 
 
+def need_text(sentence: str | None, file: Path | None) -> None:
+    """No text at all is the first thing to say (before which token: there is none yet)."""
+    from ..errors import UsageError
+
+    if sentence is None and file is None:
+        raise UsageError("give a text (or --file PATH)", reason="empty")
+
+
 def budget(max_memory: str | None) -> int | None:
     """--max-memory in bytes (None: the free memory is the limit)."""
     from ..engines.memory import parse_size
@@ -103,20 +111,42 @@ def wrote(path: Path) -> None:
 
 
 def view_from(
-    words: bool, hide_special: bool, no_renorm: bool, heads: str | None, rollout: bool
+    words: bool,
+    hide_special: bool,
+    no_renorm: bool,
+    heads: str | None,
+    rollout: bool,
+    measure: str = "weight",
+    layers_mean: bool = False,
 ) -> tuple[View, tuple[int, ...] | None]:
     """The reading options as a ``transforms.View`` and the heads picked with --heads N,M
-    (None: every head), checked before any model work."""
+    (None: every head), checked before any model work (against ``measure`` too)."""
     from ..errors import UsageError
     from ..transforms import View, parse_heads
 
+    if rollout and measure == "norm":
+        from ..errors import MeasureError
+
+        raise MeasureError(
+            "rollout multiplies attention weights through the layers; it is not defined for the norm measure",
+            reason="norm_rollout",
+            measure=measure,
+        )
     if no_renorm and not hide_special:
         raise UsageError("--no-renorm goes with --hide-special", hint="add --hide-special, or drop --no-renorm")
     try:
         picked, kinds = parse_heads(heads)
     except ValueError as exc:
         raise UsageError(str(exc), hint="e.g. --heads mean, --heads mean,max or --heads 1,11") from None
-    return View(words=words, hide_special=hide_special, renorm=not no_renorm, heads=kinds, rollout=rollout), picked
+    view = View(
+        words=words,
+        hide_special=hide_special,
+        renorm=not no_renorm,
+        heads=kinds,
+        rollout=rollout,
+        layers_mean=layers_mean,
+    )
+    return view, picked
 
 
 def check_heads(picked: tuple[int, ...] | None, num_heads: int) -> None:

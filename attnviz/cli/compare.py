@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from .ablating import AblateOpt, AblateWith, AblateWithOpt
 from .app import EXAMPLE, app, errors
 from .common import budget, decoder_text, load, query_from, read_input, sentence_tokens, stdout_console, view_from
+from .conventions import example
 from .options import (
     DebugOpt,
     DeviceOpt,
@@ -24,7 +26,10 @@ from .options import (
     IndexOpt,
     JsonOpt,
     LayerOpt,
+    LayersMeanOpt,
     MaxMemoryOpt,
+    Measure,
+    MeasureOpt,
     ModelOpt,
     NoPagerOpt,
     NoRenormOpt,
@@ -60,9 +65,9 @@ SortOpt = Annotated[
     SortKey | None,
     typer.Option(
         "--sort",
-        "-s",
         help="weight (first --target, else top weight) | entropy (most focused first) | sink | distance | "
-        "delta (largest change, with --vs) [default: delta with --vs, else weight].",
+        "delta (largest change, with --vs) | effect (largest first, with --ablate) "
+        "[default: delta with --vs, else weight].",
         show_default=False,
     ),
 ]
@@ -80,7 +85,7 @@ ExcludeOpt = Annotated[
 SUMMARY_HEADS = 10  # heads in the --pairs summary
 
 
-@app.command()
+@app.command(epilog=example(f'attnviz compare "{EXAMPLE}" --token it --target animal'))
 def compare(
     sentence: TextArg = None,
     file: FileOpt = None,
@@ -120,6 +125,10 @@ def compare(
     no_renorm: NoRenormOpt = False,
     heads: HeadsOpt = None,
     rollout: RolloutOpt = False,
+    measure: MeasureOpt = Measure.weight,
+    ablate: AblateOpt = False,
+    ablate_with: AblateWithOpt = AblateWith.zero,
+    layers_mean: LayersMeanOpt = False,
     seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the --pairs bootstrap.")] = 0,
     model: ModelOpt = None,
     engine: EngineOpt = EngineName.own,
@@ -139,17 +148,16 @@ def compare(
 
     Without --target the heads are ranked by their strongest link that is not to a special
     token, punctuation or the token's neighbours (--exclude none: any link).
-
-    Example: attnviz compare "The animal didn't cross the street because it was too tired" --token it --target animal
     """
     with errors(debug):
         from ..errors import UsageError
         from ..metrics import check_sort, head_stats, parse_exclude, sort_rows
         from ..pairs import MinimalPair, PairOptions, read_pairs, run_pair
-        from ..pipeline import Selection, run
+        from ..pipeline import Selection, plan, read
         from ..render.tables import render_compare
         from ..render.terminal import for_console, paged
         from ..safeio import check_text
+        from ..transforms import shares
 
         targets = tuple(target or ())
         pairwise = vs is not None or pairs is not None
@@ -166,12 +174,24 @@ def compare(
             kinds = parse_exclude(exclude)
         except ValueError as exc:
             raise UsageError(str(exc), hint="e.g. --exclude special,adjacent,punct or --exclude none") from None
-        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout)
+        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout, measure.value, layers_mean)
+        if by == "effect" and not ablate:
+            raise UsageError("sorting by effect needs the heads ablated", hint="add --ablate")
+        if ablate and pairwise:
+            raise UsageError("--ablate ranks the heads of one sentence", hint="drop --vs/--pairs, or --ablate")
+        if ablate and rollout:
+            raise UsageError("rollout's rows are not heads: there is nothing to ablate", hint="drop --rollout")
         if picked is not None:
             raise UsageError("compare ranks every head", hint="use --heads mean or max here, --layer to narrow")
         memory_limit = budget(max_memory)
         options = PairOptions(
-            occurrence=occurrence, layers=layer, top=top, view=reading, exclude=kinds, max_memory=memory_limit
+            occurrence=occurrence,
+            layers=layer,
+            top=top,
+            view=reading,
+            exclude=kinds,
+            max_memory=memory_limit,
+            measure=measure.value,
         )
         if pairs is not None:
             if any(x is not None for x in (sentence, file, vs, token, index)) or targets:
@@ -201,14 +221,22 @@ def compare(
             targets=targets,
             part=part.value if part else None,
             view=reading,
+            measure=measure.value,
         )
         text = read_input(sentence, file)
         eng = load(text, model, engine.value, device, dtype.value)
+        effects = None
         if vs is None:
             source = sentence_tokens(eng, text, pair, decoder)
-            got = run(source, eng, selection, target=decoder, max_memory=memory_limit)
-            att = got.attention
+            planned = plan(source, eng, selection, target=decoder)
+            got = read(planned, eng, max_memory=memory_limit)
+            att = shares(got.attention)  # the norm measure's rows as shares: stats of a distribution
             rows = head_stats(att, got.queries[0], got.targets, top, kinds)
+            if ablate:
+                from .ablating import ablate_reading, with_effects
+
+                effects = ablate_reading(eng, planned, planned.layers, ablate_with.value, memory_limit, json_out)
+                rows = with_effects(rows, effects, planned.queries[0])
             rows = sort_rows(rows, by, limit)
         else:
             assert token is not None  # query_from needs --token or --index, and --index was refused
@@ -217,13 +245,25 @@ def compare(
             rows = sort_rows(result.stats, by, limit)
         if json_out:
             out = {**_meta(att, kinds, by), "rows": [row.to_dict() for row in rows]}
+            if effects is not None:
+                out["ablation"] = _ablation_meta(effects)
             from .output import emit_json
 
             emit_json(out)
-            return
-        console = stdout_console()
-        with paged(console, not no_pager):
-            console.print(render_compare(att, att.queries[:1], rows, by, **for_console(console), exclude=kinds))
+        else:
+            console = stdout_console()
+            with paged(console, not no_pager):
+                console.print(render_compare(att, att.queries[:1], rows, by, **for_console(console), exclude=kinds))
+                if effects is not None:
+                    from rich.text import Text
+
+                    console.print(Text(_ablation_rule(effects), style="dim"))
+        if effects is not None and effects.partial:
+            from ..errors import ExitCode
+            from .ablating import interrupted_note
+
+            interrupted_note(effects)
+            raise SystemExit(ExitCode.INTERRUPTED)
 
 
 def _meta(att: Attention, exclude: Sequence[str], by: str) -> dict[str, object]:
@@ -231,11 +271,42 @@ def _meta(att: Attention, exclude: Sequence[str], by: str) -> dict[str, object]:
     from ..result import provenance_fields
 
     out: dict[str, object] = provenance_fields(att.provenance)
+    out["measure"] = att.measure
     if att.steps:
         out["steps"] = list(att.steps)
     out["exclude"] = list(exclude)
     out["sort"] = by
     return out
+
+
+def _ablation_meta(effects: Any) -> dict[str, object]:
+    """The --json "ablation" object: what was removed, how the effect is measured."""
+    out: dict[str, object] = {
+        "with": effects.mode,
+        "effect": "1 - cos(final hidden state at the query, the same with the head removed before W^O)",
+        "passes": effects.passes,
+        "partial": effects.partial,
+    }
+    if effects.lm_kind is not None:
+        out["lm"] = effects.lm_kind
+        out["top_token"] = effects.top_token
+    return out
+
+
+def _ablation_rule(effects: Any) -> str:
+    """The footnote under an --ablate table."""
+    removed = "replaced by its mean over the text's tokens" if effects.mode == "mean" else "set to zero"
+    text = (
+        f"effect: 1 − cos of the token's final hidden state when the head's output is {removed} "
+        f"before W^O ({effects.passes} forward passes)"
+    )
+    if effects.lm_kind is not None:
+        what = "next token" if effects.lm_kind == "causal" else "token, masked"
+        text += (
+            f"; kl: KL(p ‖ p_ablated) of the {what} (nats); Δlogp: change in log p of its top token "
+            f"{effects.top_token!r}"
+        )
+    return text
 
 
 def _compare_pairs(

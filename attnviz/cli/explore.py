@@ -10,8 +10,9 @@ from typing import Annotated
 import typer
 
 from ..render import DEFAULT_DPI
-from .app import app, errors
+from .app import EXAMPLE, app, errors
 from .common import load, query_from
+from .conventions import example
 from .options import DebugOpt, DeviceOpt, EngineName, EngineOpt, LayerOpt, ModelOpt, Occurrence, Sentence
 
 StartTokenOpt = Annotated[
@@ -28,7 +29,7 @@ ExportDirOpt = Annotated[
 ]
 
 
-@app.command()
+@app.command(epilog=example(f'attnviz explore "{EXAMPLE}" --token it'))
 def explore(
     sentence: Sentence,
     token: StartTokenOpt = None,
@@ -44,8 +45,6 @@ def explore(
     """Explore a sentence's attention in the terminal: the model loads once, then keys move
     the token (←/→), the layer (↑/↓) and the head (the bracket keys), switch views (v), run a
     new sentence (/), export the view to PNG (e); ? lists every key, q quits.
-
-    Example: attnviz explore "The animal didn't cross the street because it was too tired" --token it
     """
     with errors(debug):
         from ..errors import UsageError
@@ -75,7 +74,8 @@ def explore(
         att = first.attention
         start = first.queries[0] if query is not None else None
         run = runner(eng, att.layers)
-        explorer = ExploreApp(att, run, query=start, export_dir=export_dir, dpi=DEFAULT_DPI)
+        run_norms = runner(eng, att.layers, measure="norm")
+        explorer = ExploreApp(att, run, query=start, export_dir=export_dir, dpi=DEFAULT_DPI, run_norms=run_norms)
         if "transformers" in sys.modules:
             # Its log handler holds the real stderr, past textual's capture: a warning during a
             # forward pass (--engine hf) would be written across the screen.

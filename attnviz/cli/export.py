@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -18,8 +19,20 @@ from ..render import (  # stdlib only: no matplotlib
     parse_figsize,
     parse_vmax,
 )
-from .app import app, errors
-from .common import budget, check_heads, decoder_text, load, query_from, read_input, sentence_tokens, view_from, wrote
+from .app import EXAMPLE, app, errors
+from .common import (
+    budget,
+    check_heads,
+    decoder_text,
+    load,
+    need_text,
+    query_from,
+    read_input,
+    sentence_tokens,
+    view_from,
+    wrote,
+)
+from .conventions import example
 from .options import (
     DebugOpt,
     DeviceOpt,
@@ -32,7 +45,10 @@ from .options import (
     HeadsOpt,
     HideSpecialOpt,
     IndexOpt,
+    LayersMeanOpt,
     MaxMemoryOpt,
+    Measure,
+    MeasureOpt,
     ModelOpt,
     NoRenormOpt,
     Occurrence,
@@ -85,7 +101,7 @@ CmapOpt = Annotated[str, typer.Option("--cmap", metavar="NAME", help="A matplotl
 NoTitleOpt = Annotated[bool, typer.Option("--no-title", help="No sentence or provenance line above the panels.")]
 
 
-@app.command()
+@app.command(epilog=example(f'attnviz export "{EXAMPLE}" --token it -o it.png'))
 def export(
     sentence: TextArg = None,
     file: FileOpt = None,
@@ -110,6 +126,19 @@ def export(
     no_renorm: NoRenormOpt = False,
     heads: HeadsOpt = None,
     rollout: RolloutOpt = False,
+    measure: MeasureOpt = Measure.weight,
+    layers_mean: LayersMeanOpt = False,
+    open_layer: Annotated[
+        int | None,
+        typer.Option(
+            "--open-layer",
+            metavar="N",
+            min=0,
+            help="HTML: the layer the page opens on [default: the layer of the token's strongest link that is "
+            "not to a special token, punctuation or a neighbour, as show's footer finds it; else the middle one].",
+            show_default=False,
+        ),
+    ] = None,
     figsize: FigsizeOpt = None,
     fontsize: FontsizeOpt = DEFAULT_FONT_PT,
     vmax: VmaxOpt = "1",
@@ -140,21 +169,23 @@ def export(
     the chosen layers (default: all): head view, model view, matrix, and words / special
     tokens / head mean toggles. --token is optional and pins that token; --view matrix
     opens the matrix.
-
-    Example: attnviz export "The animal didn't cross the street because it was too tired" --token it -o it.png
     """
     with errors(debug):
         from ..errors import UsageError
         from ..pipeline import Selection, choose_part, plan, read
         from ..result import check_writable
+        from ..transforms import shares
 
         # Everything a user can get wrong without a model is checked before loading one
         # (and before importing matplotlib).
+        need_text(sentence, file)
         check_writable(output, EXPORT_FORMATS)
         if view is ExportView.matrix and layer is not None and layer.strip().lower() == "all":
             raise UsageError("the matrix view draws one layer", hint="give --layer N (default: the middle layer)")
         query = query_from(token, occurrence, index, required=False)
         target = decoder_text(target_text, target_file)
+        if open_layer is not None and output.suffix.lower() not in HTML_FORMATS:
+            raise UsageError("--open-layer sets the layer an HTML page opens on", hint="write .html, or drop it")
         if output.suffix.lower() in HTML_FORMATS:
             if target is not None or part is not None:
                 # The page's script draws square self-attention matrices over one text.
@@ -167,14 +198,14 @@ def export(
             eng = load(text, model, engine.value, device, dtype.value)
             first = sentence_tokens(eng, text, pair, None)
             tokens = eng.tokenize(first) if isinstance(first, str) else first
-            write_page(eng, tokens, query, layer, view, output, budget(max_memory))
+            write_page(eng, tokens, query, layer, view, output, budget(max_memory), measure.value, open_layer)
             return
         if view is ExportView.token and query is None:
             raise UsageError(
                 "say which token to draw",
                 hint="add --token WORD (or --index K), or use --view matrix for whole matrices",
             )
-        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout)
+        reading, picked = view_from(words, hide_special, no_renorm, heads, rollout, measure.value, layers_mean)
         style = _style(figsize, fontsize, vmax, cmap, no_title, picked)
         limit = budget(max_memory)
         text = read_input(sentence, file)
@@ -191,6 +222,7 @@ def export(
             view=reading,
             heads=picked,
             all_rows=view is ExportView.matrix,  # the matrix: every query row, the token outlined
+            measure=measure.value,
         )
         planned = plan(source, eng, selection, target=target)
         layers = planned.layers
@@ -200,13 +232,14 @@ def export(
                 hint="give --layer N, or use --view token for several layers",
             )
         got = read(planned, eng, max_memory=limit)
+        att = shares(got.attention)  # the norm measure's rows drawn as shares of 0..1
         if view is ExportView.token:
-            write_token_image(got.attention, got.queries[:1], output, dpi, style)
+            write_token_image(att, got.queries[:1], output, dpi, style)
             return
         from ..render.image import matrix_figure, save_figure
 
         highlight = got.query_groups[0] if got.query_groups else ()
-        save_figure(matrix_figure(got.attention, layers[0], highlight=highlight, style=style), output, dpi)
+        save_figure(matrix_figure(att, layers[0], highlight=highlight, style=style), output, dpi)
         wrote(output)
 
 
@@ -218,18 +251,44 @@ def write_page(
     view: ExportView,
     path: Path,
     max_memory: int | None = None,
+    measure: str = "weight",
+    open_layer: int | None = None,
 ) -> None:
     """The interactive page: every query row of the chosen layers (default all), its size
-    checked from the token count before the forward pass."""
+    checked from the token count before the forward pass. ``measure`` "norm": the page
+    carries the norms too and opens on them (a weight/norm toggle). It opens on
+    ``open_layer``, by default the layer of the pinned token's strongest non-trivial link
+    (``findings``)."""
+    from ..errors import UsageError
+    from ..findings import strongest_links
     from ..pipeline import Selection, plan, read
     from ..render.html import check_page_size, save_html
 
     selection = Selection(queries=() if query is None else (query,), layers=layer, all_rows=True)
     planned = plan(tokens, eng, selection)
-    check_page_size(len(planned.layers), eng.shape.num_heads, len(tokens))
+    if open_layer is not None and open_layer not in planned.layers:
+        kept = list(planned.layers)
+        raise UsageError(
+            f"--open-layer {open_layer} is not among the page's layers ({kept[0]}..{kept[-1]})"
+            if kept == list(range(kept[0], kept[-1] + 1))
+            else f"--open-layer {open_layer} is not among the page's layers {kept}",
+            hint="pick one of them, or widen --layer",
+        )
+    heads = eng.shape.num_heads * (2 if measure == "norm" else 1)  # the norms double the matrices
+    check_page_size(len(planned.layers), heads, len(tokens))
     got = read(planned, eng, max_memory)  # every query row: whole matrices
+    norms = None
+    if measure == "norm":
+        norms = read(plan(tokens, eng, replace(selection, measure="norm")), eng, max_memory).attention
     pinned = got.queries[0] if query is not None else None  # a split word: its first piece
-    save_html(got.attention, path, query=pinned, view="matrix" if view is ExportView.matrix else "head")
+    att = got.attention
+    if open_layer is None and pinned is not None:
+        # The footer's rule (show): the strongest link not to specials, punctuation or neighbours,
+        # from the pinned token's rows (its first piece, as the page pins it).
+        found = strongest_links(att, att.query_slot(pinned), 1)
+        open_layer = found[0].layer if found else None
+    mode = "matrix" if view is ExportView.matrix else "head"
+    save_html(att, path, query=pinned, view=mode, layer=open_layer, norms=norms)
     wrote(path)
 
 

@@ -16,16 +16,31 @@ import typer
 
 from ..errors import ExitCode, UsageError
 from ..render import DEFAULT_DPI, IMAGE_FORMATS
+from .ablating import AblateOpt, AblateWith, AblateWithOpt
 from .app import app, errors
 from .common import stderr_console, stdout_console, wrote
-from .options import DebugOpt, DeviceOpt, DType, DtypeOpt, EngineName, EngineOpt, LayerOpt, ModelOpt
+from .conventions import example
+from .options import (
+    DebugOpt,
+    DeviceOpt,
+    DType,
+    DtypeOpt,
+    EngineName,
+    EngineOpt,
+    LayerOpt,
+    Measure,
+    MeasureOpt,
+    ModelOpt,
+)
+
+MAX_PASSES = 20_000  # heads --ablate runs past this many forward passes only with --yes
 
 if TYPE_CHECKING:
     from ..corpus.scan import ScanReport
     from ..corpus.sources import CorpusText
 
 
-@app.command()
+@app.command(epilog=example("attnviz heads --probe induction --probe-texts 20 --top 5"))
 def heads(
     corpus: Annotated[
         str | None,
@@ -94,12 +109,27 @@ def heads(
             show_default=False,
         ),
     ] = None,
+    measure: MeasureOpt = Measure.weight,
+    ablate: AblateOpt = False,
+    ablate_with: AblateWithOpt = AblateWith.zero,
+    query_rule: Annotated[
+        str,
+        typer.Option(
+            "--query-rule",
+            metavar="all|last",
+            help="With --ablate: the effect at every real token (all) or at each text's last one (last, decoders).",
+        ),
+    ] = "all",
+    max_passes: Annotated[
+        int,
+        typer.Option(
+            "--max-passes", metavar="N", min=1, help="With --ablate: refuse a corpus that takes more forward passes."
+        ),
+    ] = MAX_PASSES,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Run an --ablate scan past --max-passes.")] = False,
     debug: DebugOpt = False,
 ) -> None:
-    """Score every head over a corpus: previous-token, induction, sink and other detectors.
-
-    Example: attnviz heads corpus.txt --top 5 -o heads.png
-    """
+    """Score every head over a corpus: previous-token, induction, sink and other detectors."""
     with errors(debug):
         from ..corpus.sources import PROBES, corpus_format
         from ..result import check_writable
@@ -117,6 +147,8 @@ def heads(
             corpus_format(corpus, fmt)
         if output is not None:
             check_writable(output, IMAGE_FORMATS)
+        if ablate:
+            _check_ablation(corpus, probe, probe_texts, pairs, model, query_rule, ablate_with.value, max_passes, yes)
         if ray_address not in (None, "local", "auto"):
             from ..corpus.distributed import reach
 
@@ -135,8 +167,13 @@ def heads(
             batch_size=batch_size,
             truncate=truncate,
             config=DetectorConfig(local_k=local_k),
+            measure=measure.value,
+            ablate=ablate_with.value if ablate else None,
+            query_rule=query_rule,
         )
         items, total = _texts(eng, corpus, fmt, probe, probe_texts, probe_length, seed, pairs)
+        if ablate and ablate_with is AblateWith.mean:
+            items, options = _corpus_means(eng, items, options)
         # 3. The scan, with a progress bar on a terminal only.
         quiet = json_out or csv_out or not sys.stderr.isatty()
         where = ray_address if ray_address is not None else "local" if ray else None
@@ -152,12 +189,12 @@ def heads(
             from ..render.heads_image import heads_figure
             from ..render.image import save_figure
 
-            save_figure(heads_figure(report, provenance), output, dpi)
+            save_figure(heads_figure(report, provenance, measure=measure.value), output, dpi)
         if json_out:
             from ..corpus.scan import report_dict
             from .output import emit_json
 
-            emit_json(report_dict(report, provenance))
+            emit_json(report_dict(report, provenance, measure.value))
         elif csv_out:
             from ..corpus.scan import report_csv
             from .output import emit
@@ -168,7 +205,7 @@ def heads(
             from ..render.terminal import uses_colour
 
             console = stdout_console()
-            console.print(heads_table(report, provenance, top=top, color=uses_colour(console)))
+            console.print(heads_table(report, provenance, top=top, color=uses_colour(console), measure=measure.value))
         if output is not None and not (json_out or csv_out):
             wrote(output)
         if report.partial:
@@ -178,6 +215,59 @@ def heads(
             how = f"terminated by {signalled.name}" if signalled else "interrupted"
             sys.stderr.write(f"attnviz: {how}: the results cover the first {report.texts} texts (partial)\n")
             raise SystemExit(signalled.exit_code if signalled else ExitCode.INTERRUPTED)
+
+
+def _check_ablation(
+    corpus: str | None,
+    probe: str | None,
+    probe_texts: int,
+    pairs: Path | None,
+    model: str | None,
+    rule: str,
+    mode: str,
+    max_passes: int,
+    yes: bool,
+) -> None:
+    """--ablate's checks before any model work: the query rule, no --pairs, and the corpus's
+    forward passes (from config.json and the corpus's line count) within --max-passes."""
+    from ..ablation import QUERY_RULES, corpus_passes
+    from ..architectures.base import config_value
+    from ..corpus.sources import count_lines
+    from ..models import resolve
+
+    if rule not in QUERY_RULES:
+        raise UsageError(f"unknown query rule {rule!r}", hint="use --query-rule all or --query-rule last")
+    if pairs is not None:
+        raise UsageError("--ablate scores the heads over a corpus's tokens", hint="drop --pairs")
+    texts = probe_texts if probe is not None else count_lines(corpus) if corpus not in (None, "-") else None
+    if texts is None:
+        return  # standard input: not countable before reading it
+    config = resolve(model).config
+    layers = int(config_value(config, "num_hidden_layers", "n_layer", "num_layers", default=0))
+    heads = int(config_value(config, "num_attention_heads", "n_head", "num_heads", default=0))
+    need = corpus_passes(texts, layers, heads, mode)
+    if need > max_passes and not yes:
+        raise UsageError(
+            f"heads --ablate on {texts} texts takes {need} forward passes ({need // max(texts, 1)} a text), "
+            f"over --max-passes {max_passes}",
+            hint="add --yes to run it anyway, raise --max-passes, or scan fewer texts",
+            reason="ablation_budget",
+        )
+
+
+def _corpus_means(eng: Any, items: Iterator[CorpusText], options: Any) -> tuple[Iterator[CorpusText], Any]:
+    """Mean-ablation over a corpus: each head's mean output over all its tokens, from one
+    unablated pass a text first (the texts are held for the second reading)."""
+    from dataclasses import replace
+
+    from ..ablation import corpus_head_means
+    from ..tokens import tokenize
+
+    held = list(items)
+    limit = getattr(eng, "max_positions", None)
+    tokens = [item.tokens or tokenize(eng.tokenizer, item.text) for item in held]
+    usable = [t for t in tokens if limit is None or len(t) <= limit]
+    return iter(held), replace(options, fill=corpus_head_means(eng, usable))
 
 
 def _texts(

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from .conventions import check_device
+
 
 class EngineName(str, Enum):
     own = "own"
@@ -33,12 +35,18 @@ class Part(str, Enum):
     cross = "cross"
 
 
+class Measure(str, Enum):
+    weight = "weight"
+    norm = "norm"
+
+
 class SortKey(str, Enum):
     weight = "weight"
     entropy = "entropy"
     sink = "sink"
     distance = "distance"
     delta = "delta"
+    effect = "effect"
 
 
 Sentence = Annotated[
@@ -63,16 +71,35 @@ IndexOpt = Annotated[
 ModelOpt = Annotated[
     str | None,
     typer.Option(
-        "--model", "-m", metavar="DIR|ID", help="Checkpoint directory or Hub id [default: packaged all-MiniLM-L6-v2]."
+        "--model",
+        "-m",
+        metavar="DIR|ID",
+        envvar="ATTNVIZ_MODEL",
+        help="Checkpoint directory or Hub id [default: packaged all-MiniLM-L6-v2].",
     ),
 ]
 EngineOpt = Annotated[
-    EngineName, typer.Option("--engine", "-e", help="own: our multi-head attention; hf: transformers' own heads.")
+    EngineName,
+    typer.Option(
+        "--engine",
+        "-e",
+        envvar="ATTNVIZ_ENGINE",
+        help="own: our multi-head attention; hf: transformers' own heads.",
+    ),
 ]
 LayerOpt = Annotated[
     str, typer.Option("--layer", "-l", metavar="LAYERS", help="Layer(s), 0-based: N, N,M, A-B or all.")
 ]
-DeviceOpt = Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto, cpu, cuda, cuda:N or mps.")]
+DeviceOpt = Annotated[
+    str,
+    typer.Option(
+        "--device",
+        metavar="DEVICE",
+        envvar="ATTNVIZ_DEVICE",
+        callback=check_device,
+        help="auto, cpu, cuda, cuda:N or mps.",
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]
 
@@ -148,6 +175,21 @@ RolloutOpt = Annotated[
     typer.Option(
         "--rollout",
         help="Add attention rollout (Abnar & Zuidema 2020): (A + I)/2 per layer, multiplied through the layers.",
+    ),
+]
+MeasureOpt = Annotated[
+    Measure,
+    typer.Option(
+        "--measure",
+        help="weight: the attention weights α; norm: ‖α·f(x)‖, f(x) = (x·W_V + b_V)·W_O, the size of what each "
+        "token adds to the head's output (Kobayashi et al. 2020; views colour each row's shares).",
+    ),
+]
+LayersMeanOpt = Annotated[
+    bool,
+    typer.Option(
+        "--layers-mean",
+        help="Add a 'layers mean' row: the mean over the chosen layers of each layer's head mean.",
     ),
 ]
 TokensOpt = Annotated[

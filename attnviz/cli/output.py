@@ -116,14 +116,73 @@ def emit_json(document: Any, digits: int | None = -1) -> None:
     emit(json_text(document) if digits == -1 else json_text(document, digits=digits), json=True)
 
 
+class StdoutBytes:
+    """A binary stream over standard output for ``jsonrows.write`` (large JSON documents
+    written in pieces, never joined), with ``Stdout``'s reports: a closed or failing
+    stream is a ``StdoutError``, a closed pipe a ``BrokenPipeError``. Pieces go to the
+    byte buffer as they are (UTF-8) when the stream's encoding is UTF-8 or the piece is
+    ASCII (the weight arrays always are); any other piece takes ``Stdout``'s escaped path
+    (``PYTHONIOENCODING=ascii``: ``\\u00b7`` inside JSON strings)."""
+
+    def __init__(self) -> None:
+        self.text = Stdout(json=True)
+
+    def write(self, data: bytes) -> int:
+        stream = self.text.stream
+        buffer = getattr(stream, "buffer", None)
+        encoding = (getattr(stream, "encoding", None) or "utf-8").lower().replace("-", "").replace("_", "")
+        if stream is None or buffer is None or not (encoding == "utf8" or data.isascii()):
+            return self.text.write(data.decode("utf-8"))
+        try:
+            stream.flush()  # whatever went through the text layer first stays first
+            buffer.write(data)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutError(
+                f"cannot write the result to standard output: {exc.strerror or exc}",
+                hint="free some space, or send standard output elsewhere",
+                reason="write",
+                errno=exc.errno,
+            ) from None
+        return len(data)
+
+    def flush(self) -> None:
+        stream = self.text.stream
+        buffer = getattr(stream, "buffer", None)
+        try:
+            if buffer is not None:
+                buffer.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutError(
+                f"cannot write the result to standard output: {exc.strerror or exc}",
+                hint="free some space, or send standard output elsewhere",
+                reason="write",
+                errno=exc.errno,
+            ) from None
+        self.text.flush()
+
+
+def emit_json_rows(document: Any) -> None:
+    """A document holding ``jsonrows.RawJSON`` arrays to standard output (``jsonrows.write``)."""
+    from ..jsonrows import write
+
+    write(document, StdoutBytes())
+
+
 def narrow(width: int | None) -> bool:
     return width is not None and width < 2
 
 
 def console(stderr: bool = False) -> Console:
     """A rich Console for results (or, ``stderr``, diagnostics); a width of 0 or 1 from
-    COLUMNS or the terminal is treated as a pipe's 80 columns."""
+    COLUMNS or the terminal is treated as a pipe's 80 columns. Results take the colour
+    NO_COLOR/FORCE_COLOR ask for (``render.terminal.colour_settings``)."""
     from rich.console import Console
+
+    from ..render.terminal import colour_settings
 
     environ = dict(os.environ)
     for name in ("COLUMNS", "LINES"):
@@ -133,7 +192,13 @@ def console(stderr: bool = False) -> Console:
     if stderr:
         out = Console(stderr=True, highlight=False, _environ=environ)
     else:
-        out = Console(file=Stdout(), highlight=False, soft_wrap=False, _environ=environ)  # type: ignore[arg-type]
+        out = Console(
+            file=Stdout(),  # type: ignore[arg-type]
+            highlight=False,
+            soft_wrap=False,
+            _environ=environ,
+            **colour_settings(os.environ),
+        )
     if out.size.width < 2:
         out.width = 80
     return out

@@ -47,8 +47,22 @@ class ScanOptions:
     truncate: bool = False
     config: DetectorConfig = field(default_factory=DetectorConfig)
     window: int = 8  # batches held and sorted by length (padding waste vs memory)
+    # "norm": detectors read each row's norm shares ‖α·f(x)‖ / row sum (attnviz.norms).
+    measure: str = "weight"
+    # Head ablation instead of the detectors (heads --ablate): "zero" or "mean"; the
+    # queries ("all" real tokens or the "last"); mean-ablation's corpus means (N, H, D).
+    ablate: str | None = None
+    query_rule: str = "all"
+    fill: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def accumulated(self) -> tuple[str, ...]:
+        """What the accumulator holds: the detectors, or ("ablation",)."""
+        return ("ablation",) if self.ablate is not None else self.config.detectors
 
     def __post_init__(self) -> None:
+        if self.measure not in ("weight", "norm"):
+            raise UsageError(f"unknown measure {self.measure!r} (known: weight, norm)", hint=None)
         if self.batch_size < 1:
             raise UsageError(f"batch size must be at least 1, got {self.batch_size}", hint=None)
         if not self.layers:
@@ -80,16 +94,18 @@ class ScanReport:
     partial: bool = False  # interrupted: covers the texts scored so far
 
 
-def report_dict(report: ScanReport, provenance: Provenance) -> dict[str, Any]:
+def report_dict(report: ScanReport, provenance: Provenance, measure: str = "weight") -> dict[str, Any]:
     """The JSON of ``attnviz heads --json``: provenance (``result.provenance_fields``'s
     shape, as show and compare), coverage, and every (layer, head, detector, mean, sd, n)
-    row; coreference accuracy when there was any. Rounded by ``result.jsonable``."""
+    row; coreference accuracy when there was any; ``measure``: what the detectors read
+    ("norm": each row's norm shares). Rounded by ``result.jsonable``."""
     header = provenance_fields(provenance)
     out: dict[str, Any] = {
         **{key: header[key] for key in ("model", "engine", "device", "dtype")},
         "layers": list(report.heads.layers),
         "num_heads": report.heads.num_heads,
         "detectors": list(report.heads.detectors),
+        "measure": measure,
         "texts": report.texts,
         "skipped": report.skipped,
         "truncated": report.truncated,
@@ -168,10 +184,27 @@ def resolve_coref(tokens: Tokens, spec: CorefSpec, where: str) -> CorefItem:
 def score_batch(
     engine: Engine, batch: Sequence[Prepared], options: ScanOptions
 ) -> tuple[HeadAccumulator, CorefTally | None]:
-    """One padded forward pass over ``batch`` -> its accumulator (and coreference tally)."""
+    """One padded forward pass over ``batch`` -> its accumulator (and coreference tally).
+    With ``options.ablate``: each text's head-ablation effects at its query tokens, one
+    sample per token (``ablation.token_effects``)."""
+    if options.ablate is not None:
+        from ..ablation import token_effects
+
+        acc = HeadAccumulator.empty(options.accumulated, options.layers, engine.shape.num_heads)
+        for p in batch:
+            one = token_effects(engine, p.tokens, options.layers, options.ablate, options.fill, options.query_rule)
+            acc = acc.add(one[:, None], np.ones((one.shape[0], 1), dtype=bool))  # (T, 1, N, H)
+        return acc, None
     import torch
 
-    out = engine.forward_batch([p.tokens for p in batch], max_layer=max(options.layers))
+    if options.measure == "norm":
+        from ..norms import norm_shares
+
+        out = engine.forward_batch([p.tokens for p in batch], max_layer=max(options.layers), norms=True)
+        assert out.value_norms is not None  # asked for
+        out.attentions = [norm_shares(a, n) for a, n in zip(out.attentions, out.value_norms, strict=True)]
+    else:
+        out = engine.forward_batch([p.tokens for p in batch], max_layer=max(options.layers))
     weights = [out.attentions[layer].to(device="cpu", dtype=torch.float32).numpy() for layer in options.layers]
     shape = engine.shape
     scores, valid = text_scores(weights, [p.features for p in batch], shape.causal, options.config)
@@ -196,7 +229,7 @@ class Scan:
 
     def __init__(self, engine: Engine, options: ScanOptions) -> None:
         self.engine, self.options = engine, options
-        empty = HeadAccumulator.empty(options.config.detectors, options.layers, engine.shape.num_heads)
+        empty = HeadAccumulator.empty(options.accumulated, options.layers, engine.shape.num_heads)
         # (heads, coref, texts) in one tuple, replaced in one assignment per batch.
         self._state: tuple[HeadAccumulator, CorefTally | None, int] = (empty, None, 0)
         self.skipped = self.truncated = 0

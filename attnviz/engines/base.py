@@ -87,17 +87,25 @@ class Engine(Protocol):
     def part_shape(self, part: str | None) -> ModelShape: ...
 
     def forward(
-        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+        self,
+        tokens: Tokens,
+        layers: Sequence[int] | None = None,
+        queries: Sequence[int] | None = None,
+        norms: bool = False,
     ) -> ForwardOutput:
         """One forward pass (an encoder-decoder's encoder alone). ``attentions[i]``
         (1, H, R, S) holds layer ``layers[i]``'s weight rows of ``queries`` (default:
-        every layer, every row)."""
+        every layer, every row); with ``norms``, ``value_norms[i]`` (1, H, S) its value
+        norms (``attnviz.norms``)."""
         ...
 
-    def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput: ...
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens, norms: bool = False) -> Seq2SeqOutput: ...
 
-    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput:
-        """One pass over right-padded texts: full (B, H, S, S) weights of layers 0..max_layer."""
+    def forward_batch(
+        self, batch: Sequence[Tokens], max_layer: int | None = None, norms: bool = False
+    ) -> ForwardOutput:
+        """One pass over right-padded texts: full (B, H, S, S) weights of layers 0..max_layer
+        (and, ``norms``, their (B, H, S) value norms)."""
         ...
 
 
@@ -112,9 +120,12 @@ class EngineBase(HasShape):
     parts: tuple[str, ...] = ()
     decoder_shape: ModelShape | None = None
 
-    def __init__(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self, files: ModelFiles, device: torch.device, dtype: torch.dtype, tokenizer: Tokenizer | None = None
+    ) -> None:
         self.files, self.device, self.dtype = files, device, dtype
-        self.tokenizer = load_tokenizer(files.path)
+        # A model in memory brings its tokenizer (engines/inmemory.py); a checkpoint has its files.
+        self.tokenizer = load_tokenizer(files.path) if tokenizer is None else tokenizer
         self.score_terms = score_terms(files)
 
     def tokenize(self, sentence: str) -> Tokens:
@@ -298,24 +309,21 @@ def engine_provenance(engine: Engine) -> Provenance:
     )
 
 
-# Below this many multiply-adds a CPU forward pass runs on one thread: a sentence through a
-# small model (MiniLM: ~0.3 G) takes ~15 ms on one core, while the default thread pool, on a
-# machine whose other cores are busy, was measured to spin for up to 0.5 s.
+# Multiply-adds per thread of a CPU forward pass: below it one thread (a sentence through
+# MiniLM, ~0.3 G, takes ~15 ms on one core, while the default pool on a machine whose other
+# cores are busy was measured to spin for up to 0.5 s); see attnviz.threads.
 _ONE_THREAD_MACS = 2_000_000_000
 
 
 @contextlib.contextmanager
 def cpu_threads_for(engine: Engine, num_tokens: int) -> Iterator[None]:
-    """Run a small CPU forward pass on one thread; leave everything else as it is."""
-    import torch
+    """Run a CPU forward pass of ``num_tokens`` on the threads its work (parameters ×
+    tokens) and the cores free now call for (``threads.limited``); other devices as they are."""
+    from ..threads import limited
 
     params = engine.sizes.parameters
-    if engine.device.type != "cpu" or not params or params * num_tokens > _ONE_THREAD_MACS:
+    if engine.device.type != "cpu" or not params:
         yield
         return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with limited(params * num_tokens, _ONE_THREAD_MACS):
         yield
-    finally:
-        torch.set_num_threads(before)

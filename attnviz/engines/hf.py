@@ -9,7 +9,7 @@ import os
 import pickle
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..checkpoint import check_tensors
@@ -21,6 +21,7 @@ from .base import EngineBase
 
 if TYPE_CHECKING:
     import torch
+    from tokenizers import Tokenizer
 
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
@@ -32,8 +33,32 @@ class HFEngine(EngineBase):
 
     name = "hf"
 
-    def __init__(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
-        super().__init__(files, device, dtype)
+    def __init__(
+        self,
+        files: ModelFiles,
+        device: torch.device,
+        dtype: torch.dtype,
+        *,
+        model: Any = None,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        """transformers' model of the checkpoint ``files``, loaded with eager attention; or
+        ``model``, a transformers base model in memory (engines/inmemory.py), used as it is:
+        the caller switches it to eager attention around each run (``inmemory.running``)."""
+        super().__init__(files, device, dtype, tokenizer)
+        self.in_memory = model is not None
+        if model is not None:
+            self.model = model
+            check_tensors(self.model.named_parameters(), files.spec)
+            from .hf_model import eager_for_the_call
+
+            with eager_for_the_call(model):  # _describe's causality probe needs the weights
+                self._describe(files)
+        else:
+            self._load(files, device, dtype)
+            self._describe(files)
+
+    def _load(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         from transformers import AutoModel
         from transformers.utils import logging as hf_logging
@@ -65,23 +90,32 @@ class HFEngine(EngineBase):
                 f"transformers cannot load {str(files.path)!r}: {_first_line(exc)}",
                 hint="check that the directory is a complete transformers checkpoint",
             ) from exc
-        _check_loading_info(info, str(files.path))
-        check_tensors(self.model.named_parameters(), str(files.path))
+        _check_loading_info(info, str(files.path), _computed_on_load(self.model))
         self.model.to(device).eval()
+        check_tensors(self.model.named_parameters(), str(files.path))  # on the device: one reduction a tensor
+
+    def _describe(self, files: ModelFiles) -> None:
         cfg = self.model.config
         text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        from . import hf_model
+
+        # Dynamic RoPE's grown state is put back before every pass (issue 23, D4).
+        self._rotary = hf_model.RotaryState(self.model)
+        encoder = self.model.get_encoder() if getattr(text_cfg, "is_encoder_decoder", False) else self.model
         num_heads = int(_cfg(text_cfg, "num_attention_heads", "n_head", "num_heads"))
         self.shape = ModelShape(
             num_layers=int(_cfg(text_cfg, "num_hidden_layers", "n_layer", "num_layers")),
             num_heads=num_heads,
             num_kv_heads=int(_cfg(text_cfg, "num_key_value_heads", default=num_heads)),
-            causal=bool(getattr(text_cfg, "is_decoder", False)) or files.model_type in _DECODER_TYPES,
+            causal=hf_model.is_causal(encoder, self.device),  # the mask the model builds (D1)
             # GPT-OSS-style learned sink logits: a ``sinks`` parameter in the attention modules.
             attention_sinks=any(name.endswith(".sinks") for name, _ in self.model.named_parameters()),
         )
         limit = _cfg(text_cfg, "max_position_embeddings", "n_positions", default=None)
         # T5 has relative positions only; its n_positions is a length it was trained on, not a limit.
         self.max_positions = int(limit) if limit and files.model_type not in ("t5", "mt5", "umt5") else None
+        if hf_model.runs_past_positions(self.model):
+            self.max_positions = None  # dynamic RoPE exists to run past it, as in the own engine (D3)
         if getattr(text_cfg, "is_encoder_decoder", False):
             self.parts = PARTS
             heads = int(_cfg(text_cfg, "decoder_attention_heads", default=self.num_heads))
@@ -93,46 +127,91 @@ class HFEngine(EngineBase):
             )
 
     def forward(
-        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+        self,
+        tokens: Tokens,
+        layers: Sequence[int] | None = None,
+        queries: Sequence[int] | None = None,
+        norms: bool = False,
     ) -> ForwardOutput:
         """transformers computes every layer's full eager weights; we keep the asked ones.
-        (An encoder-decoder's encoder alone.)"""
+        (An encoder-decoder's encoder alone.) ``norms``: value norms from forward hooks on
+        transformers' value projections (``norms.hf_projections``)."""
         import torch
 
+        from ..norms import per_layer, recording
+
         ids = self._ids(tokens)
+        self._rotary.restore()  # each pass as a freshly loaded model's
         # An encoder-decoder's full forward needs a decoder input; its encoder runs alone.
         model = self.model.get_encoder() if self.parts else self.model
         kwargs: dict[str, Any] = {}
         if any(tokens.type_ids) and "token_type_ids" in _parameters(model.forward):
             kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
-        with torch.inference_mode():
+        projections = self._projections(model) if norms else []
+        with torch.inference_mode(), recording(model, projections=projections, active=norms) as record:
             out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True, **kwargs)
         full = _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
         chosen = range(len(full.attentions)) if layers is None else layers
         rows = slice(None) if queries is None else list(queries)
+        if norms:
+            full.value_norms = per_layer(record.part(None), len(full.attentions), chosen, self.files.model_type)
         full.attentions = [full.attentions[layer][:, :, rows] for layer in chosen]
         return full
 
-    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput:
+    def _projections(self, model: Any) -> list[Any]:
+        """transformers' value projections and W^O (``norms.hf_projections``).
+
+        Raises:
+            MeasureError: none we can read (facts: reason "norm_projections").
+        """
+        from ..errors import MeasureError
+        from ..norms import NoProjections, hf_projections
+
+        decoder = self.decoder_shape.num_heads if self.decoder_shape is not None else self.num_heads
+        try:
+            return hf_projections(model, {"encoder": self.num_heads, "decoder": decoder, "cross": decoder})
+        except NoProjections as exc:
+            raise MeasureError(
+                f"the norm measure needs each head's value projection and W^O, and transformers' "
+                f"{self.files.model_type!r} model has none we can hook: {exc}",
+                hint="its values come out of a fused q/k/v projection; the own engine gives the norms",
+                reason="norm_projections",
+                measure="norm",
+            ) from None
+
+    def forward_batch(
+        self, batch: Sequence[Tokens], max_layer: int | None = None, norms: bool = False
+    ) -> ForwardOutput:
         """As ``OwnEngine.forward_batch``, through transformers (every layer runs; an
         encoder-decoder's encoder alone)."""
         import torch
 
-        ids, mask = self._padded(batch)
-        model = self.model.get_encoder() if self.parts else self.model
-        with torch.inference_mode():
-            out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
-        return _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
+        from ..norms import per_layer, recording
 
-    def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput:
+        ids, mask = self._padded(batch)
+        self._rotary.restore()
+        model = self.model.get_encoder() if self.parts else self.model
+        projections = self._projections(model) if norms else []
+        with torch.inference_mode(), recording(model, projections=projections, active=norms) as record:
+            out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+        full = _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
+        if norms:
+            run = len(full.attentions)
+            full.value_norms = per_layer(record.part(None), run, range(run), self.files.model_type)
+        return full
+
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens, norms: bool = False) -> Seq2SeqOutput:
         """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through the decoder."""
         import torch
 
         from ..architectures.seq2seq import Seq2SeqOutput
+        from ..norms import attach_seq2seq, recording
 
         self.part_shape("cross")  # refuses a model with one stack
         ids, decoder_ids = self._ids(tokens), self._ids(target)
-        with torch.inference_mode():
+        projections = self._projections(self.model) if norms else []
+        self._rotary.restore()
+        with torch.inference_mode(), recording(self.model, projections=projections, active=norms) as record:
             out = self.model(
                 input_ids=ids,
                 attention_mask=torch.ones_like(ids),
@@ -141,11 +220,14 @@ class HFEngine(EngineBase):
                 output_attentions=True,
             )
         cross = getattr(out, "cross_attentions", None)
-        return Seq2SeqOutput(
+        result = Seq2SeqOutput(
             encoder=_output(getattr(out, "encoder_attentions", None), getattr(out, "encoder_last_hidden_state", None)),
             decoder=_output(getattr(out, "decoder_attentions", None), getattr(out, "last_hidden_state", None)),
             cross=_output(cross, getattr(out, "last_hidden_state", None)).attentions,
         )
+        if norms:
+            attach_seq2seq(result, record, self.files.model_type)
+        return result
 
 
 def _parameters(fn: Any) -> set[str]:
@@ -171,23 +253,23 @@ def _output(attentions: Any, hidden: Any) -> ForwardOutput:
     return ForwardOutput(hidden_states=hidden, attentions=list(attentions))
 
 
-# model_types whose base model is causal, for the hf engine's ``causal`` flag (the own engine
-# reads it from our model). Every causal family of attnviz.architectures must be here:
-# tests/test_architectures.py checks that both engines agree.
-_DECODER_TYPES = {
-    "gpt2", "gpt_neo", "gptj", "gpt_bigcode", "gpt_neox", "codegen", "opt", "bloom", "falcon",
-    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-    "gemma", "gemma2", "gemma3_text", "gpt_oss", "phi", "phi3", "olmo", "olmo2",
-    "starcoder2", "stablelm", "cohere", "granite",
-}  # fmt: skip
-
-
 # Weights a base model may lack without changing any attention weight: transformers
 # initialises them randomly, and nothing we show depends on them.
 _UNUSED_BY_ATTENTION = re.compile(r"(?:^|\.)pooler\.")
 
 
-def _check_loading_info(info: dict[str, Any], where: str) -> None:
+def _computed_on_load(model: Any) -> set[str]:
+    """Weights transformers computes rather than loads, so never random: the fixed
+    sinusoidal position tables of Marian and Pegasus (``create_weight``), which
+    transformers 5 does not save."""
+    return {
+        f"{name}.weight"
+        for name, m in model.named_modules()
+        if type(m).__name__.endswith("SinusoidalPositionalEmbedding")
+    }
+
+
+def _check_loading_info(info: dict[str, Any], where: str, computed: Collection[str] = ()) -> None:
     """transformers' loading report, read rather than trusted: a weight it had to invent
     (random init) or reshape would make the attention shown silently wrong.
 
@@ -195,7 +277,9 @@ def _check_loading_info(info: dict[str, Any], where: str) -> None:
         ModelLoadError: missing weights (other than the unused pooler), mismatched shapes,
             or load errors.
     """
-    missing = sorted(k for k in info.get("missing_keys", ()) if not _UNUSED_BY_ATTENTION.search(k))
+    missing = sorted(
+        k for k in info.get("missing_keys", ()) if not _UNUSED_BY_ATTENTION.search(k) and k not in computed
+    )
     if missing:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         raise ModelLoadError(

@@ -12,8 +12,9 @@ from .base import EngineBase
 
 if TYPE_CHECKING:
     import torch
+    from tokenizers import Tokenizer
 
-    from ..architectures.base import ForwardOutput
+    from ..architectures.base import AttnModel, ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
     from ..models import ModelFiles
 
@@ -23,11 +24,21 @@ class OwnEngine(EngineBase):
 
     name = "own"
 
-    def __init__(self, files: ModelFiles, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        files: ModelFiles,
+        device: torch.device,
+        dtype: torch.dtype,
+        *,
+        model: AttnModel | None = None,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        """Our stack for the checkpoint ``files``, or ``model`` (already built, from a model
+        in memory: engines/inmemory.py) with its ``tokenizer``."""
         from .. import architectures
 
-        super().__init__(files, device, dtype)
-        self.model = architectures.load(files.path, files.config, device=device, dtype=dtype)
+        super().__init__(files, device, dtype, tokenizer)
+        self.model = model if model is not None else architectures.load(files.path, files.config, device, dtype)
         self.shape = self.model.shape
         self.max_positions = self.model.max_positions
         from ..architectures.seq2seq import EncoderDecoder
@@ -37,11 +48,18 @@ class OwnEngine(EngineBase):
             self.decoder_shape = self.model.decoder_shape
 
     def forward(
-        self, tokens: Tokens, layers: Sequence[int] | None = None, queries: Sequence[int] | None = None
+        self,
+        tokens: Tokens,
+        layers: Sequence[int] | None = None,
+        queries: Sequence[int] | None = None,
+        norms: bool = False,
     ) -> ForwardOutput:
         """Fused attention in every layer; exact weights only for ``queries`` of ``layers``,
-        and no layer after the last one asked for. (An encoder-decoder's encoder alone.)"""
+        and no layer after the last one asked for. (An encoder-decoder's encoder alone.)
+        ``norms``: the value norms of ``layers`` too (``attnviz.norms``)."""
         import torch
+
+        from ..norms import per_layer, recording
 
         chosen = tuple(range(self.num_layers)) if layers is None else tuple(layers)
         kwargs: dict[str, Any] = {}
@@ -49,29 +67,43 @@ class OwnEngine(EngineBase):
         if any(tokens.type_ids) and types:
             # A sentence pair, into a model with token-type embeddings (else ignored, as transformers does).
             kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
-        with torch.inference_mode():
+        with torch.inference_mode(), recording(self.model, active=norms) as record:
             out = self.model(self._ids(tokens), max_layer=max(chosen), layers=set(chosen), queries=queries, **kwargs)
+        if norms:
+            out.value_norms = per_layer(record.part(None), len(out.attentions), chosen, self.files.model_type)
         out.attentions = [out.attentions[layer] for layer in chosen]
         return out
 
-    def forward_seq2seq(self, tokens: Tokens, target: Tokens) -> Seq2SeqOutput:
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens, norms: bool = False) -> Seq2SeqOutput:
         """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through
-        the decoder; every layer's full weights of every part."""
+        the decoder; every layer's full weights of every part (and value norms, ``norms``)."""
         import torch
 
         from ..architectures.seq2seq import EncoderDecoder
+        from ..norms import attach_seq2seq, recording
 
         self.part_shape("cross")  # refuses a model with one stack
         assert isinstance(self.model, EncoderDecoder)  # part_shape checked it
-        with torch.inference_mode():
-            return self.model.forward_seq2seq(self._ids(tokens), self._ids(target))
+        with torch.inference_mode(), recording(self.model, active=norms) as record:
+            out = self.model.forward_seq2seq(self._ids(tokens), self._ids(target))
+        if norms:
+            attach_seq2seq(out, record, self.files.model_type)
+        return out
 
-    def forward_batch(self, batch: Sequence[Tokens], max_layer: int | None = None) -> ForwardOutput:
+    def forward_batch(
+        self, batch: Sequence[Tokens], max_layer: int | None = None, norms: bool = False
+    ) -> ForwardOutput:
         """One forward pass over right-padded texts; attentions are (B, H, S, S) per layer
         (exact eager weights), padding keys get weight 0 and padding query rows are to be
-        ignored."""
+        ignored. ``norms``: the value norms (B, H, S) of every layer run too."""
         import torch
 
+        from ..norms import per_layer, recording
+
         ids, mask = self._padded(batch)
-        with torch.inference_mode():
-            return self.model(ids, attention_mask=mask, max_layer=max_layer, fused=False)
+        with torch.inference_mode(), recording(self.model, active=norms) as record:
+            out = self.model(ids, attention_mask=mask, max_layer=max_layer, fused=False)
+        if norms:
+            run = len(out.attentions)
+            out.value_norms = per_layer(record.part(None), run, range(run), self.files.model_type)
+        return out

@@ -35,7 +35,9 @@ def panels(report: ScanReport) -> list[tuple[str, np.ndarray]]:
     return out
 
 
-def heads_figure(report: ScanReport, p: Provenance, style: FigureStyle | None = None) -> Figure:
+def heads_figure(
+    report: ScanReport, p: Provenance, style: FigureStyle | None = None, measure: str = "weight"
+) -> Figure:
     """A grid of panels, one per detector: rows are layers, columns heads, the colour the
     head's mean score over the corpus on one shared 0..1 scale."""
     style = style or FigureStyle()
@@ -58,7 +60,8 @@ def heads_figure(report: ScanReport, p: Provenance, style: FigureStyle | None = 
         xlabel_h=_char_in(pt) * max(len(s) for s in head_names) + 0.12,
         hgap=0.3,
         sentence=f"{p.model}: what each head does over {what}",
-        subtitle=f"engine {p.engine} · {p.device} · mean score per head over the corpus (layers × heads)",
+        subtitle=f"engine {p.engine} · {p.device} · mean score per head over the corpus (layers × heads)"
+        + (" · measure: norm shares (Kobayashi et al. 2020)" if measure == "norm" else ""),
         style=style,
         max_w=style.figsize[0] if style.figsize else None,
     )

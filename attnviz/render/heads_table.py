@@ -30,13 +30,20 @@ def summary_line(report: ScanReport, p: Provenance) -> str:
     return line
 
 
-def heads_table(report: ScanReport, p: Provenance, *, top: int = 3, color: bool = True) -> RenderableType:
+HEADS_NORM_NOTE = "measure norm: detectors read each row's norm shares ‖α·f(x)‖ / row sum (Kobayashi et al. 2020)"
+
+
+def heads_table(
+    report: ScanReport, p: Provenance, *, top: int = 3, color: bool = True, measure: str = "weight"
+) -> RenderableType:
     """One line per detector: texts scored (n) and its ``top`` heads, mean ± sd over texts.
     Entropy lists the most focused (lowest) heads first."""
     parts: list[RenderableType] = []
     if report.partial:
         parts.append(Text(f"PARTIAL: interrupted; these scores cover the first {report.texts} texts", style="bold"))
     parts.append(Text(summary_line(report, p), style="dim"))
+    if measure == "norm":
+        parts.append(Text(HEADS_NORM_NOTE, style="dim"))
     table = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
     table.add_column("detector", no_wrap=True)
     table.add_column("n", justify="right", no_wrap=True)
@@ -57,7 +64,16 @@ def heads_table(report: ScanReport, p: Provenance, *, top: int = 3, color: bool 
                 cells.append(cell)
         table.add_row(*cells)
     parts.append(table)
-    parts.append(Text("mean ± sd over texts; ▲ lowest first (most focused)", style="dim"))
+    if acc.detectors == ("ablation",):
+        parts.append(
+            Text(
+                "ablation: 1 − cos of the final hidden state when the head's output is removed before W^O; "
+                "mean ± sd over tokens (n)",
+                style="dim",
+            )
+        )
+    else:
+        parts.append(Text("mean ± sd over texts; ▲ lowest first (most focused)", style="dim"))
     if report.coref is not None and report.coref.total:
         parts.append(coref_table(report, p, top=top, color=color))
     return Group(*parts)

@@ -36,6 +36,7 @@ import base64
 import json
 import math
 import re
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -146,11 +147,33 @@ def versions(engine: str) -> dict[str, str]:
 VIEWS = ("head", "model", "matrix")
 
 
-def page_data(att: Attention, query: int | None = None, view: str = "head", layer: int | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Options:
+    """What the page opens with beside the view, layer and query: the matrix view's
+    ``head`` and the page's toggles (its own rules, computed in the page)."""
+
+    head: int = 0
+    words: bool = False
+    hide_special: bool = False
+    mean: bool = False
+
+
+def page_data(
+    att: Attention,
+    query: int | None = None,
+    view: str = "head",
+    layer: int | None = None,
+    options: Options | None = None,
+    norms: Attention | None = None,
+) -> dict[str, Any]:
     """Everything the page's JavaScript reads, as one JSON-ready dict.
 
+    ``norms``: the same layers and rows with the norm measure (``measure`` "norm"): the
+    page then carries them beside the weights, opens on them and has a weight/norm toggle.
+
     ``query`` (a token position) is pinned when the page opens, ``view`` is the view it
-    opens in, ``layer`` (a model layer) the layer it shows (default: the middle kept one).
+    opens in, ``layer`` (a model layer) the layer it shows (default: the middle kept one),
+    ``options`` the matrix view's head and the toggles it opens with (default: all off).
 
     Raises:
         UsageError: ``att`` does not hold every token as a query (the page needs full
@@ -168,6 +191,9 @@ def page_data(att: Attention, query: int | None = None, view: str = "head", laye
     if query is not None and not 0 <= query < n_tok:
         raise UsageError(f"token {query} is out of range: the sentence has {n_tok} tokens (0..{n_tok - 1})")
     slot = att.layer_slot(layer) if layer is not None else (len(att.layers) - 1) // 2
+    options = options or Options()
+    if not 0 <= options.head < att.num_heads:
+        raise UsageError(f"head {options.head} is out of range: the page holds {att.num_heads} heads")
     p = att.provenance
     tokens = att.tokens
     groups = word_groups(tokens)
@@ -194,8 +220,38 @@ def page_data(att: Attention, query: int | None = None, view: str = "head", laye
             "num_kv_heads": p.num_kv_heads,
         },
         "versions": versions(p.engine),
-        "initial": {"view": view, "query": query, "slot": slot},
+        "initial": {
+            "view": view,
+            "query": query,
+            "slot": slot,
+            "head": options.head,
+            "words": options.words,
+            "hideSpecial": options.hide_special,
+            "mean": options.mean,
+            "measure": "weight" if norms is None else "norm",
+        },
         "weights": encode_weights(att.weights),
+        **({} if norms is None else _norm_data(att, norms)),
+    }
+
+
+def _norm_data(att: Attention, norms: Attention) -> dict[str, Any]:
+    """The norms in the weights' encoding, each (layer, head, query) row over its own
+    largest norm (so a row of small norms keeps 1/65535 of its own scale), with those
+    row scales as little-endian float32 (the page multiplies them back)."""
+    if norms.measure != "norm" or norms.weights.shape != att.weights.shape or norms.layers != att.layers:
+        raise ValueError("the norms must be the norm measure of the same layers, heads and rows")
+    w = norms.weights.astype(np.float64)  # (N, H, S, S)
+    top = w.max(-1, keepdims=True)  # (N, H, S, 1)
+    scaled = np.divide(w, top, out=np.zeros_like(w), where=top > 0)
+    rows = top[..., 0].astype("<f4")  # (N, H, S)
+    return {
+        "norms": encode_weights(scaled),
+        "norm_rows": {
+            "dtype": "float32",
+            "shape": list(rows.shape),
+            "base64": base64.b64encode(rows.tobytes()).decode(),
+        },
     }
 
 
@@ -213,14 +269,21 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
-def html_page(att: Attention, query: int | None = None, view: str = "head", layer: int | None = None) -> str:
+def html_page(
+    att: Attention,
+    query: int | None = None,
+    view: str = "head",
+    layer: int | None = None,
+    options: Options | None = None,
+    norms: Attention | None = None,
+) -> str:
     """The whole page: markup, inline CSS and JS, the weights as embedded JSON. The
     arguments set what the page shows when it opens (see ``page_data``).
 
     Raises:
         UsageError: ``att`` lacks some query rows, or a bad initial state (``page_data``).
     """
-    data = page_data(att, query, view, layer)
+    data = page_data(att, query, view, layer, options, norms)
     title = f"attnviz · {att.tokens.text.strip()[:80]}"
     parts = {
         "TITLE": _escape(title),
@@ -239,6 +302,7 @@ def save_html(
     view: str = "head",
     layer: int | None = None,
     budget: int = HTML_BUDGET_BYTES,
+    norms: Attention | None = None,
 ) -> int:
     """Write the page to ``path`` atomically; returns its size in bytes.
 
@@ -248,7 +312,8 @@ def save_html(
             initial state (``page_data``).
     """
     path = check_writable(Path(path), HTML_FORMATS)
-    check_page_size(len(att.layers), att.num_heads, len(att.tokens), budget)
-    encoded = html_page(att, query, view, layer).encode("utf-8")
+    heads = att.num_heads * (1 if norms is None else 2)  # the norms double the matrices
+    check_page_size(len(att.layers), heads, len(att.tokens), budget)
+    encoded = html_page(att, query, view, layer, norms=norms).encode("utf-8")
     atomic_write(path, encoded)
     return len(encoded)

@@ -120,6 +120,14 @@ def _pair_rules(ax: Axes, att: Attention, cols: Sequence[int], rows: bool) -> No
             ax.axhline(below[0] - 0.5, color="white", linewidth=1.2)
 
 
+def _bar_label(att: Attention) -> str:
+    """The colour bar's name for what a cell shows (the measure)."""
+    from ..transforms import measure_label
+
+    label = measure_label(att)
+    return "attention weight" if label == "weight" else f"{label} (Kobayashi et al. 2020)"
+
+
 def _steps_text(att: Attention) -> str:
     tags = [step.split(":", 1)[0] for step in att.steps]
     return " · " + "; ".join(tags) if tags else ""
@@ -219,7 +227,7 @@ def token_figure(
         _ticks(ax, "x", short, grid.cell_w, pt, show=bottom_of_column, bold=bold, dim=dim)
         _ticks(ax, "y", head_names, grid.cell_h, pt, show=i % ncols == 0)
     assert image is not None  # layers is not empty (checked above)
-    _colorbar(fig, grid, image, pt)
+    _colorbar(fig, grid, image, pt, _bar_label(att))
     return fig
 
 
@@ -304,7 +312,7 @@ def matrix_figure(
         _ticks(ax, "x", short, grid.cell_w, pt, show=i + ncols >= n_panels, dim=dim_k)
         _ticks(ax, "y", q_short, grid.cell_h, pt, show=i % ncols == 0, bold=tuple(rows_hl), dim=dim_q)
     assert image is not None  # a model has at least one head
-    _colorbar(fig, grid, image, pt)
+    _colorbar(fig, grid, image, pt, _bar_label(att))
     return fig
 
 

@@ -312,12 +312,12 @@ def _ticks(
             text.set_color("0.45")
 
 
-def _colorbar(fig: Figure, grid: _Grid, image: AxesImage, pt: float) -> None:
+def _colorbar(fig: Figure, grid: _Grid, image: AxesImage, pt: float, label: str = "attention weight") -> None:
     """One colour bar for all panels, right of the grid and as tall as it."""
     x = grid.left + grid.grid_w + 0.12
     cax = fig.add_axes(
         (x / grid.width, grid.bottom / grid.height, _COLORBAR_IN / grid.width, grid.grid_h / grid.height)
     )
     bar = fig.colorbar(image, cax=cax)
-    bar.set_label("attention weight", fontsize=pt)
+    bar.set_label(label, fontsize=pt)
     bar.ax.tick_params(labelsize=pt)

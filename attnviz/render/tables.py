@@ -26,6 +26,11 @@ def _num(value: float | None, digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _effect(value: float | None) -> str:
+    """1 − cos: small numbers, three digits (– for an aggregate slot or a head not done)."""
+    return "–" if value is None or value != value else f"{value:.3f}"
+
+
 def _weight(value: float, *, color: bool, bold: bool = False) -> Text:
     """A weight in 0..1, on the heatmap's viridis ramp when colour is on."""
     if not color:
@@ -101,7 +106,13 @@ def head_rows_table(
     targets = list(rows[0].targets) if rows else []
     k = len(rows[0].top) if rows else 0
     top_name = f"top {k}" if k > 1 else "top"
-    marks = {"weight": targets[0] if targets else top_name, "entropy": "entropy", "sink": "sink", "distance": "dist"}
+    marks = {
+        "weight": targets[0] if targets else top_name,
+        "entropy": "entropy",
+        "sink": "sink",
+        "distance": "dist",
+        "effect": "effect",
+    }
     marked = marks.get(sort_by or "")
 
     def header(name: str, ascending: bool = False) -> str:
@@ -109,8 +120,12 @@ def head_rows_table(
 
     # Models with learned sink logits (GPT-OSS): the share of each row that no token got.
     logit_sink = any(row.sink_logit is not None for row in rows)
+    # Head ablation (--ablate): 1 − cos, and with an LM head its KL and Δ log p.
+    ablated = any(row.effect is not None for row in rows)
+    lm = any(row.kl is not None for row in rows)
     # layer, head, targets, entropy ▲, four shares, dist (, logit sink): each plus one space.
     fixed = 6 + 5 + sum(max(len(w) + 2, 5) for w in targets) + 10 + 4 * 5 + 6 + (11 if logit_sink else 0)
+    fixed += (9 if ablated else 0) + (15 if lm else 0)
     stacked = _stack([rows], fixed, width)
     table = _table()
     table.add_column("layer", justify="right", no_wrap=True)
@@ -124,6 +139,11 @@ def head_rows_table(
     table.add_column(header("dist"), justify="right", no_wrap=True)
     if logit_sink:
         table.add_column("logit sink", justify="right", no_wrap=True)
+    if ablated:
+        table.add_column(header("effect"), justify="right", no_wrap=True)
+    if lm:
+        table.add_column("kl", justify="right", no_wrap=True)
+        table.add_column("Δlogp", justify="right", no_wrap=True)
     for row in rows:
         table.add_row(
             str(row.layer),
@@ -134,6 +154,8 @@ def head_rows_table(
             *(_num(share) for share in (row.sink, row.self_share, row.prev, row.next)),
             _num(row.distance, 1),
             *([_num(row.sink_logit) if row.sink_logit is not None else "-"] if logit_sink else []),
+            *([_effect(row.effect)] if ablated else []),
+            *([_num(row.kl, 3), _num(row.delta_logprob, 3)] if lm else []),
         )
     return _titled(title, table)
 
@@ -221,10 +243,11 @@ def render_compare(
                 style="dim",
             )
         )
-    note = ""
+    note = "" if att.measure == "weight" else " · measure: norm shares ‖α·f(x)‖ / row sum"
     kind = "word" if att.key_pieces is not None else "token"
     if rows and isinstance(rows[0], PairStats):
-        title = f"{word!r}: weight on each target in sentence A and B, Δ = B − A, {shown}, largest change first"
+        what = "weight" if att.measure == "weight" else "norm share"
+        title = f"{word!r}: {what} on each target in sentence A and B, Δ = B − A, {shown}, largest change first"
         if sort != "delta":
             title = title.rsplit(",", 1)[0] + f", sorted by {sort}"
         parts.append(pair_rows_table(rows, title=title + note, color=color, **kv))  # type: ignore[arg-type]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,34 +22,10 @@ from rich.text import Text
 from ..findings import Link, strongest_links
 from ..metrics import DEFAULT_EXCLUDE
 from ..result import Attention, Provenance
+from .compact import MAX_GRID_BLOCKS, compact_heatmap, grid_blocks
+from .glyphs import _SHADES, _VIRIDIS, MARK, MASKED, PAIR_RULE, colour, shade
 
-# viridis at 9 stops (matplotlib's values), interpolated linearly between them.
-_VIRIDIS = np.array(
-    [
-        (68, 1, 84),
-        (71, 44, 122),
-        (59, 81, 139),
-        (44, 113, 142),
-        (33, 144, 141),
-        (39, 173, 129),
-        (92, 200, 99),
-        (170, 220, 50),
-        (253, 231, 37),
-    ],
-    dtype=float,
-)
-_SHADES = " ·░▒▓█"
-MARK = "◆"
-MASKED = "-"  # not "·", which is a shade glyph
-PAIR_RULE = "┃"  # between the two sentences of a pair
-
-
-def colour(weight: float) -> str:
-    """'#rrggbb' of ``weight`` (0..1) on the viridis ramp."""
-    x = min(max(float(weight), 0.0), 1.0) * (len(_VIRIDIS) - 1)
-    i = min(int(x), len(_VIRIDIS) - 2)
-    r, g, b = _VIRIDIS[i] + (x - i) * (_VIRIDIS[i + 1] - _VIRIDIS[i])
-    return f"#{round(r):02x}{round(g):02x}{round(b):02x}"
+__all__ = ["MARK", "MASKED", "PAIR_RULE", "_SHADES", "_VIRIDIS", "colour", "shade"]
 
 
 def weight_style(weight: float, bold: bool = False) -> Style:
@@ -65,6 +41,21 @@ def uses_colour(console: Console) -> bool:
     return console.color_system is not None and not console.no_color
 
 
+def colour_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """rich ``Console`` arguments for the colour the environment asks for.
+
+    NO_COLOR (any non-empty value, no-color.org) wins over everything. FORCE_COLOR
+    (non-empty) draws colour even into a pipe or a file, and in true colour, since the
+    heatmap is a continuous ramp that 8 colours cannot show. COLORTERM=truecolor/24bit
+    picks true colour on a terminal (rich reads it); alone it does not colour a pipe, as
+    terminals export it to every program they start."""
+    if env.get("NO_COLOR"):
+        return {}
+    if env.get("FORCE_COLOR"):
+        return {"force_terminal": True, "color_system": "truecolor"}
+    return {}
+
+
 def for_console(console: Console) -> dict[str, Any]:
     """The ``width`` and ``color`` a view printed on ``console`` is drawn for."""
     return {"width": console.width, "color": uses_colour(console)}
@@ -73,14 +64,6 @@ def for_console(console: Console) -> dict[str, Any]:
 def provenance_line(p: Provenance) -> str:
     """The one header of a view: 'all-MiniLM-L6-v2 · engine own · cpu · 6 layers × 12 heads'."""
     return f"{p.model} · engine {p.engine} · {p.device} · {p.num_layers} layers × {p.num_heads} heads"
-
-
-def shade(weight: float) -> str:
-    """A glyph for ``weight`` (0..1) when there is no colour: blank below 0.05,
-    then · ░ ▒ ▓ █ in steps of 0.2."""
-    if weight < 0.05:
-        return " "
-    return _SHADES[min(1 + int(weight * (len(_SHADES) - 1)), len(_SHADES) - 1)]
 
 
 def _cell(weight: float, width: int, *, strongest: bool, values: bool, color: bool, masked: bool) -> Text:
@@ -128,11 +111,14 @@ def token_heatmap(
     width: int = 120,
     heads: Sequence[int] | None = None,
     selected: int | None = None,
+    effects: np.ndarray | None = None,
 ) -> RenderableType:
     """One layer: rows = heads (then any aggregate slots), columns = tokens (or words),
     cell = weight of ``query`` -> token.
 
     ``selected``: a head slot whose label is shown reversed with a ▸ (the explorer's cursor).
+    ``effects``: (N_model, H) head-ablation effects at this query (``show --ablate``),
+    each shown beside its head's strongest target.
 
     The strongest target of each row is marked with ◆ and named in the second column.
     Tokens set aside (``att.hidden``) are left out. For causal models, tokens after the
@@ -160,6 +146,8 @@ def token_heatmap(
             top = f" {_cut(labels[best], cut)} {rows[h, best]:.2f}"
             if sink is not None and not np.isnan(sink[h]):
                 top += f" · logit sink {sink[h]:.2f}"
+            if effects is not None and h < att.model_heads and not np.isnan(effects[layer, h]):
+                top += f" · effect {effects[layer, h]:.3f}"
             out.append(top)
         return out
 
@@ -182,6 +170,8 @@ def token_heatmap(
     where = f"{kind} {span[0]}" if len(span) == 1 else f"{kind}s {span[0]}-{span[-1]}, averaged"
     key_kind = "source token" if att.part == "cross" and kind == "token" else kind
     title = f"layer {layer} · {who!r} ({where}) → each {key_kind}"
+    if att.measure != "weight":
+        title += f" · {_measure_label(att)}"
     if p.causal:
         title += f" · causal: later {kind}s ({MASKED}) are masked"
     if p.attention_sinks and not att.hidden:
@@ -259,6 +249,8 @@ def matrix_heatmap(
     row_w = max(len(n) for n in names) + 2
     kind = "word" if att.key_pieces is not None else "token"
     title = f"layer {layer} · {att.head_name(head)} · each {kind} (row) → each {kind} (column)"
+    if att.measure != "weight":
+        title += f" · {_measure_label(att)}"
     if p.causal:
         title += f" · causal: later {kind}s ({MASKED}) are masked"
     # The title on its own line: as a Table title it would wrap at a narrow table's width.
@@ -291,6 +283,11 @@ def matrix_heatmap(
     return Group(*tables, Text(""))
 
 
+NORM_NOTE = (
+    "measure norm: ‖α·f(x)‖ with f(x) = (x·W_V + b_V)·W_O, the size of what each token adds to the "
+    "head's output (Kobayashi et al. 2020); cells are each row's shares"
+)
+
 SCORE_TERMS = {
     "c2c": "content→content",
     "c2p": "content→position (c2p)",
@@ -322,25 +319,40 @@ def part_note(att: Attention) -> str:
     return f"encoder self-attention · source {att.tokens.text!r}"
 
 
-def legend(color: bool = True) -> Text:
-    """'weight 0 ▕colours▏ 1   ◆ strongest target of the head'."""
-    text = Text("weight 0 ")
+def _measure_label(att: Attention) -> str:
+    from ..transforms import measure_label
+
+    return measure_label(att)
+
+
+def legend(color: bool = True, measure: str = "weight", compact: bool = False) -> Text:
+    """'weight 0 ▕colours▏ 1   ◆ strongest target of the head' (``measure``: what a cell is;
+    ``compact``: the strip's key, '▼ the query · a special token (dimmed) - masked', instead of the ◆)."""
+    text = Text(f"{measure} 0 ")
     for w in np.linspace(0, 1, 11):
         text.append("  " if color else shade(float(w)) * 2, style=Style(bgcolor=colour(float(w))) if color else "")
     text.append(" 1    ")
+    if compact:
+        text.append("▼ the query   · a special token (dimmed)   - masked")
+        return text
     text.append(MARK, style="bold")
     text.append(" strongest target of each head")
     return text
 
 
-def links_text(att: Attention, slot: int, links: Sequence[Link], exclude: Sequence[str]) -> Text:
-    """The strongest links of one query, a line each: layer, head, target, weight."""
+def links_text(
+    att: Attention, slot: int, links: Sequence[Link], exclude: Sequence[str], effects: np.ndarray | None = None
+) -> Text:
+    """The strongest links of one query, a line each: layer, head, target, weight (and,
+    with ``effects`` (N_model, H) from ``show --ablate``, what removing the head does)."""
     who = " ".join(att.tokens.labels[i] for i in att.query_span(slot))
     left_out = {"special": "special tokens", "punct": "punctuation", "adjacent": "neighbours"}
     # Cross-attention's keys are the source: no neighbours of the query to leave out.
     shown = ("special", "punct", "adjacent") if att.is_self_attention else ("special", "punct")
     kinds = [left_out[k] for k in shown if k in exclude]
     text = Text(f"strongest links of {who!r}")
+    # The effect that a head must reach to be among the five that matter most.
+    top = float(np.sort(np.nan_to_num(effects, nan=-1.0).ravel())[-5]) if effects is not None else 0.0
     if kinds:
         text.append(", not to " + (", ".join(kinds[:-1]) + " or " + kinds[-1] if len(kinds) > 1 else kinds[0]))
     text.append(":" if links else ": none")
@@ -350,7 +362,22 @@ def links_text(att: Attention, slot: int, links: Sequence[Link], exclude: Sequen
         text.append("\n  ")
         text.append(name.ljust(max(map(len, names))), style="bold")
         text.append(f"  → {target.ljust(max(map(len, targets)))}  {x.weight:.2f}")
+        head = int(x.head.removeprefix("h")) if x.head.removeprefix("h").isdigit() else None
+        if effects is not None and head is not None and not np.isnan(effects[x.layer, head]):
+            text.append(f"  effect {effects[x.layer, head]:.3f}", style="bold" if effects[x.layer, head] >= top else "")
+    if effects is not None:
+        text.append(
+            "\n  effect: 1 − cos of the token's final hidden state with the head removed before W^O; "
+            "bold: among the 5 heads that matter most",
+            style="dim",
+        )
     return text
+
+
+COMPACT_NOTE = (
+    "compact view: the row does not fit two wrapped blocks; each head's strongest keys and its whole row "
+    "binned (--full for the grid, --top-keys K)"
+)
 
 
 def render_show(
@@ -363,13 +390,24 @@ def render_show(
     heads: Sequence[int] | None = None,
     links: int = 5,
     exclude: Sequence[str] = DEFAULT_EXCLUDE,
+    effects: Mapping[int, np.ndarray] | None = None,
+    full: bool = False,
+    top_keys: int | None = None,
 ) -> Group:
     """show's answer, to print: the provenance line and notes, every kept layer's
     heatmap for each query (token positions in ``att``), then a legend and, per query,
     the ``links`` strongest links that are not to ``exclude``d tokens (see
-    attnviz.findings). ``width``/``color``: ``for_console(console)``."""
+    attnviz.findings). ``width``/``color``: ``for_console(console)``. ``effects``: per
+    query, its (N_model, H) head-ablation effects (``show --ablate``), beside each head's
+    row and each link.
+
+    A row that would wrap into more than two blocks is drawn compact (one line per head:
+    its ``top_keys`` strongest keys and a binned strip, ``attnviz.render.compact``) unless
+    ``full``."""
     p = att.provenance
     parts: list[RenderableType] = [Text(provenance_line(p), style="dim")]
+    if att.measure == "norm":
+        parts.append(Text(NORM_NOTE, style="dim"))
     if att.part is not None:
         parts.append(Text(part_note(att), style="dim"))
     if att.keys.pair_start is not None and att.key_pieces is None:
@@ -378,15 +416,32 @@ def render_show(
         parts.append(Text(score_note(p.score_terms), style="dim"))
     parts += [Text(note, style="dim") for note in p.shape.notes()]
     parts += [Text(step, style="dim") for step in att.steps]
+    compact = not full and grid_blocks(att, width, values) > MAX_GRID_BLOCKS
+    if compact:
+        parts.append(Text(COMPACT_NOTE, style="dim"))
     for q in queries:
         for layer in att.layers:
-            parts.append(token_heatmap(att, q, layer, values=values, color=color, width=width, heads=heads))
-    parts.append(legend(color))
+            if compact:
+                parts.append(compact_heatmap(att, q, layer, width=width, top_keys=top_keys, color=color, heads=heads))
+            else:
+                parts.append(
+                    token_heatmap(
+                        att,
+                        q,
+                        layer,
+                        values=values,
+                        color=color,
+                        width=width,
+                        heads=heads,
+                        effects=None if effects is None else effects.get(q),
+                    )
+                )
+    parts.append(legend(color, _measure_label(att), compact))
     if links > 0:
         for q in queries:
             slot = att.query_slot(q)
             found = strongest_links(att, slot, links, exclude, heads=heads)
-            parts.append(links_text(att, slot, found, exclude))
+            parts.append(links_text(att, slot, found, exclude, None if effects is None else effects.get(q)))
     return Group(*parts)
 
 

@@ -44,7 +44,8 @@ from textual.widgets import Input, Static
 from ..errors import AttnvizError
 from ..render.terminal import provenance_line
 from ..result import Attention
-from ..transforms import View, apply
+from ..tokens import Tokens
+from ..transforms import View, apply, shares
 from .views import (
     VIEW_TITLES,
     VIEWS,
@@ -69,6 +70,7 @@ FOOTER = (
     ("w", "words"),
     ("s", "specials"),
     ("m", "mean"),
+    ("o", "norm"),
     ("/", "sentence"),
     ("e", "export PNG"),
     ("?", "keys"),
@@ -98,6 +100,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("w", "words: pieces merged, keys summed and query rows averaged (on / off)"),
     ("s", "special tokens set aside as keys, rows renormalised over the rest (on / off)"),
     ("m", "the mean over the heads, as one more row after the heads (on / off)"),
+    ("o", "measure: the weights α, or the norms ‖α·f(x)‖ as each row's shares (Kobayashi et al. 2020)"),
     ("/", "type a new sentence (Enter runs it through the loaded model, Esc cancels)"),
     ("e", "export the current view to a PNG file (the head table exports its layer's heatmap)"),
     ("PgUp PgDn Home End", "scroll a view taller than the screen"),
@@ -215,6 +218,7 @@ class ExploreApp(App[None]):
         Binding("w", "toggle_reading('words')", "words", show=False),
         Binding("s", "toggle_reading('hide_special')", "specials", show=False),
         Binding("m", "toggle_reading('heads')", "mean", show=False),
+        Binding("o", "toggle_measure", "norm", show=False),
         Binding("slash", "ask", "new sentence", show=False),
         Binding("e", "export", "export PNG", show=False),
         Binding("question_mark", "keys", "keys", show=False),
@@ -234,13 +238,19 @@ class ExploreApp(App[None]):
         query: int | None = None,
         export_dir: Path | None = None,
         dpi: int = 150,
+        run_norms: Callable[[str | Tokens], Attention] | None = None,
     ) -> None:
         super().__init__()
         self._run = run
+        # The norm measure (key o): computed for the sentence on first use, then kept.
+        self._run_norms = run_norms
+        self.measure = "weight"
+        self._raws: dict[str, Attention] = {}
         self._export_dir = Path(".") if export_dir is None else Path(export_dir)
         self._dpi = dpi
         self._busy: set[str] = set()  # "run", "export": one of each at a time
         self.raw = DrawnViews(att).att  # checked: every query row
+        self._raws = {"weight": self.raw}
         self.reading = View()
         self._views: dict[View, DrawnViews] = {}
         self.views = self._views_for(self.reading)
@@ -267,12 +277,17 @@ class ExploreApp(App[None]):
     def _views_for(self, reading: View) -> DrawnViews:
         """The views of the raw weights read with ``reading`` (transforms.apply, once each)."""
         if reading not in self._views:
-            self._views[reading] = DrawnViews(apply(self.raw, reading))
+            self._views[reading] = DrawnViews(shares(apply(self.raw, reading)))  # shares: the norm measure's rows
         return self._views[reading]
 
     def _reading_names(self) -> list[tuple[bool, str]]:
         r = self.reading
-        return [(r.words, "words"), (r.hide_special, "specials set aside"), (bool(r.heads), "head mean")]
+        return [
+            (r.words, "words"),
+            (r.hide_special, "specials set aside"),
+            (bool(r.heads), "head mean"),
+            (self.measure == "norm", "norm shares ‖α·f(x)‖"),
+        ]
 
     # --- layout -------------------------------------------------------------------
 
@@ -436,6 +451,25 @@ class ExploreApp(App[None]):
         self._slow_views = set()
         self._move(query=position_of(new, raw), head=head)
 
+    def action_toggle_measure(self) -> None:
+        """The weights or the norms (their shares), on the same sentence, token and head."""
+        measure = "norm" if self.measure == "weight" else "weight"
+        if measure not in self._raws:
+            if self._run_norms is None:
+                self.say("this explorer has no model to compute the norms with")
+                return
+            try:
+                self._raws[measure] = DrawnViews(self._run_norms(self.raw.tokens)).att
+            except AttnvizError as exc:
+                self.say(_error_line(exc))
+                return
+        self.measure, self.raw = measure, self._raws[measure]
+        self._views = {}
+        self.views = self._views_for(self.reading)
+        self._slow_views = set()
+        self._move(query=self.cursor.query, head=self.cursor.head)
+        self.say(f"measure: {'norm shares ‖α·f(x)‖ (Kobayashi et al. 2020)' if measure == 'norm' else 'weight'}")
+
     def action_scroll(self, where: str) -> None:
         body = self.query_one("#view", Lines)
         {"page_up": body.scroll_page_up, "page_down": body.scroll_page_down}.get(
@@ -480,9 +514,11 @@ class ExploreApp(App[None]):
     def _run_sentence(self, sentence: str) -> None:
         try:
             assert self._run is not None  # action_ask checked it
-            views = DrawnViews(self._run(sentence))
+            run = self._run_norms if self.measure == "norm" and self._run_norms is not None else self._run
+            views = DrawnViews(run(sentence))
             # Read as the user reads now and draw the view the cursor will land on, off the event loop.
-            read = DrawnViews(apply(views.att, self.reading)) if self.reading != View() else views
+            fresh = self.reading != View() or views.att.measure == "norm"
+            read = DrawnViews(shares(apply(views.att, self.reading))) if fresh else views
             read.render(landing(self.cursor, self.att, read.att), self._view_width(), self.color)
         except AttnvizError as exc:
             self.call_from_thread(self._done, "run", _error_line(exc))
@@ -494,7 +530,8 @@ class ExploreApp(App[None]):
     def _loaded(self, raw: DrawnViews, read: DrawnViews) -> None:
         self._busy.discard("run")
         self.raw = raw.att
-        self._views = {View(): raw, self.reading: read}
+        self._raws = {raw.att.measure: raw.att}  # the other measure: computed again when asked
+        self._views = {self.reading: read} if raw.att.measure == "norm" else {View(): raw, self.reading: read}
         views = self._views_for(self.reading)
         self.cursor = landing(self.cursor, self.att, views.att)
         self.views = views

@@ -28,6 +28,7 @@ from ..render.tables import head_rows_table
 from ..render.terminal import legend, matrix_heatmap, token_heatmap
 from ..result import Attention
 from ..tokens import Tokens
+from ..transforms import measure_label
 
 if TYPE_CHECKING:
     from ..engines import Engine
@@ -91,16 +92,19 @@ def explore_reading(engine: Engine, sentence: str | Tokens, selection: Selection
     return read(planned, engine)
 
 
-def runner(engine: Engine, layers: tuple[int, ...], budget: int = MAX_BYTES) -> Callable[[str | Tokens], Attention]:
+def runner(
+    engine: Engine, layers: tuple[int, ...], budget: int = MAX_BYTES, measure: str = "weight"
+) -> Callable[[str | Tokens], Attention]:
     """What the explorer runs a sentence with: ``engine`` (loaded once), every query row
-    of ``layers``, the text and the matrices' size checked before the forward pass.
+    of ``layers`` (of the weights, or ``measure`` "norm": the norms), the text and the
+    matrices' size checked before the forward pass.
 
     Raises (from the returned function):
         UsageError: empty text, too many tokens for the model, or matrices over ``budget`` bytes.
     """
     from ..pipeline import Selection
 
-    selection = Selection(layers=layers)
+    selection = Selection(layers=layers, measure=measure)
 
     def run(sentence: str | Tokens) -> Attention:
         return explore_reading(engine, sentence, selection, budget).attention
@@ -241,7 +245,7 @@ class DrawnViews:
         if c.view == "heads":
             return Group(
                 token_heatmap(att, c.query, c.layer, values=c.values, color=color, width=width, selected=c.head),
-                legend(color),
+                legend(color, measure_label(att)),
             )
         if c.view == "matrix":
             return matrix_heatmap(att, c.layer, c.head, query=c.query, values=c.values, color=color, width=width)

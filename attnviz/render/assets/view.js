@@ -18,10 +18,19 @@
     return out;
   }
   var W = decode(DATA.weights); // (N, H, S, S), row-major
+  // The norm measure (Kobayashi et al. 2020), when the page carries it: ‖α·f(x)‖ over the
+  // page's largest norm (so it fits the same uint16 encoding); shown as each row's shares.
+  var WN = DATA.norms ? decode(DATA.norms) : null;
+  if (WN) { // each row was stored over its own largest norm: multiply the scales back
+    var rb = atob(DATA.norm_rows.base64), bytes = new Uint8Array(rb.length);
+    for (var ri = 0; ri < rb.length; ri++) bytes[ri] = rb.charCodeAt(ri);
+    var scales = new Float32Array(bytes.buffer);
+    for (var wi = 0; wi < WN.length; wi++) WN[wi] *= scales[Math.floor(wi / S)];
+  }
 
-  function tokenMatrix(slot, head) { // (S, S): one head's per-token weights
+  function tokenMatrix(slot, head) { // (S, S): one head's per-token weights (or norms)
     var size = S * S, at = (slot * H + head) * size;
-    return W.subarray(at, at + size);
+    return (state.measure === "norm" && WN ? WN : W).subarray(at, at + size);
   }
 
   // --- units: what the rows and columns are after the options ------------------------------
@@ -49,15 +58,30 @@
   //      (sum over the key pieces k of word b of A[q][k]).
   //   3. head mean: the mean over the layer's H heads of the rows that 1-2 produced.
   // Returns a Float32Array (U, U) for the units units(opts).
+  //   4. the norm measure: each row of 1-3 (raw norms) divided by its sum, its shares.
   function headMatrix(slot, head, opts) {
-    var key = slot + "/" + head + "/" + (opts.words ? 1 : 0) + (opts.hideSpecial ? 1 : 0);
+    var M = rawMatrix(slot, head, opts);
+    if (state.measure !== "norm") return M;
+    var key = "shares/" + slot + "/" + head + "/" + (opts.words ? 1 : 0) + (opts.hideSpecial ? 1 : 0);
+    if (cache.has(key)) return cache.get(key);
+    var U = Math.round(Math.sqrt(M.length)), out = new Float32Array(M.length);
+    for (var a = 0; a < U; a++) {
+      var total = 0, b;
+      for (b = 0; b < U; b++) total += M[a * U + b];
+      for (b = 0; b < U; b++) out[a * U + b] = total > 0 ? M[a * U + b] / total : 0;
+    }
+    cache.set(key, out);
+    return out;
+  }
+  function rawMatrix(slot, head, opts) {
+    var key = state.measure + "/" + slot + "/" + head + "/" + (opts.words ? 1 : 0) + (opts.hideSpecial ? 1 : 0);
     if (cache.has(key)) return cache.get(key);
     var M;
     if (head === "mean") {
       var us = units(opts), U = us.length;
       M = new Float32Array(U * U);
       for (var h = 0; h < H; h++) {
-        var Mh = headMatrix(slot, h, opts);
+        var Mh = rawMatrix(slot, h, opts);
         for (var i = 0; i < U * U; i++) M[i] += Mh[i] / H;
       }
     } else {
@@ -76,7 +100,8 @@
       for (q = 0; q < S; q++) {
         var total = 0;
         for (k = 0; k < S; k++) if (!DATA.special[k]) total += A[q * S + k];
-        var scale = total >= MIN_LEFT ? 1 / total : 0;
+        // Norms are magnitudes: set aside, not renormalised (rule 4 makes the shares).
+        var scale = state.measure === "norm" ? 1 : total >= MIN_LEFT ? 1 / total : 0;
         for (k = 0; k < S; k++) B[q * S + k] = DATA.special[k] ? 0 : A[q * S + k] * scale;
       }
     }
@@ -138,11 +163,12 @@
   var state = {
     view: DATA.initial.view,
     slot: DATA.initial.slot,
-    head: 0, // the matrix view's head
+    head: DATA.initial.head || 0, // the matrix view's head
     shown: [], // heads drawn in the head view
-    words: false,
-    hideSpecial: false,
-    mean: false,
+    words: !!DATA.initial.words, // the reading options the page opens with (all off by default)
+    hideSpecial: !!DATA.initial.hideSpecial,
+    mean: !!DATA.initial.mean,
+    measure: DATA.initial.measure === "norm" && DATA.norms ? "norm" : "weight",
     pinned: DATA.initial.query, // token position of the pinned query (a piece of its unit)
     hover: null, // unit index under the pointer, head view
   };
@@ -250,6 +276,12 @@
       render();
     });
     $("opt-mean").addEventListener("change", function (e) { state.mean = e.target.checked; render(); });
+    $("opt-norm-field").hidden = !WN;
+    $("opt-norm").addEventListener("change", function (e) {
+      state.measure = e.target.checked && WN ? "norm" : "weight";
+      $("legend-label").textContent = state.measure === "norm" ? "norm share" : "weight";
+      render();
+    });
     document.querySelectorAll("[data-view]").forEach(function (b) {
       b.addEventListener("click", function () { setView(b.getAttribute("data-view")); });
     });
@@ -629,6 +661,8 @@
     $("opt-words").checked = state.words;
     $("opt-special").checked = state.hideSpecial;
     $("opt-mean").checked = state.mean;
+    $("opt-norm").checked = state.measure === "norm";
+    $("legend-label").textContent = state.measure === "norm" ? "norm share" : "weight";
     if (state.view === "head") renderHead();
     else if (state.view === "model") renderModel();
     else renderMatrix();

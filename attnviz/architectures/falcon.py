@@ -1,0 +1,163 @@
+"""Falcon (TII's Falcon-7B, -40B, -180B and their instruct models): a causal LayerNorm
+decoder with rotary embeddings, multi-query or grouped-query attention and a parallel
+block; two architectures, as config.json's switches choose them.
+
+    new_decoder_architecture (40B, 180B):
+        x = MLP(LN_mlp(x)) + Attn(LN_attn(x)) + x       (num_ln_in_parallel_attn 2, the
+                                                         default; with 1, one norm feeds both)
+        G = num_kv_heads key/value heads, each serving H/G query heads
+    old (7B):
+        parallel_attn:      x = MLP(LN(x)) + Attn(LN(x)) + x    (one norm)
+        not parallel_attn:  a = x + Attn(LN_1(x));  x = a + MLP(LN_2(a))
+        multi_query: one key/value head for all H query heads (else H of them)
+    h = LN_f(x)
+
+    attention  softmax(q·kᵀ / √D) with RoPE (rotate_half, every head dim; scaled variants
+               as rope.py); biases on q/k/v and W^O only with ``bias``
+    MLP(x)     = W_4h→h · act(W_h→4h · x), ffn_hidden_size wide (4E by default)
+
+Where the checkpoint differs from our modules (``convert``): ``query_key_value`` is
+fused as transformers' ``_split_heads`` reads it:
+    new architecture  per key/value group g: its H/G query heads, then k_g, then v_g
+    multi_query       the H query heads, then the one k, then the one v
+    otherwise         head by head, [q_0 k_0 v_0 | q_1 ...]
+
+Refused: ``alibi`` (Falcon-RW). transformers' eager Falcon adds the ALiBi bias twice (in
+the scores and again through the mask it builds; its own SDPA path adds it once, and the
+two differ by 0.06 in the hidden states of a tiny checkpoint), so there is no reference
+to be exact against.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import UnsupportedArchitectureError
+from .base import config_value
+from .blocks import MLP, ParallelBlock, split_per_head
+from .decoder import PreNormBlock
+from .llama import LlamaConfig, LlamaDecoder
+from .rope import rope_config
+
+MODEL_TYPES = ("falcon",)
+PREFIXES = ("transformer.",)
+
+
+def layout(config: dict[str, Any]) -> tuple[str, int, int, int]:
+    """("new" | "multi_query" | "per_head", H, G, D) of a Falcon config.
+
+    Raises:
+        UnsupportedArchitectureError: ALiBi (see the module docstring).
+        ValueError: switches transformers itself cannot run.
+    """
+    if config.get("alibi"):
+        raise UnsupportedArchitectureError(
+            "Falcon with alibi=true is not implemented by the own engine: transformers' eager attention adds "
+            "the ALiBi bias twice (its SDPA path once), so there is no reference to be exact against",
+            setting="alibi=true",
+        )
+    heads = int(config_value(config, "num_attention_heads", "n_head"))
+    hidden = int(config_value(config, "hidden_size", "n_embed"))
+    if hidden % heads:
+        raise ValueError(f"hidden_size={hidden} is not divisible by num_attention_heads={heads}")
+    kv = int(config.get("num_kv_heads") or heads)
+    if config.get("new_decoder_architecture"):
+        if not config.get("parallel_attn", True):
+            raise ValueError("new_decoder_architecture needs parallel_attn (transformers has no other block for it)")
+        if heads % kv:
+            raise ValueError(f"num_attention_heads={heads} is not a multiple of num_kv_heads={kv}")
+        return "new", heads, kv, hidden // heads
+    if config.get("multi_query", True):
+        return "multi_query", heads, 1, hidden // heads
+    if kv != heads:
+        raise ValueError(f"num_kv_heads={kv} needs new_decoder_architecture or multi_query (heads: {heads})")
+    return "per_head", heads, heads, hidden // heads
+
+
+class FalconDecoder(LlamaDecoder):
+    def __init__(self, c: LlamaConfig, config: dict[str, Any]) -> None:
+        self.kind = layout(config)[0]
+        self.layer_norm_epsilon = float(config.get("layer_norm_epsilon") or 1e-5)
+        self.parallel = bool(config.get("parallel_attn", True))
+        self.two_norms = self.kind == "new" and int(config.get("num_ln_in_parallel_attn") or 2) == 2
+        super().__init__(c)
+
+    def make_norm(self, dim: int) -> nn.Module:
+        return nn.LayerNorm(dim, eps=self.layer_norm_epsilon)
+
+    def make_mlp(self, layer: int) -> nn.Module:
+        c = self.config
+        return MLP(c.hidden_size, c.intermediate_size, c.hidden_act, bias=c.qkv_bias)
+
+    def make_block(self, layer: int) -> nn.Module:
+        e = self.config.hidden_size
+        attn, attn_norm, mlp = self.make_attention(layer), self.make_norm(e), self.make_mlp(layer)
+        if not self.parallel:
+            return PreNormBlock(attn, attn_norm, mlp, self.make_norm(e))
+        return ParallelBlock(attn, attn_norm, mlp, self.make_norm(e) if self.two_norms else None, order="mlp+attn+x")
+
+
+def build(config: dict[str, Any]) -> FalconDecoder:
+    _, heads, kv, head_dim = layout(config)
+    hidden = heads * head_dim
+    layers = int(config_value(config, "num_hidden_layers", "n_layer"))
+    bias = bool(config.get("bias", False))
+    inner = int(config.get("ffn_hidden_size") or 4 * hidden)
+    names = {"hidden_size": hidden, "num_attention_heads": heads, "num_hidden_layers": layers}
+    c = LlamaConfig.from_dict(
+        {**config, **names, "intermediate_size": inner},
+        num_key_value_heads=kv,
+        head_dim=head_dim,
+        hidden_act=str(config.get("activation") or "gelu"),
+        qkv_bias=bias,
+        o_bias=bias,
+        ropes=(rope_config(config, head_dim),) * layers,
+        windows=(None,) * layers,
+    )
+    return FalconDecoder(c, config)
+
+
+RULES = (
+    (r"word_embeddings\.weight", r"tokens.weight"),
+    (r"h\.(\d+)\.(?:input_layernorm|ln_attn)\.(weight|bias)", r"blocks.\1.attn_norm.\2"),
+    (r"h\.(\d+)\.(?:post_attention_layernorm|ln_mlp)\.(weight|bias)", r"blocks.\1.mlp_norm.\2"),
+    (r"h\.(\d+)\.self_attention\.query_key_value\.(weight|bias)", r"blocks.\1.attn.qkv.\2"),  # split in convert()
+    (r"h\.(\d+)\.self_attention\.dense\.(weight|bias)", r"blocks.\1.attn.o_proj.\2"),
+    (r"h\.(\d+)\.mlp\.dense_h_to_4h\.(weight|bias)", r"blocks.\1.mlp.fc_in.\2"),
+    (r"h\.(\d+)\.mlp\.dense_4h_to_h\.(weight|bias)", r"blocks.\1.mlp.fc_out.\2"),
+    (r"ln_f\.(weight|bias)", r"final_norm.\1"),
+    # Dropped: lm_head (tied to the word embeddings or not).
+)
+
+
+def split_qkv(fused: Tensor, kind: str, heads: int, kv: int, head_dim: int) -> tuple[Tensor, Tensor, Tensor]:
+    """q (H·D, ...), k and v (G·D, ...) rows of a fused Falcon weight (rows, E) or bias (rows,)."""
+    rest = fused.shape[1:]
+    if kind == "per_head":
+        q, k, v = split_per_head(fused, heads, head_dim)
+        return q, k, v
+    if kind == "multi_query":
+        q, k, v = torch.split(fused, [heads * head_dim, head_dim, head_dim], dim=0)
+        return q.contiguous(), k.contiguous(), v.contiguous()
+    group = heads // kv
+    grouped = fused.reshape(kv, group + 2, head_dim, *rest)  # (G, H/G + 2, D, ...)
+    q = grouped[:, :group].reshape(heads * head_dim, *rest)  # query heads g·H/G .. of group g, in order
+    k, v = grouped[:, group].reshape(kv * head_dim, *rest), grouped[:, group + 1].reshape(kv * head_dim, *rest)
+    return q.contiguous(), k.contiguous(), v.contiguous()
+
+
+def convert(tensors: dict[str, Tensor], config: dict[str, Any]) -> dict[str, Tensor]:
+    """Split each fused ``query_key_value`` into q_proj, k_proj and v_proj by its layout."""
+    kind, heads, kv, head_dim = layout(config)
+    out: dict[str, Tensor] = {}
+    for name, tensor in tensors.items():
+        if ".attn.qkv." in name:
+            prefix, part = name.split(".attn.qkv.")
+            for role, piece in zip("qkv", split_qkv(tensor, kind, heads, kv, head_dim), strict=True):
+                out[f"{prefix}.attn.{role}_proj.{part}"] = piece
+        else:
+            out[name] = tensor
+    return out

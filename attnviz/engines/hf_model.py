@@ -1,0 +1,127 @@
+"""What the hf engine reads from a loaded transformers model rather than from a list.
+
+    is_causal(model)      whether the model masks the future: measured on the mask the
+                          model itself builds, by one probe pass over a few tokens
+    RotaryState(model)    the state transformers' dynamic RoPE keeps between calls
+                          (``inv_freq`` grown for the longest input so far), saved once
+                          and put back before every pass, so that each pass sees a
+                          freshly loaded model, as the own engine's pure function does
+    runs_past_positions   dynamic RoPE exists to run past max_position_embeddings
+
+Imports torch lazily; never imports transformers itself (it takes the model as given).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+# Tokens in the causality probe: enough that every query but the last has a later key.
+PROBE_TOKENS = 4
+
+
+def is_causal(model: Any, device: Any) -> bool:
+    """Whether ``model`` (a transformers base model or encoder, eager attention) is causal.
+
+    One forward pass over ``PROBE_TOKENS`` tokens with every token real: the model is
+    causal exactly when no head of any layer gives any weight to a later token. A masked
+    key gets exactly 0 from transformers' eager softmax (the mask adds the dtype's
+    minimum); an unmasked one gets exp(s - max) > 0, which would take every head of every
+    layer a logit gap over ~100 (float32) to lose, on every probed pair. This reads what
+    the model does (its config, its class and the mask it builds) instead of a list of
+    model_types, which missed OLMoE and SmolLM3.
+
+    Raises:
+        EngineError: the model returned no attention weights.
+    """
+    import torch
+
+    from ..errors import EngineError
+
+    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
+    ids = torch.arange(PROBE_TOKENS, device=device)[None] % max(vocab, 1)  # (1, T)
+    state = RotaryState(model)
+    with torch.inference_mode():
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
+    state.restore()
+    attentions = getattr(out, "attentions", None)
+    if not attentions or any(a is None for a in attentions):
+        raise EngineError(
+            "transformers returned no attention weights for this model",
+            hint="its attention implementation does not expose weights; try the own engine",
+        )
+    later = torch.ones(PROBE_TOKENS, PROBE_TOKENS, dtype=torch.bool, device=device).triu(1)  # (T, T): key after query
+    return all(bool((a[..., later] == 0).all()) for a in attentions)
+
+
+def _rotary_modules(model: Any) -> list[Any]:
+    """transformers' rotary embedding modules: they keep ``original_max_seq_len``."""
+    return [m for m in model.modules() if hasattr(m, "original_max_seq_len") and hasattr(m, "rope_type")]
+
+
+def _rope_types(module: Any) -> list[str]:
+    kind = getattr(module, "rope_type", None)
+    values = kind.values() if isinstance(kind, dict) else [kind]
+    return [str(v) for v in values if v is not None]
+
+
+def runs_past_positions(model: Any) -> bool:
+    """Whether the model's RoPE is dynamic (NTK-aware, grown with the input): then
+    max_position_embeddings is the length it was trained on, not a limit."""
+    return any("dynamic" in kind for m in _rotary_modules(model) for kind in _rope_types(m))
+
+
+class RotaryState:
+    """The mutable state of a model's rotary modules, saved on creation.
+
+    transformers' dynamic RoPE grows ``inv_freq`` when an input is longer than any seen
+    before and keeps it for later, shorter inputs (it resets only below
+    max_position_embeddings), so the same sentence gets other weights after a longer one.
+    ``restore`` puts back the state saved, so each pass is that of a fresh model.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self._saved: list[tuple[Any, dict[str, Any], dict[str, Any]]] = []
+        for module in _rotary_modules(model):
+            buffers = {name: b.clone() for name, b in module.named_buffers(recurse=False) if b is not None}
+            plain = {
+                name: value
+                for name, value in vars(module).items()
+                if name.endswith(("max_seq_len_cached", "attention_scaling", "long_inv_freq"))
+            }
+            self._saved.append((module, buffers, plain))
+
+    def restore(self) -> None:
+        for module, buffers, plain in self._saved:
+            persistent = set(module.state_dict(keep_vars=True).keys())
+            for name, value in buffers.items():
+                module.register_buffer(name, value.clone(), persistent=name in persistent)
+            for name in list(vars(module)):
+                if name.endswith(("max_seq_len_cached", "attention_scaling", "long_inv_freq")) and name not in plain:
+                    delattr(module, name)
+            for name, value in plain.items():
+                setattr(module, name, value)
+
+
+@contextlib.contextmanager
+def eager_for_the_call(model: Any) -> Iterator[None]:
+    """A transformers model in memory switched to eager attention (sdpa and flash attention
+    return no weights) and eval mode (no dropout) for the ``with`` block, both restored after."""
+    config = model.config
+    attn = getattr(config, "_attn_implementation", None)
+    experts = getattr(config, "_experts_implementation", None)
+    training = bool(model.training)
+    try:
+        if attn != "eager":
+            model.set_attn_implementation("eager")
+        if experts not in (None, "eager") and hasattr(model, "set_experts_implementation"):
+            model.set_experts_implementation("eager")
+        model.eval()
+        yield
+    finally:
+        if attn is not None and attn != "eager":
+            model.set_attn_implementation(attn)
+        if experts not in (None, "eager") and hasattr(model, "set_experts_implementation"):
+            model.set_experts_implementation(experts)
+        model.train(training)

@@ -1,0 +1,210 @@
+"""Engines for a model already in memory: a transformers ``PreTrainedModel`` and its
+tokenizer, as a notebook holds them after ``from_pretrained`` (no disk round trip).
+
+    from_model(model, tokenizer, "own")   our stack built from the module's config and
+                                          state_dict: the tensors are taken as they are
+                                          (views of the module's weights, no copy unless a
+                                          family must transpose, or another device/dtype
+                                          is asked)
+    from_model(model, tokenizer, "hf")    the module itself; ``running(engine)`` switches
+                                          it to eager attention and eval mode for a run
+                                          and restores both afterwards
+
+The same checks as the path loader run first (``checkpoint.validate_config`` on the
+config, ``checkpoint.check_tensors`` on the weights), and what attnviz cannot read is
+refused with one ``AttnvizError`` saying what is accepted. torch and transformers are
+never imported here: the model brought them, and its objects are duck-typed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..checkpoint import validate_config
+from ..errors import DeviceError, ModelLoadError, UnsupportedArchitectureError, UsageError
+from ..models import ModelFiles
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+    from .base import Engine
+
+ACCEPTED = (
+    "a transformers PreTrainedModel (AutoModel.from_pretrained(...), float weights on one device) "
+    "with its tokenizer, or a checkpoint directory or Hub id"
+)
+
+
+def _refuse(what: str, hint: str = ACCEPTED) -> UnsupportedArchitectureError:
+    return UnsupportedArchitectureError(f"attnviz cannot read {what}", hint=f"accepted: {hint}", reason="model_object")
+
+
+def check_model(model: Any) -> None:
+    """Refuse what is not a transformers model attnviz can read, before anything runs.
+
+    Raises:
+        UnsupportedArchitectureError (facts: reason "model_object"): a TransformerLens
+            HookedTransformer (its weights are reshaped and folded: not a transformers
+            checkpoint), a quantized model, or any other object.
+    """
+    kind = type(model).__name__
+    if kind == "HookedTransformer" or (hasattr(model, "run_with_cache") and hasattr(model, "cfg")):
+        raise _refuse(
+            f"a TransformerLens {kind}: its weights are folded and reshaped, not a transformers model's",
+            ACCEPTED + " (load the same model with transformers' AutoModel)",
+        )
+    config = getattr(model, "config", None)
+    if not (callable(getattr(model, "state_dict", None)) and callable(getattr(config, "to_dict", None))):
+        raise _refuse(f"a {kind}: it is not a transformers model (no config and state_dict)")
+    quantized = getattr(model, "is_quantized", False) or getattr(model, "hf_quantizer", None) is not None
+    if quantized or getattr(config, "quantization_config", None):
+        raise _refuse(
+            f"a quantized {kind}: its weights are not the float weights attention is computed from",
+            "a float16/bfloat16/float32 model (load it without a quantization_config)",
+        )
+
+
+def model_files(model: Any) -> ModelFiles:
+    """The model's config as the path loader's ``ModelFiles`` (validated), named after its
+    class and the checkpoint it came from. The path is that checkpoint's directory when
+    it still exists (generation_config.json is read from it), else a placeholder."""
+    config = model.config.to_dict()
+    source = str(getattr(model.config, "_name_or_path", "") or config.get("_name_or_path") or "")
+    spec = f"{type(model).__name__} in memory" + (f" ({source})" if source else "")
+    if not isinstance(config.get("model_type"), str) or not config["model_type"]:
+        raise _refuse(f"a {type(model).__name__} whose config has no model_type")
+    validate_config(config, f"{spec}: config")
+    path = Path(source) if source and Path(source).is_dir() else Path(f"<{type(model).__name__} in memory>")
+    return ModelFiles(spec=spec, path=path, config=config)
+
+
+def backend_tokenizer(tokenizer: Any, files: ModelFiles) -> Tokenizer:
+    """A copy of the tokenizers-library tokenizer behind ``tokenizer`` (a transformers
+    fast tokenizer, or a ``tokenizers.Tokenizer``), padding and truncation off, checked
+    against the model's vocabulary; the caller's object is left as it was.
+
+    Raises:
+        UsageError (facts: reason "tokenizer"): none given, not a fast tokenizer, or a
+            vocabulary that does not fit the model's embeddings.
+    """
+    if tokenizer is None:
+        raise UsageError(
+            f"{files.spec} came without a tokenizer",
+            hint="pass the model's own tokenizer: AutoTokenizer.from_pretrained(the same checkpoint)",
+            reason="tokenizer",
+        )
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    if not (callable(getattr(backend, "to_str", None)) and callable(getattr(backend, "encode", None))):
+        raise UsageError(
+            f"a {type(tokenizer).__name__} is not a fast (tokenizers) tokenizer",
+            hint="pass AutoTokenizer.from_pretrained(..., use_fast=True)",
+            reason="tokenizer",
+        )
+    from tokenizers import Tokenizer
+
+    copy = Tokenizer.from_str(backend.to_str())
+    copy.no_padding()
+    copy.no_truncation()
+    vocab = files.config.get("vocab_size")
+    size = copy.get_vocab_size(with_added_tokens=True)
+    if isinstance(vocab, int) and size > vocab:
+        raise UsageError(
+            f"the tokenizer has {size:,} tokens but {files.spec} embeds {vocab:,}: they do not belong together",
+            hint="pass the tokenizer saved with this model (AutoTokenizer.from_pretrained of the same checkpoint)",
+            reason="tokenizer",
+            tokenizer_size=size,
+            vocab_size=vocab,
+        )
+    return copy
+
+
+def model_device(model: Any) -> Any:
+    """The one device holding the model's weights.
+
+    Raises:
+        DeviceError: weights on the meta device (never loaded) or spread over several.
+    """
+    devices = {p.device for p in model.parameters()}
+    if any(d.type == "meta" for d in devices):
+        raise DeviceError(
+            f"{type(model).__name__}'s weights are on the meta device: they were never loaded",
+            hint="load the model with its weights (from_pretrained without device_map='meta')",
+            reason="meta",
+        )
+    if len(devices) != 1:
+        shown = ", ".join(sorted(str(d) for d in devices)) or "none"
+        raise DeviceError(
+            f"{type(model).__name__}'s weights are on {len(devices)} devices ({shown})",
+            hint="move the model to one device with model.to(DEVICE)",
+            reason="devices",
+        )
+    return devices.pop()
+
+
+def from_model(model: Any, tokenizer: Any, name: str = "own", device: str = "auto", dtype: str | None = None) -> Engine:
+    """An engine over ``model`` (a transformers PreTrainedModel) and its ``tokenizer``.
+
+    ``device`` "auto" (default) runs where the model's weights are; another device must
+    exist (``pick_device``): the own engine then holds a copy there, the hf engine refuses
+    (it would move the caller's model). ``dtype`` None keeps the weights' dtype.
+
+    Raises:
+        UnsupportedArchitectureError: a model object attnviz cannot read (``check_model``),
+            or a family the own engine has not written.
+        UsageError: an unknown engine or dtype, a missing or mismatched tokenizer.
+        DeviceError: the device asked is not on this machine, or the weights are not on
+            one real device. ModelLoadError: a config or weights the checks refuse.
+    """
+    import torch
+
+    from .hf import HFEngine
+    from .load import DTYPES, ENGINES, pick_device
+    from .own import OwnEngine
+
+    if name not in ENGINES:
+        raise UsageError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})", reason="engine")
+    if dtype is not None and dtype not in DTYPES:
+        raise UsageError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})", reason="dtype")
+    check_model(model)
+    files = model_files(model)
+    here = model_device(model)
+    dev = here if device == "auto" else pick_device(device)
+    floats = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    held = floats.pop() if len(floats) == 1 else torch.float32
+    torch_dtype = held if dtype is None else getattr(torch, dtype)
+    tok = backend_tokenizer(tokenizer, files)
+    if name == "own":
+        from ..architectures import build_from, family
+
+        family(files.config)  # an architecture we have not written: before touching a weight
+        # state_dict() holds detached views of the module's tensors: build_from takes them as they are.
+        built = build_from(files.config, dict(model.state_dict()), Path(files.spec), dev, torch_dtype)
+        return OwnEngine(files, dev, torch_dtype, model=built, tokenizer=tok)
+    if dev != here or torch_dtype != held:
+        raise UsageError(
+            f"the hf engine runs the model where and as it is ({here}, {str(held).removeprefix('torch.')})",
+            hint="move or cast the model itself (model.to(...)), or use the own engine",
+            reason="hf_in_place",
+        )
+    base = getattr(model, "base_model", model)  # a model with a head (…ForMaskedLM): its body
+    if getattr(base, "config", None) is None:
+        raise ModelLoadError(f"{files.spec} has no base model to read attention from", hint=ACCEPTED)
+    return HFEngine(files, dev, torch_dtype, model=base, tokenizer=tok)
+
+
+@contextlib.contextmanager
+def running(engine: Engine) -> Iterator[None]:
+    """Around one run of an hf engine over a model in memory: eager attention (sdpa and
+    flash attention return no weights) and eval mode (no dropout), both restored after.
+    Nothing for any other engine."""
+    model = getattr(engine, "model", None)
+    if not getattr(engine, "in_memory", False) or model is None:
+        yield
+        return
+    from .hf_model import eager_for_the_call
+
+    with eager_for_the_call(model):
+        yield

@@ -1,0 +1,208 @@
+"""The compact terminal view of one token's attention in a long text: one line per head.
+
+When a row of the grid (``terminal.token_heatmap``) would wrap into more than two blocks,
+``show`` prints this instead: for each head its strongest k keys (label, position,
+weight) and a strip of the whole row across the rest of the terminal, each cell the
+*summed* weight of a block of neighbouring keys. The query and the special tokens keep
+bins of their own (a BOS sink or the query's own weight is never smeared into its
+neighbours); special tokens are dimmed, the query is marked on the axis line above.
+A layer takes H + 4 lines at any length and width (title, axis, heads, blank).
+
+The binning is pure numpy (``key_bins``, ``binned``) so tests can hold the strip to the
+JSON rows: the bins partition the kept keys, and their sums add up to the row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from rich.console import Group, RenderableType
+from rich.style import Style
+from rich.text import Text
+
+from ..result import Attention
+from .glyphs import MASKED, colour, shade
+
+# The grid gives way to this view past two wrapped blocks (issue 22).
+MAX_GRID_BLOCKS = 2
+# A top key: "label@pos .wt"; labels cut to this many characters.
+_TOP_LABEL = 8
+_MIN_STRIP = 16
+QUERY_MARK = "▼"
+
+
+def key_bins(columns: int, cells: int, own: Sequence[int] = ()) -> list[tuple[int, int]]:
+    """Split key columns 0..columns-1 into at most ``cells`` contiguous bins [start, end).
+
+    Every column in ``own`` (the query, special tokens) gets a bin of its own; the runs
+    between them share the other cells in proportion to their length (at least one
+    each), each run cut into near-equal blocks. With ``columns <= cells`` every column
+    is its own bin. The bins cover 0..columns-1 once, in order.
+    """
+    if columns <= 0:
+        return []
+    if columns <= cells:
+        return [(i, i + 1) for i in range(columns)]
+    singles = sorted({int(i) for i in own if 0 <= int(i) < columns})
+    # Too many singles would leave the rest no room: keep those that fit in a quarter.
+    if len(singles) > cells // 4:
+        singles = singles[: cells // 4]
+    runs: list[tuple[int, int]] = []
+    start = 0
+    for s in singles:
+        if s > start:
+            runs.append((start, s))
+        start = s + 1
+    if start < columns:
+        runs.append((start, columns))
+    room = max(cells - len(singles), len(runs))
+    total = sum(b - a for a, b in runs)
+    share = [max(1, min(b - a, int(room * (b - a) / total))) if total else 0 for a, b in runs]
+    # Hand out the cells rounding left, longest runs first.
+    spare = room - sum(share)
+    for k in sorted(range(len(runs)), key=lambda k: -(runs[k][1] - runs[k][0])):
+        if spare <= 0:
+            break
+        add = min(spare, runs[k][1] - runs[k][0] - share[k])
+        share[k] += add
+        spare -= add
+    bins: list[tuple[int, int]] = [(s, s + 1) for s in singles]
+    for (a, b), n in zip(runs, share):
+        edges = np.linspace(a, b, n + 1).round().astype(int)
+        bins.extend((int(x), int(y)) for x, y in zip(edges[:-1], edges[1:]) if y > x)
+    return sorted(bins)
+
+
+def binned(row: np.ndarray, bins: Sequence[tuple[int, int]]) -> np.ndarray:
+    """(B,) the summed weight of each bin of ``row`` (S,) (float64)."""
+    row = np.asarray(row, dtype=np.float64)
+    return np.array([row[a:b].sum() for a, b in bins])
+
+
+def strip_bins(att: Attention, query: int, cells: int) -> tuple[list[int], list[tuple[int, int]]]:
+    """The kept key positions (those not set aside) and their bins for ``cells`` cells
+    (bins index into the kept positions)."""
+    hidden = set(att.hidden)
+    cols = [i for i in range(len(att.keys)) if i not in hidden]
+    index = {c: k for k, c in enumerate(cols)}
+    span = att.query_span(att.query_slot(query)) if att.is_self_attention else ()
+    own = [index[i] for i in span if i in index]
+    # Causal rows end at the query: the first masked key starts a bin of its own.
+    if att.provenance.causal and span and max(span) + 1 in index:
+        own.append(index[max(span) + 1])
+    own += [index[i] for i in cols if att.keys.special[i]]
+    return cols, key_bins(len(cols), cells, own)
+
+
+def grid_blocks(att: Attention, width: int, values: bool = False) -> int:
+    """How many wrapped blocks the grid would need at ``width`` columns (the token
+    columns at their cut width, beside a gutter of head names and strongest keys)."""
+    hidden = set(att.hidden)
+    cell_w = 5 if values else 3
+    used = [max(cell_w, min(len(lab), 8)) + 1 for i, lab in enumerate(att.keys.labels) if i not in hidden]
+    room = max(width - 30, 20)
+    blocks, line = 1, 0
+    for w in used:
+        if line and line + w > room:
+            blocks, line = blocks + 1, 0
+        line += w
+    return blocks
+
+
+def default_top_keys(width: int) -> int:
+    """How many strongest keys fit beside a useful strip: 2 at 80 columns, 3 from 100."""
+    return max(1, min(3, (width - 40) // 18))
+
+
+def _cut(label: str, width: int) -> str:
+    return label if len(label) <= width else label[: width - 1] + "…"
+
+
+def compact_heatmap(
+    att: Attention,
+    query: int,
+    layer: int,
+    *,
+    width: int = 120,
+    top_keys: int | None = None,
+    color: bool = True,
+    heads: Sequence[int] | None = None,
+) -> RenderableType:
+    """One layer, one line per head slot: the ``top_keys`` strongest keys and the binned
+    strip of the whole row. H + 4 lines (title, axis, one per head, a blank)."""
+    k_top = default_top_keys(width) if top_keys is None else top_keys
+    slot = att.query_slot(query)
+    span = att.query_span(slot)
+    rows = att.rows(query)[att.layer_slot(layer)]  # (H, S)
+    slots = [*(range(att.model_heads) if heads is None else heads), *range(att.model_heads, att.num_heads)]
+    labels = att.keys.labels
+    causal = att.provenance.causal
+    names = [att.head_name(h) for h in slots]
+    name_w = max(len(n) for n in names) + 1
+    pos_w = len(str(len(labels) - 1))
+    one_w = _TOP_LABEL + 1 + pos_w + 4  # "label@pos .wt"
+    top_w = k_top * (one_w + 1)
+    cells = max(width - name_w - top_w - 3, _MIN_STRIP)
+    cols, bins = strip_bins(att, query, cells)
+    kind = "word" if att.key_pieces is not None else "token"
+    who = " ".join(att.tokens.labels[i] for i in span)
+    where = f"{kind} {span[0]}" if len(span) == 1 else f"{kind}s {span[0]}-{span[-1]}, averaged"
+    per = (len(cols) + len(bins) - 1) // max(len(bins), 1)
+    title = Text(
+        f"layer {layer} · {who!r} ({where}) → {len(cols)} {kind}s · strongest {k_top} (label@position weight)"
+        f" · strip: {len(bins)} cells, each the summed weight of ≤{per} {kind}s"
+    )
+    if causal:
+        title.append(f" · later {kind}s ({MASKED}) masked")
+    lines: list[RenderableType] = [title]
+    # The axis: first and last position, and the query under its mark.
+    axis = [" "] * len(bins)
+    qbin = next((b for b, (a, e) in enumerate(bins) if any(cols[j] in span for j in range(a, e))), None)
+    if qbin is not None and att.is_self_attention:
+        axis[qbin] = QUERY_MARK
+    first, last = str(cols[0]), str(cols[-1])
+    if len(bins) > len(first) + len(last) + 2:
+        for j, ch in enumerate(first):
+            if axis[j] == " ":
+                axis[j] = ch
+        for j, ch in enumerate(last):
+            if axis[len(bins) - len(last) + j] == " ":
+                axis[len(bins) - len(last) + j] = ch
+    lines.append(Text(" " * (name_w + top_w + 2) + "".join(axis), style="dim"))
+    cols_arr = np.asarray(cols)
+    special = np.asarray(att.keys.special, dtype=bool)
+    for name, h in zip(names, slots):
+        row = rows[h]  # (S,)
+        kept = row[cols_arr]  # (S',)
+        order = np.lexsort((cols_arr, -kept))[:k_top]
+        line = Text(name.rjust(name_w - 1) + " ", style="dim" if h < att.model_heads else "dim italic")
+        tops = []
+        for j in order:
+            i = int(cols_arr[j])
+            weight = f"{kept[j]:.2f}".lstrip("0") if kept[j] < 1 else "1.0"
+            tops.append(f"{_cut(labels[i], _TOP_LABEL)}@{i} {weight}".ljust(one_w))
+        line.append(" ".join(tops).ljust(top_w) + " │")
+        sums = binned(kept, bins)
+        for b, ((a, e), total) in enumerate(zip(bins, sums)):
+            keys = cols_arr[a:e]
+            if causal and span and keys[0] > max(span):
+                line.append(MASKED, style="dim")
+                continue
+            dim = bool(special[keys].all())
+            if color:
+                style = Style(bgcolor=colour(float(total)), dim=dim, underline=b == qbin)
+                line.append("·" if dim else " ", style=style)
+            else:
+                line.append(shade(float(total)) if not dim or total >= 0.05 else "·", style="dim" if dim else "")
+        line.append("│")
+        lines.append(line)
+    lines.append(Text(""))
+    return Group(*lines)
+
+
+def full_grid_lines(att: Attention, queries: Sequence[int], width: int, values: bool, heads: int) -> int:
+    """About how many lines the full grids would take (``--full``): per query and layer,
+    one block of head lines plus a header per wrap, a title and a blank."""
+    blocks = grid_blocks(att, width, values)
+    return len(queries) * len(att.layers) * (blocks * (heads + 1) + 2)

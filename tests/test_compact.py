@@ -1,0 +1,168 @@
+"""The compact terminal view of long texts: one line per head, a strip of binned keys
+whose cells are the summed weights of the JSON rows, H + 12 lines a layer at most."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from attnviz.cli import app
+from attnviz.render.compact import binned, key_bins
+from attnviz.render.terminal import shade
+
+from .helpers import one_error_line
+from .tiny_models import CORPUS, VOCAB_SIZE, build_tokenizer
+
+runner = CliRunner()
+WORDS = sorted({w for s in CORPUS for w in re.findall(r"\w+", s.lower())})
+
+
+def test_bins_partition_the_keys_and_keep_own_tokens_alone() -> None:
+    for columns, cells, own in [(302, 40, (0, 150, 301)), (4096, 102, (0, 4095)), (10, 40, ()), (97, 16, (50,))]:
+        bins = key_bins(columns, cells, own)
+        assert len(bins) <= max(cells, 1)
+        assert bins[0][0] == 0 and bins[-1][1] == columns
+        assert all(b[1] == c[0] for b, c in zip(bins, bins[1:]))  # contiguous, in order, no gap
+        for i in own:
+            assert (i, i + 1) in bins
+        row = np.random.default_rng(columns).dirichlet(np.ones(columns))
+        assert binned(row, bins).sum() == pytest.approx(1.0)
+
+
+def _paragraph(n_words: int, seed: int = 0) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(n_words))
+
+
+def _layers(out: str) -> list[list[str]]:
+    """The lines of each layer's block: from its title to the line before the next."""
+    lines = out.splitlines()
+    starts = [i for i, line in enumerate(lines) if re.match(r"layer \d+ · ", line)]
+    end = next(i for i, line in enumerate(lines) if line.startswith("weight 0"))
+    return [lines[a:b] for a, b in zip(starts, [*starts[1:], end])]
+
+
+def _strips(block: list[str]) -> list[str]:
+    return [line[line.index("│") + 1 : line.rindex("│")] for line in block if "│" in line]
+
+
+def _check_strips(out: str, rows: np.ndarray, heads: int, causal_query: int | None) -> None:
+    """Each strip cell is the shade of its bin's summed weight in the JSON row."""
+    for layer, block in enumerate(_layers(out)):
+        strips = _strips(block)
+        assert len(strips) == heads
+        for h, strip in enumerate(strips):
+            row = rows[layer, h]  # (S,)
+            own = [0] if causal_query is None else [0, causal_query, causal_query + 1]
+            bins = key_bins(len(row), len(strip), own)
+            assert len(bins) == len(strip)
+            sums = binned(row, bins)
+            assert sums.sum() == pytest.approx(row.sum(), abs=1e-5) == pytest.approx(1.0, abs=1e-4)
+            for cell, (a, _), total in zip(strip, bins, sums):
+                if causal_query is not None and a > causal_query:
+                    assert cell == "-" and total == 0
+                elif cell != "·":  # a special token's dimmed light cell
+                    assert cell == shade(float(total)), (layer, h, a, strip)
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_302_token_paragraph_fits_h_plus_12_lines_a_layer(minilm_dir: Path, tmp_path: Path, width: int) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(minilm_dir)
+    text = _paragraph(300)
+    while len(tok(text)["input_ids"]) > 302:
+        text = text.rsplit(" ", 1)[0]
+    n = len(tok(text)["input_ids"])
+    assert 290 <= n <= 302
+    path = tmp_path / "p.txt"
+    path.write_text(text, encoding="utf-8")
+    env = {"COLUMNS": str(width), "NO_COLOR": "1"}
+    args = ["show", "-f", str(path), "--index", "150", "--no-pager"]
+    result = runner.invoke(app, args, env=env)
+    assert result.exit_code == 0, result.output
+    blocks = _layers(result.stdout)
+    assert len(blocks) == 6
+    for block in blocks:
+        assert len(block) <= 12 + 12, block
+        assert max(len(line) for line in block) <= width
+    data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    # BERT is not causal, and [CLS] (0), the query (150) and [SEP] (n-1) have bins of their own.
+    rows = np.asarray(data["weights"])
+    for layer, block in enumerate(blocks):
+        for h, strip in enumerate(_strips(block)):
+            bins = key_bins(n, len(strip), [0, 150, n - 1])
+            sums = binned(rows[layer, h], bins)
+            assert sums.sum() == pytest.approx(1.0, abs=1e-4)
+            assert [c for c in strip] == [
+                shade(float(t)) if not (a in (0, n - 1) and c == "·") else "·"
+                for (a, _), t, c in zip(bins, sums, strip)
+            ]
+    # The strongest keys named on a head line are the JSON row's strongest.
+    line = next(x for x in blocks[3] if x.lstrip().startswith("h1 "))
+    best = int(np.argmax(rows[3, 1]))
+    assert f"@{best} " in line
+
+
+@pytest.fixture(scope="module")
+def long_decoder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A tiny random Llama (12 layers × 16 heads, hidden 32) with room for 4,096 positions."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    directory = tmp_path_factory.mktemp("long-llama")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=32,
+        intermediate_size=24,
+        num_hidden_layers=12,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        max_position_embeddings=4096,
+        initializer_range=0.2,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=None,
+    )
+    LlamaForCausalLM(config).save_pretrained(directory)
+    build_tokenizer("llama").save_pretrained(directory)
+    text = directory / "prompt.txt"
+    text.write_text(_paragraph(4095, seed=1), encoding="utf-8")  # with <s>: 4,096 tokens
+    return directory, text
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_4096_token_prompt_fits_h_plus_12_lines_a_layer(long_decoder: tuple[Path, Path], width: int) -> None:
+    directory, text = long_decoder
+    env = {"COLUMNS": str(width), "NO_COLOR": "1"}
+    args = ["show", "-f", str(text), "-m", str(directory), "--index", "2000", "--layer", "0,5,11", "--no-pager"]
+    result = runner.invoke(app, args, env=env)
+    assert result.exit_code == 0, result.output
+    blocks = _layers(result.stdout)
+    assert len(blocks) == 3
+    for block in blocks:
+        assert len(block) <= 16 + 12
+        assert max(len(line) for line in block) <= width
+    assert "4096 tokens" in blocks[0][0] or "4096 tokens" in " ".join(blocks[0][:3])
+    data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    _check_strips(result.stdout, np.asarray(data["weights"]), 16, causal_query=2000)
+    # --top-keys: that many keys on each head line.
+    result = runner.invoke(app, [*args, "--top-keys", "1", "--layer", "0"], env=env)
+    line = next(x for x in result.stdout.splitlines() if x.lstrip().startswith("h0 "))
+    assert line.count("@") == 1
+
+
+def test_full_grid_is_refused_past_100000_lines(long_decoder: tuple[Path, Path]) -> None:
+    directory, text = long_decoder
+    args = ["show", "-f", str(text), "-m", str(directory), "--token", "the:1", "--token", "the:2", "--full"]
+    result = runner.invoke(app, [*args, "--no-pager"], env={"COLUMNS": "80"})
+    line = one_error_line(result, 2)
+    count = int(re.search(r"about ([\d,]+) lines", line).group(1).replace(",", ""))  # type: ignore[union-attr]
+    assert count > 100_000 and "--layer" in line

@@ -1,0 +1,202 @@
+"""attnviz explain against transformers' own numbers, family by family.
+
+transformers computes q, k and v in its attention modules and hands them, after any
+rotary embedding or q/k norm, to its attention function. A recording attention function
+(registered with ``AttentionInterface``, calling the family's own eager function) catches
+them there, with the scaling; forward hooks on the q/k/v projections catch them where a
+family's attention function is its own (T5). explain's q, k, scale, weights and value
+norms must match, ≤ 1e-5, on the packaged model and every tiny family.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from attnviz.engines import Engine, load_engine
+from attnviz.explain import explain
+
+from .conftest import EXAMPLE
+from .helpers import one_error_line
+from .tiny_models import SENTENCES, SPECS, Spec, save_tiny
+
+TOL = 1e-5
+EXPLAINED = [s for s in SPECS if s.model_type != "deberta-v2"]  # disentangled scores: refused
+# Per-layer projections of families whose attention function is their own (no interface).
+_QKV = re.compile(r"(?:^|\.)(?:block\.(\d+)\.layer\.0\.SelfAttention)\.([qkv])$")
+_W_O = re.compile(
+    r"(?:attention\.output\.dense|attention\.out_lin|attention\.dense|attn\.c_proj|self_attn\.o_proj"
+    r"|SelfAttention\.o|self_attn\.out_proj|attn\.Wo)$"
+)
+
+
+def hf_attention(hf: Engine, tokens: Any) -> dict[str, Any]:
+    """One transformers forward pass: per self-attention call (encoder or the only stack),
+    the q, k, v it scored with, its scaling, its weights; plus T5-style projection outputs."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    model: Any = hf.model  # type: ignore[attr-defined]
+    calls: list[dict[str, Any]] = []
+    projections: dict[tuple[int, str], torch.Tensor] = {}
+
+    def record(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Any, **kw: Any) -> Any:
+        eager = sys.modules[type(module).__module__].eager_attention_forward
+        out, weights = eager(module, query, key, value, mask, **kw)
+        calls.append({"q": query, "k": key, "v": value, "scaling": kw.get("scaling"), "weights": weights})
+        return out, weights
+
+    AttentionInterface.register("attnviz_record", record)
+    # The masks eager attention gets (causal, windows, padding), not a fused kernel's.
+    AttentionMaskInterface.register("attnviz_record", ALL_MASK_ATTENTION_FUNCTIONS["eager"])
+    handles = []
+    outputs: list[Any] = []  # the W^O module of each call (ALBERT shares one)
+    for name, module in model.named_modules():
+        if _W_O.search(name) and not name.startswith("decoder.") and ".mlp." not in name:
+            handles.append(module.register_forward_hook(lambda m, _, __: outputs.append(m)))
+        found = _QKV.search(name)
+        if found and not name.startswith("decoder."):
+
+            def hook(_: Any, __: Any, y: torch.Tensor, key: tuple[int, str] = (int(found[1]), found[2])) -> None:
+                projections[key] = y.detach()
+
+            handles.append(module.register_forward_hook(hook))
+    before = model.config._attn_implementation
+    model.set_attn_implementation("attnviz_record")
+    try:
+        out = hf.forward(tokens)
+    finally:
+        model.set_attn_implementation(before)
+        for handle in handles:
+            handle.remove()
+    return {"calls": calls, "projections": projections, "weights": out.attentions, "w_o": outputs}
+
+
+def check(own: Engine, hf: Engine, sentence: str, layer: int, head: int, query: int, key: int) -> str:
+    """explain against transformers; returns which path gave transformers' q and k."""
+    tokens = own.tokenize(sentence)
+    x = explain(own, tokens, query, layer, head, key)
+    theirs = hf_attention(hf, tokens)
+    # The weights: transformers' eager row.
+    row = theirs["weights"][layer][0, head, query].double().numpy()
+    assert np.abs(x.weights - row).max() <= TOL
+    heads, kv = own.shape.num_heads, own.shape.num_kv_heads
+    g = head // (heads // kv)
+    assert x.kv_head == g
+    calls = [c for c in theirs["calls"] if c["q"].size(2) == len(tokens)][: own.num_layers]
+    if calls:
+        c = calls[layer]
+        q, k, v = c["q"][0, head, query], c["k"][0, g], c["v"][0, g]  # (D,), (S, D), (S, D)
+        scale = c["scaling"] if c["scaling"] is not None else q.size(-1) ** -0.5
+        path = "attention function"
+    else:  # T5: its own attention code; q/k/v from the projections (no position transform)
+        d = x.head_dim
+
+        def split(role: str, h: int) -> torch.Tensor:
+            return theirs["projections"][(layer, role)][0, :, h * d : (h + 1) * d]  # (S, D)
+
+        q, k, v = split("q", head)[query], split("k", g), split("v", g)
+        scale, path = 1.0, "projections"
+    assert np.abs(x.q - q.double().numpy()).max() <= TOL, path
+    assert np.abs(x.k - k.double().numpy()).max() <= TOL, path
+    assert x.scale == pytest.approx(float(scale), rel=1e-6)
+    np.testing.assert_allclose(x.scores, (k.double() @ q.double()).numpy(), atol=1e-4, rtol=1e-5)
+    # The value norms: transformers' values through transformers' W^O block of the head.
+    w_o = theirs["w_o"][layer]
+    weight = w_o.weight.detach().double()
+    if type(w_o).__name__ == "Conv1D":  # GPT-2: weight (in, out), y = x·W
+        weight = weight.t()
+    rows = slice(head * x.head_dim, (head + 1) * x.head_dim)
+    norms = torch.linalg.vector_norm(v.double() @ weight[:, rows].t(), dim=-1).numpy()  # (S,)
+    assert np.abs(x.value_norms - norms).max() <= TOL * max(1.0, float(norms.max()))
+    np.testing.assert_allclose(x.contribution, x.weights * x.value_norms, rtol=1e-5, atol=1e-7)
+    assert x.head_shares.sum() + x.bias_share == pytest.approx(1.0, abs=1e-4)
+    # The neuron view: products of the key's dimensions that sum to its score.
+    assert x.neuron is not None and x.neuron.products.sum() == pytest.approx(float(x.scores[key]), abs=1e-4)
+    return path
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny-explain")
+    return {spec.name: save_tiny(spec, root / spec.name) for spec in EXPLAINED}
+
+
+def test_packaged_model_matches_transformers(own_engine: Engine, hf_engine: Engine) -> None:
+    tokens = own_engine.tokenize(EXAMPLE)
+    it, animal = tokens.labels.index("it"), tokens.labels.index("animal")
+    assert check(own_engine, hf_engine, EXAMPLE, 3, 1, it, animal) == "attention function"
+    assert check(own_engine, hf_engine, EXAMPLE, 5, 11, it, animal) == "attention function"
+
+
+@pytest.mark.parametrize("spec", EXPLAINED, ids=lambda s: s.name)
+def test_every_family_matches_transformers(spec: Spec, saved: dict[str, Path]) -> None:
+    own, hf = load_engine("own", str(saved[spec.name]), "cpu"), load_engine("hf", str(saved[spec.name]), "cpu")
+    sentence = SENTENCES[0]
+    n = len(own.tokenize(sentence))
+    last_layer, last_head = own.num_layers - 1, own.shape.num_heads - 1
+    check(own, hf, sentence, last_layer, last_head, n - 1, 1)
+    check(own, hf, sentence, 0, 0, n // 2, 0)
+
+
+def test_the_example_moves_from_weight_to_norm(own_engine: Engine) -> None:
+    """The finding of the docs: 'animal' carries more of the head's output than its weight
+    says, and [CLS] far less (its value vector is short)."""
+    tokens = own_engine.tokenize(EXAMPLE)
+    it, animal = tokens.labels.index("it"), tokens.labels.index("animal")
+    for layer, head in ((3, 1), (5, 11)):
+        x = explain(own_engine, tokens, it, layer, head)
+        norm_share = x.contribution / x.contribution.sum()
+        assert norm_share[animal] > x.weights[animal] + 0.05
+        assert norm_share[0] < x.weights[0] / 5  # [CLS]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "attnviz", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_json_has_the_steps(tmp_path: Path) -> None:
+    page = tmp_path / "explain.html"
+    done = run_cli("explain", EXAMPLE, "--token", "it", "--layer", "3", "--head", "1", "--key", "animal", "--json",
+                   "-o", str(page))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    for field in ("tokens", "query", "keys", "scores", "scale", "weights", "value_norms", "contribution", "neuron"):
+        assert field in data
+    assert len(data["keys"]) == len(data["tokens"]) and len(data["query"]) == data["head_dim"] == 32
+    animal = data["tokens"].index("animal")
+    assert data["neuron"]["key_index"] == animal
+    assert sum(data["weights"]) == pytest.approx(1.0, abs=1e-5)
+    text = page.read_text(encoding="utf-8")
+    assert "<script" in text and "http" not in text.split("<script", 1)[1]  # nothing from the network
+    assert json.dumps(data["query_token"])[1:-1] in text
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--token", "it", "--layer", "3"), "--head"),
+        (("--token", "it", "--head", "1"), "--layer"),
+        (("--token", "it", "--layer", "6", "--head", "1"), "--layer 0..5"),
+        (("--token", "it", "--layer", "3", "--head", "12"), "--head 0..11"),
+        (("--token", "it", "--layer", "3", "--head", "1", "--key", "zebra"), "zebra"),
+        (("--token", "zebra", "--layer", "3", "--head", "1"), "zebra"),
+    ],
+)
+def test_bad_input_is_one_line_before_model_work(args: tuple[str, ...], needle: str, no_model: list[str]) -> None:
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    result = CliRunner().invoke(app, ["explain", EXAMPLE, *args])
+    line = one_error_line(result, 2)
+    assert needle in line
+    assert no_model == []

@@ -1,0 +1,46 @@
+"""The test run's own conventions (issue 24): a run that skips the browser tests says how
+to run them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_run_that_skips_browser_tests_says_how_to_enable_them(tmp_path: Path) -> None:
+    (tmp_path / "test_probe.py").write_text(
+        "import pytest\n\n"
+        "@pytest.mark.skip(reason='no headless browser: /usr/bin/chromium is not installed')\n"
+        "def test_page():\n    pass\n\n"
+        "def test_plain():\n    pass\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-n", "0", "-o", "addopts=", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "skipped tests: how to run them" in done.stdout
+    assert "1 browser test(s) skipped" in done.stdout and "apt-get install chromium chromium-driver" in done.stdout
+
+
+def test_a_run_with_nothing_skipped_says_nothing_more(tmp_path: Path) -> None:
+    (tmp_path / "test_probe.py").write_text("def test_plain():\n    pass\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-n", "0", "-o", "addopts=", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout
+    assert "how to run them" not in done.stdout
