@@ -28,6 +28,7 @@ from .options import (
     EngineName,
     EngineOpt,
     LayerOpt,
+    MaxMemoryOpt,
     Measure,
     MeasureOpt,
     ModelOpt,
@@ -127,6 +128,7 @@ def heads(
         ),
     ] = MAX_PASSES,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Run an --ablate scan past --max-passes.")] = False,
+    max_memory: MaxMemoryOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Score every head over a corpus: previous-token, induction, sink and other detectors."""
@@ -149,6 +151,9 @@ def heads(
             check_writable(output, IMAGE_FORMATS)
         if ablate:
             _check_ablation(corpus, probe, probe_texts, pairs, model, query_rule, ablate_with.value, max_passes, yes)
+        from .common import budget
+
+        limit = budget(max_memory)
         if ray_address not in (None, "local", "auto"):
             from ..corpus.distributed import reach
 
@@ -170,6 +175,7 @@ def heads(
             measure=measure.value,
             ablate=ablate_with.value if ablate else None,
             query_rule=query_rule,
+            max_memory=limit,
         )
         items, total = _texts(eng, corpus, fmt, probe, probe_texts, probe_length, seed, pairs)
         if ablate and ablate_with is AblateWith.mean:

@@ -160,6 +160,10 @@ def show(
             view=view,
             heads=picked,
             measure=measure.value,
+            # Written after the pass: counted in the memory estimate (--all-tokens --json at
+            # 8k tokens passed the pass's estimate and died writing the JSON, issue 25).
+            writes=(("json-plain" if measure.value == "norm" else "json",) if json_out else ())
+            + (("npz",) if npz is not None else ()),
         )
         target = decoder_text(target_text, target_file)
         limit = budget(max_memory)
