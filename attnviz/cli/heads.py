@@ -195,7 +195,7 @@ def heads(
             from ..render.heads_image import heads_figure
             from ..render.image import save_figure
 
-            save_figure(heads_figure(report, provenance, measure=measure.value), output, dpi)
+            missing = save_figure(heads_figure(report, provenance, measure=measure.value), output, dpi)
         if json_out:
             from ..corpus.scan import report_dict
             from .output import emit_json
@@ -213,7 +213,7 @@ def heads(
             console = stdout_console()
             console.print(heads_table(report, provenance, top=top, color=uses_colour(console), measure=measure.value))
         if output is not None and not (json_out or csv_out):
-            wrote(output)
+            wrote(output, missing)
         if report.partial:
             from ..safeio import terminated_by
 

@@ -235,8 +235,7 @@ def show(
             from ..render import DEFAULT_DPI
             from ..render.image import save_figure
 
-            save_figure(figure, png, DEFAULT_DPI)
-            wrote(png)
+            wrote(png, save_figure(figure, png, DEFAULT_DPI))
 
 
 def _ablate(
