@@ -82,6 +82,7 @@ def inspect(
     from .select import Query, parse_target
     from .transforms import View
 
+    _check_arguments(locals())
     view = View(words=words, hide_special=hide_special, renorm=renorm, heads=tuple(heads), rollout=rollout)
     if token is None or isinstance(token, str):
         query = Query.maybe(token, occurrence, index)
@@ -141,6 +142,55 @@ def widget(
             return read(planned, eng).attention
 
     return make(run, text, view=view, token=token)
+
+
+# What each argument of inspect() may be, checked before anything runs: index=1.5 was
+# taken as token 1, and inspect(b"...") failed deep inside (issue 25).
+_OPTIONAL_STR = ("pair", "target", "part", "dtype")
+_STR = ("engine", "device", "measure")
+_BOOL = ("words", "hide_special", "renorm", "rollout")
+
+
+def _check_arguments(given: dict[str, object]) -> None:
+    def refuse(name: str, wanted: str) -> None:
+        value = given[name]
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:39] + "…"
+        raise UsageError(f"inspect(): {name} must be {wanted}, not {type(value).__name__} {shown}", reason="type")
+
+    def whole(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if not isinstance(given["sentence"], str):
+        refuse("sentence", "a str (decode bytes first, e.g. data.decode('utf-8'))")
+    token = given["token"]
+    listed = isinstance(token, Sequence) and all(isinstance(t, str) for t in token)
+    if not (token is None or isinstance(token, str) or listed):
+        refuse("token", "a str, a list of str or None")
+    for name in ("occurrence", "index"):
+        if given[name] is not None and not whole(given[name]):
+            refuse(name, "an int or None")
+    model = given["model"]
+    if not (model is None or isinstance(model, (str, os.PathLike)) or hasattr(model, "config")):
+        refuse("model", "a path, a model name, a transformers model or None")
+    for name in _OPTIONAL_STR:
+        if given[name] is not None and not isinstance(given[name], str):
+            refuse(name, "a str or None")
+    for name in _STR:
+        if not isinstance(given[name], str):
+            refuse(name, "a str")
+    for name in _BOOL:
+        if not isinstance(given[name], bool):
+            refuse(name, "True or False")
+    heads = given["heads"]
+    if isinstance(heads, str) or not isinstance(heads, Sequence) or not all(isinstance(h, str) for h in heads):
+        refuse("heads", 'a list of str such as ["mean"]')
+    layers = given["layers"]
+    numbers = isinstance(layers, Sequence) and all(whole(n) for n in layers)
+    if not (layers is None or isinstance(layers, str) or whole(layers) or numbers):
+        refuse("layers", 'None, an int, a str such as "0-2" or a list of int')
+    budget = given["max_memory"]
+    if not (budget is None or isinstance(budget, str) or whole(budget)):
+        refuse("max_memory", 'a number of bytes, a str such as "32GB" or None')
 
 
 def __getattr__(name: str) -> object:

@@ -124,8 +124,11 @@ def compare_engines(
         the loading errors of ``load_engine``.
     """
     from .engines import load_engine
+    from .safeio import check_text
 
-    texts = tuple(s for s in sentences if s.strip())
+    for n, text in enumerate(sentences, start=1):  # a blank one was dropped silently
+        check_text(text, f"sentence {n} ({text!r})" if text else f"sentence {n}")
+    texts = tuple(sentences)
     if not texts:
         raise UsageError("no sentences to compare on", reason="no_sentences")
     files = model if isinstance(model, ModelFiles) else resolve(model)

@@ -172,14 +172,7 @@ def weight_files(model_dir: Path) -> list[Path]:
         if (model_dir / single).is_file():
             return [model_dir / single]
         if (model_dir / index).is_file():
-            try:
-                text = (model_dir / index).read_text(encoding="utf-8")
-                shards = json.loads(text)["weight_map"].values()
-                names = sorted({str(s) for s in shards})
-            except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
-                raise ModelLoadError(
-                    f"cannot read {model_dir / index}: {_reason(exc)}", hint="the shard index is corrupt"
-                ) from None
+            names = sorted(set(shard_map(model_dir / index).values()))
             if not names or any("/" in n or n.startswith(".") for n in names):
                 raise ModelLoadError(f"{model_dir / index} names no usable shards", hint="the shard index is corrupt")
             return [model_dir / name for name in names]
@@ -187,6 +180,74 @@ def weight_files(model_dir: Path) -> list[Path]:
         f"{model_dir} has no weights (model.safetensors or pytorch_model.bin)",
         hint="save the model with model.save_pretrained(DIR)",
     )
+
+
+def shard_map(index: Path) -> dict[str, str]:
+    """The ``weight_map`` of a shard index: tensor name -> shard file name.
+
+    Raises:
+        ModelLoadError: unreadable, not bounded JSON, or not a map of strings to strings.
+    """
+    hint = "the shard index is corrupt"
+    check_regular_file(index, MAX_CONFIG_BYTES)
+    try:
+        raw = index.read_bytes()
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {index}: {_reason(exc)}", hint=hint) from None
+    table = read_json(raw, str(index), hint)
+    mapping = table.get("weight_map") if isinstance(table, dict) else None
+    if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
+        raise ModelLoadError(f"{index}: weight_map is not a map of tensor names to shard files", hint=hint)
+    return dict(mapping)
+
+
+def read_json(raw: str | bytes, where: str, hint: str, max_bytes: int = MAX_CONFIG_BYTES) -> Any:
+    """``raw`` through the one bounded JSON reader, a refusal as a ModelLoadError."""
+    from .jsonread import JSONInputError, loads
+
+    try:
+        return loads(raw, where, max_bytes=max_bytes, hint=hint)
+    except JSONInputError as exc:
+        raise ModelLoadError(exc.message, hint=hint) from None
+
+
+def check_shards(model_dir: Path, files: Sequence[Path], names: Sequence[Sequence[str]]) -> None:
+    """The tensors each shard holds (``names[i]`` for ``files[i]``) against the index.
+
+    Loading shards one after another keeps the last copy of a name held twice, and a
+    tensor the index maps elsewhere (or not at all) is read from wherever it lies: both
+    give silently different weights than the checkpoint describes (transformers reads
+    the same files, so ``check`` cannot see it). Refused instead.
+
+    Raises:
+        ModelLoadError: a name in two shards, a tensor the index maps to another shard
+            or does not name, or a tensor the index names that its shard lacks.
+    """
+    hint = "the shards and their index disagree; re-save the checkpoint with save_pretrained"
+    single = files[0].name in ("model.safetensors", "pytorch_model.bin")
+    index = model_dir / (
+        "model.safetensors.index.json" if files[0].suffix == ".safetensors" else "pytorch_model.bin.index.json"
+    )
+    mapping = None if single else shard_map(index)
+    seen: dict[str, str] = {}
+    for path, held in zip(files, names, strict=True):
+        for name in held:
+            if name in seen:
+                raise ModelLoadError(
+                    f"{model_dir}: tensor {name!r} is in two shards, {seen[name]} and {path.name}", hint=hint
+                )
+            seen[name] = path.name
+            if mapping is not None and mapping.get(name) != path.name:
+                told = f"maps it to {mapping[name]}" if name in mapping else "does not name it"
+                raise ModelLoadError(f"{model_dir}: {path.name} holds {name!r}, but {index.name} {told}", hint=hint)
+    if mapping is not None:
+        lost = sorted(set(mapping) - set(seen))
+        if lost:
+            raise ModelLoadError(
+                f"{model_dir}: {index.name} maps {lost[0]!r} to {mapping[lost[0]]}, which does not hold it"
+                + (f" (nor {len(lost) - 1} more)" if len(lost) > 1 else ""),
+                hint=hint,
+            )
 
 
 def read_safetensors_header(path: Path) -> list[TensorInfo]:
@@ -213,10 +274,7 @@ def read_safetensors_header(path: Path) -> list[TensorInfo]:
         raise ModelLoadError(f"cannot read {path}: {_reason(exc)}", hint=bad) from None
     if len(raw) < length:
         raise ModelLoadError(f"{path} is truncated inside its header", hint=bad)
-    try:
-        table = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise ModelLoadError(f"{path}: the safetensors header is not JSON", hint=bad) from None
+    table = read_json(raw, f"{path}: the safetensors header", bad, max_bytes=_HEADER_LIMIT)
     if not isinstance(table, dict):
         raise ModelLoadError(f"{path}: the safetensors header is not a JSON object", hint=bad)
     out: list[TensorInfo] = []
@@ -322,11 +380,13 @@ def validate_checkpoint(model_dir: Path, config: Mapping[str, Any]) -> list[Tens
         return None
     for path in files:
         check_regular_file(path)
-    infos = [info for path in files for info in read_safetensors_header(path)]
+    headers = [read_safetensors_header(path) for path in files]
+    check_shards(model_dir, files, [[i.name for i in h] for h in headers])
+    infos = [info for header in headers for info in header]
     for info in infos:
-        if info.dtype.upper() in _INTEGER_DTYPES and info.name.endswith("weight"):
+        if info.dtype.upper() in _INTEGER_DTYPES and info.name.endswith(_PARAMETERS):
             raise ModelLoadError(
-                f"{where}: weight {info.name} is stored as {info.dtype} integers",
+                f"{where}: {_kind(info.name)} {info.name} is stored as {info.dtype} integers",
                 hint="quantized or integer checkpoints are not supported; use a float16/bfloat16/float32 checkpoint",
             )
     need = estimate_min_params(config)
@@ -354,6 +414,14 @@ def validate_checkpoint(model_dir: Path, config: Mapping[str, Any]) -> list[Tens
                 hint="config.json and the weights disagree: fix num_hidden_layers or re-save the checkpoint",
             )
     return infos
+
+
+# Learned parameters end so; integer buffers (position_ids) may be stored as integers.
+_PARAMETERS = ("weight", "bias")
+
+
+def _kind(name: str) -> str:
+    return "bias" if name.endswith("bias") else "weight"
 
 
 def _too_big(where: str, config: Mapping[str, Any], need: int, have: str) -> ModelLoadError:
@@ -410,12 +478,12 @@ def _all_finite(name: str, tensor: Any, where: str) -> bool:
     writes a bool per element first (a 16 GB checkpoint: ~1 s instead of 11-20 s).
 
     Raises:
-        ModelLoadError: an integer ``*weight`` (a quantized checkpoint).
+        ModelLoadError: an integer ``*weight`` or ``*bias`` (a quantized checkpoint).
     """
     if not tensor.is_floating_point():
-        if name.endswith("weight"):
+        if name.endswith(_PARAMETERS):
             raise ModelLoadError(
-                f"{where}: weight {name} is stored as {str(tensor.dtype).removeprefix('torch.')}",
+                f"{where}: {_kind(name)} {name} is stored as {str(tensor.dtype).removeprefix('torch.')}",
                 hint="quantized or integer checkpoints are not supported; use a float checkpoint",
             )
         return True

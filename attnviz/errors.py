@@ -90,3 +90,9 @@ class MeasureError(UsageError):
 
 class EngineError(AttnvizError):
     """A forward pass failed or returned something we cannot use."""
+
+
+class StdoutError(AttnvizError):
+    """The result could not be written to standard output: it is closed (``>&-``) or the
+    write failed (a full disk, an I/O error). facts: ``reason`` "closed" or "write",
+    ``errno``. A closed pipe (EPIPE) is not this: that reader went away on purpose."""

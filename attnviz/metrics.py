@@ -447,7 +447,11 @@ def sort_key(row: Row, by: str) -> float:
             raise UsageError("sorting by change needs two sentences", reason="delta_without_pair")
         return max((abs(d) for d in row.delta.values()), default=0.0)
     if by == "weight":
-        return float(next(iter(stats.targets.values()))) if stats.targets else float(stats.top[0][1])
+        if stats.targets:
+            return float(next(iter(stats.targets.values())))
+        # A short sentence can leave no candidate once specials, punctuation and the
+        # neighbours are set aside (compare on "The cat sat" was an IndexError): weight 0.
+        return float(stats.top[0][1]) if stats.top else 0.0
     value = getattr(stats, by)
     if by == "effect":  # an aggregate slot or a head not done (interrupted) goes last
         if value is None and not stats.aggregate:

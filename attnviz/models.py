@@ -13,7 +13,6 @@ shards). stdlib only at import time; torch and safetensors load inside the reade
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,17 +137,19 @@ def _hub_snapshot(repo_id: str) -> Path:
 
 
 def read_config(model_dir: Path) -> dict[str, Any]:
+    from .checkpoint import read_json
+
     path = model_dir / "config.json"
+    hint = "the file is corrupt; re-download or re-save it"
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ModelLoadError(
             f"{model_dir} has no config.json", hint="a checkpoint directory needs config.json"
         ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelLoadError(
-            f"cannot read {path}: {exc}", hint="the file is corrupt; re-download or re-save it"
-        ) from exc
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc.strerror or exc}", hint=hint) from exc
+    config = read_json(raw, str(path), hint)  # bounded: depth, number length, size
     if not isinstance(config, dict):
         raise ModelLoadError(f"{path} is not a JSON object", hint="the file is corrupt; re-download or re-save it")
     return config
@@ -156,15 +157,17 @@ def read_config(model_dir: Path) -> dict[str, Any]:
 
 def read_weights(model_dir: Path) -> dict[str, Tensor]:
     """All tensors of the checkpoint, by their names in the file."""
-    from .checkpoint import weight_files  # the one reader of shard indexes, with its checks
+    from .checkpoint import check_shards, weight_files  # the one reader of shard indexes
 
     tensors: dict[str, Tensor] = {}
-    for path in weight_files(model_dir):
+    files = weight_files(model_dir)
+    held: list[list[str]] = []
+    for path in files:
         try:
             if path.suffix == ".safetensors":
                 from safetensors.torch import load_file
 
-                tensors.update(load_file(str(path)))
+                loaded = load_file(str(path))
             else:
                 import pickle
                 import warnings
@@ -187,7 +190,6 @@ def read_weights(model_dir: Path) -> dict[str, Tensor]:
                         f"{path} does not hold a dictionary of tensors",
                         hint="re-save the checkpoint with save_pretrained",
                     )
-                tensors.update(loaded)
         except FileNotFoundError:
             raise ModelLoadError(f"weight file {path} is missing", hint="re-download the checkpoint") from None
         except ModelLoadError:
@@ -197,4 +199,7 @@ def read_weights(model_dir: Path) -> dict[str, Tensor]:
                 f"cannot read weights from {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
                 hint="the file is corrupt or truncated; re-download or re-save the checkpoint",
             ) from exc
+        held.append(list(loaded))
+        tensors.update(loaded)
+    check_shards(model_dir, files, held)  # no name twice, each where the index says
     return tensors

@@ -50,6 +50,8 @@ class Selection:
             then only located (the explorer and the HTML page start on one).
         measure: "weight", the attention weights α, or "norm", ‖α·f(x)‖ (Kobayashi et
             al. 2020, see ``attnviz.norms``): one value norm per head and key, beside the rows.
+        writes: what the result is written as afterwards ("json", "json-plain" for values
+            outside [0, 1], "npz"), counted in the memory estimate (``engines.memory``).
 
     Raises (on construction):
         UsageError: a target ``WORD:0``, or an unknown part.
@@ -64,6 +66,7 @@ class Selection:
     heads: tuple[int, ...] | None = None
     all_rows: bool = False
     measure: str = "weight"
+    writes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_measure(self.measure)
@@ -197,6 +200,8 @@ def plan(
     layers = parse_layers(selection.layers, shape.num_layers)
     check_heads(selection.heads, shape.num_heads)
     groups = tuple(q.resolve(query_tokens, where) for q in selection.queries)
+    if selection.view.words:  # a query on a piece of a word is that whole word under words
+        groups = tuple(whole_words(query_tokens, g) for g in groups)
     taken: set[int] = set()
     for group in groups:
         shared = taken & set(group)
@@ -207,6 +212,16 @@ def plan(
         taken |= set(group)
     targets = find_targets(key_tokens, selection.targets, "the source" if part == "cross" else where)
     return Plan(tokens, target_tokens, part, layers, groups, targets, selection)
+
+
+def whole_words(tokens: Tokens, positions: Sequence[int]) -> tuple[int, ...]:
+    """``positions`` widened to every token of the words that hold them: with words
+    merged, a query covering part of a word ("council" of "councilmen", a raw position on
+    one piece, "##men") reads as that word, whose row is the mean of all its pieces."""
+    from .transforms import word_groups
+
+    picked = {int(p) for p in positions}
+    return tuple(i for group in word_groups(tokens) if picked & set(group) for i in group)
 
 
 def read(planned: Plan, engine: Engine, max_memory: int | None = None) -> Reading:
@@ -235,6 +250,7 @@ def read(planned: Plan, engine: Engine, max_memory: int | None = None) -> Readin
         target=planned.target,
         part=planned.part,
         measure=selection.measure,
+        writes=selection.writes,
     )
     groups = () if selection.all_rows else planned.queries
     if groups or view != View() or computed != layers:
@@ -269,6 +285,7 @@ def forward(
     target: Tokens | None = None,
     part: str | None = None,
     measure: str = "weight",
+    writes: Sequence[str] = (),
 ) -> Attention:
     """One forward pass of ``tokens`` -> an ``Attention`` of ``layers`` and the query
     ``rows`` (token positions, in the order given; () = every token's rows), raw: no
@@ -277,8 +294,9 @@ def forward(
     ``measure`` "norm": ‖α_hij·f_h(x_j)‖ = α_hij·‖f_h(x_j)‖ (Kobayashi et al. 2020), the
     value norms (H, S) of each layer, computed beside the rows, times the rows.
 
-    Before the pass, its memory is estimated and checked against ``max_memory`` bytes,
-    or against the memory free on the engine's device when None.
+    Before the pass, its memory (and that of writing the result as ``writes``, see
+    ``Selection``) is estimated and checked against ``max_memory`` bytes, or against the
+    memory free on the engine's device when None.
 
     Encoder-decoders: ``part`` (from ``choose_part``) and, for "decoder" and "cross",
     ``target`` (from ``engine.tokenize_target``), whose tokens the query rows index;
@@ -305,7 +323,9 @@ def forward(
     chosen = tuple(layers)
     asked = tuple(rows)
     if target is None or part in (None, "encoder"):
-        need = memory.estimate(engine.shape, engine.sizes, len(tokens), chosen, len(asked) if asked else None)
+        need = memory.estimate(
+            engine.shape, engine.sizes, len(tokens), chosen, len(asked) if asked else None, tuple(writes)
+        )
         free, where = memory.available(engine.device) if max_memory is None else (None, "")
         memory.check(need, max_memory, free, where)
         with cpu_threads_for(engine, len(tokens)):

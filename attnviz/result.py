@@ -432,6 +432,7 @@ def _tokens_dict(tokens: Tokens) -> dict[str, Any]:
         "special": list(tokens.special),
         "type_ids": list(tokens.type_ids),
         "pair_start": tokens.pair_start,
+        "word_ids": list(tokens.word_ids),
     }
 
 
@@ -444,6 +445,7 @@ def _tokens_from(meta: dict[str, Any]) -> Tokens:
         special=tuple(meta["special"]),
         type_ids=tuple(meta.get("type_ids", ())),
         pair_start=meta.get("pair_start"),
+        word_ids=tuple(meta.get("word_ids", ())),  # older files have none: words by adjacency
     )
 
 

@@ -128,6 +128,24 @@ def one_line(text: str) -> str:
     )
 
 
+def temp_stem(name: str, max_bytes: int = 100) -> str:
+    """The start of ``name`` the temp file beside it is named after: at most
+    ``max_bytes`` bytes (not characters: 100 four-byte characters made a temp name of
+    414 bytes, over the filesystem's 255, after all the model work), so the temp name is
+    at most ``TEMP_EXTRA + max_bytes`` bytes, and ``check_output_path`` can count it."""
+    out, used = [], 0
+    for ch in name:
+        size = len(os.fsencode(ch))
+        if used + size > max_bytes:
+            break
+        out.append(ch)
+        used += size
+    return "".join(out)
+
+
+TEMP_EXTRA = 14  # "." + "." + mkstemp's 8 random characters + ".tmp"
+
+
 def whole_sentences(text: str, limit: int = 200) -> str:
     """The first line of ``text``, at most about ``limit`` characters, cut only after a
     whole sentence (or, with none that short, after a whole word and an ellipsis): an
@@ -301,7 +319,7 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise OutputError(f"cannot write {str(path)!r}: {_reason(exc)}", hint="choose another location") from None
     tmp: str | None = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{temp_stem(path.name)}.", suffix=".tmp", dir=parent)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

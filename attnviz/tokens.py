@@ -42,6 +42,10 @@ class Tokens:
         pair_start: for a sentence pair, the position of sentence B's first token (the
             boundary the views mark); None for one sentence. The text is then
             ``A + PAIR_SEPARATOR + B``, and B's offsets point into it.
+        word_ids: the tokenizer's word (pre-token) of each token, as transformers'
+            ``word_ids()`` gives it (None for special tokens); () = not known (a reading
+            loaded from a file). Two tokens of different words never join into one word
+            (``joins_previous``): BERT makes each CJK character a word of its own.
     """
 
     text: str
@@ -51,6 +55,7 @@ class Tokens:
     special: tuple[bool, ...]
     type_ids: tuple[int, ...] = ()
     pair_start: int | None = None
+    word_ids: tuple[int | None, ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.ids)
@@ -61,6 +66,8 @@ class Tokens:
             )
         if self.type_ids and len(self.type_ids) != n:
             raise ValueError(f"{len(self.type_ids)} token types for {n} tokens")
+        if self.word_ids and len(self.word_ids) != n:
+            raise ValueError(f"{len(self.word_ids)} word ids for {n} tokens")
         if self.pair_start is not None and not 0 < self.pair_start < n:
             raise ValueError(f"pair_start={self.pair_start} is not inside the {n} tokens")
 
@@ -72,22 +79,33 @@ class Tokens:
         """Readable labels: the word text of each token, ``##``-prefixed when it
         continues the previous token inside one word; special tokens as they are."""
         out: list[str] = []
-        prev_end = -1
-        for piece, (start, end), special in zip(self.pieces, self.offsets, self.special):
+        for i, (piece, (start, end), special) in enumerate(zip(self.pieces, self.offsets, self.special)):
             if special or end <= start:
                 out.append(piece)
-                prev_end = -1
                 continue
             raw = self.text[start:end]
             label = raw.strip() or raw
-            continues = start == prev_end and not raw[:1].isspace() and start > 0
-            continues = continues and not self.text[start - 1].isspace()
-            # Punctuation is its own word for a reader, even when glued on ("it." -> "it" ".").
-            if continues and label[:1].isalnum() and self.text[start - 1].isalnum():
-                label = "##" + label
-            out.append(label)
-            prev_end = end
+            out.append("##" + label if joins_previous(self, i) else label)
         return tuple(out)
+
+    @cached_property
+    def segments_unspaced(self) -> bool:
+        """Whether the tokenizer's words split runs of a script written without spaces
+        (BERT makes each Han character a word): then its ``word_ids`` are the words
+        there too; otherwise (byte-level BPE, SentencePiece: a whole run is one word)
+        the tokens are."""
+        if not self.word_ids:
+            return False
+        return any(
+            self.word_ids[i] is not None
+            and self.word_ids[i - 1] is not None
+            and self.word_ids[i] != self.word_ids[i - 1]
+            and self.offsets[i][0] == self.offsets[i - 1][1] > 0
+            and unspaced(self.text[self.offsets[i][0] - 1])
+            and unspaced(self.text[self.offsets[i][0]])
+            for i in range(1, len(self.ids))
+            if self.offsets[i][0] < len(self.text)
+        )
 
     def describe(self, limit: int = 40) -> str:
         """'0:[CLS] 1:the 2:animal ...' for error messages (long sentences are cut)."""
@@ -95,6 +113,59 @@ class Tokens:
         if len(items) > limit:
             items = items[: limit - 1] + [f"... ({len(items) - limit + 1} more)"]
         return " ".join(items)
+
+
+def joins_previous(tokens: Tokens, i: int) -> bool:
+    """Whether token ``i`` continues the word of token ``i - 1``: neither is special, it
+    starts where that one ends, the characters on both sides of the joint are letters or
+    digits ("it." is "it" and "."), and the tokenizer puts both in one word
+    (``word_ids``). Between two characters of a script written without spaces (Han,
+    kana, Thai...), a tokenizer whose words do not split such runs (byte-level BPE,
+    SentencePiece: ``Tokens.segments_unspaced`` is False) has only its pieces for words:
+    there each token is a word."""
+    if i <= 0:
+        return False
+    (start, end), (p_start, p_end) = tokens.offsets[i], tokens.offsets[i - 1]
+    if tokens.special[i] or tokens.special[i - 1] or end <= start or p_end <= p_start:
+        return False
+    if start != p_end or start <= 0:
+        return False
+    before, after = tokens.text[start - 1], tokens.text[start]
+    if not (before.isalnum() and after.isalnum()):
+        return False
+    if tokens.word_ids and tokens.word_ids[i] != tokens.word_ids[i - 1]:
+        return False
+    return tokens.segments_unspaced or not (unspaced(before) and unspaced(after))
+
+
+# Scripts written without spaces between words (code point ranges).
+_UNSPACED = (
+    (0x0E00, 0x0EFF),  # Thai, Lao
+    (0x1000, 0x109F),  # Myanmar
+    (0x1780, 0x17FF),  # Khmer
+    (0x3040, 0x30FF),  # Hiragana, Katakana
+    (0x31F0, 0x31FF),  # Katakana extensions
+    (0x3400, 0x4DBF),  # CJK extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFF66, 0xFF9F),  # half-width Katakana
+    (0x20000, 0x3FFFF),  # CJK extensions B and later
+)
+
+
+def unspaced(ch: str) -> bool:
+    """``ch`` is a letter of a script written without spaces between words."""
+    code = ord(ch)
+    return any(low <= code <= high for low, high in _UNSPACED)
+
+
+def _word_ids(enc: Any) -> tuple[int | None, ...]:
+    """One id per (sequence, word) of an encoding, None for special tokens."""
+    seen: dict[tuple[int | None, int], int] = {}
+    out: list[int | None] = []
+    for word, seq in zip(enc.word_ids, enc.sequence_ids):
+        out.append(None if word is None else seen.setdefault((seq, word), len(seen)))
+    return tuple(out)
 
 
 # A text file larger than this is refused before it is read whole: 32k tokens of English
@@ -116,6 +187,8 @@ def read_text(source: str | Path, max_bytes: int = MAX_TEXT_BYTES) -> str:
     name = "standard input" if str(source) == "-" else str(source)
     try:
         if str(source) == "-":
+            if sys.stdin is None:  # `<&-`: Python starts without a sys.stdin
+                raise UsageError("standard input is closed", hint="pipe the text in, or give it as an argument")
             data = sys.stdin.buffer.read(max_bytes + 1)
         else:
             with open(source, "rb") as fh:
@@ -170,6 +243,11 @@ def load_tokenizer(model_dir: Path) -> Tokenizer:
 
         require_tokenizer(model_dir)  # never a tokenizer invented with an empty vocabulary
         tokenizer = _tokenizer_from_transformers(model_dir)
+    if tokenizer.get_vocab_size(with_added_tokens=True) == 0:
+        raise ModelLoadError(
+            f"the tokenizer in {model_dir} has an empty vocabulary",
+            hint="save the model's own tokenizer beside it with tokenizer.save_pretrained(DIR)",
+        )
     tokenizer.no_padding()
     tokenizer.no_truncation()
     return tokenizer
@@ -198,6 +276,8 @@ def tokenize(tokenizer: Tokenizer, sentence: str, max_length: int | None = None)
         UsageError: the sentence is empty, or longer than the model's ``max_length``.
     """
     check_text(sentence)
+    if max_length is not None:
+        _refuse_long_prefix(tokenizer, sentence, max_length)
     enc = tokenizer.encode(sentence)
     if max_length is not None and len(enc.ids) > max_length:
         raise UsageError(
@@ -213,7 +293,53 @@ def tokenize(tokenizer: Tokenizer, sentence: str, max_length: int | None = None)
         pieces=tuple(enc.tokens),
         offsets=tuple((int(a), int(b)) for a, b in enc.offsets),
         special=tuple(bool(s) for s in enc.special_tokens_mask),
+        word_ids=_word_ids(enc),
     )
+
+
+def _refuse_long_prefix(tokenizer: Tokenizer, sentence: str, max_length: int) -> None:
+    """Refuse a text whose beginning alone has more than ``max_length`` tokens, before
+    tokenizing it whole (a 15 MiB text costs 15 s and 3 GB to tokenize; its first 8 KB
+    already show it cannot fit 512 positions).
+
+    Prefixes of 16, 32, 64... characters per position are cut at a space: the tokenizers
+    split words at spaces, so a prefix ending at a space encodes to a prefix of the
+    whole text's tokens (plus the same special tokens), and its count is a lower bound.
+    A text without a space in the window is left to the whole encoding.
+    """
+    window = 16 * max_length
+    while window < len(sentence):
+        cut = sentence.rfind(" ", 0, window)
+        if cut <= 0:
+            return
+        count = len(tokenizer.encode(sentence[:cut]).ids)
+        if count > max_length:
+            raise UsageError(
+                f"the sentence has more than {max_length} tokens ({count} in its first {cut:,} characters "
+                f"of {len(sentence):,}); this model reads at most {max_length}",
+                hint="shorten the text",
+                reason="too_long",
+                count=count,
+                limit=max_length,
+            )
+        window *= 2
+
+
+def check_ids(tokens: Tokens, vocab_size: int | None, where: str) -> Tokens:
+    """Every token id fits the model's embedding table of ``vocab_size`` rows.
+
+    Raises:
+        ModelLoadError: an id at or past ``vocab_size`` (a tokenizer from another model):
+            torch would fail with an IndexError deep in the embedding lookup.
+    """
+    if vocab_size is not None and tokens.ids and max(tokens.ids) >= vocab_size:
+        i = max(range(len(tokens.ids)), key=tokens.ids.__getitem__)
+        raise ModelLoadError(
+            f"{where}: the tokenizer gives token {tokens.pieces[i]!r} the id {tokens.ids[i]}, "
+            f"but the model's vocabulary has {vocab_size} entries (0..{vocab_size - 1})",
+            hint="the tokenizer belongs to another model; save the model's own tokenizer beside it",
+        )
+    return tokens
 
 
 # Between the two sentences of a pair in ``Tokens.text``: not a word, so never matched
@@ -254,6 +380,7 @@ def tokenize_pair(tokenizer: Tokenizer, first: str, second: str, max_length: int
         special=tuple(bool(s) for s in enc.special_tokens_mask),
         type_ids=tuple(int(t) for t in enc.type_ids),
         pair_start=starts[0],
+        word_ids=_word_ids(enc),
     )
 
 
@@ -284,17 +411,22 @@ def word_occurrences(tokens: Tokens, word: str) -> list[tuple[int, ...]]:
     needle = word.strip()
     if not needle:
         return []
-    pattern = re.escape(needle)
-    if re.match(r"\w", needle):
-        pattern = r"(?<!\w)" + pattern
-    if re.search(r"\w$", needle):
-        pattern = pattern + r"(?!\w)"
+    # Every occurrence (overlapping too); each end must be a word's end: past a non-word
+    # character, or at a boundary of the tokens' words (``joins_previous``), so that 東京
+    # is found in 我在東京工作 where the tokenizer's words are 東 and 京.
+    starts, ends = _word_edges(tokens)
+    text = tokens.text
     found: list[tuple[int, ...]] = []
-    for m in re.finditer(pattern, tokens.text, flags=re.IGNORECASE):
+    for m in re.finditer(f"(?=({re.escape(needle)}))", text, flags=re.IGNORECASE):
+        a, b = m.start(1), m.end(1)
+        if re.match(r"\w", needle) and a > 0 and re.match(r"\w", text[a - 1]) and a not in starts:
+            continue
+        if re.search(r"\w$", needle) and b < len(text) and re.match(r"\w", text[b]) and b not in ends:
+            continue
         covering = tuple(
             i
             for i, ((start, end), special) in enumerate(zip(tokens.offsets, tokens.special))
-            if not special and end > start and start < m.end() and end > m.start()
+            if not special and end > start and start < b and end > a
         )
         if covering and covering not in found:
             found.append(covering)
@@ -306,6 +438,20 @@ def word_occurrences(tokens: Tokens, word: str) -> list[tuple[int, ...]]:
         for i, (piece, label) in enumerate(zip(tokens.pieces, tokens.labels))
         if piece.lower() == lowered or label.lower() == lowered
     ]
+
+
+def _word_edges(tokens: Tokens) -> tuple[set[int], set[int]]:
+    """The character positions where the tokens' words start, and where they end."""
+    starts: set[int] = set()
+    ends: set[int] = set()
+    for i, (start, end) in enumerate(tokens.offsets):
+        if tokens.special[i] or end <= start:
+            continue
+        if not joins_previous(tokens, i):
+            starts.add(start)
+        if not (i + 1 < len(tokens) and joins_previous(tokens, i + 1)):
+            ends.add(end)
+    return starts, ends
 
 
 def find_word(tokens: Tokens, word: str, occurrence: int | None = None, where: str = "the sentence") -> tuple[int, ...]:

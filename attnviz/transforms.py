@@ -40,7 +40,7 @@ import numpy as np
 
 from .errors import UsageError
 from .result import Attention
-from .tokens import Tokens
+from .tokens import Tokens, joins_previous
 
 HEAD_AGGREGATES = ("mean", "max")
 
@@ -58,27 +58,16 @@ def step_tags(att: Attention) -> list[str]:
 def word_groups(tokens: Tokens) -> tuple[tuple[int, ...], ...]:
     """The tokens of each word, in order (a partition of 0..S-1).
 
-    A token continues the previous word when neither is special, it starts where the
-    previous one ends, and the characters on both sides of that joint are letters or
-    digits. Special tokens are words of their own.
+    A token continues the previous word as ``tokens.joins_previous`` says: adjacent
+    letters or digits, one word for the tokenizer (its ``word_ids``), not a joint inside
+    a script written without spaces. Special tokens are words of their own.
     """
     groups: list[list[int]] = []
-    prev_end = -1
-    for i, ((start, end), special) in enumerate(zip(tokens.offsets, tokens.special)):
-        empty = special or end <= start
-        joins = (
-            not empty
-            and groups
-            and start == prev_end
-            and start > 0
-            and tokens.text[start - 1].isalnum()
-            and tokens.text[start].isalnum()
-        )
-        if joins:
+    for i in range(len(tokens)):
+        if groups and joins_previous(tokens, i):
             groups[-1].append(i)
         else:
             groups.append([i])
-        prev_end = -1 if empty else end
     return tuple(tuple(g) for g in groups)
 
 

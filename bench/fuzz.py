@@ -45,11 +45,12 @@ def main() -> None:
     from hypothesis import strategies as st
 
     from attnviz.cli import app
-    from tests.fuzz_grammar import command_lines, grammar, make_files, models_loaded_once, run_case
+    from tests.fuzz_grammar import command_lines, environments, grammar, make_files, models_loaded_once, run_case
 
     commands = grammar(app)
     outcomes: list = []
     codes: collections.Counter[int] = collections.Counter()
+    envs: collections.Counter[str] = collections.Counter()
     failures = 0
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="attnviz-fuzz-") as scratch, models_loaded_once():
@@ -67,14 +68,16 @@ def main() -> None:
         def one(data: st.DataObject) -> None:
             nonlocal failures
             argv = data.draw(command_lines(commands, files))
-            outcome = run_case(app, argv, files, limit_s=args.limit_s)
+            environment = data.draw(environments())  # COLUMNS and stdout's encoding (issue 25)
+            outcome = run_case(app, argv, files, limit_s=args.limit_s, environment=environment)
+            envs[environment.to_dict()["COLUMNS"] + "/" + environment.charset] += 1
             codes[outcome.exit_code] += 1
             outcomes.append((outcome.seconds, argv, outcome.exit_code))
             if outcome.problems:
                 failures += 1
                 with args.failures.open("a", encoding="utf-8") as fh:
-                    record = {"argv": argv, "exit": outcome.exit_code, "problems": outcome.problems,
-                              "stderr": outcome.stderr[-1500:]}  # fmt: skip
+                    record = {"argv": argv, "env": environment.to_dict(), "exit": outcome.exit_code,
+                              "problems": outcome.problems, "stderr": outcome.stderr[-1500:]}  # fmt: skip
                     fh.write(json.dumps(record, ensure_ascii=True) + "\n")
             if len(outcomes) % 500 == 0:
                 sys.stderr.write(f"{len(outcomes)} cases, {failures} failures, {time.perf_counter() - started:.0f} s\n")
@@ -86,6 +89,7 @@ def main() -> None:
     slowest = max(outcomes, key=lambda o: o[0])
     print(f"cases: {len(outcomes)}  failures: {failures}  wall: {total:.0f} s (busy shared 2-core machine)")
     print("exit codes: " + ", ".join(f"{code}: {n}" for code, n in sorted(codes.items())))
+    print("environments (COLUMNS/encoding): " + ", ".join(f"{e}: {n}" for e, n in sorted(envs.items())))
     print(f"median case: {sorted(o[0] for o in outcomes)[len(outcomes) // 2] * 1000:.0f} ms")
     by_command: dict[str, list[float]] = collections.defaultdict(list)
     for secs, argv, _ in outcomes:

@@ -339,10 +339,11 @@ def valid_for(param: Param, files: Files, command: str) -> st.SearchStrategy[str
         "--device": ["cpu", "auto"],
         "--dtype": ["float32", "float32", "bfloat16"],
         "--pairs": files.pairs[:1],
-        "--token": ["it", "animal", "street", "because:1"],
+        # "anim" and "##al": parts of a word (a piece query under --words, issue 25)
+        "--token": ["it", "animal", "street", "because:1", "anim", "##al", "東京"],
         "--target": ["animal", "street", "because"],
         "--vs": [EXAMPLE.replace("tired", "wide")],
-        "--index": ["0", "3", "-1"],
+        "--index": ["0", "3", "-1", "2", "4"],
         "--occurrence": ["1"],
         "--file": files.texts[:1],
         "--target-file": files.texts[:1],  # the decoder reads the sentence again: --token finds its words
@@ -390,6 +391,8 @@ def valid_for(param: Param, files: Files, command: str) -> st.SearchStrategy[str
     return st.sampled_from(WORDS[:5])
 
 
+# Hold the --token words the valid pool draws; 東京 is two words for BERT (issue 25).
+SHORT = ("it animal", "the animal it", "it", "it 東京 animal")
 HOSTILE, MOSTLY_VALID, VALID = 0, 9, 10  # in ten values, how many come from the valid pools
 MODES = [HOSTILE, MOSTLY_VALID, VALID]
 
@@ -416,7 +419,9 @@ def command_lines(draw: Any, commands: dict[str, list[Param]], files: Files) -> 
         if not param.opts:  # an argument: usually present, often the real sentence
             if valid_share == VALID or draw(st.integers(0, 9)) > 0:
                 real = valid_share and param.name == "sentence" and (valid_share == VALID or draw(st.integers(0, 4)))
-                chosen.append((param, "", EXAMPLE if real else value(param)))
+                # Short sentences too: compare on 2-3 words was an IndexError (issue 25).
+                sentence = draw(st.sampled_from([EXAMPLE, EXAMPLE, EXAMPLE, *SHORT])) if real else None
+                chosen.append((param, "", sentence if sentence is not None else value(param)))
             continue
         likely = param.required or param.opts[0] in ("--token", "--target")
         if not (param.required and valid_share == VALID) and draw(st.integers(0, 9)) >= (
@@ -572,9 +577,35 @@ class Outcome:
     problems: tuple[str, ...]
 
 
-def run_case(app: Any, argv: list[str], files: Files, limit_s: int = 120) -> Outcome:
+@dataclass(frozen=True)
+class Environment:
+    """What a case runs under: the terminal width users set (0 and 1 printed nothing, with
+    exit 0) and standard output's encoding (``PYTHONIOENCODING=ascii``: the header's
+    ``·``), issue 25. In-process, the encoding is CliRunner's charset (its stderr is
+    backslash-escaped, as Python's own is)."""
+
+    columns: str = "120"
+    charset: str = "utf-8"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"COLUMNS": self.columns, "PYTHONIOENCODING": self.charset}
+
+
+@st.composite
+def environments(draw: Any) -> Environment:
+    """Mostly the default; a width of 0, 1, 40 or 300, an ASCII or Latin-1 stdout."""
+    columns = draw(st.sampled_from(["120"] * 6 + ["0", "1", "40", "300"]))
+    charset = draw(st.sampled_from(["utf-8"] * 6 + ["ascii", "ascii", "latin-1"]))
+    return Environment(columns, charset)
+
+
+def run_case(
+    app: Any, argv: list[str], files: Files, limit_s: int = 120, environment: Environment | None = None
+) -> Outcome:
     """Run one command line in-process and list every broken promise."""
     from typer.testing import CliRunner
+
+    environment = environment or Environment()
 
     for leftover in files.out.iterdir():
         if leftover.is_dir() and not leftover.is_symlink():
@@ -584,7 +615,8 @@ def run_case(app: Any, argv: list[str], files: Files, limit_s: int = 120) -> Out
     start = time.perf_counter()
     try:
         with time_limit(limit_s):
-            result = CliRunner().invoke(app, argv, env={"NO_COLOR": "1", "COLUMNS": "120"})
+            runner = CliRunner(charset=environment.charset)
+            result = runner.invoke(app, argv, env={"NO_COLOR": "1", "COLUMNS": environment.columns})
     except Hang as exc:
         return Outcome(argv, -1, "", "", time.perf_counter() - start, (str(exc),))
     seconds = time.perf_counter() - start
@@ -607,6 +639,9 @@ def run_case(app: Any, argv: list[str], files: Files, limit_s: int = 120) -> Out
             problems.append(f"{len(errors)} error lines on failure")
         if errors and err.strip().splitlines()[-1] != errors[-1]:
             problems.append("the error is not the last stderr line")
+    prints = argv[0] in ("show", "compare") and "--help" not in argv and "--all-tokens" not in argv
+    if code == 0 and prints and not out.strip():
+        problems.append("exit 0 with nothing on stdout")
     if code == 0 and "--json" in argv and "--help" not in argv and out.strip():
         try:
             printed = json.loads(out, parse_constant=_no_constants)

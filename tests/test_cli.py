@@ -173,7 +173,7 @@ def test_corrupt_models(tmp_path: Path) -> None:
 
     bad_json = save_tiny_bert(tmp_path / "bad_json")
     (bad_json / "config.json").write_text("{not json")
-    assert "cannot read" in one_error_line(run("show", EXAMPLE, "-t", "it", "-m", str(bad_json)), 2)
+    assert "config.json is not valid JSON" in one_error_line(run("show", EXAMPLE, "-t", "it", "-m", str(bad_json)), 2)
 
     truncated = save_tiny_bert(tmp_path / "truncated")
     weights = truncated / "model.safetensors"

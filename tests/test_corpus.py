@@ -80,7 +80,7 @@ def test_corpus_is_read_streaming(tmp_path: Path) -> None:
         ("latin.txt", b"ok\ncaf\xe9\n", r"latin\.txt:2: not valid UTF-8 \(byte 0xe9 at column 4\)"),
         ("c.jsonl", b'{"text": "ok"}\n{"title": "x"}\n', r"c\.jsonl:2: no 'text' field \(keys: title\)"),
         ("d.jsonl", b'{"text": "ok"}\n{"text": 3}\n', r"d\.jsonl:2: 'text' is a int, not a string"),
-        ("e.jsonl", b'{"text": "ok"}\n\n{"text": oops}\n', r"e\.jsonl:3: not JSON"),
+        ("e.jsonl", b'{"text": "ok"}\n\n{"text": oops}\n', r"e\.jsonl:3: is not valid JSON"),
         ("f.jsonl", b'["text"]\n', r"f\.jsonl:1: a JSON list, not an object"),
     ],
 )

@@ -226,6 +226,14 @@ def hint_for(exc: AttnvizError) -> str | None:
     if isinstance(exc, ModelNotFoundError) and reason == "offline":
         return "when offline, pass a local checkpoint directory with --model DIR"
     if type(exc).__name__ == "MemoryBudgetError":  # attnviz.engines.memory: not imported for --help
+        if facts.get("scope") == "scan":
+            return "scan shorter texts or fewer --layer (a smaller --batch-size does not help one text); " + (
+                "--max-memory SIZE overrides"
+            )
+        if facts.get("scope") == "output":
+            return "ask for one token (--token/--index), fewer --layer or a shorter text, or write --npz only; " + (
+                "--max-memory SIZE overrides"
+            )
         return "ask for one token (--token/--index) with --engine own, fewer --layer or a shorter text; " + (
             "--max-memory SIZE overrides"
         )

@@ -40,7 +40,11 @@ def check(
     source, the next one the decoder's text), or the one --part names."""
     with errors(debug):
         from ..check import DEFAULT_SENTENCES, compare_engines
+        from ..errors import UsageError
 
+        for n, text in enumerate(sentence or (), start=1):  # before any model loads
+            if not text.strip():
+                raise UsageError(f"--sentence number {n} is empty", hint='give it some text, or drop -s ""')
         sentences = (*DEFAULT_SENTENCES, *(sentence or ()))
         err = stderr_console()
         if err.is_terminal:  # progress is for people watching, not for logs
@@ -48,10 +52,10 @@ def check(
         parts = None if part is None else (Part(part).value,)
         result = compare_engines(model, sentences, device, parts=parts)
         if json_out:
-            from ..result import json_text
+            from .output import emit_json
 
             # Every digit: the differences are ~1e-7, which six decimals would print as 0.0.
-            typer.echo(json_text(result.to_dict(), digits=None))
+            emit_json(result.to_dict(), digits=None)
         else:
             from ..render.check_table import render_check
 

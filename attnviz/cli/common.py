@@ -4,6 +4,7 @@ model loads, and loading the engine."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,19 +18,15 @@ if TYPE_CHECKING:
 
 
 def stdout_console() -> Console:
-    import os
+    from .output import console
 
-    from rich.console import Console
-
-    from ..render.terminal import colour_settings
-
-    return Console(highlight=False, soft_wrap=False, **colour_settings(os.environ))
+    return console()
 
 
 def stderr_console() -> Console:
-    from rich.console import Console
+    from .output import console
 
-    return Console(stderr=True, highlight=False)
+    return console(stderr=True)
 
 
 def query_from(token: str | None, occurrence: int | None, index: int | None, required: bool = True) -> Query | None:
@@ -109,9 +106,15 @@ def sentence_tokens(eng: Engine, sentence: str, pair: str | None, target: str | 
     return eng.tokenize_pair(sentence, pair)
 
 
-def wrote(path: Path) -> None:
+def wrote(path: Path, missing: Sequence[str] = ()) -> None:
     # The file is the result; a confirmation is a diagnostic, so stderr (stdout may be --json).
     sys.stderr.write(f"wrote {path}\n")
+    if missing:  # render.image.save_figure: label characters no installed font has
+        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        sys.stderr.write(
+            f"attnviz: note: no installed font has {shown}: drawn as empty boxes in {path} "
+            "(install a font that has them, e.g. Noto Sans CJK or Noto Emoji)\n"
+        )
 
 
 def view_from(

@@ -247,9 +247,9 @@ def compare(
             out = {**_meta(att, kinds, by), "rows": [row.to_dict() for row in rows]}
             if effects is not None:
                 out["ablation"] = _ablation_meta(effects)
-            from ..result import json_text
+            from .output import emit_json
 
-            typer.echo(json_text(out))
+            emit_json(out)
         else:
             console = stdout_console()
             with paged(console, not no_pager):
@@ -366,9 +366,9 @@ def _compare_pairs(
             out = {**_meta(att, options.exclude, by), "rows": everything}
             out["summary"] = [s.to_dict() for s in shifts]
             out["summary_rule"] = SUMMARY_RULE.format(n=len(unsorted), seed=seed)
-            from ..result import json_text
+            from .output import emit_json
 
-            typer.echo(json_text(out))
+            emit_json(out)
             return
         title = f"across {len(unsorted)} pairs, {SUMMARY_HEADS} heads that move most toward the referent"
         console.print(shifts_table(shifts[:SUMMARY_HEADS], color=uses_colour(console), title=title))

@@ -114,7 +114,9 @@ def explain(
         if json_out:
             out = x.to_dict()
             out["query_indices"] = list(positions)
-            typer.echo(json.dumps(out, ensure_ascii=False))
+            from .output import emit
+
+            emit(json.dumps(out, ensure_ascii=False), json=True)
         else:
             from ..render.explain_view import explain_view
             from ..render.terminal import paged

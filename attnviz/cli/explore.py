@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -50,7 +51,7 @@ def explore(
         from ..errors import UsageError
 
         # Everything a user can get wrong without a model, before loading one.
-        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        if not (sys.stdin is not None and sys.stdout is not None and sys.stdin.isatty() and sys.stdout.isatty()):
             raise UsageError(
                 "attnviz explore is interactive and needs a terminal",
                 hint="for a pipe or a file use attnviz show, compare or export",
@@ -82,6 +83,76 @@ def explore(
             from transformers.utils import logging as hf_logging
 
             hf_logging.set_verbosity_error()
-        explorer.run()
-        if explorer.return_code:  # textual has printed what went wrong
-            raise typer.Exit(explorer.return_code)
+        code = _run(explorer)
+        if code:  # textual has printed what went wrong, or _run has
+            raise typer.Exit(code)
+
+
+HANGUP_POLL_S = 0.5  # how often the terminal is checked for being gone
+FORCED_EXIT_S = 3.0  # a session that has not ended this long after a signal is ended
+
+
+def _run(explorer: object) -> int:
+    """``explorer.run()`` ending with the exit codes of every command: 130 on SIGINT,
+    143 on SIGTERM, 129 on SIGHUP or when the terminal goes away without one (a shell
+    that ignores SIGHUP sends none: textual then spun at 80% of a CPU, issue 25).
+
+    The handlers only note the signal; a watcher thread asks the app to exit (textual
+    restores the terminal if it is still there) and ends the process itself if that has
+    not happened ``FORCED_EXIT_S`` later (a terminal that is gone can block the restore).
+    """
+    import signal
+    import termios
+    import threading
+
+    from ..safeio import one_line
+
+    app: Any = explorer
+    got: list[int] = []
+    stop = threading.Event()
+
+    def note(signum: int, frame: object) -> None:
+        got.append(signum)
+        stop.set()
+
+    fd = sys.stdin.fileno()
+
+    def watch() -> None:
+        while not stop.wait(HANGUP_POLL_S):
+            try:
+                termios.tcgetattr(fd)  # EIO once the terminal has hung up
+            except (termios.error, OSError, ValueError):
+                got.append(signal.SIGHUP)
+                stop.set()
+        if not got:
+            return  # the session ended by itself
+        code = _code(got[0])
+        threading.Timer(FORCED_EXIT_S, os._exit, (code,)).start()
+        with contextlib.suppress(Exception):  # the app may be ending already
+            app.call_from_thread(app.exit, return_code=code)
+
+    names = ("SIGINT", "SIGTERM", "SIGHUP")
+    signals = [getattr(signal, n) for n in names if hasattr(signal, n)]
+    previous = {sig: signal.signal(sig, note) for sig in signals}
+    watcher = threading.Thread(target=watch, name="attnviz-hangup", daemon=True)
+    watcher.start()
+    try:
+        app.run()
+    finally:
+        stop.set()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not got:
+        return int(app.return_code or 0)
+    code = _code(got[0])
+    how = "interrupted" if got[0] == signal.SIGINT else f"terminated by {signal.Signals(got[0]).name}"
+    with contextlib.suppress(OSError, ValueError):  # no terminal left to say it on
+        sys.stderr.write(one_line(f"attnviz: error: {how}") + "\n")
+        sys.stderr.flush()
+    return code
+
+
+def _code(signum: int) -> int:
+    import signal
+
+    return 130 if signum == signal.SIGINT else 128 + signum

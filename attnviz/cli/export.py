@@ -313,8 +313,8 @@ def export(
         from ..render.image import matrix_figure, save_figure
 
         highlight = got.query_groups[0] if got.query_groups else ()
-        save_figure(matrix_figure(att, layers[0], highlight=highlight, style=style), output, dpi)
-        wrote(output)
+        missing = save_figure(matrix_figure(att, layers[0], highlight=highlight, style=style), output, dpi)
+        wrote(output, missing)
 
 
 def page_queries(tokens: list[str] | None, occurrence: int | None, indexes: list[int] | None) -> list[Query]:
@@ -542,5 +542,5 @@ def write_token_image(
     """Write the token view of ``queries[0]`` to ``path``."""
     from ..render.image import save_figure
 
-    save_figure(token_image(att, queries, dpi, style), path, dpi)
-    wrote(path)
+    missing = save_figure(token_image(att, queries, dpi, style), path, dpi)
+    wrote(path, missing)

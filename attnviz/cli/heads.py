@@ -28,6 +28,7 @@ from .options import (
     EngineName,
     EngineOpt,
     LayerOpt,
+    MaxMemoryOpt,
     Measure,
     MeasureOpt,
     ModelOpt,
@@ -127,6 +128,7 @@ def heads(
         ),
     ] = MAX_PASSES,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Run an --ablate scan past --max-passes.")] = False,
+    max_memory: MaxMemoryOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Score every head over a corpus: previous-token, induction, sink and other detectors."""
@@ -149,6 +151,13 @@ def heads(
             check_writable(output, IMAGE_FORMATS)
         if ablate:
             _check_ablation(corpus, probe, probe_texts, pairs, model, query_rule, ablate_with.value, max_passes, yes)
+        from .common import budget
+
+        limit = budget(max_memory)
+        if ray_address not in (None, "local", "auto"):
+            from ..corpus.distributed import reach
+
+            reach(ray_address)  # nothing listening: one line now, not a wait after the model load
         from ..corpus.detectors import DetectorConfig
         from ..engines import engine_provenance, load_engine
         from ..select import parse_layers
@@ -166,6 +175,7 @@ def heads(
             measure=measure.value,
             ablate=ablate_with.value if ablate else None,
             query_rule=query_rule,
+            max_memory=limit,
         )
         items, total = _texts(eng, corpus, fmt, probe, probe_texts, probe_length, seed, pairs)
         if ablate and ablate_with is AblateWith.mean:
@@ -178,21 +188,24 @@ def heads(
         provenance = engine_provenance(eng)
         _notes(report, eng)
         if report.texts == 0 and report.partial:
-            raise KeyboardInterrupt
+            from ..safeio import terminated_by
+
+            raise terminated_by() or KeyboardInterrupt()  # SIGTERM/SIGHUP keep their exit code
         if output is not None:
             from ..render.heads_image import heads_figure
             from ..render.image import save_figure
 
-            save_figure(heads_figure(report, provenance, measure=measure.value), output, dpi)
+            missing = save_figure(heads_figure(report, provenance, measure=measure.value), output, dpi)
         if json_out:
             from ..corpus.scan import report_dict
-            from ..result import json_text
+            from .output import emit_json
 
-            typer.echo(json_text(report_dict(report, provenance, measure.value)))
+            emit_json(report_dict(report, provenance, measure.value))
         elif csv_out:
             from ..corpus.scan import report_csv
+            from .output import emit
 
-            typer.echo(report_csv(report), nl=False)
+            emit(report_csv(report), nl=False)
         else:
             from ..render.heads_table import heads_table
             from ..render.terminal import uses_colour
@@ -200,10 +213,14 @@ def heads(
             console = stdout_console()
             console.print(heads_table(report, provenance, top=top, color=uses_colour(console), measure=measure.value))
         if output is not None and not (json_out or csv_out):
-            wrote(output)
+            wrote(output, missing)
         if report.partial:
-            sys.stderr.write(f"attnviz: interrupted: the results cover the first {report.texts} texts (partial)\n")
-            raise SystemExit(ExitCode.INTERRUPTED)
+            from ..safeio import terminated_by
+
+            signalled = terminated_by()  # SIGTERM and SIGHUP end 143 and 129, Ctrl-C 130
+            how = f"terminated by {signalled.name}" if signalled else "interrupted"
+            sys.stderr.write(f"attnviz: {how}: the results cover the first {report.texts} texts (partial)\n")
+            raise SystemExit(signalled.exit_code if signalled else ExitCode.INTERRUPTED)
 
 
 def _check_ablation(

@@ -160,6 +160,10 @@ def show(
             view=view,
             heads=picked,
             measure=measure.value,
+            # Written after the pass: counted in the memory estimate (--all-tokens --json at
+            # 8k tokens passed the pass's estimate and died writing the JSON, issue 25).
+            writes=(("json-plain" if measure.value == "norm" else "json",) if json_out else ())
+            + (("npz",) if npz is not None else ()),
         )
         target = decoder_text(target_text, target_file)
         limit = budget(max_memory)
@@ -185,13 +189,11 @@ def show(
             att.save_npz(npz)
             wrote(npz)
         if json_out:
-            import sys
-
-            from ..jsonrows import write
+            from .output import emit_json_rows
 
             # Large weight arrays are spelled by numpy, not one Python float at a time (jsonrows).
             if all_tokens:
-                write(att.to_dict(raw_rows=True), sys.stdout.buffer)
+                emit_json_rows(att.to_dict(raw_rows=True))
             else:
                 found = [att.query_dict(q, raw_rows=True) for q in positions]
                 if effects is not None:
@@ -201,7 +203,7 @@ def show(
                             "effect": "1 - cos(final hidden state at the query, the same with the head removed)",
                             "effects": [[None if x != x else round(float(x), 6) for x in row] for row in effects[q]],
                         }
-                write(found[0] if len(found) == 1 else found, sys.stdout.buffer)
+                emit_json_rows(found[0] if len(found) == 1 else found)
         elif not all_tokens:
             from ..render.terminal import for_console, paged, render_show
 
@@ -233,8 +235,7 @@ def show(
             from ..render import DEFAULT_DPI
             from ..render.image import save_figure
 
-            save_figure(figure, png, DEFAULT_DPI)
-            wrote(png)
+            wrote(png, save_figure(figure, png, DEFAULT_DPI))
 
 
 def _ablate(

@@ -96,6 +96,7 @@ class RayScan:
         if self.address is None:
             ray.init(num_cpus=2, include_dashboard=False, **quiet)
         else:
+            reach(self.address)  # ray.init waits forever on an address where nothing listens
             try:
                 ray.init(address=self.address, **quiet)
             except (ConnectionError, ValueError, RuntimeError) as exc:
@@ -157,3 +158,34 @@ def _chunks(batches: Iterator[list[Prepared]], size: int) -> Iterator[list[list[
             chunk = []
     if chunk:
         yield chunk
+
+
+CONNECT_TIMEOUT = 10.0  # seconds for one TCP connection to a Ray head
+
+
+def reach(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """A TCP connection to a ``HOST:PORT`` or ``ray://HOST:PORT`` address succeeds within
+    ``timeout`` seconds (``auto`` and other forms are left to Ray).
+
+    ``ray.init(address="127.0.0.1:1")`` retried for ever (issue 25); this bounds it.
+
+    Raises:
+        UsageError: nothing answers there, naming the address and the reason.
+    """
+    import socket
+
+    target = address.removeprefix("ray://")
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except (OSError, ValueError, OverflowError) as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (getattr(exc, "strerror", None) or str(exc))
+        raise UsageError(
+            f"cannot connect to the Ray cluster at {address!r}: {reason} (after at most {timeout:g} s)",
+            hint="check the address and that the Ray head is running: auto on a node of the cluster, "
+            "or ray://HEAD:10001 from outside",
+            reason="ray_unreachable",
+        ) from None

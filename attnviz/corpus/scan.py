@@ -54,6 +54,9 @@ class ScanOptions:
     ablate: str | None = None
     query_rule: str = "all"
     fill: np.ndarray | None = field(default=None, repr=False)
+    # Bytes a batch's forward pass and scoring may take (None: the memory free now);
+    # a batch over it is split, one text over it refused (engines.memory.estimate_scan).
+    max_memory: int | None = None
 
     @property
     def accumulated(self) -> tuple[str, ...]:
@@ -78,6 +81,7 @@ class Prepared:
     tokens: Tokens
     features: TextFeatures
     coref: CorefItem | None = None
+    where: str = ""  # the text's place in the corpus, for messages
 
 
 @dataclass(frozen=True)
@@ -148,8 +152,8 @@ def report_csv(report: ScanReport) -> str:
     return buffer.getvalue()
 
 
-def prepare(tokens: Tokens, coref: CorefItem | None = None) -> Prepared:
-    return Prepared(tokens, features(tokens.ids, tokens.special, tokens.labels), coref)
+def prepare(tokens: Tokens, coref: CorefItem | None = None, where: str = "") -> Prepared:
+    return Prepared(tokens, features(tokens.ids, tokens.special, tokens.labels), coref, where)
 
 
 def resolve_coref(tokens: Tokens, spec: CorefSpec, where: str) -> CorefItem:
@@ -252,7 +256,7 @@ class Scan:
             tokens = tokenize(self._truncator(), item.text)
             self.truncated += 1
         coref = resolve_coref(tokens, item.coref, item.where) if item.coref is not None else None
-        return prepare(tokens, coref)
+        return prepare(tokens, coref, item.where)
 
     def _truncator(self) -> Tokenizer:
         if self._truncating is None:
@@ -275,10 +279,48 @@ class Scan:
                 continue
             window.append(prepared)
             if len(window) >= size * self.options.window:
-                yield from _split(window, size)
+                for batch in _split(window, size):
+                    yield from self.fitting(batch)
                 window = []
         if window:
-            yield from _split(window, size)
+            for batch in _split(window, size):
+                yield from self.fitting(batch)
+
+    def fitting(self, batch: list[Prepared]) -> Iterator[list[Prepared]]:
+        """``batch``, or its halves (and theirs) where its pass would not fit in memory
+        (``options.max_memory``, else the memory free now on the engine's device).
+
+        Raises:
+            MemoryBudgetError: one text alone would not fit (before its forward pass).
+        """
+        if self.options.ablate is not None:  # ablation runs a text at a time: engines.memory.estimate
+            yield batch
+            return
+        from ..engines import memory
+
+        sizes = self.engine.sizes
+        length = max(len(p.tokens) for p in batch)
+        need = memory.estimate_scan(
+            self.engine.shape,
+            sizes,
+            len(batch),
+            length,
+            max(self.options.layers) + 1,
+            len(self.options.config.detectors),
+            norms=self.options.measure == "norm",
+        )
+        budget = self.options.max_memory
+        free, where = memory.available(self.engine.device) if budget is None else (None, "")
+        room = budget if budget is not None else free
+        if room is None or need.total <= room:
+            yield batch
+        elif len(batch) > 1:
+            half = len(batch) // 2
+            yield from self.fitting(batch[:half])
+            yield from self.fitting(batch[half:])
+        else:
+            place = f"{batch[0].where} " if batch[0].where else ""
+            memory.check(need, budget, free, where, subject=f"scanning text {place}({length:,} tokens)", scan=True)
 
     def run(self, items: Iterable[CorpusText], progress: Progress | None = None) -> ScanReport:
         from ..engines import cpu_threads_for

@@ -16,7 +16,6 @@ truncated (``ScanOptions.truncate``, in corpus.scan).
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
@@ -75,6 +74,8 @@ def corpus_format(source: str, fmt: str = "auto") -> str:
 
 def _open(source: str) -> tuple[IO[bytes], str, bool]:
     if source == "-":
+        if sys.stdin is None:  # `<&-`: Python starts without a sys.stdin
+            raise UsageError("standard input is closed", hint="pipe the corpus in, or give a file")
         return sys.stdin.buffer, "<stdin>", False
     shown = repr(source[:80]) + ("…" if len(source) > 80 else "")
     try:
@@ -158,12 +159,9 @@ def read_corpus(source: str, fmt: str = "auto") -> Iterator[CorpusText]:
 
 
 def _json_object(line: str, name: str, number: int) -> dict[str, Any]:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"{name}:{number}: not JSON: {exc.msg} at column {exc.colno}", hint="one JSON object per line"
-        ) from None
+    from ..jsonread import loads
+
+    record = loads(line, f"{name}:{number}:", hint="one JSON object per line")  # bounded: depth, numbers
     if not isinstance(record, dict):
         raise UsageError(f"{name}:{number}: a JSON {type(record).__name__}, not an object", hint="one object per line")
     return record

@@ -19,7 +19,7 @@ from ..errors import ModelLoadError, UsageError
 from ..models import ModelFiles
 from ..result import Provenance
 from ..shape import HasShape, ModelShape
-from ..tokens import Tokens, load_tokenizer, tokenize, tokenize_pair
+from ..tokens import Tokens, check_ids, load_tokenizer, tokenize, tokenize_pair
 from ..version import __version__
 from .memory import ModelSizes
 
@@ -129,7 +129,12 @@ class EngineBase(HasShape):
         self.score_terms = score_terms(files)
 
     def tokenize(self, sentence: str) -> Tokens:
-        return tokenize(self.tokenizer, sentence, self.max_positions)
+        return self.check_ids(tokenize(self.tokenizer, sentence, self.max_positions))
+
+    def check_ids(self, tokens: Tokens) -> Tokens:
+        """The ids fit the embedding table (config.json's vocab_size)."""
+        vocab = self.files.config.get("vocab_size")
+        return check_ids(tokens, vocab if isinstance(vocab, int) and vocab > 0 else None, str(self.files.path))
 
     def tokenize_pair(self, first: str, second: str) -> Tokens:
         """A sentence pair, with the tokenizer's pair template and token types (see
@@ -144,7 +149,7 @@ class EngineBase(HasShape):
                 f"{self.files.spec} is an encoder-decoder: its second text is the decoder's, not a pair segment",
                 reason="pair_seq2seq",
             )
-        tokens = tokenize_pair(self.tokenizer, first, second, self.max_positions)
+        tokens = self.check_ids(tokenize_pair(self.tokenizer, first, second, self.max_positions))
         types = self.type_vocab_size()
         if types is not None and 0 < types <= max(tokens.type_ids, default=0):
             raise UsageError(
@@ -177,6 +182,7 @@ class EngineBase(HasShape):
             raise UsageError("the decoder text is empty", reason="empty_target")
         tokens = tokenize(self.tokenizer, text, None if self.max_positions is None else self.max_positions - 1)
         start = decoder_start_id(self.files, tokens.ids)
+        self.check_ids(tokens)
         return Tokens(
             text=tokens.text,
             ids=(start, *tokens.ids),
@@ -192,7 +198,7 @@ class EngineBase(HasShape):
         Raises:
             UsageError: a part this model does not have. facts: ``reason`` "part".
         """
-        if part in (None, "encoder"):
+        if part is None or (part == "encoder" and self.parts):  # a one-stack model has no parts
             return self.shape
         if part not in self.parts or self.decoder_shape is None:
             raise UsageError(
@@ -250,14 +256,14 @@ def decoder_start_id(files: ModelFiles, target_ids: Sequence[int] = ()) -> int:
     Raises:
         ModelLoadError: the checkpoint names no start token and its family has no rule.
     """
-    import json
+    from ..jsonread import loads
 
     config = files.config
     start = config.get("decoder_start_token_id")
     generation = files.path / "generation_config.json"
     if start is None and generation.is_file():
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            start = json.loads(generation.read_text(encoding="utf-8")).get("decoder_start_token_id")
+        with contextlib.suppress(OSError, ValueError, AttributeError, UsageError):
+            start = loads(generation.read_bytes(), str(generation)).get("decoder_start_token_id")
     if start is None and files.model_type in ("t5", "mt5", "umt5"):
         start = config.get("pad_token_id", 0)
     if start is None and files.model_type == "mbart" and target_ids:

@@ -45,15 +45,31 @@ class MemoryEstimate:
     weights: int
     activations: int
     attention: int
+    output: int = 0
+    written: str = ""
 
     def __post_init__(self) -> None:
-        if min(self.weights, self.activations, self.attention) < 0:
+        if min(self.weights, self.activations, self.attention, self.output) < 0:
             raise ValueError(f"negative sizes in {self}")
 
     @property
     def forward(self) -> int:
         """What the forward pass allocates beyond the loaded weights."""
         return self.activations + self.attention
+
+    @property
+    def total(self) -> int:
+        """The forward pass and, after it, writing the result (``output``, to ``written``)."""
+        return self.forward + self.output
+
+
+# What each weight kept in the result costs again once the pass is done, when it is
+# written as (bytes per float). Measured (peak RSS over a 10-token run's, per float of the
+# (6, 12, 502, 502) result of `show --all-tokens` on all-MiniLM-L6-v2, busy 2-core machine):
+# --json 26.7 B (jsonrows: each weight spelled twice, 10 B, while its bytes are joined),
+# --json --measure norm 70 B (values outside [0, 1] take json.dumps's Python floats),
+# --npz 12 B; the pass's own 8 B (``estimate``'s ``kept``) is counted already. Rounded up.
+OUTPUT_BYTES = {"json": 20, "json-plain": 64, "npz": 6}
 
 
 @dataclass(frozen=True)
@@ -81,10 +97,16 @@ class ModelSizes:
 
 
 def estimate(
-    shape: ModelShape, sizes: ModelSizes, num_tokens: int, layers: Sequence[int], num_queries: int | None
+    shape: ModelShape,
+    sizes: ModelSizes,
+    num_tokens: int,
+    layers: Sequence[int],
+    num_queries: int | None,
+    writes: Sequence[str] = (),
 ) -> MemoryEstimate:
     """What a model of ``shape`` and ``sizes`` allocates to run ``num_tokens`` tokens and
-    keep the weight rows of ``num_queries`` queries (None: every row) in ``layers``."""
+    keep the weight rows of ``num_queries`` queries (None: every row) in ``layers``, and
+    then to write them as each of ``writes`` (keys of ``OUTPUT_BYTES``)."""
     from ..rows import CHUNK_ELEMENTS
 
     size = sizes.element_size
@@ -102,7 +124,40 @@ def estimate(
         # weights, mask); with every row, a block is at most CHUNK_ELEMENTS.
         block = min(CHUNK_ELEMENTS, h * rows * s)
         attention = kept + 3 * block * 4
-    return MemoryEstimate(weights=sizes.weight_bytes, activations=activations, attention=attention)
+    unknown = [w for w in writes if w not in OUTPUT_BYTES]
+    if unknown:
+        raise ValueError(f"unknown outputs {unknown} (known: {', '.join(OUTPUT_BYTES)})")
+    output = sum(OUTPUT_BYTES[w] for w in writes) * n * h * rows * s
+    written = " and ".join("JSON" if w.startswith("json") else w for w in writes)
+    return MemoryEstimate(sizes.weight_bytes, activations, attention, output, written)
+
+
+def estimate_scan(
+    shape: ModelShape,
+    sizes: ModelSizes,
+    batch: int,
+    length: int,
+    layers_run: int,
+    detectors: int,
+    norms: bool = False,
+) -> MemoryEstimate:
+    """What one padded batch of ``heads``' scan allocates: ``batch`` texts padded to
+    ``length`` tokens through ``layers_run`` layers, scored by ``detectors`` detectors.
+
+    The scan keeps every run layer's full (B, H, S, S) weights in the model's dtype (its
+    detectors read whole matrices), and scores one layer at a time in float64 (about four
+    (B, H, S, S) float64 temporaries for the entropy, and each detector's (B, S, S)
+    targets). Measured: `heads` on one text of 252 and 502 tokens, all-MiniLM-L6-v2, peak
+    RSS over a 10-token run's: 2.8 and 2.7 times the float32 weights (6 layers: 51 and
+    193 MB); this counts 3.1 times at 502 (224 MB). ``norms``: the norm shares, a float32 copy of every layer.
+    """
+    b, s, h = batch, length, shape.num_heads
+    size = sizes.element_size
+    activations = 8 * b * s * sizes.widest * size
+    matrices = b * h * s * s  # one layer's weights
+    kept = layers_run * matrices * size + (layers_run * matrices * 4 if norms or size != 4 else 0)
+    scoring = 4 * matrices * 8 + detectors * b * s * s * 8 + 2 * matrices * 4  # and eager's scores
+    return MemoryEstimate(sizes.weight_bytes, activations, kept + scoring)
 
 
 def available(device: Any) -> tuple[int | None, str]:
@@ -143,23 +198,39 @@ def _cgroup_room(root: Path = Path("/sys/fs/cgroup")) -> int | None:
     return None if limit == "max" else max(0, int(limit) - current)
 
 
-def check(est: MemoryEstimate, budget: int | None, free: int | None, where: str) -> None:
-    """Raise when the forward pass would not fit: in ``budget`` bytes if given, else in
-    the ``free`` bytes (``where`` says which memory). Unknown free memory passes.
+def check(
+    est: MemoryEstimate,
+    budget: int | None,
+    free: int | None,
+    where: str,
+    subject: str | None = None,
+    scan: bool = False,
+) -> None:
+    """Raise when the forward pass (and writing its result) would not fit: in ``budget``
+    bytes if given, else in the ``free`` bytes (``where`` says which memory). Unknown free
+    memory passes. ``subject`` starts the message; ``scan``: a text of ``heads``' scan.
 
     Raises:
         MemoryBudgetError: with the estimate, its parts and what there is.
     """
     room, what = (budget, "the memory budget") if budget is not None else (free, f"{human(free or 0)} {where}")
-    if room is None or est.forward <= room:
+    if room is None or est.total <= room:
         return
     if budget is not None:
         what = f"the budget of {human(budget)}"
+    writing = f", {human(est.output)} to write the {est.written}" if est.output else ""
+    if subject is None:
+        subject = f"this forward pass with its {est.written}" if est.output else "this forward pass"
     raise MemoryBudgetError(
-        f"this forward pass needs about {human(est.forward)} ({human(est.attention)} of attention weights, "
-        f"{human(est.activations)} of activations) beside the {human(est.weights)} of loaded weights, "
+        f"{subject} needs about {human(est.total)} ({human(est.attention)} of attention weights, "
+        f"{human(est.activations)} of activations{writing}) beside the {human(est.weights)} of loaded weights, "
         f"more than {what}",
-        hint="ask for the own engine, fewer layers or a shorter text, or raise the memory budget",
+        hint="scan shorter texts or fewer layers, or raise the memory budget"
+        if scan
+        else "ask for the own engine, fewer layers or a shorter text, or raise the memory budget",
+        need=est.total,
+        room=room,
+        scope="scan" if scan else "output" if est.output else "forward",
     )
 
 

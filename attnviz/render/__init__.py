@@ -3,7 +3,37 @@ interactive HTML page out."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
+
+
+def matplotlib_config_dir() -> None:
+    """Point MPLCONFIGDIR at a private temp directory when matplotlib's own (under a
+    read-only or missing HOME) cannot be written: matplotlib would then warn on stderr
+    beside a successful export (issue 25). Runs before any render module imports it."""
+    if os.environ.get("MPLCONFIGDIR"):
+        return
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config") if "HOME" in os.environ else ""
+    target = Path(base) / "matplotlib" if base else None
+    probe = target
+    while probe is not None and not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe is None or not (probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)):
+        import tempfile
+
+        # One directory per user, reused (matplotlib caches its font list there); a
+        # fresh one when that name is taken by someone else or is a link.
+        mine = Path(tempfile.gettempdir()) / f"attnviz-matplotlib-{os.getuid()}"
+        try:
+            mine.mkdir(mode=0o700, exist_ok=True)
+            owned = not mine.is_symlink() and mine.stat().st_uid == os.getuid()
+        except OSError:
+            owned = False
+        os.environ["MPLCONFIGDIR"] = str(mine) if owned else tempfile.mkdtemp(prefix="attnviz-matplotlib-")
+
+
+matplotlib_config_dir()
 
 # Here, not in render.image / render.html, so the CLI can check an output path and show its
 # defaults without importing matplotlib or numpy.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -350,8 +351,14 @@ def check_pixels(fig: Figure, dpi: int) -> None:
         )
 
 
-def save_figure(fig: Figure, path: Path, dpi: int = DEFAULT_DPI) -> None:
-    """Write ``fig`` to ``path`` in the format its extension names, atomically.
+def save_figure(fig: Figure, path: Path, dpi: int = DEFAULT_DPI) -> tuple[str, ...]:
+    """Write ``fig`` to ``path`` in the format its extension names, atomically; return
+    the characters of its labels that no font drew (CJK or emoji without a font that has
+    them: empty boxes), for the caller to say in one line.
+
+    Fonts installed for such scripts (Noto CJK, WenQuanYi, Noto Emoji...) are fallbacks
+    after matplotlib's own; matplotlib's warning per missing glyph (8 UserWarnings for
+    one CJK label) is collected instead of printed.
 
     Raises:
         OutputError: the extension is not .png/.svg/.pdf, or the file cannot be written.
@@ -367,12 +374,51 @@ def save_figure(fig: Figure, path: Path, dpi: int = DEFAULT_DPI) -> None:
     # signal during the render leaves nothing behind); metadata without dates keeps the
     # files reproducible.
     metadata = {"Software": None} if fmt == "png" else {"Date": None} if fmt == "svg" else {"CreationDate": None}
+    import warnings
+
     from matplotlib import rc_context
 
     buffer = io.BytesIO()
-    with rc_context(PAPER_RC):
+    rc: Any = {**PAPER_RC, **_fallback_fonts()}  # Any: matplotlib types rc keys as literals
+    with rc_context(rc), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
         fig.savefig(buffer, format=fmt, dpi=dpi, metadata=metadata)
+    missing: list[str] = []
+    for w in caught:
+        found = _MISSING_GLYPH.match(str(w.message))
+        if found is None:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)  # not ours to hide
+        elif chr(int(found[1])) not in missing:
+            missing.append(chr(int(found[1])))
     atomic_write(path, buffer.getvalue())
+    return () if fmt == "svg" else tuple(missing)  # SVG text is drawn by the viewer's fonts
+
+
+# matplotlib's "Glyph 26481 (\\N{CJK UNIFIED IDEOGRAPH-6771}) missing from font(s) DejaVu Sans."
+_MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from (?:current )?font")
+# Families with the glyphs DejaVu Sans lacks, used where installed (matplotlib >= 3.6
+# falls back along font.family per glyph).
+_FALLBACKS = (
+    "Noto Sans CJK JP",
+    "Noto Sans CJK SC",
+    "Source Han Sans",
+    "WenQuanYi Zen Hei",
+    "Droid Sans Fallback",
+    "Noto Sans Thai",
+    "Noto Color Emoji",
+    "Noto Emoji",
+    "Symbola",
+)
+
+
+def _fallback_fonts() -> dict[str, Any]:
+    from matplotlib import font_manager, rcParams
+
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    extra = [name for name in _FALLBACKS if name in installed]
+    if not extra:
+        return {}
+    return {"font.family": [*rcParams["font.sans-serif"][:1], *extra]}
 
 
 # --- binning long inputs --------------------------------------------------------

@@ -177,6 +177,40 @@ class KeysScreen(ModalScreen[None]):
         yield Static(text, id="keys")
 
 
+# The longest sentence the / prompt takes. textual's Input redraws its whole value on
+# each key, so typing n characters costs O(n²): 20 KB typed got no answer in 120 s and
+# 100 KB took 4.5 min and 5.5 GB (issue 25). 4,000 characters is ~1,000 tokens of
+# English, past the 512 positions of most encoders; longer texts: attnviz show --file.
+MAX_SENTENCE = 4000
+TOO_LONG = (
+    f"the sentence is cut at {MAX_SENTENCE:,} characters, the most the / prompt takes "
+    "(for a longer text: attnviz show --file)"
+)
+
+
+class SentenceInput(Input):
+    """The / prompt: at most ``MAX_SENTENCE`` characters; what goes past is cut, and the
+    app says so (not textual's silent refusal and bell)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=MAX_SENTENCE, **kwargs)
+
+    def replace(self, text: str, start: int, end: int) -> None:
+        low, high = sorted((max(0, start), min(len(self.value), end)))
+        room = MAX_SENTENCE - (len(self.value) - (high - low))
+        if len(text) > room:
+            text = text[: max(room, 0)]
+            self.restricted()
+            if not text:
+                return
+        super().replace(text, start, end)
+
+    def restricted(self) -> None:
+        say = getattr(self.app, "say", None)
+        if say is not None and getattr(self.app, "message", None) != TOO_LONG:
+            say(TOO_LONG)
+
+
 class ExploreApp(App[None]):
     """Explore one sentence's attention with the keyboard; ``/`` runs another.
 
@@ -297,7 +331,7 @@ class ExploreApp(App[None]):
         yield Static(id="tokens")
         yield Lines(id="view")
         yield Static(id="message")
-        yield Input(placeholder="a new sentence, Enter to run it, Esc to cancel", id="ask", disabled=True)
+        yield SentenceInput(placeholder="a new sentence, Enter to run it, Esc to cancel", id="ask", disabled=True)
         yield Static(id="footer")
 
     def on_mount(self) -> None:

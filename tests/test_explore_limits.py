@@ -1,0 +1,131 @@
+"""The explorer under what users do to it (issue 25): a long text typed into the /
+prompt (20 KB got no answer in 120 s, 100 KB took 4.5 min and 5.5 GB), Ctrl-C from
+outside (exit 0), and a terminal that goes away (exit 1, or never exits when no SIGHUP
+arrives). The prompt is bounded with a message; the exits are 130, 143 and 129."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from textual.widgets import Input
+
+from attnviz.engines import Engine
+from attnviz.result import Attention
+from attnviz.tui.app import MAX_SENTENCE, TOO_LONG, ExploreApp
+from attnviz.tui.views import runner
+
+from .helpers import EXAMPLE, inspect, save_tiny_bert
+from .test_explore import SIZE, press, screen, settle
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def att(own_engine: Engine) -> Attention:
+    return inspect(EXAMPLE, own_engine)
+
+
+async def test_the_prompt_is_cut_at_its_limit_with_a_message(att: Attention, own_engine: Engine) -> None:
+    app = ExploreApp(att, runner(own_engine, tuple(range(6))))
+    async with app.run_test(size=SIZE) as pilot:
+        await press(pilot, "slash", *"The cat")
+        ask = app.query_one("#ask", Input)
+        ask.insert_text_at_cursor(" sat" * 30_000)  # a 120 KB paste
+        assert len(ask.value) == MAX_SENTENCE
+        assert ask.value.startswith("The cat sat sat")
+        await pilot.pause()
+        assert "the sentence is cut at 4,000 characters" in screen(app)
+        await press(pilot, *"xyz")  # keys past the limit: nothing added, the message stays
+        assert len(ask.value) == MAX_SENTENCE and app.message == TOO_LONG
+        await press(pilot, "backspace", "!")  # room for one again
+        assert ask.value.endswith("!") and len(ask.value) == MAX_SENTENCE
+        ask.value = "The dog sat on it"
+        await press(pilot, "enter")
+        await settle(pilot)
+        assert "new sentence: 7 tokens" in screen(app)
+
+
+# --- the real command in a pseudo-terminal -------------------------------------------
+
+
+def start_in_pty(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """``attnviz explore`` on a tiny BERT in a new pseudo-terminal, once its screen is up."""
+    import pty
+
+    model = save_tiny_bert(tmp_path / "tiny")
+    leader, follower = pty.openpty()
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnviz", "explore", "the cat sat on the mat", "--model", str(model)],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=env,
+        close_fds=True,
+    )
+    os.close(follower)
+    seen, end = b"", time.monotonic() + 180
+    while b"quit" not in re.sub(rb"\x1b\[[0-9;?<>=$]*[A-Za-z~]|\s+", b"", seen) and time.monotonic() < end:
+        if select.select([leader], [], [], 0.2)[0]:
+            try:
+                seen += os.read(leader, 65536)
+            except OSError:
+                break
+    assert proc.poll() is None, seen[-2000:]
+    time.sleep(1)  # past textual's start-up: its handlers and ours are in place
+    return proc, leader
+
+
+def drain(leader: int, proc: subprocess.Popen[bytes], timeout: float) -> int | None:
+    end = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < end:
+        if select.select([leader], [], [], 0.2)[0]:
+            try:
+                os.read(leader, 65536)
+            except OSError:
+                time.sleep(0.2)
+    return proc.poll()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_signal_ends_the_explorer_with_its_code(tmp_path: Path, signum: int, code: int) -> None:
+    proc, leader = start_in_pty(tmp_path)
+    try:
+        proc.send_signal(signum)
+        assert drain(leader, proc, 30) == code
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(leader)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
+def test_a_terminal_that_goes_away_ends_the_explorer_with_129(tmp_path: Path) -> None:
+    """The pty is not the child's controlling terminal, so closing it sends no SIGHUP:
+    as under a shell that ignores SIGHUP. The explorer notices the terminal is gone."""
+    proc, leader = start_in_pty(tmp_path)
+    try:
+        os.close(leader)
+        leader = -1
+        proc.wait(timeout=30)
+        assert proc.returncode == 129
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if leader >= 0:
+            os.close(leader)
