@@ -503,9 +503,9 @@ def write_row_page(
 def cross_labels(planned: Plan) -> int:
     """Bytes a cross-attention page spends on the decoder text's labels beside the source's
     (the size estimate counts the keys' tokens): budgeted as generously as those."""
-    from ..render.html import _PER_TOKEN
+    from ..render.html import PER_TOKEN_BYTES
 
-    return _PER_TOKEN * len(planned.query_tokens) if planned.part == "cross" else 0
+    return PER_TOKEN_BYTES * len(planned.query_tokens) if planned.part == "cross" else 0
 
 
 def _style(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..explain import Explanation
 from ..result import atomic_write, check_writable
-from .html import ASSETS, _escape, _script_json
+from .html import ASSETS, escape_html, script_json
 
 FORMATS = (".html", ".htm")
 
@@ -18,9 +18,9 @@ FORMATS = (".html", ".htm")
 def explain_page(x: Explanation) -> str:
     """The whole page as text."""
     parts = {
-        "TITLE": _escape(f"attnviz explain · layer {x.layer} head {x.head} · {x.tokens.text.strip()[:60]}"),
+        "TITLE": escape_html(f"attnviz explain · layer {x.layer} head {x.head} · {x.tokens.text.strip()[:60]}"),
         "CSS": (ASSETS / "explain.css").read_text(encoding="utf-8"),
-        "DATA": _script_json(x.to_dict()),
+        "DATA": script_json(x.to_dict()),
         "JS": (ASSETS / "explain.js").read_text(encoding="utf-8"),
     }
     page = (ASSETS / "explain.html").read_text(encoding="utf-8")

@@ -55,15 +55,15 @@ SCALE = 65535  # uint16 quantisation: the page decodes w = q / SCALE
 FORMAT_VERSION = 1
 # The page around the weights (CSS, JS, markup, labels): measured ~40 kB; a generous bound so
 # the estimate never undershoots.
-_PAGE_OVERHEAD = 64_000
-_PER_TOKEN = 200  # labels, words, offsets in the embedded JSON, per token (generous)
+PAGE_OVERHEAD_BYTES = 64_000
+PER_TOKEN_BYTES = 200  # labels, words, offsets in the embedded JSON, per token (generous)
 
 
 def page_size(num_layers: int, num_heads: int, num_tokens: int) -> int:
     """Upper bound on the bytes of a page holding ``num_layers`` × ``num_heads`` full
     ``num_tokens`` × ``num_tokens`` matrices (uint16, base64: 4 characters per 3 bytes)."""
     raw = 2 * num_layers * num_heads * num_tokens * num_tokens
-    return 4 * math.ceil(raw / 3) + _PAGE_OVERHEAD + _PER_TOKEN * num_tokens
+    return 4 * math.ceil(raw / 3) + PAGE_OVERHEAD_BYTES + PER_TOKEN_BYTES * num_tokens
 
 
 def layers_that_fit(num_heads: int, num_tokens: int, budget: int = HTML_BUDGET_BYTES, most: int = 10_000) -> int:
@@ -101,7 +101,7 @@ def check_page_size(num_layers: int, num_heads: int, num_tokens: int, budget: in
     )
 
 
-def _word_label(tokens: Tokens, group: tuple[int, ...]) -> str:
+def word_label(tokens: Tokens, group: tuple[int, ...]) -> str:
     if len(group) == 1:
         return tokens.labels[group[0]]
     start, end = tokens.offsets[group[0]][0], tokens.offsets[group[-1]][1]
@@ -207,7 +207,7 @@ def page_data(
         "pieces": list(tokens.pieces),
         "special": list(tokens.special),
         "words": [list(g) for g in groups],
-        "word_labels": [_word_label(tokens, g) for g in groups],
+        "word_labels": [word_label(tokens, g) for g in groups],
         "layers": list(att.layers),
         "heads": [head_label(h, p.num_heads, p.num_kv_heads) for h in range(att.num_heads)],
         "causal": p.causal,
@@ -314,17 +314,17 @@ def decode_effects(data: dict[str, Any]) -> np.ndarray:
     return np.frombuffer(base64.b64decode(enc["base64"]), dtype="<f4").reshape(enc["shape"])
 
 
-def _asset(name: str) -> str:
+def asset(name: str) -> str:
     return (ASSETS / name).read_text(encoding="utf-8")
 
 
-def _script_json(data: dict[str, Any]) -> str:
+def script_json(data: dict[str, Any]) -> str:
     # Inside <script> only "</script" (and "<!--") can end or confuse the element; escaping
     # every "<" as \u003c keeps the JSON valid and the sentence unable to close it.
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
 
 
-def _escape(text: str) -> str:
+def escape_html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
@@ -346,13 +346,13 @@ def html_page(
     data = page_data(att, query, view, layer, options, norms, ablation)
     title = f"attnviz · {att.tokens.text.strip()[:80]}"
     parts = {
-        "TITLE": _escape(title),
-        "CSS": _asset("view.css"),
-        "DATA": _script_json(data),
-        "JS": _asset("view.js"),
+        "TITLE": escape_html(title),
+        "CSS": asset("view.css"),
+        "DATA": script_json(data),
+        "JS": asset("view.js"),
     }
     # One pass, so text inserted for one placeholder is never scanned for another.
-    return re.sub(r"\{\{(TITLE|CSS|DATA|JS)\}\}", lambda m: parts[m[1]], _asset("page.html"))
+    return re.sub(r"\{\{(TITLE|CSS|DATA|JS)\}\}", lambda m: parts[m[1]], asset("page.html"))
 
 
 def save_html(

@@ -42,7 +42,16 @@ from ..shape import head_label
 from ..tokens import Tokens
 from ..transforms import word_groups
 from . import HTML_BUDGET_BYTES, HTML_FORMATS
-from .html import _PAGE_OVERHEAD, _PER_TOKEN, _asset, _escape, _script_json, _word_label, encode_weights, versions
+from .html import (
+    PAGE_OVERHEAD_BYTES,
+    PER_TOKEN_BYTES,
+    asset,
+    encode_weights,
+    escape_html,
+    script_json,
+    versions,
+    word_label,
+)
 
 FORMAT_VERSION = 1
 VIEWS = ("head", "model", "matrix")
@@ -62,7 +71,7 @@ def page_size(
     cells = num_layers * num_heads * num_rows
     rows = _b64(cells * num_tokens * bits // 8) + _b64(4 * cells)
     matrices = _b64(2 * matrix_layers * num_heads * num_tokens * num_tokens)
-    return rows + matrices + _PAGE_OVERHEAD + _PER_TOKEN * num_tokens
+    return rows + matrices + PAGE_OVERHEAD_BYTES + PER_TOKEN_BYTES * num_tokens
 
 
 def choose_bits(
@@ -268,7 +277,7 @@ def page_data(
         "labels": list(tokens.labels),
         "special": list(tokens.special),
         "words": [list(g) for g in groups],
-        "word_labels": [_word_label(tokens, g) for g in groups],
+        "word_labels": [word_label(tokens, g) for g in groups],
         "layers": list(rows.layers),
         "heads": [head_label(h, p.num_heads, p.num_kv_heads) for h in range(rows.num_heads)],
         "causal": p.causal,
@@ -318,13 +327,13 @@ def html_page(rows: Attention, matrix: Attention | None = None, opens: RowPage |
 
 def _page(data: dict[str, Any]) -> str:
     parts = {
-        "TITLE": _escape(f"attnviz · {data['text'].strip()[:80]}"),
-        "CSS": _asset("view.css") + _asset("rows.css"),
-        "DATA": _script_json(data),
-        "JS": _asset("rows.js"),
+        "TITLE": escape_html(f"attnviz · {data['text'].strip()[:80]}"),
+        "CSS": asset("view.css") + asset("rows.css"),
+        "DATA": script_json(data),
+        "JS": asset("rows.js"),
     }
     # One pass, so text inserted for one placeholder is never scanned for another.
-    return re.sub(r"\{\{(TITLE|CSS|DATA|JS)\}\}", lambda m: parts[m[1]], _asset("rows.html"))
+    return re.sub(r"\{\{(TITLE|CSS|DATA|JS)\}\}", lambda m: parts[m[1]], asset("rows.html"))
 
 
 def save_html(
