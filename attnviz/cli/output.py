@@ -15,9 +15,11 @@ Every command's result (tables, JSON, CSV) goes through ``emit`` or the rich
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StdoutError
@@ -26,6 +28,24 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 _NOT_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+@contextlib.contextmanager
+def reported() -> Iterator[None]:
+    """A failing write or flush to standard output as one ``StdoutError`` (a full disk, an
+    I/O error); a closed pipe stays a ``BrokenPipeError``: the reader went away, and the
+    CLI ends quietly."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise StdoutError(
+            f"cannot write the result to standard output: {exc.strerror or exc}",
+            hint="free some space, or send standard output elsewhere",
+            reason="write",
+            errno=exc.errno,
+        ) from None
 
 
 class Stdout:
@@ -47,21 +67,12 @@ class Stdout:
                 hint="run it without closing standard output (>&-), or redirect it to a file",
                 reason="closed",
             )
-        try:
+        with reported():
             try:
                 stream.write(text)
             except UnicodeEncodeError:
                 stream.write(self.escaped(text, getattr(stream, "encoding", None) or "ascii"))
             stream.flush()  # a full disk fails here, inside the command, not at exit
-        except BrokenPipeError:
-            raise  # the reader went away: the CLI ends quietly
-        except OSError as exc:
-            raise StdoutError(
-                f"cannot write the result to standard output: {exc.strerror or exc}",
-                hint="free some space, or send standard output elsewhere",
-                reason="write",
-                errno=exc.errno,
-            ) from None
         return len(text)
 
     def escaped(self, text: str, encoding: str) -> str:
@@ -72,12 +83,8 @@ class Stdout:
 
     def flush(self) -> None:
         if self.stream is not None:
-            try:
+            with reported():
                 self.stream.flush()
-            except BrokenPipeError:
-                raise
-            except OSError as exc:
-                raise StdoutError(f"cannot write the result to standard output: {exc.strerror or exc}") from None
 
     def isatty(self) -> bool:
         stream = self.stream
@@ -133,35 +140,17 @@ class StdoutBytes:
         encoding = (getattr(stream, "encoding", None) or "utf-8").lower().replace("-", "").replace("_", "")
         if stream is None or buffer is None or not (encoding == "utf8" or data.isascii()):
             return self.text.write(data.decode("utf-8"))
-        try:
+        with reported():
             stream.flush()  # whatever went through the text layer first stays first
             buffer.write(data)
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            raise StdoutError(
-                f"cannot write the result to standard output: {exc.strerror or exc}",
-                hint="free some space, or send standard output elsewhere",
-                reason="write",
-                errno=exc.errno,
-            ) from None
         return len(data)
 
     def flush(self) -> None:
         stream = self.text.stream
         buffer = getattr(stream, "buffer", None)
-        try:
+        with reported():
             if buffer is not None:
                 buffer.flush()
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            raise StdoutError(
-                f"cannot write the result to standard output: {exc.strerror or exc}",
-                hint="free some space, or send standard output elsewhere",
-                reason="write",
-                errno=exc.errno,
-            ) from None
         self.text.flush()
 
 
