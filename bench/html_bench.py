@@ -35,6 +35,9 @@ from attnviz.pipeline import Selection, run  # noqa: E402
 from attnviz.render.html import page_size, save_html  # noqa: E402
 from tests import browser  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from long_context import VOCAB, build_model  # noqa: E402
+
 EXAMPLE = "The animal didn't cross the street because it was too tired"
 FILLER = "The committee published its long report on the river, and the fishermen read every page because it changed."
 
@@ -60,37 +63,7 @@ def sentence(tokens: int, engine: object) -> str:
 
 def build_decoder(directory: Path) -> Path:
     """The 32 × 32/8 bench decoder at a small width and its tokenizer, saved in ``directory``."""
-    import torch
-    from tokenizers import Tokenizer, pre_tokenizers, processors
-    from tokenizers.models import WordLevel
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    if (directory / "config.json").is_file():
-        return directory
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        max_position_embeddings=8192,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    LlamaForCausalLM(config).save_pretrained(directory)
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i + 3 for i in range(VOCAB - 3)}}
-    tok = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.add_special_tokens(["<unk>", "<s>", "</s>"])
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-    fast.save_pretrained(directory)
-    return directory
-
-
-VOCAB = 1000
+    return build_model(directory, layers=32, heads=32, kv_heads=8, max_positions=8192)
 
 
 def rows_bench(lengths: list[int], reps: int) -> None:

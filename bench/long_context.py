@@ -39,8 +39,15 @@ HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, MAX_POSITIONS, VOCAB = 256, 4, 8,
 GB = 1024**3
 
 
-def build_model(directory: Path) -> Path:
-    """The random Llama-shaped checkpoint and its tokenizer, saved in ``directory``."""
+def build_model(
+    directory: Path,
+    layers: int = LAYERS,
+    heads: int = HEADS,
+    kv_heads: int = KV_HEADS,
+    max_positions: int = MAX_POSITIONS,
+) -> Path:
+    """The random Llama-shaped checkpoint and its tokenizer, saved in ``directory``
+    (html_bench.py's 32 × 32/8 decoder is this one with more layers and heads)."""
     import torch
     from tokenizers import Tokenizer, pre_tokenizers, processors
     from tokenizers.models import WordLevel
@@ -53,10 +60,10 @@ def build_model(directory: Path) -> Path:
         vocab_size=VOCAB,
         hidden_size=HIDDEN,
         intermediate_size=INTERMEDIATE,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        num_key_value_heads=KV_HEADS,
-        max_position_embeddings=MAX_POSITIONS,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_positions,
         bos_token_id=1,
         eos_token_id=2,
     )
