@@ -169,8 +169,9 @@ def _check_arguments(given: dict[str, object]) -> None:
     for name in ("occurrence", "index"):
         if given[name] is not None and not whole(given[name]):
             refuse(name, "an int or None")
-    model = given["model"]
-    if not (model is None or isinstance(model, (str, os.PathLike)) or hasattr(model, "config")):
+    # Plain values are a type error here; any other object goes on to ``from_model``, which
+    # names what it is (a TransformerLens HookedTransformer, a bare torch module...).
+    if isinstance(given["model"], (bool, int, float, complex, bytes, bytearray, list, tuple, dict, set)):
         refuse("model", "a path, a model name, a transformers model or None")
     for name in _OPTIONAL_STR:
         if given[name] is not None and not isinstance(given[name], str):

@@ -117,11 +117,16 @@ def _run(explorer: object) -> int:
 
     fd = sys.stdin.fileno()
 
+    def gone() -> bool:
+        try:
+            termios.tcgetattr(fd)  # EIO once the terminal has hung up
+        except (termios.error, OSError, ValueError):
+            return True
+        return False
+
     def watch() -> None:
         while not stop.wait(HANGUP_POLL_S):
-            try:
-                termios.tcgetattr(fd)  # EIO once the terminal has hung up
-            except (termios.error, OSError, ValueError):
+            if gone():
                 got.append(signal.SIGHUP)
                 stop.set()
         if not got:
@@ -142,6 +147,10 @@ def _run(explorer: object) -> int:
         stop.set()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if not got and gone():
+        # textual's driver met the lost terminal (EIO) and ended the app before the watcher's
+        # next look: the same hang-up, not an error of the app's.
+        got.append(signal.SIGHUP)
     if not got:
         return int(app.return_code or 0)
     code = _code(got[0])
