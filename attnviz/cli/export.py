@@ -242,6 +242,13 @@ def export(
             )
         if len(queries) > 1 and not html:
             raise UsageError("an image draws one token", hint="give one --token/--index, or write .html for several")
+        if html and rollout:
+            view_from(False, False, False, None, rollout, measure.value)  # rollout with norms: refused
+            if rows or matrix_layer:
+                raise UsageError(
+                    "rollout multiplies every layer's full matrices; the row-mode page holds rows only",
+                    hint="drop --rollout, or drop --rows/--matrix-layer for the full page",
+                )
         if html:
             # The page carries its own words / special tokens / head-mean toggles.
             text = read_input(sentence, file)
@@ -272,6 +279,7 @@ def export(
                 part=chosen,
                 target=target if chosen in ("decoder", "cross") else None,
                 ablate=ablate_with.value if ablate else None,
+                rollout=rollout,
             )
             return
         if view is ExportView.token and query is None:
@@ -348,6 +356,7 @@ def write_page(
     part: str | None = None,
     target: str | None = None,
     ablate: str | None = None,
+    rollout: bool = False,
 ) -> None:
     """The interactive page: every query row of the chosen layers (default all), its size
     checked from the token count before the forward pass. ``measure`` "norm": the page
@@ -355,6 +364,9 @@ def write_page(
     ``open_layer``, by default the layer of the pinned token's strongest non-trivial link
     (``findings``). ``ablate`` ("zero" or "mean"): each head of the page's layers removed
     in turn, its effect at every token carried for the page's bars (full page only).
+    ``rollout``: the page carries the rollout (``transforms.rollout``, through every layer
+    from 0 as ``show --rollout`` computes it, whichever layers the page keeps) and opens
+    with its toggle on (full page only: it needs every layer's full matrices).
 
     Row mode (``rows``, ``matrix_layers``, or full matrices over the budget with a query
     given): ``write_row_page``. An encoder-decoder's ``part`` "encoder" (the source) or
@@ -362,7 +374,8 @@ def write_page(
     from ..errors import UsageError
     from ..findings import strongest_links
     from ..pipeline import Selection, plan, read
-    from ..render.html import PageAblation, ablation_bytes, check_page_size, save_html
+    from ..render.html import Options, PageAblation, ablation_bytes, check_page_size, save_html
+    from ..transforms import View
 
     selection = Selection(queries=tuple(queries), layers=layer, all_rows=True, part=part)
     planned = plan(tokens, eng, selection, target=target)
@@ -376,6 +389,7 @@ def write_page(
             hint="pick one of them, or widen --layer",
         )
     heads = eng.part_shape(planned.part).num_heads * (2 if measure == "norm" else 1)  # norms: twice the matrices
+    heads += 1 if rollout else 0  # the rollout: one matrix more per layer
     fallback = False
     extra = 0 if ablate is None else ablation_bytes(len(planned.layers), eng.shape.num_heads, len(shown))
     if not (rows or matrix_layers):
@@ -390,13 +404,24 @@ def write_page(
                     hint=f"{hint_for(exc)}, or give --token WORD (or --index K) for a row-mode page: that token's "
                     "rows in every layer and head",
                 ) from None
-            if measure == "norm":
+            if measure == "norm" or rollout:
                 raise
             rows = fallback = True
     if rows or matrix_layers:
         write_row_page(eng, planned, view, path, max_memory, measure, open_layer, matrix_layers, fallback)
         return
-    got = read(planned, eng, max_memory)  # every query row: whole matrices
+    rolled = None
+    if rollout:
+        # The CLI's own path (show --rollout): every row of layers 0..max(layers), rolled
+        # out, the page's layers picked; its last slot is the rollout.
+        with_rollout = plan(tokens, eng, replace(selection, view=View(rollout=True)), target=target)
+        got = read(with_rollout, eng, max_memory)
+        both = got.attention
+        rolled = both.weights[:, both.model_heads]  # (N, S, S)
+        heads_only = replace(both, weights=both.weights[:, : both.model_heads], aggregates=(), steps=())
+        got = replace(got, attention=heads_only)
+    else:
+        got = read(planned, eng, max_memory)  # every query row: whole matrices
     norms = None
     if measure == "norm":
         norms = read(plan(tokens, eng, replace(selection, measure="norm"), target=target), eng, max_memory).attention
@@ -412,7 +437,18 @@ def write_page(
     if ablate is not None:
         effects = PageAblation(_page_effects(eng, planned, att.layers, max_memory, ablate), ablate)
     mode = "matrix" if view is ExportView.matrix else "head"
-    save_html(att, path, query=pinned, view=mode, layer=open_layer, norms=norms, ablation=effects)
+    options = Options(rollout=rollout)
+    save_html(
+        att,
+        path,
+        query=pinned,
+        view=mode,
+        layer=open_layer,
+        norms=norms,
+        ablation=effects,
+        rollout=rolled,
+        options=options,
+    )
     wrote(path)
 
 
