@@ -233,8 +233,8 @@ def test_row_mode_refusals_name_the_flags(runner: CliRunner, llama: Path, tmp_pa
     assert "--token WORD or --index K" in one_error_line(runner.invoke(app, [*base, "--rows"]), 2)
     line = one_error_line(runner.invoke(app, [*base, "--token", "dog", "--matrix-layer", "5"]), 2)
     assert "--matrix-layer 5 is not among the page's layers (0, 1)" in line
-    line = one_error_line(runner.invoke(app, [*base, "--token", "dog", "--rows", "--measure", "norm"]), 2)
-    assert "norm measure" in line
+    line = one_error_line(runner.invoke(app, [*base, "--token", "dog", "--matrix-layer", "0", "--measure", "norm"]), 2)
+    assert "matrix layers hold the attention weights only" in line and "--matrix-layer" in line
     png = ["export", TEXT, "--model", str(llama), "--token", "dog", "-o", str(tmp_path / "p.png")]
     assert "--rows is for the HTML page" in one_error_line(runner.invoke(app, [*png, "--rows"]), 2)
     assert "an image draws one token" in one_error_line(runner.invoke(app, [*png, "--token", "cat"]), 2)

@@ -198,11 +198,12 @@ def export(
 
     -o view.html writes one self-contained page (it needs no network) holding every head of
     the chosen layers (default: all): head view, model view, matrix, and words / special
-    tokens / head mean toggles. --token is optional and pins that token; --view matrix
-    opens the matrix. When the full matrices would not fit the page's budget (or with
+    tokens / head mean toggles (--rollout adds the rollout, computed as show --rollout
+    does, and opens on it; --measure norm the norms). --token is optional and pins that
+    token; --view matrix opens the matrix. When the full matrices would not fit the page's budget (or with
     --rows), the page holds only the rows of the --token/--index tokens (repeatable) in
     every layer and head, computed without n × n matrices, and full matrices only for the
-    --matrix-layer layers.
+    --matrix-layer layers (with --measure norm, the norms' rows beside them).
     """
     with errors(debug):
         from ..errors import UsageError
@@ -242,6 +243,18 @@ def export(
             )
         if len(queries) > 1 and not html:
             raise UsageError("an image draws one token", hint="give one --token/--index, or write .html for several")
+        if html and matrix_layer and measure is Measure.norm:
+            raise UsageError(
+                "the row-mode page's matrix layers hold the attention weights only; the norm measure is in its rows",
+                hint="drop --matrix-layer (the rows carry the chosen tokens' norms), or drop --measure norm",
+            )
+        if html and rollout:
+            view_from(False, False, False, None, rollout, measure.value)  # rollout with norms: refused
+            if rows or matrix_layer:
+                raise UsageError(
+                    "rollout multiplies every layer's full matrices; the row-mode page holds rows only",
+                    hint="drop --rollout, or drop --rows/--matrix-layer for the full page",
+                )
         if html:
             # The page carries its own words / special tokens / head-mean toggles.
             text = read_input(sentence, file)
@@ -272,6 +285,7 @@ def export(
                 part=chosen,
                 target=target if chosen in ("decoder", "cross") else None,
                 ablate=ablate_with.value if ablate else None,
+                rollout=rollout,
             )
             return
         if view is ExportView.token and query is None:
@@ -348,6 +362,7 @@ def write_page(
     part: str | None = None,
     target: str | None = None,
     ablate: str | None = None,
+    rollout: bool = False,
 ) -> None:
     """The interactive page: every query row of the chosen layers (default all), its size
     checked from the token count before the forward pass. ``measure`` "norm": the page
@@ -355,6 +370,9 @@ def write_page(
     ``open_layer``, by default the layer of the pinned token's strongest non-trivial link
     (``findings``). ``ablate`` ("zero" or "mean"): each head of the page's layers removed
     in turn, its effect at every token carried for the page's bars (full page only).
+    ``rollout``: the page carries the rollout (``transforms.rollout``, through every layer
+    from 0 as ``show --rollout`` computes it, whichever layers the page keeps) and opens
+    with its toggle on (full page only: it needs every layer's full matrices).
 
     Row mode (``rows``, ``matrix_layers``, or full matrices over the budget with a query
     given): ``write_row_page``. An encoder-decoder's ``part`` "encoder" (the source) or
@@ -362,7 +380,8 @@ def write_page(
     from ..errors import UsageError
     from ..findings import strongest_links
     from ..pipeline import Selection, plan, read
-    from ..render.html import PageAblation, ablation_bytes, check_page_size, save_html
+    from ..render.html import Options, PageAblation, ablation_bytes, check_page_size, save_html
+    from ..transforms import View
 
     selection = Selection(queries=tuple(queries), layers=layer, all_rows=True, part=part)
     planned = plan(tokens, eng, selection, target=target)
@@ -376,6 +395,7 @@ def write_page(
             hint="pick one of them, or widen --layer",
         )
     heads = eng.part_shape(planned.part).num_heads * (2 if measure == "norm" else 1)  # norms: twice the matrices
+    heads += 1 if rollout else 0  # the rollout: one matrix more per layer
     fallback = False
     extra = 0 if ablate is None else ablation_bytes(len(planned.layers), eng.shape.num_heads, len(shown))
     if not (rows or matrix_layers):
@@ -390,13 +410,24 @@ def write_page(
                     hint=f"{hint_for(exc)}, or give --token WORD (or --index K) for a row-mode page: that token's "
                     "rows in every layer and head",
                 ) from None
-            if measure == "norm":
+            if rollout:  # rollout needs every layer's full matrices
                 raise
             rows = fallback = True
     if rows or matrix_layers:
         write_row_page(eng, planned, view, path, max_memory, measure, open_layer, matrix_layers, fallback)
         return
-    got = read(planned, eng, max_memory)  # every query row: whole matrices
+    rolled = None
+    if rollout:
+        # The CLI's own path (show --rollout): every row of layers 0..max(layers), rolled
+        # out, the page's layers picked; its last slot is the rollout.
+        with_rollout = plan(tokens, eng, replace(selection, view=View(rollout=True)), target=target)
+        got = read(with_rollout, eng, max_memory)
+        both = got.attention
+        rolled = both.weights[:, both.model_heads]  # (N, S, S)
+        heads_only = replace(both, weights=both.weights[:, : both.model_heads], aggregates=(), steps=())
+        got = replace(got, attention=heads_only)
+    else:
+        got = read(planned, eng, max_memory)  # every query row: whole matrices
     norms = None
     if measure == "norm":
         norms = read(plan(tokens, eng, replace(selection, measure="norm"), target=target), eng, max_memory).attention
@@ -412,7 +443,18 @@ def write_page(
     if ablate is not None:
         effects = PageAblation(_page_effects(eng, planned, att.layers, max_memory, ablate), ablate)
     mode = "matrix" if view is ExportView.matrix else "head"
-    save_html(att, path, query=pinned, view=mode, layer=open_layer, norms=norms, ablation=effects)
+    options = Options(rollout=rollout)
+    save_html(
+        att,
+        path,
+        query=pinned,
+        view=mode,
+        layer=open_layer,
+        norms=norms,
+        ablation=effects,
+        rollout=rolled,
+        options=options,
+    )
     wrote(path)
 
 
@@ -452,10 +494,10 @@ def write_row_page(
     from ..pipeline import forward
     from ..render.html_rows import RowPage, check_row_page, row_positions, save_html
 
-    if measure == "norm":
+    if measure == "norm" and matrix_layers:
         raise UsageError(
-            "the row-mode page holds the attention weights; the norm measure is not in it",
-            hint="drop --measure norm (attnviz show --measure norm gives the norms of long texts)",
+            "the row-mode page's matrix layers hold the attention weights only; the norm measure is in its rows",
+            hint="drop --matrix-layer (the rows carry the chosen tokens' norms), or drop --measure norm",
         )
     if not planned.queries:
         raise UsageError(
@@ -464,6 +506,7 @@ def write_row_page(
         )
     layers, tokens, shown = planned.layers, planned.tokens, planned.query_tokens
     heads = eng.part_shape(planned.part).num_heads
+    stored_heads = heads * (2 if measure == "norm" else 1)  # the norms: as many rows again
     extra = sorted(set(matrix_layers))
     missing = [m for m in extra if m not in layers]
     if missing:
@@ -477,7 +520,9 @@ def write_row_page(
         open_layer = extra[0]
     positions = row_positions(shown, [p for g in planned.queries for p in g])
     keys = len(tokens) if planned.part == "cross" else len(shown)  # cross-attention: over the source
-    check_row_page(len(layers), heads, len(positions), keys, len(extra), HTML_BUDGET_BYTES - cross_labels(planned))
+    check_row_page(
+        len(layers), stored_heads, len(positions), keys, len(extra), HTML_BUDGET_BYTES - cross_labels(planned)
+    )
     if fallback:
         sys.stderr.write(
             f"note: {len(shown)} tokens' full matrices do not fit the page: it holds the rows of the chosen "
@@ -486,16 +531,25 @@ def write_row_page(
     target, part = planned.target, planned.part
     att = forward(tokens, eng, layers, positions, max_memory, target=target, part=part)  # asked rows: no n × n
     matrix = forward(tokens, eng, extra, (), max_memory, target=target, part=part) if extra else None
+    norms = None
+    if measure == "norm":  # the same rows times the value norms (H, S) of each layer: no n × n either
+        norms = forward(tokens, eng, layers, positions, max_memory, target=target, part=part, measure="norm")
     pinned = planned.queries[0][0]
     if open_layer is None:
         found = strongest_links(att, att.query_slot(pinned), 1)  # show's footer rule
         open_layer = found[0].layer if found else None
     opens = RowPage(query=pinned, view="matrix" if view is ExportView.matrix else "head", layer=open_layer)
-    size, stored = save_html(att, path, matrix, opens, HTML_BUDGET_BYTES - cross_labels(planned))
+    size, stored = save_html(att, path, matrix, opens, HTML_BUDGET_BYTES - cross_labels(planned), norms)
+    norm_note = (
+        ""
+        if norms is None
+        else f"; norms beside them, largest error {stored['norm_max_error']:.2g} "
+        f"({stored['norm_share_error']:.2g} in the shares shown)"
+    )
     sys.stderr.write(
         f"note: row mode, {len(positions)} query row(s) × {len(layers)} layers × {heads} heads × "
         f"{keys} keys as {'uint' + str(stored['bits'])}: {size / 1e6:.1f} MB, largest error "
-        f"{stored['max_error']:.2g}\n"
+        f"{stored['max_error']:.2g}{norm_note}\n"
     )
     wrote(path)
 

@@ -27,6 +27,12 @@ Everything else is computed in the page from those per-token matrices, with the 
    "didn" + "'"): ``word_groups``, the rule that labels a piece ``##men``.
 3. head mean: the mean over the layer's heads of the rows as 1-2 made them.
 
+Rollout (Abnar & Zuidema 2020) is not computed in the page: with ``rollout=`` the page
+carries, per kept layer, the matrix ``attnviz.transforms.rollout`` made from the raw
+weights of every layer from 0 (the numbers of ``show --rollout``), in the weights'
+encoding, and reads it through rules 1-2 like one more head (``show --rollout`` passes its
+slot through the same steps).
+
 numpy + stdlib only: renderers never import torch or transformers.
 """
 
@@ -156,6 +162,7 @@ class Options:
     words: bool = False
     hide_special: bool = False
     mean: bool = False
+    rollout: bool = False
 
 
 def page_data(
@@ -166,8 +173,13 @@ def page_data(
     options: Options | None = None,
     norms: Attention | None = None,
     ablation: PageAblation | None = None,
+    rollout: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Everything the page's JavaScript reads, as one JSON-ready dict.
+
+    ``rollout``: (N, S, S), at each kept layer l the rollout through layers 0..l
+    (``transforms.rollout`` of every layer from 0, then the page's layers picked): the page
+    gets a rollout toggle, an aggregate beside the head mean (``rollout_data``).
 
     ``norms``: the same layers and rows with the norm measure (``measure`` "norm"): the
     page then carries them beside the weights, opens on them and has a weight/norm toggle.
@@ -197,6 +209,8 @@ def page_data(
     options = options or Options()
     if not 0 <= options.head < att.num_heads:
         raise UsageError(f"head {options.head} is out of range: the page holds {att.num_heads} heads")
+    if options.rollout and rollout is None:
+        raise ValueError("the page opens on the rollout only when it carries one")
     p = att.provenance
     tokens = att.tokens
     groups = word_groups(tokens)
@@ -231,12 +245,32 @@ def page_data(
             "words": options.words,
             "hideSpecial": options.hide_special,
             "mean": options.mean,
+            **({} if rollout is None else {"rollout": options.rollout}),
             "measure": "weight" if norms is None else "norm",
         },
         "weights": encode_weights(att.weights),
         **({} if norms is None else _norm_data(att, norms)),
         **({} if ablation is None else ablation_data(att, ablation)),
+        **({} if rollout is None else rollout_data(att, rollout, norms is not None)),
     }
+
+
+def rollout_data(att: Attention, rolled: np.ndarray, with_norms: bool = False) -> dict[str, Any]:
+    """The page's ``rollout`` key: (N, S, S) rollout matrices in the weights' encoding
+    (uint16; each value within 0.0000077 of the float32 one), with the rule in words.
+
+    Raises:
+        ValueError: ``rolled`` is not (kept layers, tokens, tokens) of ``att``, ``att`` is
+            not raw weights, or the page carries norms (rollout is not defined for them).
+    """
+    from ..transforms import ROLLOUT_STEP
+
+    size = len(att.tokens)
+    if np.shape(rolled) != (len(att.layers), size, size):
+        raise ValueError(f"the rollout must be (layers, tokens, tokens) of the page, not {np.shape(rolled)}")
+    if with_norms or att.measure != "weight":
+        raise ValueError("rollout multiplies attention weights; it is not defined for the norm measure")
+    return {"rollout": {**encode_weights(rolled), "step": ROLLOUT_STEP, "first": 0}}
 
 
 def _norm_data(att: Attention, norms: Attention) -> dict[str, Any]:
@@ -336,6 +370,7 @@ def html_page(
     options: Options | None = None,
     norms: Attention | None = None,
     ablation: PageAblation | None = None,
+    rollout: np.ndarray | None = None,
 ) -> str:
     """The whole page: markup, inline CSS and JS, the weights as embedded JSON. The
     arguments set what the page shows when it opens (see ``page_data``).
@@ -343,7 +378,7 @@ def html_page(
     Raises:
         UsageError: ``att`` lacks some query rows, or a bad initial state (``page_data``).
     """
-    data = page_data(att, query, view, layer, options, norms, ablation)
+    data = page_data(att, query, view, layer, options, norms, ablation, rollout)
     title = f"attnviz · {att.tokens.text.strip()[:80]}"
     parts = {
         "TITLE": escape_html(title),
@@ -364,6 +399,8 @@ def save_html(
     budget: int = HTML_BUDGET_BYTES,
     norms: Attention | None = None,
     ablation: PageAblation | None = None,
+    rollout: np.ndarray | None = None,
+    options: Options | None = None,
 ) -> int:
     """Write the page to ``path`` atomically; returns its size in bytes.
 
@@ -374,8 +411,9 @@ def save_html(
     """
     path = check_writable(Path(path), HTML_FORMATS)
     heads = att.num_heads * (1 if norms is None else 2)  # the norms double the matrices
+    heads += 0 if rollout is None else 1  # the rollout: one matrix more per layer
     extra = 0 if ablation is None else ablation.nbytes()  # the effects: N·H·S floats
     check_page_size(len(att.layers), heads, len(att.tokens), budget - extra)
-    encoded = html_page(att, query, view, layer, norms=norms, ablation=ablation).encode("utf-8")
+    encoded = html_page(att, query, view, layer, options, norms, ablation, rollout).encode("utf-8")
     atomic_write(path, encoded)
     return len(encoded)

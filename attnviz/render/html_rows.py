@@ -17,6 +17,14 @@ Storage, chosen to keep the budget (``choose_bits``):
               own decoding (``decode_rows``), and stated in the page.
     matrices  the full page's encoding (uint16, w' = q / 65535; error ≤ 1/131070).
 
+The norm measure (``norms``, Kobayashi et al. 2020): the rows of ‖α·f(x)‖ of the same
+layers, heads and queries (the row path's value norms (N, H, S) times the rows: no n × n
+matrix either), stored like the weights' rows (their own per-row scales, the same bits),
+with two largest errors stated: in the norms themselves, and in the shares the page shows
+(each token row over its sum, ``norm_share_error``). The page opens on them and has a
+weight/norm toggle; its matrix layers hold weights only, so ``export`` refuses norms with
+``--matrix-layer``.
+
 Special tokens, words and the head mean are computed in the page from the raw rows, with
 the full page's rules (``render.html``); a word needs every piece's row, so the rows kept
 are those of every piece of each query's word (``row_positions``).
@@ -223,13 +231,32 @@ class RowPage:
     mean: bool = False
 
 
+def norm_share_error(norms: np.ndarray, encoded: dict[str, Any]) -> float:
+    """The largest |share − share'| over the token rows: each row of ``norms`` over its
+    sum against the same of the page's decoding of ``encoded`` (an all-zero row: 0)."""
+
+    def shares(w: np.ndarray) -> np.ndarray:
+        total = w.sum(-1, keepdims=True)
+        return np.divide(w, total, out=np.zeros_like(w), where=total > 0)
+
+    exact = shares(np.asarray(norms, dtype=np.float64))
+    stored = shares(decode_rows(encoded).astype(np.float64))
+    return float(np.abs(exact - stored).max(initial=0.0))
+
+
 def page_data(
-    rows: Attention, matrix: Attention | None = None, opens: RowPage | None = None, bits: int = 8
+    rows: Attention,
+    matrix: Attention | None = None,
+    opens: RowPage | None = None,
+    bits: int = 8,
+    norms: Attention | None = None,
 ) -> dict[str, Any]:
     """Everything the row page's JavaScript reads, as one JSON-ready dict.
 
     ``rows``: raw rows (no reading option applied) of some query tokens, every kept
-    layer; ``matrix``: every row of some of those layers (or None).
+    layer; ``matrix``: every row of some of those layers (or None). ``norms``: the norm
+    measure of the same layers, heads and rows (read with ``measure="norm"``): the page
+    carries them beside the weights, opens on them, and has a weight/norm toggle.
 
     Cross-attention (``rows.key_tokens`` the source): the decoder text's rows over the
     source, without matrices, words or hidden special tokens.
@@ -253,6 +280,20 @@ def page_data(
         )
     if not rows.queries:
         raise UsageError("the row page needs at least one query token's rows", reason="row_none")
+    if norms is not None and (
+        norms.measure != "norm"
+        or norms.steps
+        or norms.aggregates
+        or norms.weights.shape != rows.weights.shape
+        or norms.layers != rows.layers
+        or norms.queries != rows.queries
+    ):
+        raise ValueError("the norms must be the raw norm measure of the same layers, heads and rows")
+    if norms is not None and matrix is not None:
+        raise UsageError(
+            "the row page's matrix layers hold the weights only; the norm measure is in its rows",
+            reason="row_norm_matrix",
+        )
     n_tok = len(rows.tokens)
     matrix_slots: list[int] = []
     if matrix is not None:
@@ -307,6 +348,7 @@ def page_data(
         "rows": encoded,
         "matrix_slots": matrix_slots,
         **({} if matrix is None else {"matrices": encode_weights(matrix.weights)}),
+        **({} if norms is None else _norm_rows(norms.weights, bits)),
         "initial": {
             "view": opens.view,
             "query": opens.query if opens.query is not None else rows.queries[0],
@@ -315,14 +357,29 @@ def page_data(
             "words": opens.words,
             "hideSpecial": opens.hide_special,
             "mean": opens.mean,
+            **({} if norms is None else {"measure": "norm"}),
         },
     }
 
 
-def html_page(rows: Attention, matrix: Attention | None = None, opens: RowPage | None = None, bits: int = 8) -> str:
+def _norm_rows(norms: np.ndarray, bits: int) -> dict[str, Any]:
+    """The page's ``norms`` key: the norm rows as ``encode_rows`` stores the weights' rows,
+    with the largest error in the shares the page shows (``share_error``)."""
+    encoded = encode_rows(norms, bits)
+    encoded["share_error"] = norm_share_error(norms, encoded)
+    return {"norms": encoded}
+
+
+def html_page(
+    rows: Attention,
+    matrix: Attention | None = None,
+    opens: RowPage | None = None,
+    bits: int = 8,
+    norms: Attention | None = None,
+) -> str:
     """The whole row-mode page: markup, inline CSS and JS, the rows as embedded JSON
     (arguments as ``page_data``)."""
-    return _page(page_data(rows, matrix, opens, bits))
+    return _page(page_data(rows, matrix, opens, bits, norms))
 
 
 def _page(data: dict[str, Any]) -> str:
@@ -342,10 +399,12 @@ def save_html(
     matrix: Attention | None = None,
     opens: RowPage | None = None,
     budget: int = HTML_BUDGET_BYTES,
+    norms: Attention | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """Write the row page to ``path`` atomically at the finest storage that fits
     ``budget``; returns its size in bytes and what the page states about its storage
-    (``bits``, ``max_error``).
+    (``bits``, ``max_error``; with ``norms`` also ``norm_max_error`` and
+    ``norm_share_error``, see ``page_data``). The norms count as many rows again.
 
     Raises:
         OutputError: ``path`` is not .html or cannot be written.
@@ -353,9 +412,13 @@ def save_html(
     """
     path = check_writable(Path(path), HTML_FORMATS)
     n_layers, heads, n_rows, n_tok = rows.weights.shape
+    heads *= 1 if norms is None else 2  # the norms: as many rows again
     bits = check_row_page(n_layers, heads, n_rows, n_tok, 0 if matrix is None else len(matrix.layers), budget)
-    data = page_data(rows, matrix, opens, bits)
+    data = page_data(rows, matrix, opens, bits, norms)
     page = _page(data)
     encoded = page.encode("utf-8")
     atomic_write(path, encoded)
-    return len(encoded), {"bits": bits, "max_error": data["rows"]["max_error"]}
+    stored = {"bits": bits, "max_error": data["rows"]["max_error"]}
+    if norms is not None:
+        stored |= {"norm_max_error": data["norms"]["max_error"], "norm_share_error": data["norms"]["share_error"]}
+    return len(encoded), stored

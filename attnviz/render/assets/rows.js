@@ -47,6 +47,9 @@
   }
   var W = decodeRows(DATA.rows); // (N, H, R, S)
   var MX = DATA.matrices ? decodeMatrix(DATA.matrices) : null; // (M, H, S, S)
+  // The norm measure (Kobayashi et al. 2020), when the page carries it: ‖α·f(x)‖ rows,
+  // (N, H, R, S), stored like the weights' rows; shown as each row's shares (rule 4).
+  var WN = DATA.norms ? decodeRows(DATA.norms) : null;
   var rowIndex = {}; // token position -> r
   DATA.queries.forEach(function (p, r) { rowIndex[p] = r; });
   var matrixOf = {}; // slot -> m
@@ -54,7 +57,8 @@
 
   function rawRow(slot, head, token) { // (S,) or null: no row for this token in this layer
     var r = rowIndex[token];
-    if (r !== undefined) { var at = ((slot * H + head) * R + r) * S; return W.subarray(at, at + S); }
+    if (r !== undefined) { var at = ((slot * H + head) * R + r) * S; return (norm() ? WN : W).subarray(at, at + S); }
+    if (norm()) return null; // the matrix layers hold weights only (export refuses norms with them)
     var m = matrixOf[slot];
     if (m !== undefined) { var bt = ((m * H + head) * S + token) * S; return MX.subarray(bt, bt + S); }
     return null;
@@ -98,14 +102,28 @@
   // MIN_LEFT left: shown empty); 2. words: keys summed over a word's pieces, the query's
   // pieces' rows averaged; 3. head mean: the mean of the heads' rows from 1-2.
   var MIN_LEFT = 0.01;
+  //   4. the norm measure: each row of 1-3 (raw norms, special tokens set aside but not
+  //      renormalised) divided by its sum, its shares (as the full page and transforms.shares).
   var rowCache = new Map();
-  function unitRow(slot, head, a, o) { // Float32Array (U) or null
-    var key = slot + "/" + head + "/" + a + "/" + (o.words ? 1 : 0) + (o.hideSpecial ? 1 : 0);
+  function norm() { return state.measure === "norm" && WN !== null; }
+  function unitRow(slot, head, a, o) { // Float32Array (U) or null: what the views draw
+    var raw = rawUnitRow(slot, head, a, o);
+    if (raw === null || !norm()) return raw;
+    var key = "shares/" + slot + "/" + head + "/" + a + "/" + (o.words ? 1 : 0) + (o.hideSpecial ? 1 : 0);
+    if (rowCache.has(key)) return rowCache.get(key);
+    var total = 0, k, out = new Float32Array(raw.length);
+    for (k = 0; k < raw.length; k++) total += raw[k];
+    for (k = 0; k < raw.length; k++) out[k] = total > 0 ? raw[k] / total : 0;
+    rowCache.set(key, out);
+    return out;
+  }
+  function rawUnitRow(slot, head, a, o) { // Float32Array (U) or null, by rules 1-3
+    var key = state.measure + "/" + slot + "/" + head + "/" + a + "/" + (o.words ? 1 : 0) + (o.hideSpecial ? 1 : 0);
     if (rowCache.has(key)) return rowCache.get(key);
     var us = units(o), ks = keyUnits(o), U = ks.length, out = new Float32Array(U), t, k;
     if (head === "mean") {
       for (var h = 0; h < H; h++) {
-        var rh = unitRow(slot, h, a, o);
+        var rh = rawUnitRow(slot, h, a, o);
         if (rh === null) { out = null; break; }
         for (k = 0; k < U; k++) out[k] += rh[k] / H;
       }
@@ -118,7 +136,8 @@
         if (o.hideSpecial) {
           var total = 0;
           for (k = 0; k < S; k++) if (!KEY_SPECIAL[k]) total += raw[k];
-          scale = total >= MIN_LEFT ? 1 / total : 0;
+          // Norms are magnitudes: set aside, not renormalised (rule 4 makes the shares).
+          scale = norm() ? 1 : total >= MIN_LEFT ? 1 / total : 0;
         }
         for (k = 0; k < S; k++) {
           var u = ks.of[k];
@@ -253,6 +272,7 @@
     words: !!DATA.initial.words,
     hideSpecial: !!DATA.initial.hideSpecial,
     mean: !!DATA.initial.mean,
+    measure: DATA.initial.measure === "norm" && DATA.norms ? "norm" : "weight",
     pinned: DATA.initial.query, // a token position with a stored row
     hover: null, // unit index under the pointer, head view (a query unit)
   };
@@ -355,7 +375,10 @@
     $("storage").textContent = "Storage: rows as " + DATA.rows.dtype + " with a scale per row (q = round(w / s), s = the row's largest weight / " +
       (Math.pow(2, bits) - 1) + "); the largest absolute error this introduces in this page is " +
       DATA.rows.max_error.toPrecision(3) + " (computed, exactly, when the page was written)." +
-      (DATA.matrices ? " Matrix layers as uint16 (q = round(w × " + DATA.matrices.scale + ")): each weight within 0.000008." : "");
+      (DATA.matrices ? " Matrix layers as uint16 (q = round(w × " + DATA.matrices.scale + ")): each weight within 0.000008." : "") +
+      (DATA.norms ? " Norms ‖α·f(x)‖ (Kobayashi et al. 2020) as " + DATA.norms.dtype + " the same way, each row over its own largest norm: " +
+        "largest error " + DATA.norms.max_error.toPrecision(3) + " in the norms, " + DATA.norms.share_error.toPrecision(3) +
+        " in the shares shown (each token's row over its sum)." : "");
     $("legend-masked").hidden = !DATA.causal;
     var lctx = $("legend-bar").getContext("2d");
     for (var i = 0; i < 120; i++) { lctx.fillStyle = css(rgb(i / 119)); lctx.fillRect(i, 0, 1, 12); }
@@ -372,6 +395,8 @@
     $("opt-words").addEventListener("change", function (e) { state.words = e.target.checked; state.hover = null; render(); });
     $("opt-special").addEventListener("change", function (e) { state.hideSpecial = e.target.checked; state.hover = null; render(); });
     $("opt-mean").addEventListener("change", function (e) { state.mean = e.target.checked; render(); });
+    $("opt-norm-field").hidden = !WN;
+    $("opt-norm").addEventListener("change", function (e) { state.measure = e.target.checked && WN ? "norm" : "weight"; render(); });
     document.querySelectorAll("[data-view]").forEach(function (b) {
       b.addEventListener("click", function () { setView(b.getAttribute("data-view")); });
     });
@@ -763,6 +788,8 @@
     $("opt-words").checked = state.words;
     $("opt-special").checked = state.hideSpecial;
     $("opt-mean").checked = state.mean;
+    $("opt-norm").checked = state.measure === "norm";
+    $("legend-label").textContent = norm() ? "norm share" : "weight";
     if (state.view === "head") renderHead();
     else if (state.view === "model") renderModel();
     else renderMatrix();

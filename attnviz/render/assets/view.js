@@ -28,6 +28,11 @@
     for (var wi = 0; wi < WN.length; wi++) WN[wi] *= scales[Math.floor(wi / S)];
   }
 
+  // Attention rollout (Abnar & Zuidema 2020), when the page carries it: computed in Python by
+  // attnviz.transforms.rollout from every layer from 0 (the numbers of `show --rollout`),
+  // (N, S, S) in the weights' encoding; read here through rules 1-2 like one more head.
+  var WR = DATA.rollout ? decode(DATA.rollout) : null;
+
   function tokenMatrix(slot, head) { // (S, S): one head's per-token weights (or norms)
     var size = S * S, at = (slot * H + head) * size;
     return (state.measure === "norm" && WN ? WN : W).subarray(at, at + size);
@@ -77,7 +82,9 @@
     var key = state.measure + "/" + slot + "/" + head + "/" + (opts.words ? 1 : 0) + (opts.hideSpecial ? 1 : 0);
     if (cache.has(key)) return cache.get(key);
     var M;
-    if (head === "mean") {
+    if (head === "rollout") {
+      M = reduce(WR.subarray(slot * S * S, (slot + 1) * S * S), opts);
+    } else if (head === "mean") {
       var us = units(opts), U = us.length;
       M = new Float32Array(U * U);
       for (var h = 0; h < H; h++) {
@@ -155,9 +162,15 @@
     "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#ad494a", "#637939", "#7b4173", "#e7ba52", "#3182bd"];
   function headColour(h) {
     if (h === "mean") return "#222";
+    if (h === "rollout") return "#7a0177";
     return h < PALETTE.length ? PALETTE[h] : "hsl(" + Math.round((h * 137.508) % 360) + ",65%,45%)";
   }
-  function headName(h) { return h === "mean" ? "mean" : DATA.heads[h]; }
+  function headName(h) { return h === "mean" || h === "rollout" ? h : DATA.heads[h]; }
+  function firstLayer() { return DATA.rollout ? DATA.rollout.first : 0; }
+  function aggregateTitle(h) { // how the matrix view names an aggregate
+    if (h === "mean") return "mean of the " + H + " heads";
+    return "rollout through layers " + firstLayer() + ".." + DATA.layers[state.slot] + " (Abnar & Zuidema 2020)";
+  }
 
   // --- state ---------------------------------------------------------------------------
   var state = {
@@ -168,6 +181,7 @@
     words: !!DATA.initial.words, // the reading options the page opens with (all off by default)
     hideSpecial: !!DATA.initial.hideSpecial,
     mean: !!DATA.initial.mean,
+    rollout: !!(DATA.initial.rollout && WR),
     measure: DATA.initial.measure === "norm" && DATA.norms ? "norm" : "weight",
     pinned: DATA.initial.query, // token position of the pinned query (a piece of its unit)
     hover: null, // unit index under the pointer, head view
@@ -258,6 +272,11 @@
     $("provenance").textContent = parts.join(" · ");
     $("notes").textContent = DATA.notes.join(" · ");
     $("scale").textContent = "q = round(w × " + DATA.weights.scale + ")";
+    $("rollout-rule").hidden = !WR;
+    if (WR && DATA.layers[0] !== DATA.rollout.first) {
+      $("rollout-rule").textContent += " This page starts at layer " + DATA.layers[0] + "; its rollout still runs from layer " +
+        DATA.rollout.first + ", through layers the page does not show (as attnviz show --rollout --layer does).";
+    }
     $("legend-masked").hidden = !DATA.causal;
     var lctx = $("legend-bar").getContext("2d");
     for (var i = 0; i < 120; i++) { lctx.fillStyle = css(rgb(i / 119)); lctx.fillRect(i, 0, 1, 12); }
@@ -276,6 +295,8 @@
       render();
     });
     $("opt-mean").addEventListener("change", function (e) { state.mean = e.target.checked; render(); });
+    $("opt-rollout-field").hidden = !WR;
+    $("opt-rollout").addEventListener("change", function (e) { state.rollout = e.target.checked && !!WR; render(); });
     $("opt-norm-field").hidden = !WN;
     $("opt-norm").addEventListener("change", function (e) {
       state.measure = e.target.checked && WN ? "norm" : "weight";
@@ -352,8 +373,14 @@
   var ROW = 22; // px per token row
   var MAX_FAINT = 1500; // with no token focused: the strongest links drawn
   var ALPHA_STEPS = 32;
+  function aggregates() { // the aggregate rows asked, after the heads
+    var out = [];
+    if (state.mean) out.push("mean");
+    if (state.rollout) out.push("rollout");
+    return out;
+  }
   function headsShown() {
-    if (state.mean) return ["mean"];
+    if (state.mean || state.rollout) return aggregates();
     var out = [];
     for (var h = 0; h < H; h++) if (state.shown[h]) out.push(h);
     return out;
@@ -364,10 +391,14 @@
     document.querySelectorAll(".head-chip").forEach(function (b) {
       var h = +b.getAttribute("data-head");
       b.setAttribute("aria-pressed", String(state.shown[h]));
-      b.disabled = state.mean;
+      b.disabled = state.mean || state.rollout;
     });
-    $("head-help").textContent = state.mean
-      ? "Head mean: one dark line per link, its opacity the mean weight of the layer's " + H + " heads."
+    $("head-help").textContent = state.mean || state.rollout
+      ? heads.map(function (h) {
+        return h === "mean" ? "Head mean: one dark line per link, its opacity the mean weight of the layer's " + H + " heads."
+          : "Rollout: one purple line per link, its opacity the rollout through layers " + firstLayer() + ".." +
+            DATA.layers[state.slot] + " (per layer the head mean A, (A + I)/2 with rows renormalised, multiplied through the layers).";
+      }).join(" ")
       : "Hover a token on the left to see where it attends (one colour per head, opacity = weight); click to pin it. " +
         heads.length + " of " + H + " heads shown; key labels are shaded by their mean weight.";
     var left = $("hv-left"), right = $("hv-right");
@@ -471,7 +502,7 @@
     var canvas = $("detail-canvas"), U = us.length;
     var rows = [];
     for (var h = 0; h < H; h++) rows.push(h);
-    if (state.mean) rows.push("mean");
+    rows = rows.concat(aggregates());
     drawAblation(us, f);
     if (f === null) {
       $("detail-title").textContent = "Hover or click a token to see its attention in each head of " + layerName(state.slot) + ".";
@@ -504,6 +535,7 @@
     ctx.textAlign = "right";
     rows.forEach(function (h, r) {
       ctx.fillStyle = h === "mean" ? "#000" : headColour(h);
+      if (h === "rollout") ctx.fillStyle = headColour(h);
       ctx.fillText(headName(h), left - 6, r * RH + RH / 2);
     });
     verticalLabels(ctx, us, left, rows.length * RH + 4, cell, f);
@@ -615,7 +647,7 @@
     var grid = $("model-grid"), us = currentUnits(), U = us.length, f = unitOf(us, state.pinned);
     var heads = [];
     for (var h = 0; h < H; h++) heads.push(h);
-    if (state.mean) heads.push("mean");
+    heads = heads.concat(aggregates());
     // Thumbnails as large as the width allows (24..96 px), whole pixels per cell.
     var target = Math.max(24, Math.min(96, Math.floor(((grid.clientWidth || 1200) - 40) / heads.length) - 10));
     // Whole pixels per cell while they fit; past that, the matrix is scaled down to fit.
@@ -637,7 +669,7 @@
         (function (sl, h) {
           var b = document.createElement("button");
           b.type = "button";
-          b.className = "thumb" + (sl === state.slot && h === (state.mean ? "mean" : state.head) ? " current" : "");
+          b.className = "thumb" + (sl === state.slot && h === matrixHead() ? " current" : "");
           b.title = layerName(sl) + ", " + headName(h) + ": click to open its matrix";
           b.setAttribute("aria-label", layerName(sl) + " " + headName(h));
           b.setAttribute("data-layer", String(sl));
@@ -654,7 +686,9 @@
           b.appendChild(c);
           b.addEventListener("click", function () {
             state.slot = sl;
-            if (h === "mean") state.mean = true; else { state.head = h; state.mean = false; }
+            if (h === "rollout") state.rollout = true;
+            else if (h === "mean") { state.mean = true; state.rollout = false; }
+            else { state.head = h; state.mean = false; state.rollout = false; }
             setView("matrix");
           });
           grid.appendChild(b);
@@ -664,10 +698,11 @@
   }
 
   // --- matrix view ---------------------------------------------------------------------
+  function matrixHead() { return state.rollout ? "rollout" : state.mean ? "mean" : state.head; }
   function renderMatrix() {
-    var us = currentUnits(), U = us.length, f = unitOf(us, state.pinned), h = state.mean ? "mean" : state.head;
+    var us = currentUnits(), U = us.length, f = unitOf(us, state.pinned), h = matrixHead();
     var M = headMatrix(state.slot, h, opts());
-    $("matrix-title").textContent = layerName(state.slot) + ", " + (h === "mean" ? "mean of the " + H + " heads" : headName(h)) +
+    $("matrix-title").textContent = layerName(state.slot) + ", " + (typeof h === "string" ? aggregateTitle(h) : headName(h)) +
       ": each row is a query " + (state.words ? "word" : "token") + ", each column a key; click a row to pick the query." +
       (state.hideSpecial ? " Special tokens hidden, rows renormalised." : "") +
       (DATA.causal ? " Grey: masked (a later token)." : "");
@@ -723,11 +758,12 @@
     });
     $("layer").value = String(state.slot);
     $("head").value = String(state.head);
-    $("head").disabled = state.mean;
+    $("head").disabled = state.mean || state.rollout;
     $("head-field").hidden = state.view !== "matrix";
     $("opt-words").checked = state.words;
     $("opt-special").checked = state.hideSpecial;
     $("opt-mean").checked = state.mean;
+    $("opt-rollout").checked = state.rollout;
     $("opt-norm").checked = state.measure === "norm";
     $("legend-label").textContent = state.measure === "norm" ? "norm share" : "weight";
     if (state.view === "head") renderHead();
