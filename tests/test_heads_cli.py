@@ -242,3 +242,22 @@ def test_ray_path_ablation_equals_the_local_scan(own_engine) -> None:
         np.testing.assert_allclose(local.heads.mean[0], every.mean(0), atol=1e-9)
         np.testing.assert_allclose(local.heads.sd[0], every.std(0, ddof=1), atol=1e-9)
         assert every.max() > 0.01  # heads that matter: the comparison is not of zeros
+
+
+def test_a_local_ray_that_does_not_come_up_is_one_line(
+    tiny_bert: str, corpus: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray raises a bare Exception when its node misses its 30 s start-up (seen on 2 busy
+    cores): one runtime error line with a hint, not an internal error."""
+    ray = pytest.importorskip("ray")
+    shut: list[bool] = []
+
+    def slow_node(*args: object, **kwargs: object) -> None:
+        raise Exception("The current node timed out during startup. This could happen because ...")
+
+    monkeypatch.setattr(ray, "init", slow_node)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "shutdown", lambda: shut.append(True))
+    line = one_error_line(run(corpus, "--model", tiny_bert, "--ray"), 1)
+    assert "Ray could not start a local instance: The current node timed out during startup" in line
+    assert "try again, or scan without --ray" in line and shut == [True]

@@ -12,6 +12,7 @@ driver's memory stays flat in the corpus size, as in the single-process scan.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pickle
 from collections.abc import Iterable, Iterator
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import AttnvizError, UsageError
 from .scan import CorpusText, Prepared, Progress, Scan, ScanOptions, ScanReport, score_batch
 
 if TYPE_CHECKING:
@@ -94,7 +95,17 @@ class RayScan:
             return False
         quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "configure_logging": True}
         if self.address is None:
-            ray.init(num_cpus=2, include_dashboard=False, **quiet)
+            try:
+                ray.init(num_cpus=2, include_dashboard=False, **quiet)
+            except Exception as exc:  # Ray raises a bare Exception when its node does not come up
+                with contextlib.suppress(Exception):
+                    ray.shutdown()
+                said = (str(exc).splitlines() or [type(exc).__name__])[0]
+                raise AttnvizError(
+                    f"Ray could not start a local instance: {said}",
+                    hint="a busy machine can keep Ray's processes from starting within its 30 s: try again, "
+                    "or scan without --ray",
+                ) from None
         else:
             reach(self.address)  # ray.init waits forever on an address where nothing listens
             try:
