@@ -352,6 +352,32 @@ def asset(name: str) -> str:
     return (ASSETS / name).read_text(encoding="utf-8")
 
 
+_SLOT = re.compile(r"^<!-- slot (\w+) -->\n", re.MULTILINE)
+
+
+def assemble(fragments: str, script: str, css: str, title: str, data: dict[str, Any], body_class: str = "") -> str:
+    """One self-contained page: ``assets/shell.html`` (the head and its Content-Security-Policy,
+    the header, the controls, the three views' frames, the footer, the tooltip, the data and
+    the script) with its slots (HEADER, TOGGLES, LINES, DETAIL, MODEL, FOOTER) filled from
+    ``assets/<fragments>`` (the text after each ``<!-- slot NAME -->`` line; a slot the file
+    lacks stays empty), then TITLE, CSS, DATA and JS. The script is ``common.js`` (the helpers
+    both pages share) and then ``assets/<script>``, in one inline ``<script>`` (the CSP allows
+    inline scripts; it names no hash to recompute)."""
+    sections = _SLOT.split(asset(fragments))[1:]  # [name, text, name, text, ...]
+    slots = dict(zip(sections[::2], sections[1::2], strict=True))
+    slots["BODY"] = f' class="{body_class}"' if body_class else ""
+    slot = r"\{\{(BODY|HEADER|TOGGLES|LINES|DETAIL|MODEL|FOOTER)\}\}"
+    shell = re.sub(slot, lambda m: slots.get(m[1], ""), asset("shell.html"))
+    parts = {
+        "TITLE": escape_html(title),
+        "CSS": css,
+        "DATA": script_json(data),
+        "JS": asset("common.js") + asset(script),
+    }
+    # One pass, so text inserted for one placeholder is never scanned for another.
+    return re.sub(r"\{\{(TITLE|CSS|DATA|JS)\}\}", lambda m: parts[m[1]], shell)
+
+
 def script_json(data: dict[str, Any]) -> str:
     # Inside <script> only "</script" (and "<!--") can end or confuse the element; escaping
     # every "<" as \u003c keeps the JSON valid and the sentence unable to close it.
@@ -379,15 +405,7 @@ def html_page(
         UsageError: ``att`` lacks some query rows, or a bad initial state (``page_data``).
     """
     data = page_data(att, query, view, layer, options, norms, ablation, rollout)
-    title = f"attnviz · {att.tokens.text.strip()[:80]}"
-    parts = {
-        "TITLE": escape_html(title),
-        "CSS": asset("view.css"),
-        "DATA": script_json(data),
-        "JS": asset("view.js"),
-    }
-    # One pass, so text inserted for one placeholder is never scanned for another.
-    return re.sub(r"\{\{(TITLE|CSS|DATA|JS)\}\}", lambda m: parts[m[1]], asset("page.html"))
+    return assemble("page.html", "view.js", asset("view.css"), f"attnviz · {att.tokens.text.strip()[:80]}", data)
 
 
 def save_html(

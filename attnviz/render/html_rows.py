@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import base64
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,10 +52,9 @@ from . import HTML_BUDGET_BYTES, HTML_FORMATS
 from .html import (
     PAGE_OVERHEAD_BYTES,
     PER_TOKEN_BYTES,
+    assemble,
     asset,
     encode_weights,
-    escape_html,
-    script_json,
     versions,
     word_label,
 )
@@ -383,14 +381,8 @@ def html_page(
 
 
 def _page(data: dict[str, Any]) -> str:
-    parts = {
-        "TITLE": escape_html(f"attnviz · {data['text'].strip()[:80]}"),
-        "CSS": asset("view.css") + asset("rows.css"),
-        "DATA": script_json(data),
-        "JS": asset("rows.js"),
-    }
-    # One pass, so text inserted for one placeholder is never scanned for another.
-    return re.sub(r"\{\{(TITLE|CSS|DATA|JS)\}\}", lambda m: parts[m[1]], asset("rows.html"))
+    css = asset("view.css") + asset("rows.css")
+    return assemble("rows.html", "rows.js", css, f"attnviz · {data['text'].strip()[:80]}", data, "row-mode")
 
 
 def save_html(

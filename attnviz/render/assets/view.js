@@ -139,32 +139,10 @@
     return kb[0] > qa[qa.length - 1];
   }
 
-  // --- colour --------------------------------------------------------------------------
-  var VIRIDIS = ["#440154", "#48186a", "#472d7b", "#424086", "#3b528b", "#33638d", "#2c728e",
-    "#26828e", "#21918c", "#1fa088", "#28ae80", "#3fbc73", "#5ec962", "#84d44b", "#addc30",
-    "#d8e219", "#fde725"]; // matplotlib's viridis at 17 even stops
-  var MASKED = [208, 208, 208];
-  var LUT = (function () { // 256 RGB triples, linear between the stops
-    var stops = VIRIDIS.map(function (h) {
-      return [parseInt(h.slice(1, 3), 16), parseInt(h.slice(3, 5), 16), parseInt(h.slice(5, 7), 16)];
-    });
-    var lut = [];
-    for (var i = 0; i < 256; i++) {
-      var x = i / 255 * (stops.length - 1), k = Math.min(Math.floor(x), stops.length - 2), f = x - k;
-      lut.push([0, 1, 2].map(function (c) { return Math.round(stops[k][c] + f * (stops[k + 1][c] - stops[k][c])); }));
-    }
-    return lut;
-  })();
-  function rgb(w) { return LUT[Math.max(0, Math.min(255, Math.round(w * 255)))]; }
-  function css(c) { return "rgb(" + c[0] + "," + c[1] + "," + c[2] + ")"; }
-
-  var PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-    "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#ad494a", "#637939", "#7b4173", "#e7ba52", "#3182bd"];
-  function headColour(h) {
-    if (h === "mean") return "#222";
-    if (h === "rollout") return "#7a0177";
-    return h < PALETTE.length ? PALETTE[h] : "hsl(" + Math.round((h * 137.508) % 360) + ",65%,45%)";
-  }
+  // Shared helpers (common.js, inlined before this script): colour, canvas, tooltip, header, chips.
+  var C = attnvizCommon, $ = C.$, headColour = C.headColour;
+  var FONT = C.FONT, sized = C.sized, textWidth = C.textWidth, heatmap = C.heatmap;
+  var showTip = C.showTip, hideTip = C.hideTip, fmt = C.fmt;
   function headName(h) { return h === "mean" || h === "rollout" ? h : DATA.heads[h]; }
   function firstLayer() { return DATA.rollout ? DATA.rollout.first : 0; }
   function aggregateTitle(h) { // how the matrix view names an aggregate
@@ -198,78 +176,11 @@
   function focusUnit(us) { return state.hover !== null ? state.hover : unitOf(us, state.pinned); }
   function layerName(slot) { return "layer " + DATA.layers[slot]; }
 
-  var $ = function (id) { return document.getElementById(id); };
-
-  // --- canvas helpers ------------------------------------------------------------------
-  var FONT = '12px system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif';
-  function sized(canvas, w, h) { // CSS size w × h, sharp on high-density screens
-    var r = window.devicePixelRatio || 1;
-    canvas.width = Math.max(1, Math.round(w * r));
-    canvas.height = Math.max(1, Math.round(h * r));
-    canvas.style.width = w + "px";
-    canvas.style.height = h + "px";
-    var ctx = canvas.getContext("2d");
-    ctx.setTransform(r, 0, 0, r, 0, 0);
-    return ctx;
-  }
-  function textWidth(ctx, labels) {
-    var w = 0;
-    for (var i = 0; i < labels.length; i++) w = Math.max(w, ctx.measureText(labels[i]).width);
-    return w;
-  }
-  // An (rows × cols) heatmap as an image, drawn at (x, y) with cells cw × ch.
-  function heatmap(ctx, values, rows, cols, x, y, cw, ch, maskFn) {
-    var img = document.createElement("canvas");
-    img.width = cols; img.height = rows;
-    var ictx = img.getContext("2d"), data = ictx.createImageData(cols, rows);
-    for (var r = 0; r < rows; r++) {
-      for (var c = 0; c < cols; c++) {
-        var col = maskFn && maskFn(r, c) ? MASKED : rgb(values[r * cols + c]), p = 4 * (r * cols + c);
-        data.data[p] = col[0]; data.data[p + 1] = col[1]; data.data[p + 2] = col[2]; data.data[p + 3] = 255;
-      }
-    }
-    ictx.putImageData(data, 0, 0);
-    // Upscaled: sharp cells. Downscaled (a thumbnail of a long sentence): smoothing averages
-    // the cells that share a pixel instead of dropping all but one.
-    ctx.imageSmoothingEnabled = cw < 1 || ch < 1;
-    ctx.imageSmoothingQuality = "high";
-    ctx.drawImage(img, x, y, cols * cw, rows * ch);
-  }
-
-  // --- tooltip -------------------------------------------------------------------------
-  var tip = $("tip");
-  function showTip(ev, text) {
-    tip.textContent = text;
-    tip.hidden = false;
-    var x = ev.clientX + 14, y = ev.clientY + 14;
-    if (x + tip.offsetWidth > window.innerWidth - 4) x = ev.clientX - tip.offsetWidth - 10;
-    tip.style.left = x + window.scrollX + "px";
-    tip.style.top = y + window.scrollY + "px";
-  }
-  function hideTip() { tip.hidden = true; }
-  function fmt(w) { return w.toFixed(3); }
-
   // --- header, controls ----------------------------------------------------------------
   function header() {
-    var sentence = $("sentence");
-    sentence.textContent = "“" + DATA.text.trim() + "”";
     // A long text is clamped to two lines; a click (or Enter) shows it whole.
-    if (DATA.text.length > 160) {
-      sentence.classList.add("clamped");
-      sentence.tabIndex = 0;
-      sentence.title = "click to show the whole text";
-      var expand = function () { sentence.classList.toggle("clamped"); };
-      sentence.addEventListener("click", expand);
-      sentence.addEventListener("keydown", function (e) { if (e.key === "Enter") expand(); });
-    }
-    var p = DATA.provenance, v = DATA.versions;
-    var parts = [p.model + " (" + p.architecture + ")", "engine " + p.engine, p.dtype, p.device,
-      p.num_layers + " layers × " + p.num_heads + " heads" +
-        (p.num_kv_heads !== p.num_heads ? " (" + p.num_kv_heads + " key/value heads)" : ""),
-      S + " tokens"];
-    if (N < p.num_layers) parts.push("layers kept: " + DATA.layers.join(", "));
-    parts.push(Object.keys(v).map(function (k) { return k + " " + v[k]; }).join(", "));
-    $("provenance").textContent = parts.join(" · ");
+    C.sentence(DATA.text.trim(), DATA.text.length > 160, "click to show the whole text");
+    C.provenance(DATA, N, S + " tokens");
     $("notes").textContent = DATA.notes.join(" · ");
     $("scale").textContent = "q = round(w × " + DATA.weights.scale + ")";
     $("rollout-rule").hidden = !WR;
@@ -277,9 +188,7 @@
       $("rollout-rule").textContent += " This page starts at layer " + DATA.layers[0] + "; its rollout still runs from layer " +
         DATA.rollout.first + ", through layers the page does not show (as attnviz show --rollout --layer does).";
     }
-    $("legend-masked").hidden = !DATA.causal;
-    var lctx = $("legend-bar").getContext("2d");
-    for (var i = 0; i < 120; i++) { lctx.fillStyle = css(rgb(i / 119)); lctx.fillRect(i, 0, 1, 12); }
+    C.legend(DATA.causal);
   }
 
   function controls() {
@@ -303,32 +212,8 @@
       $("legend-label").textContent = state.measure === "norm" ? "norm share" : "weight";
       render();
     });
-    document.querySelectorAll("[data-view]").forEach(function (b) {
-      b.addEventListener("click", function () { setView(b.getAttribute("data-view")); });
-    });
-    var chips = $("head-chips");
-    function chip(label, title, onClick) {
-      var b = document.createElement("button");
-      b.type = "button"; b.className = "chip"; b.textContent = label; b.title = title;
-      b.addEventListener("click", onClick);
-      chips.appendChild(b);
-      return b;
-    }
-    chip("all", "show every head", function () { state.shown = state.shown.map(function () { return true; }); render(); });
-    chip("none", "hide every head", function () { state.shown = state.shown.map(function () { return false; }); render(); });
-    for (i = 0; i < H; i++) {
-      (function (h) {
-        var b = chip(DATA.heads[h], "show or hide " + DATA.heads[h] + " (double-click: this head only)", function () {
-          state.shown[h] = !state.shown[h]; render();
-        });
-        b.classList.add("head-chip");
-        b.setAttribute("data-head", String(h));
-        b.style.setProperty("--head", headColour(h));
-        b.addEventListener("dblclick", function () {
-          state.shown = state.shown.map(function (_, k) { return k === h; }); render();
-        });
-      })(i);
-    }
+    C.viewTabs(setView);
+    C.headChips(DATA.heads, state, render);
     document.addEventListener("keydown", keys);
   }
 
@@ -340,8 +225,7 @@
   }
 
   function keys(ev) {
-    var t = ev.target && ev.target.tagName;
-    if (t === "SELECT" || t === "INPUT" || ev.altKey || ev.ctrlKey || ev.metaKey) return;
+    if (!C.ownKey(ev)) return;
     var us = currentUnits(), u = unitOf(us, state.pinned), k = ev.key;
     if (k === "1" || k === "2" || k === "3") { setView(["head", "model", "matrix"][+k - 1]); }
     else if (k === "[" || k === "]") {
@@ -752,20 +636,9 @@
 
   // --- render --------------------------------------------------------------------------
   function render() {
-    ["head", "model", "matrix"].forEach(function (v) {
-      $("view-" + v).hidden = state.view !== v;
-      $("tab-" + v).setAttribute("aria-selected", String(state.view === v));
-    });
-    $("layer").value = String(state.slot);
-    $("head").value = String(state.head);
-    $("head").disabled = state.mean || state.rollout;
-    $("head-field").hidden = state.view !== "matrix";
-    $("opt-words").checked = state.words;
-    $("opt-special").checked = state.hideSpecial;
-    $("opt-mean").checked = state.mean;
+    C.showView(state.view);
+    C.syncControls(state, state.mean || state.rollout);
     $("opt-rollout").checked = state.rollout;
-    $("opt-norm").checked = state.measure === "norm";
-    $("legend-label").textContent = state.measure === "norm" ? "norm share" : "weight";
     if (state.view === "head") renderHead();
     else if (state.view === "model") renderModel();
     else renderMatrix();
