@@ -21,6 +21,16 @@ Then ``/``: a new sentence typed and run, timed from Enter to its tokens on scre
     python bench/explore_latency.py [--rounds 6]
 
 Prints medians and 95th percentiles in milliseconds, and each group's ratio to the floor.
+
+``--long N`` (default 8192 when given bare): a long text on the bench decoder (32 layers ×
+32 query heads over 8 kv heads, width 256; bench/long_context.py's ``build_model``), where
+the explorer draws the compact rows of the cursor's token, computed by the row path for a
+window of ``ROW_WINDOW`` tokens at a time. Groups: ``token`` (← → within the window: rows in
+memory), ``layer`` (↑ ↓), ``head`` ([ ]), ``floor``, and ``new window``: a token key that
+leaves the computed windows, timed from the key to the rows on screen (a forward pass over
+the N tokens in a worker thread; the key itself is answered at once with a message).
+
+    python bench/explore_latency.py --long [8192] [--rounds 4]
 """
 
 from __future__ import annotations
@@ -107,19 +117,100 @@ async def measure(rounds: int) -> dict[str, list[tuple[float, float]]]:
     return times
 
 
+LONG_MOVES = ["right", "left", "up", "down", "right_square_bracket", "left_square_bracket"]
+GROUP = {"right": "token", "left": "token", "up": "layer", "down": "layer"}
+
+
+async def measure_long(n: int, rounds: int) -> tuple[dict[str, list[tuple[float, float]]], float]:
+    import tempfile
+
+    from attnviz.engines import load_engine
+    from attnviz.pipeline import Selection
+    from attnviz.select import Query
+    from attnviz.tui.app import ExploreApp
+    from attnviz.tui.views import ROW_WINDOW, long_reading
+    from bench.long_context import build_model, text_of
+
+    times: dict[str, list[tuple[float, float]]] = {
+        "token": [], "layer": [], "head": [], "floor": [], "new window": []
+    }  # fmt: skip
+    rng = random.Random(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = build_model(Path(tmp) / "decoder", layers=32, heads=32, kv_heads=8, max_positions=max(n, 8192))
+        engine = load_engine("own", str(model), "cpu")
+        start_q = n // 2 - n // 2 % ROW_WINDOW + ROW_WINDOW // 2  # the middle of a window
+        t0 = time.perf_counter()
+        first, rows = long_reading(engine, text_of(n), Selection(queries=(Query(index=start_q),)))
+        first_s = time.perf_counter() - t0
+        app = ExploreApp(first.attention, None, query=start_q, rows=rows)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+
+            async def idle() -> None:
+                await asyncio.sleep(0.3)
+                deadline = time.monotonic() + 10
+                while app.drawing_ahead and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+
+            async def timed(key: str) -> tuple[str, tuple[float, float]]:
+                begin, cpu = time.perf_counter(), time.thread_time()
+                await pilot.press(key)
+                await pilot.pause()
+                if "rows" in app._busy:  # a new window: wait for its rows on screen
+                    await app.workers.wait_for_complete()
+                    await pilot.pause()
+                    if f"token {app.cursor.query} " not in "\n".join(
+                        s.text for s in app.screen._compositor.render_strips()
+                    ):
+                        raise SystemExit("the new window's rows are not on screen")
+                    return "new window", (time.perf_counter() - begin, time.thread_time() - cpu)
+                return GROUP.get(key, "head"), (time.perf_counter() - begin, time.thread_time() - cpu)
+
+            for _ in range(rounds):
+                order = LONG_MOVES[:]
+                rng.shuffle(order)
+                for key in order:
+                    await idle()
+                    group, t = await timed(key)
+                    times[group].append(t)
+                    await idle()
+                    times["floor"].append((await timed("z"))[1])
+            # Token moves until the window is left (at most ROW_WINDOW): the forward a key can cost.
+            for step in ("right", "left"):
+                before = len(times["new window"])
+                for _ in range(2 * ROW_WINDOW):
+                    await idle()
+                    group, t = await timed(step)
+                    times[group].append(t)
+                    if len(times["new window"]) > before:
+                        break
+    return times, first_s
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6, help="passes over the keys (8 keys each)")
+    parser.add_argument("--long", type=int, nargs="?", const=8192, default=None, metavar="N",
+                        help="a long text of N tokens (8192) on the bench decoder: the compact rows")  # fmt: skip
     args = parser.parse_args()
-    times = asyncio.run(measure(args.rounds))
-    floor = statistics.median(wall for wall, _ in times["floor"])
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"attnviz explore, {SIZE[0]}×{SIZE[1]}, packaged MiniLM, {EXAMPLE!r}")
+    if args.long is not None:
+        times, first_s = asyncio.run(measure_long(args.long, args.rounds))
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print(f"attnviz explore, {SIZE[0]}×{SIZE[1]}, bench decoder 32 layers × 32/8 heads, {args.long:,} tokens")
+        print(f"first rows (CLI, before the app): {first_s:.1f} s")
+    else:
+        times = asyncio.run(measure(args.rounds))
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print(f"attnviz explore, {SIZE[0]}×{SIZE[1]}, packaged MiniLM, {EXAMPLE!r}")
+    floor = statistics.median(wall for wall, _ in times["floor"])
     print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, load average {load:.1f} at the end")
     print(
         f"{'keys':<14}{'n':>4}{'wall median':>13}{'p95':>7}{'max':>7}{'/ floor':>9}{'cpu median':>12}{'p95':>7}   (ms)"
     )
     for group, values in times.items():
+        if not values:
+            continue
         wall = [w * 1000 for w, _ in values]
         cpu = [c * 1000 for _, c in values]
         print(

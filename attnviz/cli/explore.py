@@ -63,11 +63,18 @@ def explore(
 
         from ..pipeline import Selection
         from ..tui.app import ExploreApp
-        from ..tui.views import explore_reading, runner
+        from ..tui.views import explore_reading, long_reading, runner
 
         selection = Selection(queries=() if query is None else (query,), layers=layer)
+        rows = None
         try:
-            first = explore_reading(eng, sentence, selection)
+            try:
+                first = explore_reading(eng, sentence, selection)
+            except UsageError as exc:
+                if exc.facts.get("reason") != "explore_size":
+                    raise
+                # A long text: the rows of a few tokens at a time, drawn as compact rows.
+                first, rows = long_reading(eng, sentence, selection)
         except UsageError as exc:
             if exc.facts.get("reason") != "explore_size":
                 raise
@@ -76,7 +83,9 @@ def explore(
         start = first.queries[0] if query is not None else None
         run = runner(eng, att.layers)
         run_norms = runner(eng, att.layers, measure="norm")
-        explorer = ExploreApp(att, run, query=start, export_dir=export_dir, dpi=DEFAULT_DPI, run_norms=run_norms)
+        explorer = ExploreApp(
+            att, run, query=start, export_dir=export_dir, dpi=DEFAULT_DPI, run_norms=run_norms, rows=rows
+        )
         if "transformers" in sys.modules:
             # Its log handler holds the real stderr, past textual's capture: a warning during a
             # forward pass (--engine hf) would be written across the screen.

@@ -31,6 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -51,6 +52,7 @@ from .views import (
     VIEWS,
     Cursor,
     DrawnViews,
+    LongViews,
     export_name,
     first_query,
     free_path,
@@ -221,6 +223,9 @@ class ExploreApp(App[None]):
         query: the token to start on (default: the first one the tokenizer did not add).
         export_dir: where ``e`` writes PNG files (default: the current directory).
         dpi: the PNG's resolution.
+        rows: a long text: ``att`` holds the rows of some query tokens only and ``rows``
+            computes those of others (raw positions) by the row path (``views.row_runner``);
+            the view is then the compact rows (``views.LongViews``).
     """
 
     TITLE = "attnviz explore"
@@ -273,6 +278,7 @@ class ExploreApp(App[None]):
         export_dir: Path | None = None,
         dpi: int = 150,
         run_norms: Callable[[str | Tokens], Attention] | None = None,
+        rows: Callable[[tuple[int, ...]], Attention] | None = None,
     ) -> None:
         super().__init__()
         self._run = run
@@ -283,11 +289,13 @@ class ExploreApp(App[None]):
         self._export_dir = Path(".") if export_dir is None else Path(export_dir)
         self._dpi = dpi
         self._busy: set[str] = set()  # "run", "export": one of each at a time
-        self.raw = DrawnViews(att).att  # checked: every query row
+        # A long text: rows of a few tokens at a time, drawn as compact rows.
+        self.long = None if rows is None else LongViews(att, rows)
+        self.raw = att if self.long is not None else DrawnViews(att).att  # checked: every query row
         self._raws = {"weight": self.raw}
         self.reading = View()
         self._views: dict[View, DrawnViews] = {}
-        self.views = self._views_for(self.reading)
+        self.views: DrawnViews | LongViews = self.long if self.long is not None else self._views_for(self.reading)
         start = first_query(att) if query is None else query
         if not 0 <= start < len(att.tokens):
             raise ValueError(f"query {start} is out of range (0..{len(att.tokens) - 1})")
@@ -381,6 +389,12 @@ class ExploreApp(App[None]):
         # layout=False: these lines keep their height, so a key costs no re-layout.
         self.query_one("#status", Static).update(status, layout=False)
         self.query_one("#tokens", Static).update(self._token_line(), layout=False)
+        if self.long is not None and not self.long.can_draw(c):
+            self._fetch_rows(c.query)
+            wait = Text(f"computing the rows of token {c.query} (a forward pass over {len(att.tokens):,} tokens)…")
+            self.query_one("#view", Lines).show([Strip([Segment(wait.plain)])])
+            self._warm_queue = []
+            return
         self.query_one("#view", Lines).show(self.views.render(c, self._view_width(), self.color))
         # Draw ahead once the keys pause: a held key gets no drawing it did not ask for.
         self._warm_queue = self._neighbours(c)
@@ -418,9 +432,12 @@ class ExploreApp(App[None]):
             cursor = self._warm_queue.pop(0)
             if cursor.view in self._slow_views or self.views.has(cursor, width, color):
                 continue
+            if self.long is not None and not self.long.can_draw(cursor):
+                continue  # a forward pass: only when the cursor gets there
             start = time.thread_time()  # CPU time: what the drawing costs, whatever the load
             self.views.render(cursor, width, color)
-            if time.thread_time() - start > _WARM_MAX:
+            if time.thread_time() - start > _WARM_MAX and self.long is None:
+                # (a long text's compact rows are its one view: always drawn ahead)
                 # A key pressed during a drawing waits for it: views this slow to draw (a
                 # long sentence's matrix) are drawn when asked for, not ahead.
                 self._slow_views.add(cursor.view)
@@ -430,14 +447,63 @@ class ExploreApp(App[None]):
 
     def _token_line(self) -> Text:
         line = Text()
-        for i, label in enumerate(self.att.tokens.labels):
-            if i:
+        labels = self.att.tokens.labels
+        first, last = 0, len(labels)
+        if self.long is not None:  # a window of the text around the cursor: 4 lines at most
+            reach = max(4, self._view_width() // 12)
+            first, last = max(0, self.cursor.query - reach), min(len(labels), self.cursor.query + reach + 1)
+            if first:
+                line.append(f"… ({first:,} before) ", style="dim")
+        for i in range(first, last):
+            label = labels[i]
+            if i > first:
                 line.append(" ")
             if i == self.cursor.query:
                 line.append(f"[{label}]", style="bold reverse")
             else:
                 line.append(label, style="dim" if self.att.tokens.special[i] else "")
+        if last < len(labels):
+            line.append(f" … ({len(labels) - last:,} after)", style="dim")
         return line
+
+    # --- long texts -----------------------------------------------------------------
+
+    def _long_only(self) -> bool:
+        """True (and a message) when a long text cannot do what the key asks."""
+        if self.long is None:
+            return False
+        self.say(
+            f"a long text ({len(self.att.tokens):,} tokens) shows the compact rows of the weights only: "
+            "the other views, words, specials, the head mean and norms need the full matrices"
+        )
+        return True
+
+    def _fetch_rows(self, query: int) -> None:
+        """Compute the rows of ``query``'s window in a worker thread, then show them."""
+        if "rows" in self._busy:
+            return  # the cursor is looked at again when the running one is done
+        long = self.long
+        assert long is not None
+        self._busy.add("rows")
+
+        def work() -> None:
+            try:
+                long.fetch(query)
+            except AttnvizError as exc:
+                self.call_from_thread(self._rows_done, long, _error_line(exc))
+            except Exception as exc:  # a bug must not kill the session
+                self.call_from_thread(self._rows_done, long, f"error: {type(exc).__name__}: {exc}")
+            else:
+                self.call_from_thread(self._rows_done, long, "")
+
+        self.run_worker(work, thread=True, group="rows")
+
+    def _rows_done(self, long: LongViews, line: str) -> None:
+        self._busy.discard("rows")
+        if line:
+            self.say(line)
+        if long is self.long and (not line or long.can_draw(self.cursor)):
+            self.refresh_view()
 
     def say(self, message: str) -> None:
         self.message = message
@@ -460,17 +526,25 @@ class ExploreApp(App[None]):
         self._move(head=(self.cursor.head + step) % self.att.num_heads)
 
     def action_next_view(self) -> None:
+        if self._long_only():
+            return
         self._move(view=VIEWS[(VIEWS.index(self.cursor.view) + 1) % len(VIEWS)])
 
     def action_view(self, view: str) -> None:
+        if self._long_only():
+            return
         self._move(view=view)
 
     def action_toggle_values(self) -> None:
+        if self._long_only():
+            return
         self._move(values=not self.cursor.values)
 
     def action_toggle_reading(self, option: str) -> None:
         """Words merged, specials set aside or the head mean, on or off: the cursor stays
         on the same token (its word) and head."""
+        if self._long_only():
+            return
         r = self.reading
         if option == "words":
             reading = replace(r, words=not r.words)
@@ -487,6 +561,8 @@ class ExploreApp(App[None]):
 
     def action_toggle_measure(self) -> None:
         """The weights or the norms (their shares), on the same sentence, token and head."""
+        if self._long_only():
+            return
         measure = "norm" if self.measure == "weight" else "weight"
         if measure not in self._raws:
             if self._run_norms is None:
@@ -568,6 +644,7 @@ class ExploreApp(App[None]):
         self._views = {self.reading: read} if raw.att.measure == "norm" else {View(): raw, self.reading: read}
         views = self._views_for(self.reading)
         self.cursor = landing(self.cursor, self.att, views.att)
+        self.long = None  # a sentence typed at / is short: today's views
         self.views = views
         self._slow_views = set()
         self._show_header()
@@ -587,6 +664,12 @@ class ExploreApp(App[None]):
             return
         self._busy.add("export")
         cursor, att = self.cursor, self.att
+        if self.long is not None:
+            rows = self.long.rows_for(cursor.query)
+            if rows is None:
+                self.say("the rows of this token are still being computed")
+                return
+            att = rows
         path = free_path(self._export_dir, export_name(cursor, att))
         self.say(f"exporting to {path}…")
         self.run_worker(lambda: self._export(att, cursor, path), thread=True, group="export")
