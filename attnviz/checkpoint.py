@@ -535,7 +535,24 @@ def tokenizer_files(model_dir: Path) -> tuple[str, ...] | None:
     return None
 
 
+# The tokenizer's JSON files, which transformers and tokenizers parse with no bound of
+# their own (a 100,000-deep tokenizer_config.json loaded with exit 0; issue 25's fuzz).
+TOKENIZER_JSON = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+)
+
+
 def require_tokenizer(model_dir: Path) -> tuple[str, ...]:
+    """``tokenizer_files``, refusing none; every tokenizer JSON file present is read
+    through the bounded reader first (depth, numbers, NaN, UTF-8).
+
+    Raises:
+        ModelLoadError: no tokenizer, or a tokenizer JSON file the bounded reader refuses.
+    """
     found = tokenizer_files(model_dir)
     if found is None:
         looked = ", ".join(" + ".join(names) for names in TOKENIZER_FILES)
@@ -543,4 +560,16 @@ def require_tokenizer(model_dir: Path) -> tuple[str, ...]:
             f"{model_dir} has no tokenizer (looked for {looked})",
             hint="save one beside the weights with tokenizer.save_pretrained(DIR)",
         )
+    hint = "the tokenizer file is corrupt; re-save it with tokenizer.save_pretrained(DIR)"
+    for name in TOKENIZER_JSON:
+        path = model_dir / name
+        if not path.exists():
+            continue
+        check_regular_file(path, MAX_TOKENIZER_BYTES)
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise ModelLoadError(f"cannot read {path}: {_reason(exc)}", hint=hint) from None
+        if not isinstance(read_json(raw, str(path), hint, max_bytes=MAX_TOKENIZER_BYTES), dict):
+            raise ModelLoadError(f"{path} is not a JSON object", hint=hint)
     return found

@@ -4,7 +4,8 @@ Every JSON document attnviz reads (config.json, a shard index, a safetensors hea
 tokenizer.json, a JSONL corpus line, a coreference file) goes through ``loads``, so a
 hostile file fails the same way everywhere: one ``JSONInputError`` naming the file (and
 line), never a RecursionError (100,000 nested brackets), a ValueError from int() (a
-5,000-digit integer passes Python's 4,300-digit limit for str -> int) or a MemoryError.
+5,000-digit integer passes Python's 4,300-digit limit for str -> int) or a MemoryError,
+and never a NaN or Infinity (not JSON: a NaN in config.json would be a silent NaN answer).
 
     loads(text, where, max_bytes=..., max_depth=..., max_number=...)
 
@@ -15,6 +16,7 @@ here); below that, the parsed value's depth is measured without recursion. Stdli
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from .errors import UsageError
@@ -73,13 +75,19 @@ def loads(
                 raise _error(
                     where, f"holds a number of {len(literal):,} characters; {max_number} is the most", "number", hint
                 )
-            return kind(literal)
+            value = kind(literal)
+            if kind is float and not math.isfinite(value):  # 1e99999 overflows to inf
+                raise _error(where, f"holds {literal}, which no float64 holds", "number", hint)
+            return value
 
         return parse
 
+    def constant(name: str) -> Any:  # NaN, Infinity, -Infinity: Python writes them, JSON has none
+        raise _error(where, f"holds {name}, which is not JSON (RFC 8259 has no NaN or Infinity)", "number", hint)
+
     too_deep = f"nests more than {max_depth} levels deep; that is refused"
     try:
-        value = json.loads(text, parse_int=number(int), parse_float=number(float))
+        value = json.loads(text, parse_int=number(int), parse_float=number(float), parse_constant=constant)
     except JSONInputError:
         raise
     except RecursionError:  # the C parser's own bound (~1,000 levels): caught, not a crash

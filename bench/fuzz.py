@@ -6,6 +6,12 @@ a fresh random draw each run. Prints the number of failures (target: 0), the exi
 seen, and the slowest case; failing cases are written to --failures as JSON lines.
 
     python bench/fuzz.py [--cases 10000] [--seed N] [--failures fuzz-failures.jsonl]
+                         [--json-cases N] [--process-cases N] [--pty-cases N]
+
+After the command lines: N hostile JSON documents planted in every JSON input
+(tests/fuzz_hostile.py; default: cases/10), N real processes with closed/full stdin and
+stdout and a signal at a drawn moment, and N explorer sessions in a pty
+(tests/fuzz_process.py; defaults: cases/200 and cases/1000, they start a process each).
 
 One process: models load once (cached by engine, model and device), as in the test.
 Its address space is capped (--memory-gb, default 6) so that a case which would
@@ -37,6 +43,9 @@ def main() -> None:
     parser.add_argument("--memory-gb", type=float, default=6.0)
     parser.add_argument("--limit-s", type=int, default=120, help="a case slower than this is a failure")
     parser.add_argument("--failures", type=Path, default=Path("fuzz-failures.jsonl"))
+    parser.add_argument("--json-cases", type=int, default=None, help="hostile JSON documents (default: cases/10)")
+    parser.add_argument("--process-cases", type=int, default=None, help="real processes (default: cases/200)")
+    parser.add_argument("--pty-cases", type=int, default=None, help="explorer sessions in a pty (default: cases/1000)")
     args = parser.parse_args()
     cap = int(args.memory_gb * 2**30)
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
@@ -84,8 +93,16 @@ def main() -> None:
 
         if args.seed is not None:
             one = seed(args.seed)(one)
-        one()
+        if args.cases:
+            one()
+        extra = run_extra(args, files, seed)
     total = time.perf_counter() - started
+    for line in extra["lines"]:
+        print(line)
+    failures += extra["failures"]
+    if not outcomes:
+        print(f"failures: {failures}")
+        sys.exit(1 if failures else 0)
     slowest = max(outcomes, key=lambda o: o[0])
     print(f"cases: {len(outcomes)}  failures: {failures}  wall: {total:.0f} s (busy shared 2-core machine)")
     print("exit codes: " + ", ".join(f"{code}: {n}" for code, n in sorted(codes.items())))
@@ -110,6 +127,70 @@ def main() -> None:
     if failures:
         print(f"failing cases: {args.failures}")
     sys.exit(1 if failures else 0)
+
+
+def run_extra(args: argparse.Namespace, files: object, seed: object) -> dict:
+    """The hostile-JSON, real-process and pty generators; their failures go to --failures."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
+
+    from tests.fuzz_hostile import Hostile, hostile_cases, json_problems
+    from tests.fuzz_process import explore_cases, process_cases, run_explore, run_process
+
+    counts = {
+        "json": args.json_cases if args.json_cases is not None else args.cases // 10,
+        "process": args.process_cases if args.process_cases is not None else args.cases // 200,
+        "pty": args.pty_cases if args.pty_cases is not None else args.cases // 1000,
+    }
+    hostile = Hostile(files)  # type: ignore[arg-type]
+    model = hostile.model
+    out = hostile.root / "process-out"
+    out.mkdir(exist_ok=True)
+    tally: dict[str, collections.Counter] = {k: collections.Counter() for k in counts}
+    seconds: dict[str, float] = dict.fromkeys(counts, 0.0)
+    failed = collections.Counter()
+
+    def record(kind: str, case: object, code: object, problems: list | tuple, took: float) -> None:
+        tally[kind][str(code)] += 1
+        seconds[kind] += took
+        if problems:
+            failed[kind] += 1
+            with args.failures.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"generator": kind, "case": ascii(case)[:2000], "exit": code,
+                                     "problems": list(problems)}) + "\n")  # fmt: skip
+
+    def draw_json(data: st.DataObject) -> None:
+        planted = data.draw(hostile_cases(hostile))
+        o = json_problems(hostile, planted, limit_s=args.limit_s)
+        record("json", (planted.target, planted.document[:300]), o.exit_code, o.problems, o.seconds)
+
+    def draw_process(data: st.DataObject) -> None:
+        case = data.draw(process_cases(model, out))
+        t = time.perf_counter()
+        code, _, problems = run_process(case)
+        record("process", case, code, problems, time.perf_counter() - t)
+
+    def draw_pty(data: st.DataObject) -> None:
+        case = data.draw(explore_cases())
+        t = time.perf_counter()
+        code, problems = run_explore(case, model)
+        record("pty", case, code, problems, time.perf_counter() - t)
+
+    for kind, body in (("json", draw_json), ("process", draw_process), ("pty", draw_pty)):
+        if not counts[kind]:
+            continue
+        test = settings(max_examples=counts[kind], deadline=None, database=None, phases=[Phase.generate],
+                        suppress_health_check=list(HealthCheck))(given(data=st.data())(body))  # fmt: skip
+        if args.seed is not None:
+            test = seed(args.seed)(test)  # type: ignore[operator]
+        test()
+    lines = [
+        f"{kind}: {sum(tally[kind].values())} cases, {failed[kind]} failures, {seconds[kind]:.0f} s; exit codes "
+        + ", ".join(f"{c}: {n}" for c, n in sorted(tally[kind].items()))
+        for kind in counts
+        if counts[kind]
+    ]
+    return {"lines": lines, "failures": sum(failed.values())}
 
 
 def ascii_arg(arg: str) -> str:

@@ -55,6 +55,9 @@ def show(path: Path, engine: str = "own") -> list[str]:
         ('{"a": 1.' + HUGE + "}", "holds a number of 5,002 characters"),
         ('{"a": 1,}', "is not valid JSON"),
         (b"\xff{}", "is not UTF-8"),
+        ('{"a": NaN}', "holds NaN, which is not JSON"),
+        ("[-Infinity]", "holds -Infinity, which is not JSON"),
+        ('{"a": 1e99999}', "holds 1e99999, which no float64 holds"),
     ],
 )
 def test_the_json_reader_refuses_with_one_error(text: Any, words: str) -> None:

@@ -82,6 +82,12 @@ class _Group(TyperGroup):
             fail("interrupted", None, ExitCode.INTERRUPTED)
         except click_exc.ClickException as exc:  # e.g. a FileError
             fail(exc.format_message(), None, exc.exit_code)
+        if rv == ExitCode.INTERRUPTED:
+            # typer returns a bare 130 for a signal outside invoke (while it parses): the
+            # one line, and SIGTERM/SIGHUP's own code (the fuzz's real processes found it).
+            from ..safeio import terminated_by
+
+            _interrupted(terminated_by() or KeyboardInterrupt())
         sys.exit(rv if isinstance(rv, int) else ExitCode.OK)
 
     def invoke(self, ctx: Any) -> Any:
@@ -299,7 +305,10 @@ def main() -> None:
 
     handle_signals()  # SIGTERM/SIGHUP clean up like Ctrl-C, then exit 143/129
     try:
-        app(prog_name="attnviz")  # also under python -m attnviz: the completion scripts name it
+        try:
+            app(prog_name="attnviz")  # also under python -m attnviz: the completion scripts name it
+        except KeyboardInterrupt as exc:  # while typer builds the command, before _Group.main
+            _interrupted(exc)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
