@@ -186,10 +186,23 @@ def test_ctrl_c_reports_the_texts_done_marked_partial(
     assert not early.exists() and list(tmp_path.glob(".early*")) == []
 
 
-def test_ray_path_equals_the_local_scan(own_engine) -> None:
-    """One local Ray instance (slow to start on 2 busy cores): the merged accumulators of
-    the workers equal the single-process scan."""
-    pytest.importorskip("ray")
+@pytest.fixture(scope="module")
+def local_ray(own_engine):
+    """One local Ray instance for the module's Ray tests, started by RayScan's own start-up
+    (each start costs ~15 s of the suite's 2 cores; a RayScan that finds Ray running uses
+    it and leaves it running)."""
+    ray = pytest.importorskip("ray")
+    from attnviz.corpus.distributed import RayScan
+    from attnviz.corpus.scan import ScanOptions
+
+    assert RayScan(own_engine, ScanOptions((0,)), None, device="cpu")._start()
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_path_equals_the_local_scan(own_engine, local_ray) -> None:
+    """On the local Ray instance: the merged accumulators of the workers equal the
+    single-process scan."""
     from attnviz.corpus.distributed import RayScan
     from attnviz.corpus.scan import Scan, ScanOptions
     from attnviz.corpus.sources import CorpusText, read_coref
@@ -208,11 +221,11 @@ def test_ray_path_equals_the_local_scan(own_engine) -> None:
     np.testing.assert_array_equal(remote.coref.hits, local.coref.hits)
 
 
-def test_ray_path_ablation_equals_the_local_scan(own_engine) -> None:
-    """heads --ablate --ray: one local Ray instance; the workers' merged effect accumulators
-    (zero-ablation, and mean-ablation with the corpus means shipped in the options) equal
-    the single-process scan's, and the scan's own numbers are ablation.token_effects'."""
-    pytest.importorskip("ray")
+def test_ray_path_ablation_equals_the_local_scan(own_engine, local_ray) -> None:
+    """heads --ablate --ray, on the local Ray instance: the workers' merged effect
+    accumulators (zero-ablation, and mean-ablation with the corpus means shipped in the
+    options) equal the single-process scan's, and the scan's own numbers are
+    ablation.token_effects'."""
     from dataclasses import replace
 
     from attnviz.ablation import corpus_head_means, token_effects
@@ -226,8 +239,9 @@ def test_ray_path_ablation_equals_the_local_scan(own_engine) -> None:
     mean = replace(zero, ablate="mean", fill=means)
     for options in (zero, mean):
         local = Scan(own_engine, options).run(texts)
-        # chunk_batches=1: one Ray dataset a batch, so the chunks' accumulators are merged.
-        remote = RayScan(own_engine, options, None, device="cpu", chunk_batches=1).run(texts)
+        # 3 batches in chunks of 2: two Ray datasets, so the chunks' accumulators are merged.
+        remote = RayScan(own_engine, options, None, device="cpu", chunk_batches=2).run(texts)
+        assert local_ray.is_initialized()  # the instance was used, not stopped
         assert remote.texts == local.texts == len(MINILM_TEXTS)
         np.testing.assert_array_equal(remote.heads.count, local.heads.count)
         np.testing.assert_allclose(remote.heads.mean, local.heads.mean, atol=1e-9)
