@@ -19,8 +19,9 @@ from textual.widgets import Input
 
 from attnviz.engines import Engine
 from attnviz.result import Attention
-from attnviz.tui.app import MAX_SENTENCE, TOO_LONG, ExploreApp
+from attnviz.tui.app import ExploreApp
 from attnviz.tui.views import runner
+from attnviz.tui.widgets import MAX_SENTENCE, TOO_LONG
 
 from .helpers import EXAMPLE, inspect, save_tiny_bert
 from .test_explore import SIZE, press, screen, settle

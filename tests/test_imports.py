@@ -87,6 +87,7 @@ RULES: dict[str, tuple[str, ...]] = {
     # and matplotlib only once a PNG is asked for.
     "attnviz.tui.app": ("transformers", "torch", "matplotlib", "typer"),
     "attnviz.tui.views": ("transformers", "torch", "matplotlib", "typer"),
+    "attnviz.tui.widgets": ("transformers", "torch", "matplotlib", "typer"),
 }
 
 

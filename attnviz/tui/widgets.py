@@ -1,0 +1,159 @@
+"""The explorer's widgets: the footer line and the key list, the pre-drawn scrolling
+lines every view is shown in, and the bounded ``/`` prompt (tui/app.py puts them together)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.style import Style
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.geometry import Region, Size
+from textual.screen import ModalScreen
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Input, Static
+
+# What the footer says, one line that fits 80 columns; `?` lists every key.
+FOOTER = (
+    ("←→", "token"),
+    ("↑↓", "layer"),
+    ("[ ]", "head"),
+    ("v", "view"),
+    ("n", "values"),
+    ("w", "words"),
+    ("s", "specials"),
+    ("m", "mean"),
+    ("o", "norm"),
+    ("/", "sentence"),
+    ("e", "export PNG"),
+    ("?", "keys"),
+    ("q", "quit"),
+)
+
+
+def footer(width: int) -> str:
+    """The footer's key · action pairs, wrapped between pairs (never inside one) to ``width``."""
+    lines: list[str] = []
+    for key, action in FOOTER:
+        pair = f"{key} {action}"
+        if lines and len(lines[-1]) + 2 + len(pair) <= width:
+            lines[-1] += "  " + pair
+        else:
+            lines.append(pair)
+    return "\n".join(lines)
+
+
+KEYS: tuple[tuple[str, str], ...] = (
+    ("← →", "previous / next query token"),
+    ("↑ ↓", "next / previous layer"),
+    ("[ ]", "previous / next head"),
+    ("v", "next view: token heatmap → head table → matrix of one head"),
+    ("1 2 3", "token heatmap / head table / matrix of one head"),
+    ("n", "show each weight as a number (on / off)"),
+    ("w", "words: pieces merged, keys summed and query rows averaged (on / off)"),
+    ("s", "special tokens set aside as keys, rows renormalised over the rest (on / off)"),
+    ("m", "the mean over the heads, as one more row after the heads (on / off)"),
+    ("o", "measure: the weights α, or the norms ‖α·f(x)‖ as each row's shares (Kobayashi et al. 2020)"),
+    ("/", "type a new sentence (Enter runs it through the loaded model, Esc cancels)"),
+    ("e", "export the current view to a PNG file (the head table exports its layer's heatmap)"),
+    ("PgUp PgDn Home End", "scroll a view taller than the screen"),
+    ("?", "this list (Esc or ? closes it)"),
+    ("q", "quit"),
+)
+
+
+class Lines(ScrollView, can_focus=False):
+    """Pre-drawn lines in a scrolling window (textual's line API): a repaint copies
+    the visible part of each line and draws nothing."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.strips: list[Strip] = []
+        self._style = Style()
+        self._width = 0
+
+    def show(self, strips: list[Strip]) -> None:
+        self.strips = strips
+        width = max((strip.cell_length for strip in strips), default=0)
+        self.virtual_size = Size(width, len(strips))
+        self.refresh()
+
+    @property
+    def text(self) -> str:
+        """The lines as plain text (what a reader sees, without styles)."""
+        return "\n".join(strip.text for strip in self.strips)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # The widget's style and width, once per repaint rather than once per line (a
+        # third of a repaint's time when asked per line).
+        self._style = self.rich_style
+        self._width = self.scrollable_content_region.width
+        return super().render_lines(crop)
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self._width
+        if index >= len(self.strips):
+            return Strip.blank(width, self._style)
+        # The widget's colours under the lines' own (cached per style by textual).
+        return self.strips[index].apply_style(self._style).crop_extend(scroll_x, scroll_x + width, self._style)
+
+
+class KeysScreen(ModalScreen[None]):
+    """The list of keys (``?``)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss", "close"),
+        Binding("question_mark", "dismiss", "close"),
+        Binding("q", "dismiss", "close"),
+    ]
+    DEFAULT_CSS = """
+    KeysScreen { align: center middle; }
+    #keys { width: auto; max-width: 100%; height: auto; border: round $primary; padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        text = Text("attnviz explore: keys\n\n", style="bold")
+        width = max(len(k) for k, _ in KEYS)
+        for key, what in KEYS:
+            text.append(key.ljust(width + 2), style="bold")
+            text.append(what + "\n")
+        text.append("\nNo mouse needed; works over SSH. NO_COLOR draws shade glyphs instead of colours.", style="dim")
+        yield Static(text, id="keys")
+
+
+# The longest sentence the / prompt takes. textual's Input redraws its whole value on
+# each key, so typing n characters costs O(n²): 20 KB typed got no answer in 120 s and
+# 100 KB took 4.5 min and 5.5 GB (issue 25). 4,000 characters is ~1,000 tokens of
+# English, past the 512 positions of most encoders; longer texts: attnviz show --file.
+MAX_SENTENCE = 4000
+TOO_LONG = (
+    f"the sentence is cut at {MAX_SENTENCE:,} characters, the most the / prompt takes "
+    "(for a longer text: attnviz show --file)"
+)
+
+
+class SentenceInput(Input):
+    """The / prompt: at most ``MAX_SENTENCE`` characters; what goes past is cut, and the
+    app says so (not textual's silent refusal and bell)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=MAX_SENTENCE, **kwargs)
+
+    def replace(self, text: str, start: int, end: int) -> None:
+        low, high = sorted((max(0, start), min(len(self.value), end)))
+        room = MAX_SENTENCE - (len(self.value) - (high - low))
+        if len(text) > room:
+            text = text[: max(room, 0)]
+            self.restricted()
+            if not text:
+                return
+        super().replace(text, start, end)
+
+    def restricted(self) -> None:
+        say = getattr(self.app, "say", None)
+        if say is not None and getattr(self.app, "message", None) != TOO_LONG:
+            say(TOO_LONG)
