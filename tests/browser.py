@@ -48,6 +48,17 @@ def missing() -> str | None:
     return None
 
 
+def gate(why: str | None, what: str = "the browser tests", reason: str = "no headless browser") -> Any:
+    """The skip mark of a module's browser tests, given why they cannot run (``missing()``):
+    none when they can. Under ``ATTNVIZ_REQUIRE_BROWSER=1`` (.ci/run) a missing browser
+    fails the run instead of skipping, so CI cannot pass without them."""
+    import pytest
+
+    if why is not None and os.environ.get("ATTNVIZ_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"ATTNVIZ_REQUIRE_BROWSER=1 but {what} cannot run: {why}", pytrace=False)
+    return pytest.mark.skipif(why is not None, reason=f"{reason}: {why}")
+
+
 @contextmanager
 def chromium(width: int = 1280, height: int = 900, local: bool = False) -> Iterator[Any]:
     """A fresh headless Chromium (its own --user-data-dir), network blocked; quit after.

@@ -92,7 +92,7 @@ def test_export_ablate_to_an_image_is_refused_before_the_model(no_model: list[st
 _why = browser.missing()
 
 
-@pytest.mark.skipif(_why is not None, reason=f"no headless browser: {_why}")
+@browser.gate(_why)
 def test_bars_render_beside_each_head_of_the_focused_token(tmp_path: Path, att: Attention, effects: np.ndarray) -> None:
     path = tmp_path / "view.html"
     save_html(att, path, query=att.tokens.labels.index("it"), layer=5, ablation=PageAblation(effects))

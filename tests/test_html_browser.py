@@ -9,7 +9,6 @@ Skipped when /usr/bin/chromium or chromedriver is missing, unless ATTNVIZ_REQUIR
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,9 +28,7 @@ COUNCIL = "The councilmen refused the demonstrators a permit because they feared
 MIN_LEFT = 0.01  # the page's threshold for an empty row once special tokens are hidden
 
 _why = browser.missing()
-if _why is not None and os.environ.get("ATTNVIZ_REQUIRE_BROWSER") == "1":
-    pytest.fail(f"ATTNVIZ_REQUIRE_BROWSER=1 but the browser tests cannot run: {_why}", pytrace=False)
-pytestmark = pytest.mark.skipif(_why is not None, reason=f"no headless browser: {_why}")
+pytestmark = browser.gate(_why)
 
 
 @pytest.fixture(scope="module")

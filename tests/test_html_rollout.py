@@ -6,7 +6,6 @@ eager weights, and toggled in headless Chromium."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -158,9 +157,7 @@ def test_page_rollout_too_large_does_not_fall_back_to_rows(tmp_path: Path) -> No
 # --- in Chromium -----------------------------------------------------------------------
 
 _why = browser.missing()
-if _why is not None and os.environ.get("ATTNVIZ_REQUIRE_BROWSER") == "1":
-    pytest.fail(f"ATTNVIZ_REQUIRE_BROWSER=1 but the browser tests cannot run: {_why}", pytrace=False)
-needs_browser = pytest.mark.skipif(_why is not None, reason=f"no headless browser: {_why}")
+needs_browser = browser.gate(_why)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -254,9 +253,7 @@ def test_full_page_over_the_budget_falls_back_to_rows(runner: CliRunner, tmp_pat
 # --- in the browser ------------------------------------------------------------------------
 
 _why = browser.missing()
-if _why is not None and os.environ.get("ATTNVIZ_REQUIRE_BROWSER") == "1":
-    pytest.fail(f"ATTNVIZ_REQUIRE_BROWSER=1 but the browser tests cannot run: {_why}", pytrace=False)
-needs_browser = pytest.mark.skipif(_why is not None, reason=f"no headless browser: {_why}")
+needs_browser = browser.gate(_why)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ hand from transformers' own eager modules, and toggled in headless Chromium."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,9 +132,7 @@ def test_a_long_norm_page_falls_back_to_rows(tmp_path: Path) -> None:
 # --- in Chromium -----------------------------------------------------------------------
 
 _why = browser.missing()
-if _why is not None and os.environ.get("ATTNVIZ_REQUIRE_BROWSER") == "1":
-    pytest.fail(f"ATTNVIZ_REQUIRE_BROWSER=1 but the browser tests cannot run: {_why}", pytrace=False)
-needs_browser = pytest.mark.skipif(_why is not None, reason=f"no headless browser: {_why}")
+needs_browser = browser.gate(_why)
 
 
 @pytest.fixture(scope="module")

@@ -25,9 +25,7 @@ from . import browser, notebooks
 from .helpers import EXAMPLE
 
 _why = browser.missing() or notebooks.missing()
-if _why is not None and os.environ.get("ATTNVIZ_REQUIRE_BROWSER") == "1":
-    pytest.fail(f"ATTNVIZ_REQUIRE_BROWSER=1 but the notebook browser tests cannot run: {_why}", pytrace=False)
-pytestmark = pytest.mark.skipif(_why is not None, reason=f"no headless browser or notebook tools: {_why}")
+pytestmark = browser.gate(_why, "the notebook browser tests", "no headless browser or notebook tools")
 
 READ = (
     "function readable(c) { const r = document.createElement('canvas'); r.width = c.width; r.height = c.height;"
