@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
-from ..result import Attention, atomic_write, check_writable
+from ..result import Attention, Provenance, atomic_write, check_writable
 from ..shape import head_label
 from ..tokens import Tokens
 from ..transforms import word_groups  # the CLI's word rule, so the page's words are its words
@@ -105,6 +105,20 @@ def check_page_size(num_layers: int, num_heads: int, num_tokens: int, budget: in
         reason="page_size",
         fit=fit,
     )
+
+
+def page_provenance(p: Provenance) -> dict[str, Any]:
+    """The provenance line's facts, as both pages (full and row mode) embed them."""
+    return {
+        "model": p.model,
+        "architecture": p.architecture,
+        "engine": p.engine,
+        "device": p.device,
+        "dtype": p.dtype,
+        "num_layers": p.num_layers,
+        "num_heads": p.num_heads,
+        "num_kv_heads": p.num_kv_heads,
+    }
 
 
 def word_label(tokens: Tokens, group: tuple[int, ...]) -> str:
@@ -226,16 +240,7 @@ def page_data(
         "heads": [head_label(h, p.num_heads, p.num_kv_heads) for h in range(att.num_heads)],
         "causal": p.causal,
         "notes": p.shape.notes(),  # causal, grouped-query, learned attention sinks
-        "provenance": {
-            "model": p.model,
-            "architecture": p.architecture,
-            "engine": p.engine,
-            "device": p.device,
-            "dtype": p.dtype,
-            "num_layers": p.num_layers,
-            "num_heads": p.num_heads,
-            "num_kv_heads": p.num_kv_heads,
-        },
+        "provenance": page_provenance(p),
         "versions": versions(p.engine),
         "initial": {
             "view": view,

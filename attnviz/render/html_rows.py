@@ -55,6 +55,7 @@ from .html import (
     assemble,
     asset,
     encode_weights,
+    page_provenance,
     versions,
     word_label,
 )
@@ -321,16 +322,7 @@ def page_data(
         "heads": [head_label(h, p.num_heads, p.num_kv_heads) for h in range(rows.num_heads)],
         "causal": p.causal,
         "notes": p.shape.notes(),
-        "provenance": {
-            "model": p.model,
-            "architecture": p.architecture,
-            "engine": p.engine,
-            "device": p.device,
-            "dtype": p.dtype,
-            "num_layers": p.num_layers,
-            "num_heads": p.num_heads,
-            "num_kv_heads": p.num_kv_heads,
-        },
+        "provenance": page_provenance(p),
         "versions": versions(p.engine),
         **(
             {}
