@@ -15,10 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
+from textual import events
 from textual.widgets import Input
 
 from attnviz.engines import Engine
 from attnviz.result import Attention
+from attnviz.transforms import View
 from attnviz.tui.app import ExploreApp
 from attnviz.tui.views import runner
 from attnviz.tui.widgets import MAX_SENTENCE, TOO_LONG
@@ -57,6 +59,43 @@ async def test_the_prompt_is_cut_at_its_limit_with_a_message(att: Attention, own
         await press(pilot, "enter")
         await settle(pilot)
         assert "new sentence: 7 tokens" in screen(app)
+
+
+async def test_keys_faster_than_the_prompt_draws_keep_their_order(att: Attention, own_engine: Engine) -> None:
+    """Keys that reach the app before the prompt has drawn the ones before them (a paste in
+    a terminal without bracketed paste) are the prompt's text until the Esc among them,
+    and the keys after that Esc are the app's again: textual's own routing typed the Esc,
+    the next / and the final q into the prompt, and the explorer never quit (issue 25)."""
+    app = ExploreApp(att, runner(own_engine, tuple(range(6))))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        burst = ["slash", *"word " * 900, "escape", "slash", *"the dog sat", "backspace", "t", "enter"]
+        for key in burst:  # all queued at once, as the terminal driver posts them
+            app.post_message(events.Key(key, key if len(key) == 1 else None))
+        await pilot.pause()
+        await settle(pilot)
+        assert "new sentence: 5 tokens" in screen(app)  # [CLS] the dog sat [SEP]: not the words toggled
+        assert app.reading == View() and app.measure == "weight"  # no w or o was read as a key binding
+        assert app.att.tokens.pieces[1:4] == ("the", "dog", "sat")
+        assert app.query_one("#ask", Input).disabled  # enter closed the prompt in order
+        await pilot.press("q")  # the app's keys again
+        await pilot.pause()
+        assert not app.is_running
+    assert app.return_code == 0
+
+
+async def test_the_prompt_scrolls_to_its_cursor_past_its_width(att: Attention, own_engine: Engine) -> None:
+    """The prompt repaints itself on a key, not the whole screen's layout (8 ms a key):
+    its text must still scroll so that the cursor and the last words typed are seen."""
+    app = ExploreApp(att, runner(own_engine, tuple(range(6))))
+    async with app.run_test(size=SIZE) as pilot:
+        words = " ".join(f"w{i:03d}" for i in range(60))  # 299 characters, wider than the screen
+        await press(pilot, "slash", *words)
+        shown = screen(app)
+        assert "w059" in shown and "w000" not in shown
+        await press(pilot, "home")
+        shown = screen(app)
+        assert "w000" in shown and "w059" not in shown
 
 
 # --- the real command in a pseudo-terminal -------------------------------------------
@@ -130,3 +169,24 @@ def test_a_terminal_that_goes_away_ends_the_explorer_with_129(tmp_path: Path) ->
             proc.kill()
         if leader >= 0:
             os.close(leader)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
+def test_a_burst_of_typed_keys_then_q_ends_the_explorer(tmp_path: Path) -> None:
+    """Two 4,500-key bursts into / (no bracketed paste), each closed with Esc, then q: the
+    pty fuzz case that got no exit in 120 s (issue 25). It must quit with 0, promptly."""
+    proc, leader = start_in_pty(tmp_path)
+    try:
+        started = time.monotonic()
+        for _ in range(2):  # the screen read as a terminal does; Esc alone, not the Alt of a key
+            os.write(leader, b"/" + b"word " * 900)
+            drain(leader, proc, 0.3)
+            os.write(leader, b"\x1b")
+            drain(leader, proc, 0.3)
+        os.write(leader, b"q")
+        assert drain(leader, proc, 90) == 0
+        assert time.monotonic() - started < 90
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(leader)

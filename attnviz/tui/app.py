@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 from rich.segment import Segment
 from rich.text import Text
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.strip import Strip
@@ -453,7 +454,10 @@ class ExploreApp(App[None]):
         ask.disabled = False
         ask.add_class("open")
         ask.value = ""
-        ask.focus()
+        # Focus now, not at the end of the message queue as Widget.focus() does: keys
+        # already queued behind "/" (a fast typist, a paste without bracketed paste) are
+        # the sentence, not key bindings (issue 25: 900 "word " toggled words and norms).
+        self.screen.set_focus(ask)
 
     def action_close_ask(self) -> None:
         ask = self.query_one("#ask", Input)
@@ -462,8 +466,43 @@ class ExploreApp(App[None]):
             ask.blur()
             ask.disabled = True
 
+    async def on_event(self, event: events.Event) -> None:
+        """Keys and pastes from the terminal take effect at once, in the order they came.
+
+        textual hands a key to the focused widget's or the screen's queue, and runs a
+        binding when the key bubbles back: keys faster than those queues (a paste without
+        bracketed paste) were read against a stale state, the / prompt's text as key
+        bindings and the Esc and q after it as text (issue 25: the explorer never quit).
+        Here the main screen's bindings run now, and while the prompt is open every key
+        and paste goes to it now (``SentenceInput.take``); Enter runs the sentence.
+        """
+        if isinstance(event, events.Key | events.Paste) and not event.is_forwarded and self.screen is self._main:
+            ask = self._open_prompt()
+            if ask is not None:
+                if isinstance(event, events.Key) and event.key == "enter":
+                    self.submit(ask.value)
+                else:
+                    await ask.take(event)
+                return
+            active = self.active_bindings.get(event.key) if isinstance(event, events.Key) else None
+            if active is not None and active.enabled:
+                await self.run_action(active.binding.action, active.node)
+                return
+        await super().on_event(event)
+
+    @property
+    def _main(self) -> object:
+        return self.screen_stack[0] if self.screen_stack else None
+
+    def _open_prompt(self) -> SentenceInput | None:
+        asks = self.screen.query("#ask.open")
+        return asks.first(SentenceInput) if asks else None
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        sentence = event.value
+        self.submit(event.value)
+
+    def submit(self, sentence: str) -> None:
+        """Run the sentence typed at the / prompt (in a worker), and close the prompt."""
         self.action_close_ask()
         if not sentence.strip():
             self.say("the sentence is empty: press / and type one")

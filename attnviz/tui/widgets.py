@@ -7,9 +7,11 @@ from typing import Any, ClassVar
 
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.geometry import Region, Size
+from textual.reactive import Reactive
 from textual.screen import ModalScreen
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -140,6 +142,12 @@ class SentenceInput(Input):
     """The / prompt: at most ``MAX_SENTENCE`` characters; what goes past is cut, and the
     app says so (not textual's silent refusal and bell)."""
 
+    # textual's Input sets its virtual width on every key, and Widget's virtual_size asks
+    # for a new layout of the whole screen: 8 ms a key here, so ~4,500 keys arriving at
+    # once (a paste into a terminal without bracketed paste) took over 120 s (issue 25).
+    # The prompt is one line with no scroll bar: a repaint of itself is all it needs.
+    virtual_size = Reactive(Size(0, 0), layout=False)
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(max_length=MAX_SENTENCE, **kwargs)
 
@@ -152,6 +160,27 @@ class SentenceInput(Input):
             if not text:
                 return
         super().replace(text, start, end)
+
+    async def take(self, event: events.Key | events.Paste) -> None:
+        """Type a key or a paste now, in the order the app read it (``ExploreApp.on_event``).
+
+        textual forwards each key into the queue of the widget focused when the app reads
+        it, and the prompt's queue lags when keys come faster than it draws: the Esc that
+        closes it, the / that opens it again and the q after them were typed into it
+        instead (issue 25: ~4,500 keys without bracketed paste, and q never quit).
+        """
+        if isinstance(event, events.Paste):
+            text = event.text.splitlines()[0] if event.text.strip("\r\n") else ""  # one line, as Input's own
+        elif event.is_printable and event.character is not None:
+            text = event.character
+        else:  # the prompt's keys (backspace, arrows...), then the app's (Esc)
+            active = self.app.active_bindings.get(event.key)
+            if active is not None:
+                await self.app.run_action(active.binding.action, active.node)
+            return
+        if text:
+            start, end = sorted(self.selection)
+            self.replace(text, start, end)
 
     def restricted(self) -> None:
         say = getattr(self.app, "say", None)
