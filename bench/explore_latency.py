@@ -128,7 +128,7 @@ async def measure_long(n: int, rounds: int) -> tuple[dict[str, list[tuple[float,
     from attnviz.pipeline import Selection
     from attnviz.select import Query
     from attnviz.tui.app import ExploreApp
-    from attnviz.tui.views import ROW_WINDOW, long_reading
+    from attnviz.tui.long import ROW_WINDOW, long_reading
     from bench.long_context import build_model, text_of
 
     times: dict[str, list[tuple[float, float]]] = {
