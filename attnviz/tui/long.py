@@ -205,10 +205,17 @@ class LongViews:
         self._stats: dict[int, list[HeadStats]] = {}
         self._lock = threading.Lock()
         self.att = self._skeleton(first)
+        self._siblings: dict[tuple[View, str], LongViews] = {(self.reading, self.measure): self}
 
     def with_options(self, reading: View, measure: str) -> LongViews:
         """The same text and computed windows read with ``reading``, in ``measure``."""
-        return LongViews(self._windows.last(), self._source, reading=reading, measure=measure, windows=self._windows)
+        key = (reading, measure)
+        if key not in self._siblings:  # each kept, as the short text's views are: a key back is a lookup
+            self._siblings[key] = LongViews(
+                self._windows.last(), self._source, reading=reading, measure=measure, windows=self._windows
+            )
+            self._siblings[key]._siblings = self._siblings
+        return self._siblings[key]
 
     @property
     def kept(self) -> bool:
@@ -230,8 +237,12 @@ class LongViews:
         return self._apply(first, pieces)
 
     def _apply(self, raw: Attention, pieces: tuple[int, ...]) -> Attention:
-        # The CLI's road for one query: select its rows, read them (pipeline.read), shares to draw.
-        return shares(apply(raw, self.reading, [pieces], raw.layers))
+        # The CLI's road for one query: its rows only (pipeline.read computes no others; cut
+        # here, transforms.select would copy the whole window first), read as pipeline.read
+        # reads them, then the shares the views draw.
+        slots = [raw.query_slot(p) for p in pieces]
+        own = replace(raw, weights=raw.weights[:, :, slots], queries=tuple(pieces))  # (N, H, R, S)
+        return shares(apply(own, self.reading, [pieces], raw.layers))
 
     @property
     def num_tokens(self) -> int:
