@@ -285,3 +285,31 @@ def _index(position: int):  # type: ignore[no-untyped-def]
     from attnviz.select import Query
 
     return Query(index=position)
+
+
+async def test_the_windows_beside_the_cursor_are_fetched_while_the_user_reads(
+    model: Path, reference: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the screen is drawn, the windows before and after the cursor's come in the
+    background: walking into them waits for nothing, and their rows are the reference's."""
+    import asyncio
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    engine = load_engine("own", str(model), "cpu")
+    start = 300  # the middle of window 296..303
+    first, rows = long_reading(engine, TEXT, Selection(queries=(_index(start),)), budget=BUDGET)
+    app = ExploreApp(first.attention, None, query=start, rows=rows)
+    long = app.long
+    assert long is not None and long.kept
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(200):  # the fetches ahead, in a worker thread
+            await pilot.pause()
+            if "rows" not in app._busy and long.rows_for(start + ROW_WINDOW) and long.rows_for(start - ROW_WINDOW):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the windows beside the cursor's were not fetched")
+        await pilot.press(*["right"] * ROW_WINDOW)
+        await pilot.pause()
+        assert not app._waiting and "computing" not in app.query_one("#view").text  # type: ignore[attr-defined]
+        _check(app, reference, start + ROW_WINDOW, 0)

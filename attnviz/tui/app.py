@@ -17,6 +17,10 @@ DrawnViews (``v`` cycles, ``1``-``3`` pick):
   entropy, sink, self, prev, next, distance: metrics.head_stats, render.tables);
 - ``matrix``: the full query × key matrix of the selected head (render.terminal.matrix_heatmap).
 
+A long text (its full matrices over the budget) comes with ``rows`` and is drawn from rows
+(tui.long): the compact rows of ``show`` and the head table, every reading option and the
+norms; the matrix says in a line that it needs every query row.
+
 With NO_COLOR set, textual draws in monochrome and the cells fall back to the shade
 glyphs of the plain-terminal heatmap, so nothing is carried by colour alone.
 """
@@ -359,7 +363,10 @@ class ExploreApp(App[None]):
             return
         if self._waiting and (not line or long.can_draw(self.cursor)):
             self.refresh_view()  # the cursor's rows, or the fetch of its window
-        elif not line:
+        elif not line:  # a window fetched ahead: the views one key away in it can be drawn now
+            self._warm_queue = self._neighbours(self.cursor)
+            self._warm_round += 1
+            self.set_timer(_WARM_DELAY, partial(self._warm_one, self._warm_round))
             self._fetch_ahead()
 
     def _fetch_ahead(self) -> None:
