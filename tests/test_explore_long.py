@@ -313,3 +313,30 @@ async def test_the_windows_beside_the_cursor_are_fetched_while_the_user_reads(
         await pilot.pause()
         assert not app._waiting and "computing" not in app.query_one("#view").text  # type: ignore[attr-defined]
         _check(app, reference, start + ROW_WINDOW, 0)
+
+
+async def test_fetching_ahead_stops_when_the_windows_beside_fill_the_budget(model: Path) -> None:
+    """Room for two windows only (the cursor's and one more): one window is fetched ahead
+    and then none, rather than each fetch pushing out the other for ever."""
+    import asyncio
+
+    engine = load_engine("own", str(model), "cpu")
+    start = 300
+    budget = 600_000  # the keys kept (230 KB) and two windows of rows (154 KB each)
+    first, rows = long_reading(engine, TEXT, Selection(queries=(_index(start),)), budget=budget)
+    calls: list[tuple[int, ...]] = []
+
+    def counted(queries: tuple[int, ...], measure: str = "weight"):  # type: ignore[no-untyped-def]
+        calls.append(queries)
+        return rows(queries, measure)
+
+    counted.kept_size = rows.kept_size  # type: ignore[attr-defined]
+    counted.kept = rows.kept  # type: ignore[attr-defined]
+    counted.budget = budget  # type: ignore[attr-defined]
+    app = ExploreApp(first.attention, None, query=start, rows=counted)
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(40):
+            await pilot.pause()
+            await asyncio.sleep(0.05)
+        assert app.long is not None and app.long._windows.keep == 2
+        assert len(calls) == 1 and "rows" not in app._busy, calls

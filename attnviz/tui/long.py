@@ -83,7 +83,7 @@ class RowSource:
         from ..keptrows import kept_bytes
 
         check_rows_size(len(layers), engine.shape.num_heads, len(tokens), budget)
-        self._engine, self.tokens, self.layers = engine, tokens, layers
+        self._engine, self.tokens, self.layers, self.budget = engine, tokens, layers, budget
         size = kept_bytes(engine, range(max(layers) + 1), len(tokens))
         self._try_keep = size is not None and size <= budget // 2
         self.kept_size = size if self._try_keep and size is not None else 0
@@ -161,6 +161,16 @@ class _Windows:
         with self._lock:
             return next(reversed(self._rows.values()))
 
+    def room(self, measure: str, beside: list[tuple[int, ...]]) -> bool:
+        """Whether one more window fits without dropping any of ``beside`` (the cursor's
+        window and its neighbours: fetching one must not push out another, or the
+        fetches ahead would go round for ever)."""
+        with self._lock:
+            if len(self._rows) < self.keep:
+                return True
+            near = [set(w) for w in beside]
+            return any(key[0] != measure or not any(set(key[1]) & w for w in near) for key in self._rows)
+
     def add(self, measure: str, window: tuple[int, ...], att: Attention, stay: tuple[int, ...] = ()) -> None:
         with self._lock:
             self._rows[(measure, window)] = att
@@ -194,6 +204,7 @@ class LongViews:
         self.reading = View() if reading is None else reading
         self.measure = measure
         if windows is None:
+            budget = getattr(rows, "budget", budget)  # a RowSource's: the windows share it with the kept keys
             one = 4 * len(first.layers) * first.num_heads * len(first.keys) * ROW_WINDOW
             windows = _Windows((budget - getattr(rows, "kept_size", 0)) // max(one, 1))
             windows.add(first.measure, tuple(first.queries), first)
@@ -286,12 +297,17 @@ class LongViews:
         """A query of the window after (else before) ``query``'s that is not computed:
         what to fetch while the user reads (None: both are there, or there is room for
         neither beside the cursor's)."""
-        if self._windows.keep < 3 and not self.kept:
+        n = len(self.raw_tokens)
+        window = window_for(self.pieces(query), n)
+        beside = [
+            window,
+            window_of(window[-1] + 1, n) if window[-1] + 1 < n else (),
+            window_of(max(window[0] - 1, 0), n),
+        ]
+        if not self._windows.room(self.measure, beside):
             return None
-        pieces = self.pieces(query)
-        window = window_for(pieces, len(self.raw_tokens))
         for raw in (window[-1] + 1, window[0] - 1):
-            if 0 <= raw < len(self.raw_tokens):
+            if 0 <= raw < n:
                 q = raw if self._groups is None else next(w for w, g in enumerate(self._groups) if raw in g)
                 if self._windows.find(self.measure, self.pieces(q)) is None:
                     return q
