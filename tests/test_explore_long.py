@@ -12,13 +12,14 @@ import pytest
 
 from attnviz.engines import load_engine
 from attnviz.errors import UsageError
+from attnviz.metrics import head_stats
 from attnviz.pipeline import Selection, run
 from attnviz.render.compact import binned, strip_bins
 from attnviz.render.terminal import shade
 from attnviz.transforms import View, shares
 from attnviz.tui.app import ExploreApp
 from attnviz.tui.long import ROW_WINDOW, RowSource, long_reading, values_top_keys, window_of
-from attnviz.tui.views import explore_reading
+from attnviz.tui.views import explore_reading, head_table, strips
 
 from .helpers import inspect
 
@@ -168,6 +169,11 @@ async def test_the_explorer_draws_the_compact_rows_of_a_long_text(
         assert app.cursor.view == "table" and "view: head table" in _screen(app)
         table = app.query_one("#view").text  # type: ignore[attr-defined]
         assert table.startswith("layer 1 · ") and all(f"h{h}" in table for h in range(HEADS))
+        # The table of the library's rows for the token (every layer's metrics, this layer's lines).
+        q = start + 1 + ROW_WINDOW
+        lib = run(TEXT, engine, Selection(queries=(_index(q),))).attention
+        drawn = strips(head_table(lib, head_stats(lib, q), app.cursor, app._view_width(), False), app._view_width())
+        assert table == "\n".join(line.text for line in drawn)
         await pilot.press("3")  # the matrix needs every query row: said in a line, not drawn
         await pilot.pause()
         assert "the matrix view draws every query row" in app.message and app.cursor.view == "table"

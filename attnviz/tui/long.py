@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from rich.console import Group, RenderableType
 from textual.strip import Strip
 
@@ -38,7 +39,7 @@ from ..render.compact import compact_heatmap
 from ..render.terminal import legend
 from ..result import Attention
 from ..tokens import Tokens
-from ..transforms import View, apply, measure_label, shares, word_groups
+from ..transforms import View, apply, measure_label, select, shares, word_groups
 from .views import MAX_BYTES, Cursor, _bytes, head_table, strips
 
 if TYPE_CHECKING:
@@ -213,7 +214,7 @@ class LongViews:
         self._groups = word_groups(first.tokens) if self.reading.words else None
         self._drawn: OrderedDict[tuple[Any, ...], list[Strip]] = OrderedDict()
         self._reads: OrderedDict[int, Attention] = OrderedDict()
-        self._stats: dict[int, list[HeadStats]] = {}
+        self._stats: dict[tuple[int, int], list[HeadStats]] = {}
         self._lock = threading.Lock()
         self.att = self._skeleton(first)
         self._siblings: dict[tuple[View, str], LongViews] = {(self.reading, self.measure): self}
@@ -245,7 +246,11 @@ class LongViews:
             pieces = next(g for g in groups if first.queries[0] in g)
             first = self._source(window_for(pieces, len(self.raw_tokens)), self.measure)
             self._windows.add(self.measure, tuple(first.queries), first)
-        return self._apply(first, pieces)
+        # One layer read, its weights shown to every layer (never drawn): the structure
+        # costs a 32nd of a read on the bench decoder.
+        one = self._apply(replace(first, weights=first.weights[:1], layers=first.layers[:1]), pieces)
+        every = np.broadcast_to(one.weights, (len(first.layers), *one.weights.shape[1:]))  # (N, H', 1, S')
+        return replace(one, weights=every, layers=first.layers)
 
     def _apply(self, raw: Attention, pieces: tuple[int, ...]) -> Attention:
         # The CLI's road for one query: its rows only (pipeline.read computes no others; cut
@@ -277,7 +282,8 @@ class LongViews:
             self._reads[query] = att
             while len(self._reads) > _READS:
                 old, _ = self._reads.popitem(last=False)
-                self._stats.pop(old, None)
+                for key in [k for k in self._stats if k[0] == old]:
+                    del self._stats[key]
         return att
 
     def can_draw(self, cursor: Cursor) -> bool:
@@ -342,9 +348,9 @@ class LongViews:
             raise KeyError(f"the rows of token {c.query} are not computed")
         if c.view == "table":
             with self._lock:
-                if c.query not in self._stats:
-                    self._stats[c.query] = head_stats(att, c.query)
-                rows = self._stats[c.query]
+                if (c.query, c.layer) not in self._stats:  # per layer: metrics of each row alone
+                    self._stats[(c.query, c.layer)] = head_stats(select(att, layers=[c.layer]), c.query)
+                rows = self._stats[(c.query, c.layer)]
             return head_table(att, rows, c, width, color)
         if c.view != "heads":
             raise KeyError(f"the {c.view} view needs the full matrices")
