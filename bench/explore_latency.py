@@ -24,11 +24,14 @@ Prints medians and 95th percentiles in milliseconds, and each group's ratio to t
 
 ``--long N`` (default 8192 when given bare): a long text on the bench decoder (32 layers ×
 32 query heads over 8 kv heads, width 256; bench/long_context.py's ``build_model``), where
-the explorer draws the compact rows of the cursor's token, computed by the row path for a
-window of ``ROW_WINDOW`` tokens at a time. Groups: ``token`` (← → within the window: rows in
-memory), ``layer`` (↑ ↓), ``head`` ([ ]), ``floor``, and ``new window``: a token key that
-leaves the computed windows, timed from the key to the rows on screen (a forward pass over
-the N tokens in a worker thread; the key itself is answered at once with a message).
+the explorer draws the compact rows of the cursor's token, computed for a window of
+``ROW_WINDOW`` tokens at a time (from the q and k the first pass kept, or a pass each).
+Between keys the bench waits, as a person reading, for the views drawn ahead and the
+windows fetched ahead. Groups: ``token`` (← → within the window), ``layer`` (↑ ↓), ``head``
+([ ]), ``key X`` (the reading keys w s m o n v, each pressed twice: on, then off), ``floor``,
+``new window`` (a ← → that leaves the cursor's window, timed to the new rows on screen) and
+``cold window`` (a jump to a window nothing fetched, ``action_move_query``, to its rows on
+screen; the rows are computed in a worker thread, so the cpu column leaves them out).
 
     python bench/explore_latency.py --long [8192] [--rounds 4]
 """

@@ -376,7 +376,7 @@ def matrix_refusal(att: Attention, budget: int = MAX_BYTES) -> str:
     return (
         f"the matrix view draws every query row of a head: a long text keeps the rows of "
         f"{ROW_WINDOW} tokens at a time (the full matrices of {n:,} tokens would take {_bytes(size)}, "
-        f"over the explorer's {_bytes(budget)}): attnviz export --view matrix --layer L with a shorter text"
+        f"over the explorer's {_bytes(budget)}); for a matrix, attnviz export's matrix view of a shorter text"
     )
 
 
