@@ -346,3 +346,30 @@ async def test_fetching_ahead_stops_when_the_windows_beside_fill_the_budget(mode
             await asyncio.sleep(0.05)
         assert app.long is not None and app.long._windows.keep == 2
         assert len(calls) == 1 and "rows" not in app._busy, calls
+
+
+async def test_e_exports_the_long_texts_view_as_read(model: Path, tmp_path: Path) -> None:
+    """e on a long text with words merged writes the token figure of the word's rows as the
+    view reads them (render.image on the explorer's read rows, the CLI's figure function)."""
+    from attnviz.render.image import token_figure
+
+    from .test_explore import png_size
+
+    engine = load_engine("own", str(model), "cpu")
+    start = 300
+    first, rows = long_reading(engine, TEXT, Selection(queries=(_index(start),)), budget=BUDGET)
+    app = ExploreApp(first.attention, None, query=start, rows=rows, export_dir=tmp_path, dpi=50)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("w")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.press("e")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        read = app.long.rows_for(app.cursor.query)  # type: ignore[union-attr]
+        assert read is not None and read.key_pieces is not None
+        written = list(tmp_path.iterdir())
+        assert len(written) == 1 and f"wrote {written[0]}" in app.message
+        fig = token_figure(read, app.cursor.query, (app.cursor.layer,))
+        assert png_size(written[0]) == (int(fig.get_figwidth() * 50), int(fig.get_figheight() * 50))
