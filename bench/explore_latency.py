@@ -24,11 +24,14 @@ Prints medians and 95th percentiles in milliseconds, and each group's ratio to t
 
 ``--long N`` (default 8192 when given bare): a long text on the bench decoder (32 layers ×
 32 query heads over 8 kv heads, width 256; bench/long_context.py's ``build_model``), where
-the explorer draws the compact rows of the cursor's token, computed by the row path for a
-window of ``ROW_WINDOW`` tokens at a time. Groups: ``token`` (← → within the window: rows in
-memory), ``layer`` (↑ ↓), ``head`` ([ ]), ``floor``, and ``new window``: a token key that
-leaves the computed windows, timed from the key to the rows on screen (a forward pass over
-the N tokens in a worker thread; the key itself is answered at once with a message).
+the explorer draws the compact rows of the cursor's token, computed for a window of
+``ROW_WINDOW`` tokens at a time (from the q and k the first pass kept, or a pass each).
+Between keys the bench waits, as a person reading, for the views drawn ahead and the
+windows fetched ahead. Groups: ``token`` (← → within the window), ``layer`` (↑ ↓), ``head``
+([ ]), ``key X`` (the reading keys w s m o n v, each pressed twice: on, then off), ``floor``,
+``new window`` (a ← → that leaves the cursor's window, timed to the new rows on screen) and
+``cold window`` (a jump to a window nothing fetched, ``action_move_query``, to its rows on
+screen; the rows are computed in a worker thread, so the cpu column leaves them out).
 
     python bench/explore_latency.py --long [8192] [--rounds 4]
 """
@@ -118,7 +121,8 @@ async def measure(rounds: int) -> dict[str, list[tuple[float, float]]]:
 
 
 LONG_MOVES = ["right", "left", "up", "down", "right_square_bracket", "left_square_bracket"]
-GROUP = {"right": "token", "left": "token", "up": "layer", "down": "layer"}
+LONG_OPTIONS = ["w", "s", "m", "o", "n", "v"]  # each pressed twice: on, then off again
+GROUP = {"right": "token", "left": "token", "up": "layer", "down": "layer", **{k: f"key {k}" for k in LONG_OPTIONS}}
 
 
 async def measure_long(n: int, rounds: int) -> tuple[dict[str, list[tuple[float, float]]], float]:
@@ -128,12 +132,11 @@ async def measure_long(n: int, rounds: int) -> tuple[dict[str, list[tuple[float,
     from attnviz.pipeline import Selection
     from attnviz.select import Query
     from attnviz.tui.app import ExploreApp
-    from attnviz.tui.views import ROW_WINDOW, long_reading
+    from attnviz.tui.long import ROW_WINDOW, long_reading, window_of
     from bench.long_context import build_model, text_of
 
-    times: dict[str, list[tuple[float, float]]] = {
-        "token": [], "layer": [], "head": [], "floor": [], "new window": []
-    }  # fmt: skip
+    groups = ["token", "layer", "head", *(f"key {k}" for k in LONG_OPTIONS), "floor", "new window", "cold window"]
+    times: dict[str, list[tuple[float, float]]] = {group: [] for group in groups}
     rng = random.Random(0)
     with tempfile.TemporaryDirectory() as tmp:
         model = build_model(Path(tmp) / "decoder", layers=32, heads=32, kv_heads=8, max_positions=max(n, 8192))
@@ -147,24 +150,35 @@ async def measure_long(n: int, rounds: int) -> tuple[dict[str, list[tuple[float,
             await pilot.pause()
 
             async def idle() -> None:
+                # As a person reads: the views one key away drawn, the windows beside fetched.
                 await asyncio.sleep(0.3)
-                deadline = time.monotonic() + 10
-                while app.drawing_ahead and time.monotonic() < deadline:
+                deadline = time.monotonic() + 600
+                while (app.drawing_ahead or "rows" in app._busy) and time.monotonic() < deadline:
                     await asyncio.sleep(0.05)
 
+            async def shown(begin: float, cpu: float) -> tuple[float, float]:
+                """Wait for the cursor's rows on screen (a window being computed)."""
+                if app._waiting:
+                    while app._waiting:
+                        await asyncio.sleep(0.005)
+                    await pilot.pause()
+                if f"token {app.cursor.query} " not in "\n".join(
+                    s.text for s in app.screen._compositor.render_strips()
+                ):
+                    raise SystemExit("the new window's rows are not on screen")
+                return time.perf_counter() - begin, time.thread_time() - cpu
+
             async def timed(key: str) -> tuple[str, tuple[float, float]]:
+                window = window_of(app.long.pieces(app.cursor.query)[0], n)  # type: ignore[union-attr]
                 begin, cpu = time.perf_counter(), time.thread_time()
                 await pilot.press(key)
                 await pilot.pause()
-                if "rows" in app._busy:  # a new window: wait for its rows on screen
-                    await app.workers.wait_for_complete()
-                    await pilot.pause()
-                    if f"token {app.cursor.query} " not in "\n".join(
-                        s.text for s in app.screen._compositor.render_strips()
-                    ):
-                        raise SystemExit("the new window's rows are not on screen")
-                    return "new window", (time.perf_counter() - begin, time.thread_time() - cpu)
-                return GROUP.get(key, "head"), (time.perf_counter() - begin, time.thread_time() - cpu)
+                t = await shown(begin, cpu)
+                # A token key that leaves the cursor's window: a forward pass before kept keys
+                # and windows fetched ahead (the new window's rows then wait for it).
+                if GROUP.get(key) == "token" and window_of(app.long.pieces(app.cursor.query)[0], n) != window:  # type: ignore[union-attr]
+                    return "new window", t
+                return GROUP.get(key, "head"), t
 
             for _ in range(rounds):
                 order = LONG_MOVES[:]
@@ -175,6 +189,11 @@ async def measure_long(n: int, rounds: int) -> tuple[dict[str, list[tuple[float,
                     times[group].append(t)
                     await idle()
                     times["floor"].append((await timed("z"))[1])
+                for key in LONG_OPTIONS:
+                    for _ in range(2):
+                        await idle()
+                        group, t = await timed(key)
+                        times[group].append(t)
             # Token moves until the window is left (at most ROW_WINDOW): the forward a key can cost.
             for step in ("right", "left"):
                 before = len(times["new window"])
@@ -184,6 +203,12 @@ async def measure_long(n: int, rounds: int) -> tuple[dict[str, list[tuple[float,
                     times[group].append(t)
                     if len(times["new window"]) > before:
                         break
+            # A jump to a window nothing fetched ahead (no key does it: the time to compute one).
+            for far in (n // 8, n - n // 8):
+                await idle()
+                begin, cpu = time.perf_counter(), time.thread_time()
+                app.action_move_query(far - app.cursor.query)
+                times["cold window"].append(await shown(begin, cpu))
     return times, first_s
 
 

@@ -3,6 +3,7 @@ as compact rows (render.compact), checked against transformers' eager attention.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -11,11 +12,16 @@ import pytest
 
 from attnviz.engines import load_engine
 from attnviz.errors import UsageError
-from attnviz.pipeline import Selection
+from attnviz.metrics import head_stats
+from attnviz.pipeline import Selection, run
 from attnviz.render.compact import binned, strip_bins
 from attnviz.render.terminal import shade
+from attnviz.transforms import View, shares
 from attnviz.tui.app import ExploreApp
-from attnviz.tui.views import ROW_WINDOW, explore_reading, long_reading
+from attnviz.tui.long import ROW_WINDOW, RowSource, long_reading, values_top_keys, window_of
+from attnviz.tui.views import explore_reading, head_table, strips
+
+from .helpers import inspect
 
 pytestmark = pytest.mark.anyio
 
@@ -31,10 +37,11 @@ def anyio_backend() -> str:
 
 
 def _decoder(directory: Path) -> Path:
-    """A tiny random Llama (2 layers, 4 query heads over 2 kv heads) and a word-level tokenizer."""
+    """A tiny random Llama (2 layers, 4 query heads over 2 kv heads) and a WordPiece
+    tokenizer: "w5xy" is three tokens, w5 ##x ##y, so words have pieces."""
     import torch
     from tokenizers import Tokenizer, pre_tokenizers, processors
-    from tokenizers.models import WordLevel
+    from tokenizers.models import WordPiece
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     torch.manual_seed(0)
@@ -42,9 +49,10 @@ def _decoder(directory: Path) -> Path:
                          num_attention_heads=HEADS, num_key_value_heads=2, max_position_embeddings=1024,
                          bos_token_id=1, eos_token_id=2)  # fmt: skip
     LlamaForCausalLM(config).save_pretrained(directory)
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i + 3 for i in range(61)}}
-    tok = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "##x": 3, "##y": 4, **{f"w{i}": i + 5 for i in range(59)}}
+    tok = Tokenizer(WordPiece(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["<unk>", "<s>", "</s>"])
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
     fast.save_pretrained(directory)
@@ -56,7 +64,19 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _decoder(tmp_path_factory.mktemp("long") / "decoder")
 
 
-TEXT = " ".join(f"w{(i * 7) % 61}" for i in range(N - 1))  # + <s>: N tokens
+def _text(n: int) -> str:
+    """Words of one to three pieces, n - 1 tokens in all (+ <s>: n tokens)."""
+    words, count, i = [], 0, 0
+    while count < n - 1:
+        extra = ("x" if i % 3 == 0 else "") + ("y" if i % 7 == 0 else "")
+        extra = extra[: n - 1 - count - 1]
+        words.append(f"w{(i * 7) % 59}{extra}")
+        count += 1 + len(extra)
+        i += 1
+    return " ".join(words)
+
+
+TEXT = _text(N)
 
 
 @pytest.fixture(scope="module")
@@ -144,13 +164,212 @@ async def test_the_explorer_draws_the_compact_rows_of_a_long_text(
         await pilot.pause()
         _check(app, reference, start + 1 + ROW_WINDOW, 1)
         assert f"token {start + 1 + ROW_WINDOW} " in _screen(app)
-        await pilot.press("v")  # the other views need full matrices: said, not drawn
+        await pilot.press("v")  # the head table: the query's rows are all it needs
         await pilot.pause()
-        assert "compact rows" in _screen(app)
+        assert app.cursor.view == "table" and "view: head table" in _screen(app)
+        table = app.query_one("#view").text  # type: ignore[attr-defined]
+        assert table.startswith("layer 1 · ") and all(f"h{h}" in table for h in range(HEADS))
+        # The table of the library's rows for the token (every layer's metrics, this layer's lines).
+        q = start + 1 + ROW_WINDOW
+        lib = run(TEXT, engine, Selection(queries=(_index(q),))).attention
+        drawn = strips(head_table(lib, head_stats(lib, q), app.cursor, app._view_width(), False), app._view_width())
+        assert table == "\n".join(line.text for line in drawn)
+        await pilot.press("3")  # the matrix needs every query row: said in a line, not drawn
+        await pilot.pause()
+        assert "the matrix view draws every query row" in app.message and app.cursor.view == "table"
+        await pilot.press("v")
+        await pilot.pause()
         _check(app, reference, start + 1 + ROW_WINDOW, 1)
+
+
+def test_kept_keys_give_the_rows_and_norms_of_a_forward_pass(model: Path, reference: np.ndarray) -> None:
+    """After one pass, any query's rows and norms come from the kept q and k: the rows of
+    transformers' eager attention, and what the CLI's own pass returns for them."""
+    engine = load_engine("own", str(model), "cpu")
+    tokens = engine.tokenize(TEXT)
+    source = RowSource(engine, tokens, (0, 1), budget=BUDGET)
+    source(window_of(0, N))
+    assert source.kept
+    # A budget under twice the keys' size: nothing kept, each call is a pass.
+    passes = RowSource(engine, tokens, (0, 1), budget=source.kept_size * 2 - 1)
+    passes(window_of(0, N))
+    assert not passes.kept
+    for queries in [(5, 300, N - 1), tuple(range(296, 304))]:
+        for measure in ("weight", "norm"):
+            want = inspect(TEXT, engine, queries=queries, measure=measure)  # pipeline.forward: a pass
+            for got in (source(queries, measure), passes(queries, measure)):
+                assert got.queries == want.queries and got.measure == measure
+                np.testing.assert_allclose(got.weights, want.weights, rtol=1e-5, atol=1e-6)
+        weights = source(queries).weights
+        np.testing.assert_allclose(weights, reference[:, :, list(queries)], atol=1e-5)
+
+
+_OPTIONS = [  # keys pressed in the explorer, and the CLI's options for the same reading
+    ((), []),
+    (("w",), ["--words"]),
+    (("s",), ["--hide-special"]),
+    (("m",), ["--heads", "mean"]),
+    (("o",), ["--measure", "norm"]),
+    (("w", "s", "m", "o"), ["--words", "--hide-special", "--heads", "mean", "--measure", "norm"]),
+    (("n",), ["--top-keys"]),
+]
+
+
+def _blocks(out: str) -> dict[int, list[str]]:
+    """Each layer's compact block of the CLI's output: its title to the first blank line."""
+    lines = [line.rstrip() for line in out.splitlines()]
+    found = {}
+    for i, line in enumerate(lines):
+        m = re.match(r"layer (\d+) · ", line)
+        if m:
+            end = lines.index("", i)
+            found[int(m.group(1))] = lines[i:end]
+    return found
+
+
+@pytest.mark.parametrize(("keys", "options"), _OPTIONS, ids=["-".join(k) or "plain" for k, _ in _OPTIONS])
+async def test_each_key_on_a_long_text_draws_what_show_prints(
+    model: Path, tmp_path: Path, keys: tuple[str, ...], options: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Words, specials set aside, the head mean, the norms and the numbers (n) on a long
+    text: the explorer's lines are show's compact lines for the same token and options,
+    and its rows are show --json's (the norms as shares of each row)."""
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app as cli
+    from attnviz.transforms import word_groups
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    engine = load_engine("own", str(model), "cpu")
+    groups = word_groups(engine.tokenize(TEXT))
+    word = next(g for g in groups if g[0] > N // 2 and g[0] // ROW_WINDOW != g[-1] // ROW_WINDOW)
+    start = word[-1]  # in the window after its first piece's
+    first, rows = long_reading(engine, TEXT, Selection(queries=(_index(start),)), budget=BUDGET)
+    app = ExploreApp(first.attention, None, query=start, rows=rows)
+    drawn: dict[int, list[str]] = {}
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        for key in keys:
+            await pilot.press(key)
+            await pilot.app.workers.wait_for_complete()
+            await pilot.pause()
+        for _ in range(LAYERS):
+            await pilot.app.workers.wait_for_complete()
+            await pilot.pause()
+            lines = [line.rstrip() for line in app.query_one("#view").text.splitlines()]  # type: ignore[attr-defined]
+            drawn[app.cursor.layer] = lines[: lines.index("")]
+            await pilot.press("up")
+        read = app.long.rows_for(app.cursor.query)  # type: ignore[union-attr]
+        assert read is not None
+        width = app._view_width()
+    if options == ["--top-keys"]:
+        options = ["--top-keys", str(values_top_keys(read, width))]
+        assert int(options[1]) > 3  # more numbers than the plain view's
+    path = tmp_path / "long.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    args = ["show", "-f", str(path), "--model", str(model), "--index", str(start), "--no-pager", *options]
+    env = {"COLUMNS": str(width), "NO_COLOR": "1"}
+    out = CliRunner().invoke(cli, args, env=env)
+    assert out.exit_code == 0, out.output
+    assert _blocks(out.stdout) == drawn
+    data = json.loads(CliRunner().invoke(cli, [*args, "--json"], env=env).stdout)
+    want = np.asarray(data["weights"], dtype=np.float64)  # (N, H, S), six decimals
+    assert data["query_index"] == app.cursor.query and data["measure"] == read.measure
+    if data["measure"] == "weight":
+        np.testing.assert_allclose(read.rows(app.cursor.query), want, atol=1e-6)
+        return
+    # Norms: the views draw each row's shares. The JSON's six decimals are ~3 digits of
+    # this tiny model's norms, so the shares are held to the library's, and the JSON to them.
+    view = View(words="--words" in options, hide_special="--hide-special" in options,
+                heads=("mean",) if "--heads" in options else ())  # fmt: skip
+    lib = run(TEXT, engine, Selection(queries=(_index(start),), view=view, measure="norm"))
+    np.testing.assert_allclose(read.rows(app.cursor.query), shares(lib.attention).rows(lib.queries[0]), atol=1e-6)
+    np.testing.assert_allclose(lib.attention.rows(lib.queries[0]), want, atol=5e-7 + 1e-9)
 
 
 def _index(position: int):  # type: ignore[no-untyped-def]
     from attnviz.select import Query
 
     return Query(index=position)
+
+
+async def test_the_windows_beside_the_cursor_are_fetched_while_the_user_reads(
+    model: Path, reference: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the screen is drawn, the windows before and after the cursor's come in the
+    background: walking into them waits for nothing, and their rows are the reference's."""
+    import asyncio
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    engine = load_engine("own", str(model), "cpu")
+    start = 300  # the middle of window 296..303
+    first, rows = long_reading(engine, TEXT, Selection(queries=(_index(start),)), budget=BUDGET)
+    app = ExploreApp(first.attention, None, query=start, rows=rows)
+    long = app.long
+    assert long is not None and long.kept
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(200):  # the fetches ahead, in a worker thread
+            await pilot.pause()
+            if "rows" not in app._busy and long.rows_for(start + ROW_WINDOW) and long.rows_for(start - ROW_WINDOW):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the windows beside the cursor's were not fetched")
+        await pilot.press(*["right"] * ROW_WINDOW)
+        await pilot.pause()
+        assert not app._waiting and "computing" not in app.query_one("#view").text  # type: ignore[attr-defined]
+        _check(app, reference, start + ROW_WINDOW, 0)
+
+
+async def test_fetching_ahead_stops_when_the_windows_beside_fill_the_budget(model: Path) -> None:
+    """Room for two windows only (the cursor's and one more): one window is fetched ahead
+    and then none, rather than each fetch pushing out the other for ever."""
+    import asyncio
+
+    engine = load_engine("own", str(model), "cpu")
+    start = 300
+    budget = 600_000  # the keys kept (230 KB) and two windows of rows (154 KB each)
+    first, rows = long_reading(engine, TEXT, Selection(queries=(_index(start),)), budget=budget)
+    calls: list[tuple[int, ...]] = []
+
+    def counted(queries: tuple[int, ...], measure: str = "weight"):  # type: ignore[no-untyped-def]
+        calls.append(queries)
+        return rows(queries, measure)
+
+    counted.kept_size = rows.kept_size  # type: ignore[attr-defined]
+    counted.kept = rows.kept  # type: ignore[attr-defined]
+    counted.budget = budget  # type: ignore[attr-defined]
+    app = ExploreApp(first.attention, None, query=start, rows=counted)
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(40):
+            await pilot.pause()
+            await asyncio.sleep(0.05)
+        assert app.long is not None and app.long._windows.keep == 2
+        assert len(calls) == 1 and "rows" not in app._busy, calls
+
+
+async def test_e_exports_the_long_texts_view_as_read(model: Path, tmp_path: Path) -> None:
+    """e on a long text with words merged writes the token figure of the word's rows as the
+    view reads them (render.image on the explorer's read rows, the CLI's figure function)."""
+    from attnviz.render.image import token_figure
+
+    from .test_explore import png_size
+
+    engine = load_engine("own", str(model), "cpu")
+    start = 300
+    first, rows = long_reading(engine, TEXT, Selection(queries=(_index(start),)), budget=BUDGET)
+    app = ExploreApp(first.attention, None, query=start, rows=rows, export_dir=tmp_path, dpi=50)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("w")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.press("e")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        read = app.long.rows_for(app.cursor.query)  # type: ignore[union-attr]
+        assert read is not None and read.key_pieces is not None
+        written = list(tmp_path.iterdir())
+        assert len(written) == 1 and f"wrote {written[0]}" in app.message
+        fig = token_figure(read, app.cursor.query, (app.cursor.layer,))
+        assert png_size(written[0]) == (int(fig.get_figwidth() * 50), int(fig.get_figheight() * 50))

@@ -63,7 +63,8 @@ def explore(
 
         from ..pipeline import Selection
         from ..tui.app import ExploreApp
-        from ..tui.views import explore_reading, long_reading, runner
+        from ..tui.long import long_reading
+        from ..tui.views import explore_reading, runner
 
         selection = Selection(queries=() if query is None else (query,), layers=layer)
         rows = None

@@ -17,6 +17,10 @@ DrawnViews (``v`` cycles, ``1``-``3`` pick):
   entropy, sink, self, prev, next, distance: metrics.head_stats, render.tables);
 - ``matrix``: the full query × key matrix of the selected head (render.terminal.matrix_heatmap).
 
+A long text (its full matrices over the budget) comes with ``rows`` and is drawn from rows
+(tui.long): the compact rows of ``show`` and the head table, every reading option and the
+norms; the matrix says in a line that it needs every query row.
+
 With NO_COLOR set, textual draws in monochrome and the cells fall back to the shade
 glyphs of the plain-terminal heatmap, so nothing is carried by colour alone.
 """
@@ -44,12 +48,12 @@ from ..render.terminal import provenance_line
 from ..result import Attention
 from ..tokens import Tokens
 from ..transforms import View, apply, shares
+from .long import LONG_TITLES, LONG_VIEWS, LongViews, matrix_refusal
 from .views import (
     VIEW_TITLES,
     VIEWS,
     Cursor,
     DrawnViews,
-    LongViews,
     export_name,
     first_query,
     free_path,
@@ -79,8 +83,8 @@ class ExploreApp(App[None]):
         export_dir: where ``e`` writes PNG files (default: the current directory).
         dpi: the PNG's resolution.
         rows: a long text: ``att`` holds the rows of some query tokens only and ``rows``
-            computes those of others (raw positions) by the row path (``views.row_runner``);
-            the view is then the compact rows (``views.LongViews``).
+            computes those of others (raw positions; ``rows(queries, measure)``, a
+            ``long.RowSource``); the views then work on rows (``long.LongViews``).
     """
 
     TITLE = "attnviz explore"
@@ -133,7 +137,7 @@ class ExploreApp(App[None]):
         export_dir: Path | None = None,
         dpi: int = 150,
         run_norms: Callable[[str | Tokens], Attention] | None = None,
-        rows: Callable[[tuple[int, ...]], Attention] | None = None,
+        rows: Callable[..., Attention] | None = None,
     ) -> None:
         super().__init__()
         self._run = run
@@ -159,6 +163,7 @@ class ExploreApp(App[None]):
         self._warm_queue: list[Cursor] = []
         self._warm_round = 0  # bumped on every view shown: older draw-ahead ticks stand down
         self._slow_views: set[str] = set()
+        self._waiting = False  # a long text: the screen says the cursor's rows are being computed
 
     # --- data ---------------------------------------------------------------------
 
@@ -235,7 +240,8 @@ class ExploreApp(App[None]):
         status.append(att.head_name(c.head), style="bold")
         status.append(f" ({c.head + 1}/{att.num_heads})  ")
         status.append(f"token {c.query} {att.tokens.labels[c.query]!r}", style="bold")
-        status.append(f"  view: {VIEW_TITLES[c.view]} [{VIEWS.index(c.view) + 1}]")
+        title = VIEW_TITLES[c.view] if self.long is None else LONG_TITLES[c.view]
+        status.append(f"  view: {title} [{VIEWS.index(c.view) + 1}]")
         if c.values:
             status.append("  values")
         reading = [name for on, name in self._reading_names() if on]
@@ -244,13 +250,18 @@ class ExploreApp(App[None]):
         # layout=False: these lines keep their height, so a key costs no re-layout.
         self.query_one("#status", Static).update(status, layout=False)
         self.query_one("#tokens", Static).update(self._token_line(), layout=False)
-        if self.long is not None and not self.long.can_draw(c):
+        self._waiting = self.long is not None and not self.long.can_draw(c)
+        if self.long is not None and self._waiting:
             self._fetch_rows(c.query)
-            wait = Text(f"computing the rows of token {c.query} (a forward pass over {len(att.tokens):,} tokens)…")
+            n = len(self.long.raw_tokens)
+            how = "from the kept keys" if self.long.kept else f"a forward pass over {n:,} tokens"
+            wait = Text(f"computing the rows of token {c.query} ({how})…")
             self.query_one("#view", Lines).show([Strip([Segment(wait.plain)])])
             self._warm_queue = []
             return
         self.query_one("#view", Lines).show(self.views.render(c, self._view_width(), self.color))
+        if self.long is not None:
+            self._fetch_ahead()
         # Draw ahead once the keys pause: a held key gets no drawing it did not ask for.
         self._warm_queue = self._neighbours(c)
         self._warm_round += 1
@@ -267,7 +278,8 @@ class ExploreApp(App[None]):
             replace(c, layer=layers[(at - 1) % len(layers)]),
             replace(c, head=(c.head + 1) % n_heads),
             replace(c, head=(c.head - 1) % n_heads),
-            *(replace(c, view=view) for view in VIEWS if view != c.view),
+            # (a long text's head table takes metrics over L × H rows of S keys: ~0.3 s at 2,048)
+            *(replace(c, view=view) for view in (VIEWS if self.long is None else ()) if view != c.view),
             replace(c, values=not c.values),
         ]
 
@@ -292,7 +304,7 @@ class ExploreApp(App[None]):
             start = time.thread_time()  # CPU time: what the drawing costs, whatever the load
             self.views.render(cursor, width, color)
             if time.thread_time() - start > _WARM_MAX and self.long is None:
-                # (a long text's compact rows are its one view: always drawn ahead)
+                # (a long text's compact rows are always drawn ahead: ~20 ms at 2,048 tokens)
                 # A key pressed during a drawing waits for it: views this slow to draw (a
                 # long sentence's matrix) are drawn when asked for, not ahead.
                 self._slow_views.add(cursor.view)
@@ -323,16 +335,6 @@ class ExploreApp(App[None]):
 
     # --- long texts -----------------------------------------------------------------
 
-    def _long_only(self) -> bool:
-        """True (and a message) when a long text cannot do what the key asks."""
-        if self.long is None:
-            return False
-        self.say(
-            f"a long text ({len(self.att.tokens):,} tokens) shows the compact rows of the weights only: "
-            "the other views, words, specials, the head mean and norms need the full matrices"
-        )
-        return True
-
     def _fetch_rows(self, query: int) -> None:
         """Compute the rows of ``query``'s window in a worker thread, then show them."""
         if "rows" in self._busy:
@@ -340,10 +342,11 @@ class ExploreApp(App[None]):
         long = self.long
         assert long is not None
         self._busy.add("rows")
+        stay = self.cursor.query
 
         def work() -> None:
             try:
-                long.fetch(query)
+                long.fetch(query, stay)
             except AttnvizError as exc:
                 self.call_from_thread(self._rows_done, long, _error_line(exc))
             except Exception as exc:  # a bug must not kill the session
@@ -357,8 +360,22 @@ class ExploreApp(App[None]):
         self._busy.discard("rows")
         if line:
             self.say(line)
-        if long is self.long and (not line or long.can_draw(self.cursor)):
-            self.refresh_view()
+        if long is not self.long:
+            return
+        if self._waiting and (not line or long.can_draw(self.cursor)):
+            self.refresh_view()  # the cursor's rows, or the fetch of its window
+        elif not line:  # a window fetched ahead: the views one key away in it can be drawn now
+            self._warm_queue = self._neighbours(self.cursor)
+            self._warm_round += 1
+            self.set_timer(_WARM_DELAY, partial(self._warm_one, self._warm_round))
+            self._fetch_ahead()
+
+    def _fetch_ahead(self) -> None:
+        """While the user reads, the windows before and after the cursor's."""
+        if self.long is not None and "rows" not in self._busy:
+            ahead = self.long.ahead(self.cursor.query)
+            if ahead is not None:
+                self._fetch_rows(ahead)
 
     def say(self, message: str) -> None:
         self.message = message
@@ -381,25 +398,22 @@ class ExploreApp(App[None]):
         self._move(head=(self.cursor.head + step) % self.att.num_heads)
 
     def action_next_view(self) -> None:
-        if self._long_only():
-            return
-        self._move(view=VIEWS[(VIEWS.index(self.cursor.view) + 1) % len(VIEWS)])
+        views = VIEWS if self.long is None else LONG_VIEWS  # a long text: the views that work on rows
+        at = views.index(self.cursor.view) if self.cursor.view in views else -1
+        self._move(view=views[(at + 1) % len(views)])
 
     def action_view(self, view: str) -> None:
-        if self._long_only():
+        if self.long is not None and view not in LONG_VIEWS:
+            self.say(matrix_refusal(self.att))
             return
         self._move(view=view)
 
     def action_toggle_values(self) -> None:
-        if self._long_only():
-            return
         self._move(values=not self.cursor.values)
 
     def action_toggle_reading(self, option: str) -> None:
         """Words merged, specials set aside or the head mean, on or off: the cursor stays
         on the same token (its word) and head."""
-        if self._long_only():
-            return
         r = self.reading
         if option == "words":
             reading = replace(r, words=not r.words)
@@ -407,19 +421,25 @@ class ExploreApp(App[None]):
             reading = replace(r, hide_special=not r.hide_special)
         else:
             reading = replace(r, heads=() if r.heads else ("mean",))
-        old, new = self.att, self._views_for(reading).att
+        views: DrawnViews | LongViews
+        if self.long is not None:
+            views = self.long = self.long.with_options(reading, self.measure)
+        else:
+            views = self._views_for(reading)
+        old, new = self.att, views.att
         raw = raw_position(old, self.cursor.query)
         head = min(self.cursor.head, new.num_heads - 1)
-        self.reading, self.views = reading, self._views_for(reading)
+        self.reading, self.views = reading, views
         self._slow_views = set()
         self._move(query=position_of(new, raw), head=head)
 
     def action_toggle_measure(self) -> None:
         """The weights or the norms (their shares), on the same sentence, token and head."""
-        if self._long_only():
-            return
         measure = "norm" if self.measure == "weight" else "weight"
-        if measure not in self._raws:
+        if self.long is not None:  # rows in the other measure: from the kept keys, or a pass per window
+            self.measure = measure
+            self.views = self.long = self.long.with_options(self.reading, measure)
+        elif measure not in self._raws:
             if self._run_norms is None:
                 self.say("this explorer has no model to compute the norms with")
                 return
@@ -428,9 +448,10 @@ class ExploreApp(App[None]):
             except AttnvizError as exc:
                 self.say(_error_line(exc))
                 return
-        self.measure, self.raw = measure, self._raws[measure]
-        self._views = {}
-        self.views = self._views_for(self.reading)
+        if self.long is None:
+            self.measure, self.raw = measure, self._raws[measure]
+            self._views = {}
+            self.views = self._views_for(self.reading)
         self._slow_views = set()
         self._move(query=self.cursor.query, head=self.cursor.head)
         self.say(f"measure: {'norm shares ‖α·f(x)‖ (Kobayashi et al. 2020)' if measure == 'norm' else 'weight'}")

@@ -24,7 +24,6 @@ from textual.strip import Strip
 
 from ..errors import UsageError
 from ..metrics import HeadStats, head_stats
-from ..render.compact import compact_heatmap
 from ..render.tables import head_rows_table
 from ..render.terminal import legend, matrix_heatmap, token_heatmap
 from ..result import Attention
@@ -227,18 +226,12 @@ class DrawnViews:
             if key in self._drawn:
                 self._drawn.move_to_end(key)
                 return self._drawn[key]
-        console = Console(
-            width=width, color_system="truecolor", force_terminal=True, highlight=False, emoji=False, no_color=False
-        )
-        lines = console.render_lines(self.renderable(cursor, width, color), console.options, pad=False)
-        # Every segment gets a Style: textual's NO_COLOR filter reads .color of each one.
-        plain = Style()
-        strips = [Strip([Segment(text, style or plain, ctl) for text, style, ctl in line]) for line in lines]
+        lines = strips(self.renderable(cursor, width, color), width)
         with self._lock:
-            self._drawn[key] = strips
+            self._drawn[key] = lines
             while len(self._drawn) > _CACHE_SIZE:
                 self._drawn.popitem(last=False)
-        return strips
+        return lines
 
     def renderable(self, c: Cursor, width: int, color: bool) -> RenderableType:
         """``c``'s view as a rich renderable (from the shared terminal renderers)."""
@@ -253,165 +246,33 @@ class DrawnViews:
         return self._table(c, width, color)
 
     def _table(self, c: Cursor, width: int, color: bool) -> RenderableType:
-        p = self.att.provenance
-        # The model's heads (an aggregate slot has no line in compare's table).
-        heads = self.att.model_heads
-        rows = [row for row in self.head_rows(c.query) if row.layer == c.layer and row.head < heads]
-        table = head_rows_table(rows, color=color, num_heads=p.num_heads, num_kv_heads=p.num_kv_heads, width=width)
-        if isinstance(table, Table) and c.head < heads:  # (untitled: a Table) the selected head's line
-            table.rows[c.head].style = "reverse"
-        title = Text(f"layer {c.layer} · {self.att.tokens.labels[c.query]!r} (token {c.query}) → each token, per head")
-        note = Text(
-            "top 3: largest weights · entropy: 0 = one token, 1 = uniform · sink: share on special tokens · "
-            "self/prev/next: share on the token, the one before, the one after · dist: mean distance in tokens",
-            style="dim",
-        )
-        return Group(title, table, Text(""), note)
+        return head_table(self.att, self.head_rows(c.query), c, width, color)
 
 
-# Long texts: the full matrices would not fit MAX_BYTES, so the explorer computes the rows
-# of a few query tokens at a time by the row path (pipeline.Selection with queries) and
-# draws them as the compact rows of ``attnviz show`` (render.compact).
-ROW_WINDOW = 8  # query tokens whose rows one forward pass computes: the token keys then hit the cache
+def head_table(att: Attention, stats: list[HeadStats], c: Cursor, width: int, color: bool) -> RenderableType:
+    """The head table of ``c``'s layer: one line per model head with where the query
+    token attends (``stats``: metrics.head_stats of the query), the selected head reversed."""
+    p = att.provenance
+    # The model's heads (an aggregate slot has no line in compare's table).
+    heads = att.model_heads
+    rows = [row for row in stats if row.layer == c.layer and row.head < heads]
+    table = head_rows_table(rows, color=color, num_heads=p.num_heads, num_kv_heads=p.num_kv_heads, width=width)
+    if isinstance(table, Table) and c.head < heads:  # (untitled: a Table) the selected head's line
+        table.rows[c.head].style = "reverse"
+    title = Text(f"layer {c.layer} · {att.tokens.labels[c.query]!r} (token {c.query}) → each token, per head")
+    note = Text(
+        "top 3: largest weights · entropy: 0 = one token, 1 = uniform · sink: share on special tokens · "
+        "self/prev/next: share on the token, the one before, the one after · dist: mean distance in tokens",
+        style="dim",
+    )
+    return Group(title, table, Text(""), note)
 
 
-def check_rows_size(num_layers: int, num_heads: int, num_tokens: int, budget: int = MAX_BYTES) -> None:
-    """The rows of one window of query tokens (4 bytes a weight) must fit ``budget``.
-
-    Raises:
-        UsageError: ``ROW_WINDOW`` tokens' rows would take more than ``budget`` bytes.
-    """
-    size = 4 * num_layers * num_heads * num_tokens * ROW_WINDOW
-    if size > budget:
-        raise UsageError(
-            f"{num_layers} layers × {num_heads} heads × {num_tokens} tokens × {ROW_WINDOW} query rows take "
-            f"{_bytes(size)}, over the explorer's {_bytes(budget)}",
-            hint="explore fewer layers or a shorter text",
-            reason="explore_size",
-        )
-
-
-def row_runner(
-    engine: Engine, tokens: Tokens, layers: tuple[int, ...], budget: int = MAX_BYTES
-) -> Callable[[tuple[int, ...]], Attention]:
-    """The rows of some query tokens of ``tokens`` (raw positions), every layer of ``layers``
-    and every head, by the row path: one forward pass, no n × n matrix."""
-    from ..pipeline import Selection, plan, read
-    from ..select import Query
-
-    check_rows_size(len(layers), engine.shape.num_heads, len(tokens), budget)
-
-    def rows(queries: tuple[int, ...]) -> Attention:
-        selection = Selection(queries=tuple(Query(index=q) for q in queries), layers=layers)
-        return read(plan(tokens, engine, selection), engine).attention
-
-    return rows
-
-
-def window_of(query: int, num_tokens: int) -> tuple[int, ...]:
-    """The ``ROW_WINDOW`` aligned query positions whose rows are computed with ``query``'s."""
-    start = query - query % ROW_WINDOW
-    return tuple(range(start, min(start + ROW_WINDOW, num_tokens)))
-
-
-class LongViews:
-    """The compact rows of a long text, one window of query tokens computed at a time.
-
-    ``first`` holds the rows of at least one window; ``rows`` computes another window
-    (a forward pass: the app calls ``fetch`` in a worker thread). Windows are kept up to
-    ``budget`` bytes (oldest dropped); drawn views as in ``DrawnViews``.
-    """
-
-    def __init__(self, first: Attention, rows: Callable[[tuple[int, ...]], Attention], budget: int = MAX_BYTES):
-        self.att = first
-        self._rows = rows
-        self._windows: OrderedDict[tuple[int, ...], Attention] = OrderedDict()
-        one = 4 * len(first.layers) * first.num_heads * len(first.keys) * ROW_WINDOW
-        self._keep = max(2, budget // max(one, 1))
-        self._drawn: OrderedDict[tuple[Any, ...], list[Strip]] = OrderedDict()
-        self._lock = threading.Lock()
-        self._add(first.queries, first)
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.att.tokens)
-
-    def _add(self, window: tuple[int, ...], att: Attention) -> None:
-        with self._lock:
-            self._windows[tuple(window)] = att
-            while len(self._windows) > self._keep:
-                self._windows.popitem(last=False)
-
-    def rows_for(self, query: int) -> Attention | None:
-        """The computed rows holding ``query``'s, or None (``fetch`` them)."""
-        with self._lock:
-            for window, att in reversed(self._windows.items()):
-                if query in window:
-                    return att
-        return None
-
-    def fetch(self, query: int) -> tuple[int, ...]:
-        """Compute the window holding ``query`` (one forward pass; any thread)."""
-        window = window_of(query, self.num_tokens)
-        if self.rows_for(query) is None:
-            self._add(window, self._rows(window))
-        return window
-
-    def has(self, cursor: Cursor, width: int, color: bool) -> bool:
-        with self._lock:
-            return (cursor.query, cursor.layer, width, color) in self._drawn
-
-    def can_draw(self, cursor: Cursor) -> bool:
-        return self.rows_for(cursor.query) is not None
-
-    def render(self, cursor: Cursor, width: int, color: bool) -> list[Strip]:
-        """The compact rows of ``cursor``'s token and layer (the rows must be computed)."""
-        key = (cursor.query, cursor.layer, width, color)
-        with self._lock:
-            if key in self._drawn:
-                self._drawn.move_to_end(key)
-                return self._drawn[key]
-        att = self.rows_for(cursor.query)
-        if att is None:
-            raise KeyError(f"the rows of token {cursor.query} are not computed")
-        strips = _strips(Group(compact_heatmap(att, cursor.query, cursor.layer, width=width, color=color),
-                               legend(color, measure_label(att))), width)  # fmt: skip
-        with self._lock:
-            self._drawn[key] = strips
-            while len(self._drawn) > _CACHE_SIZE:
-                self._drawn.popitem(last=False)
-        return strips
-
-
-def _strips(renderable: RenderableType, width: int) -> list[Strip]:
+def strips(renderable: RenderableType, width: int) -> list[Strip]:
+    """``renderable`` drawn once into lines of segments at ``width`` columns."""
     console = Console(
         width=width, color_system="truecolor", force_terminal=True, highlight=False, emoji=False, no_color=False
     )
     lines = console.render_lines(renderable, console.options, pad=False)
-    plain = Style()
+    plain = Style()  # every segment gets a Style: textual's NO_COLOR filter reads .color of each one
     return [Strip([Segment(text, style or plain, ctl) for text, style, ctl in line]) for line in lines]
-
-
-def long_reading(
-    engine: Engine, sentence: str | Tokens, selection: Selection, budget: int = MAX_BYTES
-) -> tuple[Reading, Callable[[tuple[int, ...]], Attention]]:
-    """A long text's first rows (the window of the start token: the selection's query,
-    else the first real token) and the function that computes other windows.
-
-    Raises:
-        UsageError: empty text, too many tokens for the model, or one window's rows over
-            ``budget`` bytes (reason "explore_size").
-    """
-    from ..pipeline import Reading, plan
-    from ..safeio import check_text
-
-    planned = plan(
-        check_text(sentence) if isinstance(sentence, str) else sentence, engine, replace(selection, all_rows=True)
-    )
-    rows = row_runner(engine, planned.tokens, planned.layers, budget)
-    if planned.queries:
-        start = planned.queries[0][0]
-    else:
-        start = next((i for i, special in enumerate(planned.tokens.special) if not special), 0)
-    att = rows(window_of(start, len(planned.tokens)))
-    return Reading(att, (start,), {}, ((start,),) if planned.queries else ()), rows

@@ -52,7 +52,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("↑ ↓", "next / previous layer"),
     ("[ ]", "previous / next head"),
     ("v", "next view: token heatmap → head table → matrix of one head"),
-    ("1 2 3", "token heatmap / head table / matrix of one head"),
+    ("1 2 3", "token heatmap / head table / matrix of one head (a long text: compact rows / head table)"),
     ("n", "show each weight as a number (on / off)"),
     ("w", "words: pieces merged, keys summed and query rows averaged (on / off)"),
     ("s", "special tokens set aside as keys, rows renormalised over the rest (on / off)"),
