@@ -173,19 +173,19 @@ def test_a_terminal_that_goes_away_ends_the_explorer_with_129(tmp_path: Path) ->
 
 @pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
 def test_a_burst_of_typed_keys_then_q_ends_the_explorer(tmp_path: Path) -> None:
-    """Two 4,500-key bursts into / (no bracketed paste), each closed with Esc, then q: the
-    pty fuzz case that got no exit in 120 s (issue 25). It must quit with 0, promptly."""
+    """4,500 keys typed into / at once (no bracketed paste) and Enter, then q while the
+    prompt is still taking them: q must quit with 0. textual's routing typed the q into
+    the prompt, and the explorer never quit (issue 25, found by the pty fuzz generator).
+    Enter, not Esc, ends the text: an Esc read together with the next key is that key
+    with Alt in every terminal, so its timing would make the test depend on the load."""
     proc, leader = start_in_pty(tmp_path)
     try:
-        started = time.monotonic()
-        for _ in range(2):  # the screen read as a terminal does; Esc alone, not the Alt of a key
-            os.write(leader, b"/" + b"word " * 900)
-            drain(leader, proc, 0.3)
-            os.write(leader, b"\x1b")
-            drain(leader, proc, 0.3)
+        os.write(leader, b"/")
+        drain(leader, proc, 1.0)  # the screen read as a terminal does
+        os.write(leader, b"word " * 900 + b"\r")
+        drain(leader, proc, 0.3)
         os.write(leader, b"q")
         assert drain(leader, proc, 90) == 0
-        assert time.monotonic() - started < 90
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -62,7 +62,7 @@ from .views import (
     raw_position,
     write_view_png,
 )
-from .widgets import KeysScreen, Lines, SentenceInput, footer
+from .widgets import KeysScreen, Lines, SentenceInput, footer, in_order
 
 # Idle time (s) before a view is drawn ahead: longer than a held key's repeat (~30 ms), shorter
 # than reading a screen. One view is ~11 ms of CPU (MiniLM example, measured on 2 busy cores).
@@ -488,36 +488,8 @@ class ExploreApp(App[None]):
             ask.disabled = True
 
     async def on_event(self, event: events.Event) -> None:
-        """Keys and pastes from the terminal take effect at once, in the order they came.
-
-        textual hands a key to the focused widget's or the screen's queue, and runs a
-        binding when the key bubbles back: keys faster than those queues (a paste without
-        bracketed paste) were read against a stale state, the / prompt's text as key
-        bindings and the Esc and q after it as text (issue 25: the explorer never quit).
-        Here the main screen's bindings run now, and while the prompt is open every key
-        and paste goes to it now (``SentenceInput.take``); Enter runs the sentence.
-        """
-        if isinstance(event, events.Key | events.Paste) and not event.is_forwarded and self.screen is self._main:
-            ask = self._open_prompt()
-            if ask is not None:
-                if isinstance(event, events.Key) and event.key == "enter":
-                    self.submit(ask.value)
-                else:
-                    await ask.take(event)
-                return
-            active = self.active_bindings.get(event.key) if isinstance(event, events.Key) else None
-            if active is not None and active.enabled:
-                await self.run_action(active.binding.action, active.node)
-                return
-        await super().on_event(event)
-
-    @property
-    def _main(self) -> object:
-        return self.screen_stack[0] if self.screen_stack else None
-
-    def _open_prompt(self) -> SentenceInput | None:
-        asks = self.screen.query("#ask.open")
-        return asks.first(SentenceInput) if asks else None
+        if not await in_order(self, event, self.submit):  # keys skip textual's queues: see in_order
+            await super().on_event(event)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.submit(event.value)

@@ -3,12 +3,13 @@ lines every view is shown in, and the bounded ``/`` prompt (tui/app.py puts them
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from rich.style import Style
 from rich.text import Text
 from textual import events
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.geometry import Region, Size
 from textual.reactive import Reactive
@@ -186,3 +187,32 @@ class SentenceInput(Input):
         say = getattr(self.app, "say", None)
         if say is not None and getattr(self.app, "message", None) != TOO_LONG:
             say(TOO_LONG)
+
+
+async def in_order(app: App[Any], event: events.Event, submit: Callable[[str], None]) -> bool:
+    """Make a key or a paste from the terminal take effect now, in the order it came; True
+    when done, False for what textual's own dispatch should have.
+
+    textual hands a key to the focused widget's or the screen's queue and runs a binding
+    when the key bubbles back: keys faster than those queues (a paste without bracketed
+    paste) were read against a stale state, the / prompt's text as key bindings and the
+    Esc and q after it as text (issue 25: the explorer never quit). Here the main screen's
+    bindings run now, and while the prompt is open every key and paste goes to it now
+    (``SentenceInput.take``); Enter hands the sentence to ``submit``.
+    """
+    if not isinstance(event, events.Key | events.Paste) or event.is_forwarded:
+        return False
+    if not app.screen_stack or app.screen is not app.screen_stack[0]:
+        return False  # a screen on top (the keys): textual's own dispatch
+    asks = app.screen.query("#ask.open")
+    if asks:
+        if isinstance(event, events.Key) and event.key == "enter":
+            submit(asks.first(SentenceInput).value)
+        else:
+            await asks.first(SentenceInput).take(event)
+        return True
+    active = app.active_bindings.get(event.key) if isinstance(event, events.Key) else None
+    if active is None or not active.enabled:
+        return False
+    await app.run_action(active.binding.action, active.node)
+    return True
