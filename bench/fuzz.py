@@ -150,14 +150,14 @@ def run_extra(args: argparse.Namespace, files: object, seed: object) -> dict:
     seconds: dict[str, float] = dict.fromkeys(counts, 0.0)
     failed = collections.Counter()
 
-    def record(kind: str, case: object, code: object, problems: list | tuple, took: float) -> None:
+    def record(kind: str, case: object, code: object, problems: list | tuple, took: float, err: str = "") -> None:
         tally[kind][str(code)] += 1
         seconds[kind] += took
         if problems:
             failed[kind] += 1
             with args.failures.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps({"generator": kind, "case": ascii(case)[:2000], "exit": code,
-                                     "problems": list(problems)}) + "\n")  # fmt: skip
+                                     "problems": list(problems), "stderr": err[-4000:]}) + "\n")  # fmt: skip
 
     def draw_json(data: st.DataObject) -> None:
         planted = data.draw(hostile_cases(hostile))
@@ -167,8 +167,8 @@ def run_extra(args: argparse.Namespace, files: object, seed: object) -> dict:
     def draw_process(data: st.DataObject) -> None:
         case = data.draw(process_cases(model, out))
         t = time.perf_counter()
-        code, _, problems = run_process(case)
-        record("process", case, code, problems, time.perf_counter() - t)
+        code, err, problems = run_process(case)  # stderr kept: an abort says why only there
+        record("process", case, code, problems, time.perf_counter() - t, err)
 
     def draw_pty(data: st.DataObject) -> None:
         case = data.draw(explore_cases())

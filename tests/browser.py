@@ -89,6 +89,15 @@ def chromium(width: int = 1280, height: int = 900, local: bool = False) -> Itera
         shutil.rmtree(profile, ignore_errors=True)
 
 
+def open_file(driver: Any, path: Path, timeout: float = 60) -> None:
+    """Open a local page and wait until it has loaded. ``driver.get`` came back once with
+    the document still "loading" in a loaded full run (a page of 15 tokens, 2 busy cores)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(path.resolve().as_uri())
+    WebDriverWait(driver, timeout).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
 def screenshot(html: Path, png: Path, width: int = 1280, height: int = 900, script: str = "") -> None:
     """Open ``html`` (file://), run ``script`` (JavaScript), save a PNG of the window."""
     with chromium(width, height) as driver:

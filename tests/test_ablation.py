@@ -216,7 +216,9 @@ def test_batched_passes_equal_one_ablation_per_pass(own_engine: Any, batch: int)
     full = ablate_text(Runner(own_engine, tokens), layers=[0, 4])
     small = ablate_text(Runner(own_engine, tokens), layers=[0, 4], batch=batch)
     assert small.passes == 2 * -(-12 // batch)
-    np.testing.assert_allclose(small.effect[[0, 4]], full.effect[[0, 4]], atol=1e-9, rtol=0)
+    # Another batch is another matrix-product shape, which a CPU's kernels may sum in
+    # another order: 2.9e-8 apart at most on an AVX-512 machine (effects ~1e-3), 0 on others.
+    np.testing.assert_allclose(small.effect[[0, 4]], full.effect[[0, 4]], atol=2e-7, rtol=0)
 
 
 def test_interrupt_keeps_the_passes_done(own_engine: Any) -> None:

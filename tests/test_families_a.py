@@ -25,6 +25,10 @@ from .tiny_families_a import CAUSALITY_SPECS, FAMILY_A_SPECS
 from .tiny_models import SENTENCES, SPECS, SPECS_BY_NAME, Spec, save_tiny
 
 TOL = 1e-5
+# One query's rows come from a one-row product, which a CPU may sum in another order than
+# transformers' whole matrix: with gpt_bigcode-mha's unscaled scores (logits of tens) that
+# is 1.3e-5 on an AVX-512 machine, 0 on others.
+ROWS_TOL = 2e-5
 ALL_SPECS: tuple[Spec, ...] = (*SPECS, *CAUSALITY_SPECS, *FAMILY_A_SPECS)
 
 
@@ -183,7 +187,8 @@ def test_family_equals_transformers_on_every_path(spec: Spec, families: dict[str
         for layer, reference in enumerate(theirs.attentions):
             assert _diff(eager.attentions[layer], reference) <= TOL, (spec.name, layer, "eager")
             assert _diff(full.attentions[layer], reference) <= TOL, (spec.name, layer, "full")
-            assert _diff(torch.from_numpy(rows[layer, :, 0]), reference[0, :, query]) <= TOL, (spec.name, layer)
+            one = _diff(torch.from_numpy(rows[layer, :, 0]), reference[0, :, query])
+            assert one <= ROWS_TOL, (spec.name, layer)
         assert _diff(eager.hidden_states, theirs.last_hidden_state) <= TOL
         assert _diff(full.hidden_states, theirs.last_hidden_state) <= TOL
 

@@ -50,8 +50,7 @@ def page(att: Attention, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def open_page(driver: Any, path: Path) -> None:
-    driver.get(path.resolve().as_uri())
-    assert driver.execute_script("return document.readyState") == "complete"
+    browser.open_file(driver, path)
     assert driver.execute_script("return typeof window.attnviz") == "object", console(driver)
 
 
