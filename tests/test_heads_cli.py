@@ -209,9 +209,10 @@ def test_ray_path_equals_the_local_scan(own_engine, local_ray) -> None:
 
     texts = [CorpusText(t, f"t:{i}") for i, t in enumerate(MINILM_TEXTS * 2)]
     pairs = list(read_coref(str(Path(__file__).resolve().parents[1] / "samples" / "minimal_pairs.tsv")))[:4]
-    options = ScanOptions((0, 3), batch_size=3, window=1)
+    options = ScanOptions((0, 3), batch_size=4, window=1)
     local = Scan(own_engine, options).run(texts + pairs)
-    # chunk_batches=2: several Ray datasets, so chunked merging is covered too.
+    # 4 batches in chunks of 2: two Ray datasets, so chunked merging is covered too (each
+    # dataset starts its own actors, a model load each, so two is the cheapest that merges).
     remote = RayScan(own_engine, options, None, device="cpu", chunk_batches=2).run(texts + pairs)
     assert remote.texts == local.texts == 14
     np.testing.assert_array_equal(remote.heads.count, local.heads.count)
