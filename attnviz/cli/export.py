@@ -324,6 +324,9 @@ def export(
         if view is ExportView.token:
             write_token_image(att, got.queries[:1], output, dpi, style)
             return
+        from ..render import import_matplotlib_for_cli
+
+        import_matplotlib_for_cli()
         from ..render.image import matrix_figure, save_figure
 
         highlight = got.query_groups[0] if got.query_groups else ()
@@ -580,6 +583,9 @@ def _style(
 def token_image(att: Attention, queries: Sequence[int], dpi: int, style: FigureStyle | None = None) -> Figure:
     """The token view of ``queries[0]`` (a split word: the mean of its pieces' rows),
     checked against the pixel budget at ``dpi`` (nothing is drawn yet)."""
+    from ..render import import_matplotlib_for_cli
+
+    import_matplotlib_for_cli()
     from ..render.image import check_pixels, token_figure
 
     if len(queries) > 1:
@@ -594,6 +600,9 @@ def write_token_image(
     att: Attention, queries: Sequence[int], path: Path, dpi: int, style: FigureStyle | None = None
 ) -> None:
     """Write the token view of ``queries[0]`` to ``path``."""
+    from ..render import import_matplotlib_for_cli
+
+    import_matplotlib_for_cli()
     from ..render.image import save_figure
 
     missing = save_figure(token_image(att, queries, dpi, style), path, dpi)
