@@ -14,6 +14,10 @@ EXAMPLE = "The animal didn't cross the street because it was too tired"
 # Tests never touch the network: a Hub id must fail fast, not hang on a timeout.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Some shells (this project's machines among them) set PYTHONDONTWRITEBYTECODE=1: each CLI
+# subprocess a test starts would then compile attnviz's ~120 modules from source again
+# (0.1-0.5 s of CPU a process). The children may write their .pyc files (gitignored).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # Under pytest-xdist the workers already fill the cores. torch's default pool (a thread per
 # core in every worker, and in every CLI subprocess a test starts) would oversubscribe them,

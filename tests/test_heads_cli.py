@@ -238,10 +238,11 @@ def test_ray_path_ablation_equals_the_local_scan(own_engine, local_ray) -> None:
     zero = ScanOptions((1, 4), batch_size=2, window=1, ablate="zero")
     means = corpus_head_means(own_engine, [own_engine.tokenize(t) for t in MINILM_TEXTS])  # (N, H, D)
     mean = replace(zero, ablate="mean", fill=means)
-    for options in (zero, mean):
+    for options, chunks in ((zero, 3), (mean, 2)):
         local = Scan(own_engine, options).run(texts)
-        # 3 batches in chunks of 2: two Ray datasets, so the chunks' accumulators are merged.
-        remote = RayScan(own_engine, options, None, device="cpu", chunk_batches=2).run(texts)
+        # 3 batches: one Ray dataset for zero; for mean, chunks of 2, two datasets, so the
+        # chunks' accumulators are merged (each dataset starts actors: a model load each).
+        remote = RayScan(own_engine, options, None, device="cpu", chunk_batches=chunks).run(texts)
         assert local_ray.is_initialized()  # the instance was used, not stopped
         assert remote.texts == local.texts == len(MINILM_TEXTS)
         np.testing.assert_array_equal(remote.heads.count, local.heads.count)
