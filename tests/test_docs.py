@@ -101,3 +101,21 @@ def test_outside_cog_helper_sees_only_hand_written_lines() -> None:
         + ["<!-- [[[cog", "code", "]]] -->", "out2", "<!-- [[[end]]] -->", "c"]
     )
     assert [line for _, line in outside_cog(page)] == ["a", "b", "c"]
+
+
+def test_the_docs_check_lets_only_the_last_digits_of_a_number_move() -> None:
+    """docs/cogcheck.py, CI's docs check: float32 rounding that differs between CPUs passes
+    (0.0e+00 against 1.2e-06, 2.3e-05 against 2.1e-05); a changed word, count or size fails."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "cogcheck.py"
+    spec = importlib.util.spec_from_file_location("cogcheck", path)
+    assert spec is not None and spec.loader is not None
+    cogcheck = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cogcheck)
+    written = "│ final │   0.00e+00 │ hidden ok │\nlargest error 2.3e-05, 0.2 MB, 452 keys\n"
+    assert cogcheck.differences(written, written.replace("0.00e+00", "1.19e-06").replace("2.3e-05", "2.1e-05")) == []
+    for stale in ("hidden OK", "0.3 MB", "453 keys", "2.3e-04"):
+        old = {"hidden OK": "hidden ok", "0.3 MB": "0.2 MB", "453 keys": "452 keys", "2.3e-04": "2.3e-05"}[stale]
+        assert cogcheck.differences(written, written.replace(old, stale)), stale
+    assert cogcheck.differences(written, written + "one more line\n")
