@@ -40,7 +40,7 @@ from ..render.terminal import legend
 from ..result import Attention
 from ..tokens import Tokens
 from ..transforms import View, apply, measure_label, select, shares, word_groups
-from .views import MAX_BYTES, Cursor, _bytes, head_table, strips
+from .views import MAX_BYTES, Cursor, _bytes, drawn_once, head_table, strips
 
 if TYPE_CHECKING:
     from ..engines import Engine
@@ -52,7 +52,6 @@ ROW_WINDOW = 8  # query tokens whose rows one fetch computes: the token keys the
 LONG_VIEWS = ("heads", "table")  # the views that work on rows; v cycles over these
 LONG_TITLES = {"heads": "compact rows", "table": "head table", "matrix": "matrix of one head"}
 _READS = 4  # read rows kept (a 32-layer × 32-head row at 8,192 tokens is 33 MiB)
-_CACHE_SIZE = 512  # drawn views kept
 
 
 def check_rows_size(num_layers: int, num_heads: int, num_tokens: int, budget: int = MAX_BYTES) -> None:
@@ -331,16 +330,7 @@ class LongViews:
     def render(self, cursor: Cursor, width: int, color: bool) -> list[Strip]:
         """The lines of ``cursor``'s view (its rows must be computed)."""
         key = self._key(cursor, width, color)
-        with self._lock:
-            if key in self._drawn:
-                self._drawn.move_to_end(key)
-                return self._drawn[key]
-        lines = strips(self.renderable(cursor, width, color), width)
-        with self._lock:
-            self._drawn[key] = lines
-            while len(self._drawn) > _CACHE_SIZE:
-                self._drawn.popitem(last=False)
-        return lines
+        return drawn_once(self._drawn, self._lock, key, lambda: strips(self.renderable(cursor, width, color), width))
 
     def renderable(self, c: Cursor, width: int, color: bool) -> RenderableType:
         att = self.rows_for(c.query)

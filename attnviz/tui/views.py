@@ -222,16 +222,7 @@ class DrawnViews:
     def render(self, cursor: Cursor, width: int, color: bool) -> list[Strip]:
         """The lines of ``cursor``'s view laid out for ``width`` columns."""
         key = (_drawn_as(cursor), width, color)
-        with self._lock:
-            if key in self._drawn:
-                self._drawn.move_to_end(key)
-                return self._drawn[key]
-        lines = strips(self.renderable(cursor, width, color), width)
-        with self._lock:
-            self._drawn[key] = lines
-            while len(self._drawn) > _CACHE_SIZE:
-                self._drawn.popitem(last=False)
-        return lines
+        return drawn_once(self._drawn, self._lock, key, lambda: strips(self.renderable(cursor, width, color), width))
 
     def renderable(self, c: Cursor, width: int, color: bool) -> RenderableType:
         """``c``'s view as a rich renderable (from the shared terminal renderers)."""
@@ -266,6 +257,23 @@ def head_table(att: Attention, stats: list[HeadStats], c: Cursor, width: int, co
         style="dim",
     )
     return Group(title, table, Text(""), note)
+
+
+def drawn_once(
+    drawn: OrderedDict[Any, list[Strip]], lock: threading.Lock, key: Any, draw: Callable[[], list[Strip]]
+) -> list[Strip]:
+    """``drawn[key]``, or ``draw()`` kept there (outside the lock: drawing is the slow part);
+    at most ``_CACHE_SIZE`` views kept, the least recently shown dropped first."""
+    with lock:
+        if key in drawn:
+            drawn.move_to_end(key)
+            return drawn[key]
+    lines = draw()
+    with lock:
+        drawn[key] = lines
+        while len(drawn) > _CACHE_SIZE:
+            drawn.popitem(last=False)
+    return lines
 
 
 def strips(renderable: RenderableType, width: int) -> list[Strip]:
