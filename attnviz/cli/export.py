@@ -17,6 +17,7 @@ from ..render import (  # stdlib only: no matplotlib
     HTML_BUDGET_BYTES,
     HTML_FORMATS,
     FigureStyle,
+    import_matplotlib_for_cli,
     parse_figsize,
     parse_vmax,
 )
@@ -324,9 +325,7 @@ def export(
         if view is ExportView.token:
             write_token_image(att, got.queries[:1], output, dpi, style)
             return
-        from ..render import import_matplotlib_for_cli
-
-        import_matplotlib_for_cli()
+        import_matplotlib_for_cli()  # before render.image imports matplotlib the slow way
         from ..render.image import matrix_figure, save_figure
 
         highlight = got.query_groups[0] if got.query_groups else ()
@@ -583,9 +582,7 @@ def _style(
 def token_image(att: Attention, queries: Sequence[int], dpi: int, style: FigureStyle | None = None) -> Figure:
     """The token view of ``queries[0]`` (a split word: the mean of its pieces' rows),
     checked against the pixel budget at ``dpi`` (nothing is drawn yet)."""
-    from ..render import import_matplotlib_for_cli
-
-    import_matplotlib_for_cli()
+    import_matplotlib_for_cli()  # before render.image imports matplotlib the slow way
     from ..render.image import check_pixels, token_figure
 
     if len(queries) > 1:
@@ -600,10 +597,8 @@ def write_token_image(
     att: Attention, queries: Sequence[int], path: Path, dpi: int, style: FigureStyle | None = None
 ) -> None:
     """Write the token view of ``queries[0]`` to ``path``."""
-    from ..render import import_matplotlib_for_cli
-
-    import_matplotlib_for_cli()
+    figure = token_image(att, queries, dpi, style)  # first: it imports matplotlib the CLI's way
     from ..render.image import save_figure
 
-    missing = save_figure(token_image(att, queries, dpi, style), path, dpi)
+    missing = save_figure(figure, path, dpi)
     wrote(path, missing)
