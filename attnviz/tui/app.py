@@ -475,9 +475,8 @@ class ExploreApp(App[None]):
         ask.disabled = False
         ask.add_class("open")
         ask.value = ""
-        # Focus now, not at the end of the message queue as Widget.focus() does: keys
-        # already queued behind "/" (a fast typist, a paste without bracketed paste) are
-        # the sentence, not key bindings (issue 25: 900 "word " toggled words and norms).
+        # Keys reach the prompt by its "open" class (widgets.in_order), not by focus; focus
+        # now, not at the end of the message queue as Widget.focus(), shows its cursor at once.
         self.screen.set_focus(ask)
 
     def action_close_ask(self) -> None:
@@ -490,9 +489,6 @@ class ExploreApp(App[None]):
     async def on_event(self, event: events.Event) -> None:
         if not await in_order(self, event, self.submit):  # keys skip textual's queues: see in_order
             await super().on_event(event)
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.submit(event.value)
 
     def submit(self, sentence: str) -> None:
         """Run the sentence typed at the / prompt (in a worker), and close the prompt."""
