@@ -175,9 +175,7 @@ class SentenceInput(Input):
         elif event.is_printable and event.character is not None:
             text = event.character
         else:  # the prompt's keys (backspace, arrows...), then the app's (Esc)
-            active = self.app.active_bindings.get(event.key)
-            if active is not None:
-                await self.app.run_action(active.binding.action, active.node)
+            await run_binding(self.app, event.key)
             return
         if text:
             start, end = sorted(self.selection)
@@ -211,7 +209,13 @@ async def in_order(app: App[Any], event: events.Event, submit: Callable[[str], N
         else:
             await asks.first(SentenceInput).take(event)
         return True
-    active = app.active_bindings.get(event.key) if isinstance(event, events.Key) else None
+    return isinstance(event, events.Key) and await run_binding(app, event.key)
+
+
+async def run_binding(app: App[Any], key: str) -> bool:
+    """Run ``key``'s binding now (the focused widget's first, then the screen's and the
+    app's, as textual orders them); False when nothing enabled is bound to it."""
+    active = app.active_bindings.get(key)
     if active is None or not active.enabled:
         return False
     await app.run_action(active.binding.action, active.node)
