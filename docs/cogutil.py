@@ -174,15 +174,6 @@ def shorten(value: Any, items: int = 2) -> Any:
     return value
 
 
-def rounded(value: Any, decimals: int) -> Any:
-    """A JSON value with every float rounded to ``decimals``; nested values likewise."""
-    if isinstance(value, dict):
-        return {k: rounded(v, decimals) for k, v in value.items()}
-    if isinstance(value, list):
-        return [rounded(v, decimals) for v in value]
-    return round(value, decimals) if isinstance(value, float) else value
-
-
 def pretty(value: Any, indent: int = 0) -> str:
     """JSON indented by one space a level, with lists of plain values on one line."""
     pad = " " * (indent + 1)
@@ -201,15 +192,10 @@ def json_excerpt(
     drop: Sequence[str] = (),
     only: Sequence[str] | None = None,
     show_command: bool = True,
-    decimals: int = 4,
     **kwargs: Any,
 ) -> None:
     """A ``--json`` command's document, pretty-printed with long lists shortened
-    (``shorten``), top-level keys in ``drop`` replaced by "...", or only those in ``only``.
-
-    Its floats are cut to ``decimals`` (the command prints six): the sixth decimal of a
-    weight differs between CPUs (0.454292 on CI's, 0.454291 on another: different matrix
-    kernels, ~1e-6 apart), and a docs check must not depend on the machine it runs on."""
+    (``shorten``), top-level keys in ``drop`` replaced by "...", or only those in ``only``."""
     kwargs.setdefault("subs", [MODEL_PATH])
     doc = json.loads(output(command, **kwargs))
     docs = doc if isinstance(doc, list) else [doc]
@@ -221,7 +207,7 @@ def json_excerpt(
             for key in list(d):
                 if key not in only:
                     del d[key]
-    text = pretty(rounded(shorten(doc, items), decimals))
+    text = pretty(shorten(doc, items))
     if show_command:
         cog.outl("```console")
         cog.outl(f"$ {command}")
