@@ -11,7 +11,8 @@
                                  its 1-based position
     Terminated, handle_signals() SIGTERM and SIGHUP raised as exceptions like SIGINT's
                                  KeyboardInterrupt, so every ``finally`` and temp-file
-                                 cleanup runs; the CLI exits 143 / 129
+                                 cleanup runs; the CLI exits 143 / 129; held while torch
+                                 and matplotlib import (``signals_held``)
 
 Stdlib only.
 """
@@ -20,12 +21,16 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib.abc
+import importlib.util
 import os
 import signal
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from importlib.machinery import ModuleSpec
 from pathlib import Path
-from types import FrameType
+from types import FrameType, ModuleType
 
 from .errors import OutputError, UsageError
 
@@ -54,11 +59,21 @@ class Terminated(KeyboardInterrupt):
 
 
 _received: list[int] = []  # the signals turned into Terminated, in order
+_held: list[int] | None = None  # inside signals_held(): the signals that came meanwhile
 
 
-def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+def _raise_signal(signum: int) -> None:
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     _received.append(signum)
     raise Terminated(signum)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    if _held is not None:
+        _held.append(signum)  # raised when the hold ends
+        return
+    _raise_signal(signum)
 
 
 def terminated_by() -> Terminated | None:
@@ -68,14 +83,74 @@ def terminated_by() -> Terminated | None:
     return Terminated(_received[0]) if _received else None
 
 
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM/SIGHUP (as handled by ``handle_signals``) while the block
+    runs, and raise the first that came when it ends.
+
+    For code that runs Python inside C++: ``torch._C._autograd_init()`` imports modules
+    from C++, and an exception raised there by a signal handler becomes a C++ exception
+    that nothing catches, so the process aborts (exit -6, "terminate called after
+    throwing an instance of 'pybind11::error_already_set'"; the fuzzer's real processes
+    found it, about 1 in 50 SIGTERMs sent while torch imported). Python runs handlers in
+    the main thread only, so a flag is enough; nested holds are one hold.
+    """
+    global _held
+    if _held is not None:
+        yield
+        return
+    _held = []
+    try:
+        yield
+    finally:
+        came, _held = _held, None
+        if came:
+            _raise_signal(came[0])
+
+
+class _HeldImport(importlib.abc.MetaPathFinder):
+    """Runs the top-level import of the named packages inside ``signals_held``: the
+    module's own loader, with its ``exec_module`` wrapped, so nothing else changes."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+        self.finding = False
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname not in self.names or self.finding:
+            return None
+        self.finding = True
+        try:
+            spec = importlib.util.find_spec(fullname)  # the finders after this one
+        finally:
+            self.finding = False
+        if spec is not None and spec.loader is not None:
+            loader, exec_module = spec.loader, spec.loader.exec_module
+
+            def exec_held(module: ModuleType) -> None:
+                with signals_held():
+                    exec_module(module)
+
+            loader.exec_module = exec_held  # type: ignore[method-assign]
+        return spec
+
+
+HELD_IMPORTS = frozenset({"torch", "matplotlib"})  # C++ extensions that call back into Python
+
+
 def handle_signals() -> None:
-    """Turn SIGTERM and SIGHUP into ``Terminated`` (main thread only; a no-op elsewhere)."""
-    for name in ("SIGTERM", "SIGHUP"):
+    """Turn SIGTERM and SIGHUP into ``Terminated`` and SIGINT into KeyboardInterrupt, held
+    while torch and matplotlib import (main thread only; a no-op elsewhere)."""
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         sig = getattr(signal, name, None)
         if sig is None:  # pragma: no cover - Windows has no SIGHUP
             continue
         with contextlib.suppress(ValueError, OSError):  # not the main thread
-            signal.signal(sig, _raise_terminated)
+            signal.signal(sig, _on_signal)
+    if not any(isinstance(f, _HeldImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _HeldImport(HELD_IMPORTS))
 
 
 def exit_code_for(exc: KeyboardInterrupt) -> int:
