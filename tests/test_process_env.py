@@ -77,6 +77,30 @@ def test_an_ascii_stdout_gets_escapes_not_an_error() -> None:
     assert "café" in doc["tokens"] and "😀" in doc["text"]
 
 
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_help_on_a_narrow_stdout_is_escaped_not_a_traceback(encoding: str) -> None:
+    # click prints help to sys.stdout itself; export's has 'α', '×' and '→' (fuzzer, issue 25).
+    from typer.main import get_command
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    for name in sorted(get_command(app).commands):  # type: ignore[attr-defined]
+        done = CliRunner(charset=encoding).invoke(app, [name, "--help"])
+        assert done.exit_code == 0 and done.exception is None, (name, done.exception)
+        assert done.stdout.startswith("Usage: ") and "Traceback" not in done.stdout + done.stderr
+    real = subprocess.run(
+        [sys.executable, "-m", "attnviz", "export", "--help"], capture_output=True, timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), PYTHONIOENCODING=encoding),
+    )  # fmt: skip
+    assert real.returncode == 0 and real.stderr == b"", real.stderr[-500:]
+    if encoding == "ascii":  # click takes a stream that says ASCII for a misconfigured one: UTF-8
+        assert "heads × tokens" in real.stdout.decode("utf-8")
+    else:
+        text = real.stdout.decode(encoding)
+        assert "\\u03b1" in text and "heads × tokens" in text  # 'α' is not in latin-1, '×' is
+
+
 def test_dash_with_a_closed_stdin_is_one_line() -> None:
     line = one_line(run(["show", "-", "--token", "cat"], shell_redirect="<&-"), 2)
     assert "standard input" in line

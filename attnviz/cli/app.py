@@ -38,7 +38,7 @@ from ..errors import (
     UnsupportedArchitectureError,
 )
 from ..version import __version__
-from . import conventions
+from . import conventions, output
 
 EXAMPLE = "The animal didn't cross the street because it was too tired"
 
@@ -54,6 +54,7 @@ class _Group(TyperGroup):
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
+        output.escape_what_stdout_cannot_encode()  # help on an ASCII stdout: escapes, no traceback
         argv = kwargs.get("args", args[0] if args else None)
         _check_argv(sys.argv[1:] if argv is None else list(argv))
         try:

@@ -8,7 +8,8 @@ Every command's result (tables, JSON, CSV) goes through ``emit`` or the rich
   (``StdoutError``), never as exit 0 with the answer lost, nor as an internal error;
 * a closed pipe (``| head``) stays a ``BrokenPipeError`` for the CLI to end quietly;
 * a stream that cannot encode the text (``PYTHONIOENCODING=ascii``) gets it escaped,
-  losslessly: ``\\u00b7`` inside JSON strings (still valid JSON), ``\\xb7`` elsewhere;
+  losslessly: ``\\u00b7`` inside JSON strings (still valid JSON), ``\\xb7`` elsewhere,
+  click's help and messages included (``escape_what_stdout_cannot_encode``);
 * a terminal width of 0 or 1 (``COLUMNS=0``, a pty with no size) is treated as a pipe
   (80 columns) instead of printing nothing.
 """
@@ -48,6 +49,17 @@ def reported() -> Iterator[None]:
         ) from None
 
 
+def escape_what_stdout_cannot_encode() -> None:
+    """Text that standard output's encoding cannot hold is written escaped (``\\xb7``),
+    never raised: click prints help and messages to ``sys.stdout`` itself, not through
+    ``Stdout`` (``PYTHONIOENCODING=latin-1 attnviz export --help`` was a traceback on
+    its ``α``; found by the fuzzer). The CLI calls it before parsing."""
+    stream = sys.stdout
+    if stream is not None and hasattr(stream, "reconfigure"):
+        with contextlib.suppress(Exception):  # a stream that cannot change its error handler
+            stream.reconfigure(errors="backslashreplace")
+
+
 class Stdout:
     """A text stream over ``sys.stdout`` as it is at each write, which reports a closed
     or failing stream as ``StdoutError`` (rich's Console writes to it)."""
@@ -68,12 +80,25 @@ class Stdout:
                 reason="closed",
             )
         with reported():
+            if self.json:  # JSON's own escapes inside strings, before the stream's own
+                text = self.for_json(text, getattr(stream, "encoding", None) or "ascii")
             try:
                 stream.write(text)
             except UnicodeEncodeError:
                 stream.write(self.escaped(text, getattr(stream, "encoding", None) or "ascii"))
             stream.flush()  # a full disk fails here, inside the command, not at exit
         return len(text)
+
+    def for_json(self, text: str, encoding: str) -> str:
+        """``text``, or its non-ASCII characters as ``\\uXXXX`` when ``encoding`` cannot
+        hold them (a UTF-8 stream holds every JSON document as it is)."""
+        if encoding.lower().replace("-", "").replace("_", "") in ("utf8", "utf8sig") or text.isascii():
+            return text
+        try:
+            text.encode(encoding)
+        except UnicodeEncodeError:
+            return self.escaped(text, encoding)
+        return text
 
     def escaped(self, text: str, encoding: str) -> str:
         """``text`` with what ``encoding`` cannot hold escaped (JSON: ``\\uXXXX``)."""
