@@ -211,9 +211,8 @@ def test_ray_path_equals_the_local_scan(own_engine, local_ray) -> None:
     pairs = list(read_coref(str(Path(__file__).resolve().parents[1] / "samples" / "minimal_pairs.tsv")))[:4]
     options = ScanOptions((0, 3), batch_size=4, window=1)
     local = Scan(own_engine, options).run(texts + pairs)
-    # 4 batches in chunks of 2: two Ray datasets, so chunked merging is covered too (each
-    # dataset starts its own actors, a model load each, so two is the cheapest that merges).
-    remote = RayScan(own_engine, options, None, device="cpu", chunk_batches=2).run(texts + pairs)
+    # 4 batches, two out at a time on the one actor: merged as they come back.
+    remote = RayScan(own_engine, options, None, device="cpu").run(texts + pairs)
     assert remote.texts == local.texts == 14
     np.testing.assert_array_equal(remote.heads.count, local.heads.count)
     np.testing.assert_allclose(remote.heads.mean, local.heads.mean, atol=1e-9)
@@ -238,11 +237,9 @@ def test_ray_path_ablation_equals_the_local_scan(own_engine, local_ray) -> None:
     zero = ScanOptions((1, 4), batch_size=2, window=1, ablate="zero")
     means = corpus_head_means(own_engine, [own_engine.tokenize(t) for t in MINILM_TEXTS])  # (N, H, D)
     mean = replace(zero, ablate="mean", fill=means)
-    for options, chunks in ((zero, 3), (mean, 2)):
+    for options in (zero, mean):
         local = Scan(own_engine, options).run(texts)
-        # 3 batches: one Ray dataset for zero; for mean, chunks of 2, two datasets, so the
-        # chunks' accumulators are merged (each dataset starts actors: a model load each).
-        remote = RayScan(own_engine, options, None, device="cpu", chunk_batches=chunks).run(texts)
+        remote = RayScan(own_engine, options, None, device="cpu").run(texts)  # 3 batches
         assert local_ray.is_initialized()  # the instance was used, not stopped
         assert remote.texts == local.texts == len(MINILM_TEXTS)
         np.testing.assert_array_equal(remote.heads.count, local.heads.count)

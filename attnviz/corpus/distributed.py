@@ -1,13 +1,13 @@
-"""``attnviz heads --ray``: the scan's batches as Ray Data ``map_batches`` on a cluster.
+"""``attnviz heads --ray``: the scan's batches on a pool of Ray actors.
 
 The only module that imports ray (the optional extra ``attnviz[ray]``). The driver reads
-and tokenizes the corpus (so every error still names its file and line), ships padded-batch
-work items to actor workers that each load the model once, and merges the per-head
-accumulators they send back (``HeadAccumulator.merge``: exact, in any order). Workers get a
-GPU each when the cluster has GPUs, else CPUs.
+and tokenizes the corpus (so every error still names its file and line), hands padded
+batches to actors that each load the model once for the whole run, and merges the
+per-head accumulators they send back (``HeadAccumulator.merge``: exact, in any order).
+Actors get a GPU each when the cluster has GPUs, else a CPU each.
 
-The corpus goes to Ray in chunks of ``chunk_batches`` batches, one dataset per chunk, so the
-driver's memory stays flat in the corpus size, as in the single-process scan.
+At most ``IN_FLIGHT`` batches per actor are out at a time, so the driver's memory stays
+flat in the corpus size, as in the single-process scan.
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import pickle
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from ..errors import AttnvizError, UsageError
 from .scan import CorpusText, Prepared, Progress, Scan, ScanOptions, ScanReport, score_batch
@@ -26,19 +24,19 @@ from .scan import CorpusText, Prepared, Progress, Scan, ScanOptions, ScanReport,
 if TYPE_CHECKING:
     from ..engines import Engine
 
+IN_FLIGHT = 2  # batches handed to each actor at a time: one scoring, one waiting
+
 
 def _ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise UsageError(
-            "Ray is not installed", hint="pip install 'attnviz[ray]' (Ray Data), or scan in this process"
-        ) from None
+        raise UsageError("Ray is not installed", hint="pip install 'attnviz[ray]', or scan in this process") from None
     return ray
 
 
 class _Scorer:
-    """A Ray Data actor: loads the model once, scores each batch it is handed."""
+    """A Ray actor: loads the model once, scores each batch it is handed."""
 
     def __init__(self, model: str | None, engine: str, device: str, dtype: str, options: ScanOptions) -> None:
         from ..engines import load_engine
@@ -46,14 +44,10 @@ class _Scorer:
         self.engine = load_engine(engine, model, device, dtype)
         self.options = options
 
-    def __call__(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        results, texts = [], []
-        for blob in rows["batch"]:
-            batch: list[Prepared] = pickle.loads(blob)
-            acc, tally = score_batch(self.engine, batch, self.options)
-            results.append(pickle.dumps((acc, tally)))
-            texts.append(len(batch))
-        return {"result": np.array(results, dtype=object), "texts": np.array(texts)}
+    def score(self, blob: bytes) -> bytes:
+        batch: list[Prepared] = pickle.loads(blob)
+        acc, tally = score_batch(self.engine, batch, self.options)
+        return pickle.dumps((acc, tally, len(batch)))
 
 
 class RayScan:
@@ -64,9 +58,8 @@ class RayScan:
         options: as for ``Scan``.
         address: a Ray cluster address (``auto``, ``ray://head:10001``); None starts a local
             instance with 2 CPUs and no dashboard.
-        model, engine_name, device, dtype: how each worker loads the model (the model spec
+        model, engine_name, device, dtype: how each actor loads the model (the model spec
             must resolve on every node: a shared path, the packaged model or a cached Hub id).
-        chunk_batches: batches per Ray dataset.
     """
 
     def __init__(
@@ -79,14 +72,12 @@ class RayScan:
         engine_name: str = "own",
         device: str = "auto",
         dtype: str = "float32",
-        chunk_batches: int = 256,
     ) -> None:
         self.ray = _ray()
         self.scan = Scan(engine, options)
         self.options = options
         self.address = address
         self.worker = {"model": model, "engine": engine_name, "device": device, "dtype": dtype, "options": options}
-        self.chunk_batches = chunk_batches
 
     def _start(self) -> bool:
         """Connect to (or start) Ray; True when this call started it."""
@@ -115,60 +106,55 @@ class RayScan:
                     f"cannot connect to the Ray cluster at {self.address!r}: {str(exc).splitlines()[0]}",
                     hint="check the address: auto on a node of the cluster, or ray://HEAD:10001 from outside",
                 ) from None
-        ctx = ray.data.DataContext.get_current()
-        # After ray.data's import, which configures its own loggers.
-        for name in ("ray", "ray.data"):
-            logging.getLogger(name).setLevel(logging.ERROR)
-        ctx.enable_progress_bars = False
-        for name in ("print_on_execution_start", "enable_operator_progress_bars"):
-            if hasattr(ctx, name):
-                setattr(ctx, name, False)
+        logging.getLogger("ray").setLevel(logging.ERROR)
         return True
 
-    def _placement(self) -> dict[str, Any]:
-        """Actors per GPU where the cluster has GPUs, else one per spare CPU."""
+    def _actors(self) -> list[Any]:
+        """One actor per GPU where the cluster has GPUs, else one per spare CPU (up to 8)."""
         resources = self.ray.cluster_resources()
         gpus = int(resources.get("GPU", 0))
-        pool = self.ray.data.ActorPoolStrategy
         if gpus:
             self.worker["device"] = "cuda"
-            return {"num_gpus": 1, "compute": pool(size=gpus)}
-        self.worker["device"] = "cpu"
-        cpus = int(resources.get("CPU", 1))
-        return {"num_cpus": 1, "compute": pool(size=max(1, min(cpus - 1, 8)))}
+            count, need = gpus, {"num_gpus": 1}
+        else:
+            self.worker["device"] = "cpu"
+            count, need = max(1, min(int(resources.get("CPU", 1)) - 1, 8)), {"num_cpus": 1}
+        scorer = self.ray.remote(**need)(_Scorer)
+        return [scorer.remote(**self.worker) for _ in range(count)]
 
     def run(self, items: Iterable[CorpusText], progress: Progress | None = None) -> ScanReport:
         started = self._start()
+        actors: list[Any] = []
         try:
-            placement = self._placement()
-            for chunk in _chunks(self.scan.batches(items, progress), self.chunk_batches):
-                ds = self.ray.data.from_items([{"batch": pickle.dumps(batch)} for batch in chunk])
-                scored = ds.map_batches(
-                    _Scorer, fn_constructor_kwargs=self.worker, batch_size=1, batch_format="numpy", **placement
-                )
-                for row in scored.iter_rows():
-                    acc, tally = pickle.loads(row["result"])
-                    self.scan.fold(acc, tally, int(row["texts"]))
-                    if progress is not None:
-                        progress(int(row["texts"]))
+            actors = self._actors()
+            free = [actor for actor in actors for _ in range(IN_FLIGHT)]  # one entry per slot
+            out: dict[Any, Any] = {}  # a result's ref -> the actor scoring it
+            for batch in self.scan.batches(items, progress):
+                if not free:
+                    free.append(self._fold_next(out, progress))
+                actor = free.pop()
+                out[actor.score.remote(pickle.dumps(batch))] = actor
+            while out:
+                self._fold_next(out, progress)
             return self.scan.report()
         finally:
+            for actor in actors:
+                with contextlib.suppress(Exception):
+                    self.ray.kill(actor)
             if started:
                 self.ray.shutdown()
 
+    def _fold_next(self, out: dict[Any, Any], progress: Progress | None) -> Any:
+        """Wait for the first result to come back, merge it, and return its actor."""
+        (ref,), _ = self.ray.wait(list(out), num_returns=1)
+        acc, tally, texts = pickle.loads(self.ray.get(ref))
+        self.scan.fold(acc, tally, texts)
+        if progress is not None:
+            progress(texts)
+        return out.pop(ref)
+
     def report(self, partial: bool = False) -> ScanReport:
         return self.scan.report(partial)
-
-
-def _chunks(batches: Iterator[list[Prepared]], size: int) -> Iterator[list[list[Prepared]]]:
-    chunk: list[list[Prepared]] = []
-    for batch in batches:
-        chunk.append(batch)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 CONNECT_TIMEOUT = 10.0  # seconds for one TCP connection to a Ray head
