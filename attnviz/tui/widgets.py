@@ -80,7 +80,13 @@ class Lines(ScrollView, can_focus=False):
     def show(self, strips: list[Strip]) -> None:
         self.strips = strips
         width = max((strip.cell_length for strip in strips), default=0)
-        self.virtual_size = Size(width, len(strips))
+        size = Size(width, len(strips))
+        if size != self.virtual_size:
+            # Not through the reactive, which lays the whole screen out again (~20 ms a key
+            # between a long text's views, whose heights differ by a line or two): the scroll
+            # bars are set in place, and one that comes or goes asks for a layout itself.
+            self.set_reactive(Lines.virtual_size, size)
+            self._scroll_update(size)
         self.refresh()
 
     @property
