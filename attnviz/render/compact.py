@@ -133,8 +133,8 @@ def _cut(label: str, width: int) -> str:
 class HeadLine:
     """One head's compact line as data: the line's own style and its runs of text, each
     with the style of a span over it ("": none). ``text()`` is the rich ``Text`` that
-    ``show`` prints; the explorer turns the runs into segments itself (tui.long), which at
-    8,192 tokens is ~2 ms for a layer's 33 lines where rich's layout took ~75 ms."""
+    ``show`` prints; the explorer turns the runs into segments itself (tui.long): at 8,192
+    tokens a layer's lines are ~6 ms of CPU that way, ~16 ms through rich's layout."""
 
     style: str
     runs: tuple[tuple[str, Style | str], ...]

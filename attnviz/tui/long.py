@@ -22,10 +22,11 @@ the head mean (``--heads mean``), ``o`` the norm measure (``--measure norm``). V
 
 A view draws one layer, so it reads one (``layer_rows``: the reading steps act on each
 layer alone), and its head lines are turned into segments here (``compact_strips``), not
-by rich's layout: at 8,192 tokens on the bench decoder a first view went from ~250 ms of
-CPU (32 layers read, rich laying out 33 lines of ~60 spans) to ~10 ms. The app draws the
-reading keys' views ahead too (tui.app), and fetches the cursor's rows in the other
-measure alone for ``o`` (``fetch(..., alone=True)``, an eighth of a window).
+by rich's layout: at 8,192 tokens on the bench decoder a first view went from 70 ms of
+CPU (words: 310 ms; 32 layers read, rich laying out 33 lines of ~60 spans) to ~20 ms
+(words ~25 ms). The app draws the reading keys' views ahead too (tui.app), and fetches the
+cursor's rows in the other measure alone for ``o`` (``fetch(..., alone=True)``, an eighth
+of a window).
 """
 
 from __future__ import annotations
