@@ -61,7 +61,7 @@ ROW_WINDOW = 8  # query tokens whose rows one fetch computes: the token keys the
 LONG_VIEWS = ("heads", "table")  # the views that work on rows; v cycles over these
 LONG_TITLES = {"heads": "compact rows", "table": "head table", "matrix": "matrix of one head"}
 _READS = 4  # read rows kept (a 32-layer × 32-head row at 8,192 tokens is 33 MiB)
-_LAYER_READS = 64  # one layer's read rows kept (1 MiB each there)
+_LAYER_READS = 64  # one layer's read rows kept, of any reading (1 MiB each there)
 
 
 def check_rows_size(num_layers: int, num_heads: int, num_tokens: int, budget: int = MAX_BYTES) -> None:
@@ -153,13 +153,27 @@ class _Windows:
     """Computed windows of raw rows per measure, up to ``keep`` of them (least recently
     used dropped first, never the one asked to stay); and per measure the rows of one
     query fetched alone (``add_alone``: the other measure's, fetched ahead of ``o``, an
-    eighth of a window), kept until the next one of that measure."""
+    eighth of a window), kept until the next one of that measure. Beside them, one layer's
+    read rows (``LongViews.layer_rows``) of any reading, the last ``_LAYER_READS``."""
 
     def __init__(self, keep: int) -> None:
         self.keep = max(2, keep)
         self._rows: OrderedDict[tuple[str, tuple[int, ...]], Attention] = OrderedDict()
         self._alone: dict[str, Attention] = {}
+        self._reads: OrderedDict[tuple[Any, ...], Attention] = OrderedDict()
         self._lock = threading.Lock()
+
+    def read(self, key: tuple[Any, ...]) -> Attention | None:
+        with self._lock:
+            if key in self._reads:
+                self._reads.move_to_end(key)
+            return self._reads.get(key)
+
+    def keep_read(self, key: tuple[Any, ...], att: Attention) -> None:
+        with self._lock:
+            self._reads[key] = att
+            while len(self._reads) > _LAYER_READS:
+                self._reads.popitem(last=False)
 
     def find(self, measure: str, pieces: tuple[int, ...]) -> Attention | None:
         with self._lock:
@@ -236,7 +250,6 @@ class LongViews:
         self._groups = word_groups(first.tokens) if self.reading.words else None
         self._drawn: OrderedDict[tuple[Any, ...], list[Strip]] = OrderedDict()
         self._reads: OrderedDict[int, Attention] = OrderedDict()
-        self._layer_reads: OrderedDict[tuple[int, int], Attention] = OrderedDict()
         self._lock = threading.Lock()
         self.att = self._skeleton(first)
         self._siblings: dict[tuple[View, str], LongViews] = {(self.reading, self.measure): self}
@@ -310,11 +323,11 @@ class LongViews:
         """The rows of ``query`` in ``layer`` alone, read as the views read them, or None
         (``fetch`` them). What a view draws: a 32nd of ``rows_for``'s work on the bench
         decoder (the reading steps act on each layer alone, so the rows are the same)."""
-        key = (query, layer)
+        key = (self.reading, self.measure, query, layer)
+        att = self._windows.read(key)
+        if att is not None:
+            return att
         with self._lock:
-            if key in self._layer_reads:
-                self._layer_reads.move_to_end(key)
-                return self._layer_reads[key]
             whole = self._reads.get(query)
         if whole is not None:
             att = select(whole, layers=[layer])
@@ -324,10 +337,7 @@ class LongViews:
                 return None
             n = raw.layer_slot(layer)
             att = self._apply(replace(raw, weights=raw.weights[n : n + 1], layers=(layer,)), self.pieces(query))
-        with self._lock:
-            self._layer_reads[key] = att
-            while len(self._layer_reads) > _LAYER_READS:
-                self._layer_reads.popitem(last=False)
+        self._windows.keep_read(key, att)
         return att
 
     def can_draw(self, cursor: Cursor) -> bool:
