@@ -77,10 +77,10 @@ async def measure(rounds: int) -> dict[str, list[tuple[float, float]]]:
     engine = load_engine("own", None, "cpu")
     att = run(EXAMPLE, engine, Selection()).attention
 
-    def run(text: str):  # type: ignore[no-untyped-def]
+    def run_sentence(text: str):  # type: ignore[no-untyped-def]
         return run(engine.tokenize(text), engine, Selection()).attention
 
-    app = ExploreApp(att, run, query=att.tokens.labels.index("it"))
+    app = ExploreApp(att, run_sentence, query=att.tokens.labels.index("it"))
     times: dict[str, list[tuple[float, float]]] = {"reading": [], "held": [], "floor": [], "new sentence": []}
     rng = random.Random(0)
     async with app.run_test(size=SIZE) as pilot:
