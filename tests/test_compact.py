@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
-from attnviz.render.compact import binned, key_bins
+from attnviz.render.compact import binned, binned_rows, key_bins, strongest
+from attnviz.render.glyphs import colour, colours
 from attnviz.render.terminal import shade
 
 from .helpers import one_error_line
@@ -33,6 +34,27 @@ def test_bins_partition_the_keys_and_keep_own_tokens_alone() -> None:
             assert (i, i + 1) in bins
         row = np.random.default_rng(columns).dirichlet(np.ones(columns))
         assert binned(row, bins).sum() == pytest.approx(1.0)
+
+
+def test_the_strips_of_all_heads_at_once_are_each_rows_own() -> None:
+    """binned_rows, strongest and colours work on every head's row at once (the explorer's
+    33 lines at 8,192 tokens): each row's bins are binned's, its strongest keys a stable
+    sort's (ties to the lower position), its colours colour's, string for string."""
+    rng = np.random.default_rng(1)
+    rows = rng.dirichlet(np.ones(300), size=6).astype(np.float32)  # (R, S)
+    rows[1, [7, 40, 41]] = rows[1].max() + 0.01  # ties at the top: the lower position first
+    rows[2] = 0.0  # all equal
+    rows[3, :] = 0.0
+    rows[3, [5, 9]] = 0.5  # fewer nonzero keys than k
+    bins = key_bins(300, 40, (0, 150))
+    for r, row in enumerate(rows):
+        np.testing.assert_allclose(binned_rows(rows, bins)[r], binned(row, bins), rtol=1e-12)
+    for k in (1, 3, 5, 300, 301):
+        want = np.argsort(-rows, axis=1, kind="stable")[:, :k]
+        np.testing.assert_array_equal(strongest(rows, k), want)
+    assert strongest(rows, 3)[1].tolist() == [7, 40, 41] and strongest(rows, 3)[2].tolist() == [0, 1, 2]
+    weights = np.concatenate([rng.random(200), [0.0, 1.0, 0.5, 0.125, 1 / 16, -0.5, 2.0]]).reshape(9, 23)
+    assert colours(weights) == [[colour(w) for w in row] for row in weights]
 
 
 def _paragraph(n_words: int, seed: int = 0) -> str:

@@ -287,6 +287,47 @@ async def test_each_key_on_a_long_text_draws_what_show_prints(
     np.testing.assert_allclose(lib.attention.rows(lib.queries[0]), want, atol=5e-7 + 1e-9)
 
 
+@pytest.mark.parametrize("color", [True, False])
+@pytest.mark.parametrize("view", [View(), View(words=True, hide_special=True, heads=("mean",))], ids=["plain", "wsm"])
+def test_the_explorers_own_segments_are_the_ones_rich_draws(model: Path, view: View, color: bool) -> None:
+    """The explorer draws a layer's rows alone (``layer_rows``: the same numbers as that
+    layer of every layer's read) and draws the head lines into segments itself
+    (views.line_strip): segment for segment, style for style, what rich draws of show's
+    renderable; at 40 columns the lines are wider than the screen and rich wraps them."""
+    from rich.console import Group
+
+    from attnviz.render.compact import compact_heatmap, compact_layer
+    from attnviz.render.terminal import legend
+    from attnviz.transforms import measure_label
+    from attnviz.tui.long import LongViews
+    from attnviz.tui.views import Cursor, line_strip, position_of
+
+    engine = load_engine("own", str(model), "cpu")
+    first, rows = long_reading(engine, TEXT, Selection(queries=(_index(300),)), budget=BUDGET)
+    long = LongViews(first.attention, rows).with_options(view, "weight")
+    q = position_of(long.att, 300)
+    every = long.rows_for(q)
+    assert every is not None
+    for layer in range(LAYERS):
+        att = long.layer_rows(q, layer)
+        assert att is not None and att.layers == (layer,)
+        np.testing.assert_allclose(att.weights[0], every.weights[layer], rtol=1e-6, atol=1e-9)
+        for width, values in [(118, False), (118, True), (40, False)]:
+            top = values_top_keys(att, width) if values else None
+            want = strips(
+                Group(
+                    compact_heatmap(att, q, layer, width=width, color=color, top_keys=top),
+                    legend(color, measure_label(att), compact=True),
+                ),
+                width,
+            )
+            got = long.render(Cursor("heads", layer, 0, q, values=values), width, color)
+            assert [list(line) for line in got] == [list(line) for line in want], (layer, width, values)
+            lines = compact_layer(att, q, layer, width=width, color=color, top_keys=top).heads
+            fits = [line_strip(line.style, line.runs, width) is not None for line in lines]
+            assert all(fits) if width > 40 else not any(fits)  # drawn directly, or wrapped by rich
+
+
 def _index(position: int):  # type: ignore[no-untyped-def]
     from attnviz.select import Query
 
@@ -323,17 +364,18 @@ async def test_the_windows_beside_the_cursor_are_fetched_while_the_user_reads(
 
 async def test_fetching_ahead_stops_when_the_windows_beside_fill_the_budget(model: Path) -> None:
     """Room for two windows only (the cursor's and one more): one window is fetched ahead
-    and then none, rather than each fetch pushing out the other for ever."""
+    and then none, rather than each fetch pushing out the other for ever; besides them, the
+    cursor's own norm rows once (what o shows, one query's, kept outside the windows)."""
     import asyncio
 
     engine = load_engine("own", str(model), "cpu")
     start = 300
     budget = 600_000  # the keys kept (230 KB) and two windows of rows (154 KB each)
     first, rows = long_reading(engine, TEXT, Selection(queries=(_index(start),)), budget=budget)
-    calls: list[tuple[int, ...]] = []
+    calls: list[tuple[tuple[int, ...], str]] = []
 
     def counted(queries: tuple[int, ...], measure: str = "weight"):  # type: ignore[no-untyped-def]
-        calls.append(queries)
+        calls.append((queries, measure))
         return rows(queries, measure)
 
     counted.kept_size = rows.kept_size  # type: ignore[attr-defined]
@@ -345,7 +387,9 @@ async def test_fetching_ahead_stops_when_the_windows_beside_fill_the_budget(mode
             await pilot.pause()
             await asyncio.sleep(0.05)
         assert app.long is not None and app.long._windows.keep == 2
-        assert len(calls) == 1 and "rows" not in app._busy, calls
+        assert "rows" not in app._busy
+        assert [c for c in calls if c[1] == "weight"] == [(window_of(start + ROW_WINDOW, N), "weight")], calls
+        assert [c for c in calls if c[1] == "norm"] == [((start,), "norm")], calls
 
 
 async def test_e_exports_the_long_texts_view_as_read(model: Path, tmp_path: Path) -> None:

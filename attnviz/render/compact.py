@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from rich.console import Group, RenderableType
@@ -23,7 +25,7 @@ from rich.style import Style
 from rich.text import Text
 
 from ..result import Attention
-from .glyphs import MASKED, colour, shade
+from .glyphs import MASKED, colours, shade
 
 # The grid gives way to this view past two wrapped blocks (issue 22).
 MAX_GRID_BLOCKS = 2
@@ -89,16 +91,18 @@ def binned(row: np.ndarray, bins: Sequence[tuple[int, int]]) -> np.ndarray:
 def strip_bins(att: Attention, query: int, cells: int) -> tuple[list[int], list[tuple[int, int]]]:
     """The kept key positions (those not set aside) and their bins for ``cells`` cells
     (bins index into the kept positions)."""
-    hidden = set(att.hidden)
-    cols = [i for i in range(len(att.keys)) if i not in hidden]
-    index = {c: k for k, c in enumerate(cols)}
+    n = len(att.keys)
+    kept = np.ones(n, dtype=bool)
+    kept[np.asarray(att.hidden, dtype=np.int64)] = False
+    index = np.cumsum(kept) - 1  # (S,) each key's place among the kept ones (where kept)
     span = att.query_span(att.query_slot(query)) if att.is_self_attention else ()
-    own = [index[i] for i in span if i in index]
+    own = [i for i in span if kept[i]]
     # Causal rows end at the query: the first masked key starts a bin of its own.
-    if att.provenance.causal and span and max(span) + 1 in index:
-        own.append(index[max(span) + 1])
-    own += [index[i] for i in cols if att.keys.special[i]]
-    return cols, key_bins(len(cols), cells, own)
+    if att.provenance.causal and span and max(span) + 1 < n and kept[max(span) + 1]:
+        own.append(max(span) + 1)
+    special = np.flatnonzero(np.asarray(att.keys.special, dtype=bool) & kept)
+    cols = np.flatnonzero(kept).tolist()
+    return cols, key_bins(len(cols), cells, index[np.union1d(own, special).astype(np.int64)].tolist())
 
 
 def grid_blocks(att: Attention, width: int, values: bool = False) -> int:
@@ -125,6 +129,36 @@ def _cut(label: str, width: int) -> str:
     return label if len(label) <= width else label[: width - 1] + "…"
 
 
+@dataclass(frozen=True)
+class HeadLine:
+    """One head's compact line as data: the line's own style and its runs of text, each
+    with the style of a span over it ("": none). ``text()`` is the rich ``Text`` that
+    ``show`` prints; the explorer turns the runs into segments itself (tui.long): at 8,192
+    tokens a layer's lines are ~6 ms of CPU that way, ~16 ms through rich's layout."""
+
+    style: str
+    runs: tuple[tuple[str, Style | str], ...]
+
+    def text(self) -> Text:
+        line = Text(style=self.style)
+        for run, style in self.runs:
+            line.append(run, style=style)
+        return line
+
+
+@dataclass(frozen=True)
+class CompactLayer:
+    """One layer of the compact view: the title and axis lines, one ``HeadLine`` per head
+    slot, then a blank line (``renderable()``: what ``show`` prints)."""
+
+    title: Text
+    axis: Text
+    heads: tuple[HeadLine, ...]
+
+    def renderable(self) -> RenderableType:
+        return Group(self.title, self.axis, *(line.text() for line in self.heads), Text(""))
+
+
 def compact_heatmap(
     att: Attention,
     query: int,
@@ -141,10 +175,26 @@ def compact_heatmap(
 
     ``effects``: (N_model, H) head-ablation effects at this query (``show --ablate``): each
     model head's, after its name (– for a head not ablated)."""
+    return compact_layer(
+        att, query, layer, width=width, top_keys=top_keys, color=color, heads=heads, effects=effects
+    ).renderable()
+
+
+def compact_layer(
+    att: Attention,
+    query: int,
+    layer: int,
+    *,
+    width: int = 120,
+    top_keys: int | None = None,
+    color: bool = True,
+    heads: Sequence[int] | None = None,
+    effects: np.ndarray | None = None,
+) -> CompactLayer:
+    """``compact_heatmap``'s lines as data (``CompactLayer``)."""
     k_top = default_top_keys(width) if top_keys is None else top_keys
     slot = att.query_slot(query)
     span = att.query_span(slot)
-    rows = att.rows(query)[att.layer_slot(layer)]  # (H, S)
     slots = [*(range(att.model_heads) if heads is None else heads), *range(att.model_heads, att.num_heads)]
     labels = att.keys.labels
     causal = att.provenance.causal
@@ -168,10 +218,12 @@ def compact_heatmap(
         title.append(f" · later {kind}s ({MASKED}) masked")
     if effects is not None:
         title.append(" · after each head: its ablation effect (1 − cos of the final hidden state)")
-    lines: list[RenderableType] = [title]
     # The axis: first and last position, and the query under its mark.
     axis = [" "] * len(bins)
-    qbin = next((b for b, (a, e) in enumerate(bins) if any(cols[j] in span for j in range(a, e))), None)
+    cols_arr, starts = np.asarray(cols), np.asarray([a for a, _ in bins])
+    at = np.searchsorted(cols_arr, span)  # where the query's own positions sit among the kept keys
+    shown = [int(j) for j, p in zip(at, span) if j < len(cols_arr) and cols_arr[j] == p]
+    qbin = int(np.searchsorted(starts, min(shown), side="right")) - 1 if shown else None
     if qbin is not None and att.is_self_attention:
         axis[qbin] = QUERY_MARK
     first, last = str(cols[0]), str(cols[-1])
@@ -182,41 +234,73 @@ def compact_heatmap(
         for j, ch in enumerate(last):
             if axis[len(bins) - len(last) + j] == " ":
                 axis[len(bins) - len(last) + j] = ch
-    lines.append(Text(" " * (name_w + eff_w + top_w + 2) + "".join(axis), style="dim"))
-    cols_arr = np.asarray(cols)
-    special = np.asarray(att.keys.special, dtype=bool)
-    for name, h in zip(names, slots):
-        row = rows[h]  # (S,)
-        kept = row[cols_arr]  # (S',)
-        order = np.lexsort((cols_arr, -kept))[:k_top]
-        line = Text(name.rjust(name_w - 1) + " ", style="dim" if h < att.model_heads else "dim italic")
+    axis_line = Text(" " * (name_w + eff_w + top_w + 2) + "".join(axis), style="dim")
+
+    # Every head at once: the kept keys of each row, their bins' sums and the strongest keys.
+    kept = att.rows(query)[att.layer_slot(layer)][np.asarray(slots)][:, cols_arr]  # (H', S')
+    sums = binned_rows(kept, bins)  # (H', B)
+    tops = strongest(kept, k_top)  # (H', ≤k) indices into cols, strongest first
+    # What a bin is, the same for every head: masked (after a causal query) or all special.
+    special = np.asarray(att.keys.special, dtype=bool)[cols_arr]
+    masked = (cols_arr[starts] > max(span)) if causal and span else np.zeros(len(bins), dtype=bool)
+    dim = np.logical_and.reduceat(special, starts) if len(bins) else np.zeros(0, dtype=bool)
+    hexes = colours(sums) if color else None
+    lines = []
+    for n, (name, h) in enumerate(zip(names, slots)):
+        runs: list[tuple[str, Style | str]] = [(name.rjust(name_w - 1) + " ", "")]
         if effects is not None:
-            line.append(_effect_cell(effects, layer, h, att.model_heads), style="bold")
-        tops = []
-        for j in order:
-            i = int(cols_arr[j])
-            weight = f"{kept[j]:.2f}".lstrip("0") if kept[j] < 1 else "1.0"
-            tops.append(f"{_cut(labels[i], _TOP_LABEL)}@{i} {weight}".ljust(one_w))
-        line.append(" ".join(tops).ljust(top_w) + " │")
-        sums = binned(kept, bins)
-        for b, ((a, e), total) in enumerate(zip(bins, sums)):
-            keys = cols_arr[a:e]
-            if causal and span and keys[0] > max(span):
-                line.append(MASKED, style="dim")
-                continue
-            dim = bool(special[keys].all())
-            if color:
-                style = Style(bgcolor=colour(float(total)), dim=dim, underline=b == qbin)
-                line.append("·" if dim else " ", style=style)
+            runs.append((_effect_cell(effects, layer, h, att.model_heads), "bold"))
+        top = []
+        for j in tops[n]:
+            i, w = int(cols_arr[j]), kept[n, j]
+            weight = f"{w:.2f}".lstrip("0") if w < 1 else "1.0"
+            top.append(f"{_cut(labels[i], _TOP_LABEL)}@{i} {weight}".ljust(one_w))
+        runs.append((" ".join(top).ljust(top_w) + " │", ""))
+        for b, total in enumerate(sums[n]):
+            if masked[b]:
+                runs.append((MASKED, "dim"))
+            elif hexes is not None:
+                runs.append(("·" if dim[b] else " ", _cell_style(hexes[n][b], bool(dim[b]), b == qbin)))
             else:
-                line.append(shade(float(total)) if not dim or total >= 0.05 else "·", style="dim" if dim else "")
-        line.append("│")
-        lines.append(line)
-    lines.append(Text(""))
-    return Group(*lines)
+                glyph = shade(float(total)) if not dim[b] or total >= 0.05 else "·"
+                runs.append((glyph, "dim" if dim[b] else ""))
+        runs.append(("│", ""))
+        lines.append(HeadLine("dim" if h < att.model_heads else "dim italic", tuple(runs)))
+    return CompactLayer(title, axis_line, tuple(lines))
+
+
+def binned_rows(rows: np.ndarray, bins: Sequence[tuple[int, int]]) -> np.ndarray:
+    """(R, B) ``binned`` of each row of ``rows`` (R, S) (float64), in one reduceat."""
+    rows = np.asarray(rows, dtype=np.float64)
+    if not len(bins):
+        return np.zeros((len(rows), 0))
+    if all(b[1] == c[0] for b, c in zip(bins, bins[1:])):
+        return np.add.reduceat(rows[:, bins[0][0] : bins[-1][1]], [a - bins[0][0] for a, _ in bins], axis=1)
+    return np.stack([rows[:, a:b].sum(axis=1) for a, b in bins], axis=1)
+
+
+def strongest(rows: np.ndarray, k: int) -> np.ndarray:
+    """(R, min(k, S)) the columns of each row's ``k`` largest values, largest first, ties
+    to the lower column (a stable sort's order): k rounds of argmax, which returns the first
+    of equal maxima, each taken out before the next (k is a few; a sort is O(S log S) a row)."""
+    k = min(k, rows.shape[1])
+    left = np.array(rows, dtype=np.float64)  # a copy, taken apart below
+    out = np.empty((len(rows), max(k, 0)), dtype=np.int64)
+    every = np.arange(len(rows))
+    for t in range(k):
+        out[:, t] = np.argmax(left, axis=1)
+        left[every, out[:, t]] = -np.inf
+    return out
 
 
 EFFECT_W = 6  # "0.105 ": an effect and a space
+
+
+@lru_cache(maxsize=4096)
+def _cell_style(hex_colour: str, dim: bool, underline: bool) -> Style:
+    """A strip cell's style, made once for each (colour, dim, underline): a layer has
+    ~1,700 cells at 120 columns and far fewer colours (Styles are immutable, so shared)."""
+    return Style(bgcolor=hex_colour, dim=dim, underline=underline)
 
 
 def _effect_cell(effects: np.ndarray, layer: int, head: int, model_heads: int) -> str:

@@ -37,6 +37,19 @@ def colour(weight: float) -> str:
     return f"#{round(r):02x}{round(g):02x}{round(b):02x}"
 
 
+_HEX = [f"{v:02x}" for v in range(256)]
+
+
+def colours(weights: np.ndarray) -> list[list[str]]:
+    """``colour`` of each weight of ``weights`` (R, B) at once, as nested lists: the same
+    operations in float64 and the same rounding (half to even), so the same strings."""
+    x = np.clip(np.asarray(weights, dtype=np.float64), 0.0, 1.0) * (len(_VIRIDIS) - 1)
+    i = np.minimum(x.astype(np.int64), len(_VIRIDIS) - 2)
+    rgb = _VIRIDIS[i] + (x - i)[..., None] * (_VIRIDIS[i + 1] - _VIRIDIS[i])  # (R, B, 3)
+    h = _HEX
+    return [["#" + h[r] + h[g] + h[b] for r, g, b in row] for row in np.rint(rgb).astype(np.int64).tolist()]
+
+
 def shade(weight: float) -> str:
     """A glyph for ``weight`` (0..1) when there is no colour: blank below 0.05,
     then · ░ ▒ ▓ █ in steps of 0.2."""

@@ -19,7 +19,9 @@ DrawnViews (``v`` cycles, ``1``-``3`` pick):
 
 A long text (its full matrices over the budget) comes with ``rows`` and is drawn from rows
 (tui.long): the compact rows of ``show`` and the head table, every reading option and the
-norms; the matrix says in a line that it needs every query row.
+norms; the matrix says in a line that it needs every query row. While the user reads (a
+0.25 s pause), the windows beside the cursor's are fetched in the worker and the views one
+key away drawn, the reading keys' (w s m o) among them: their first press is then a lookup.
 
 With NO_COLOR set, textual draws in monochrome and the cells fall back to the shade
 glyphs of the plain-terminal heatmap, so nothing is carried by colour alone.
@@ -35,6 +37,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.text import Text
 from textual import events
@@ -57,9 +60,10 @@ from .views import (
     export_name,
     first_query,
     free_path,
+    landed,
     landing,
-    position_of,
-    raw_position,
+    toggled,
+    token_line,
     write_view_png,
 )
 from .widgets import KeysScreen, Lines, SentenceInput, footer, in_order
@@ -67,6 +71,10 @@ from .widgets import KeysScreen, Lines, SentenceInput, footer, in_order
 # Idle time (s) before a view is drawn ahead: longer than a held key's repeat (~30 ms), shorter
 # than reading a screen. One view is ~11 ms of CPU (MiniLM example, measured on 2 busy cores).
 _WARM_DELAY = 0.1
+# A long text does more ahead: a dozen views (~10 ms of CPU each at 8,192 tokens) and windows
+# of rows in the worker (0.3-2 s of CPU each), so it waits for a longer pause: a key tapped
+# within it shares the cores with no work it did not ask for.
+_LONG_WARM_DELAY = 0.25
 # CPU s: a view that took longer to draw is not drawn ahead again for this sentence (the
 # example's views take ~11 ms; a 56-token sentence's matrix ~160 ms).
 _WARM_MAX = 0.05
@@ -160,7 +168,8 @@ class ExploreApp(App[None]):
             raise ValueError(f"query {start} is out of range (0..{len(att.tokens) - 1})")
         self.cursor = Cursor(view="heads", layer=att.layers[0], head=0, query=start)
         self.message = ""
-        self._warm_queue: list[Cursor] = []
+        self._one_line = True  # the message takes one line: another one-line message needs no layout
+        self._warm_queue: list[tuple[str, Cursor]] = []  # (a reading key's option, or "": the views on screen)
         self._warm_round = 0  # bumped on every view shown: older draw-ahead ticks stand down
         self._slow_views: set[str] = set()
         self._waiting = False  # a long text: the screen says the cursor's rows are being computed
@@ -249,8 +258,11 @@ class ExploreApp(App[None]):
             status.append("  " + " · ".join(reading), style="italic")
         # layout=False: these lines keep their height, so a key costs no re-layout.
         self.query_one("#status", Static).update(status, layout=False)
-        self.query_one("#tokens", Static).update(self._token_line(), layout=False)
-        self._waiting = self.long is not None and not self.long.can_draw(c)
+        reach = max(4, self._view_width() // 12) if self.long is not None else None  # a long text: 4 lines at most
+        self.query_one("#tokens", Static).update(token_line(att.tokens, c.query, reach), layout=False)
+        # A view drawn already needs no rows (they may have made room for the other measure's).
+        long, width = self.long, self._view_width()
+        self._waiting = long is not None and not (long.has(c, width, self.color) or long.can_draw(c))
         if self.long is not None and self._waiting:
             self._fetch_rows(c.query)
             n = len(self.long.raw_tokens)
@@ -259,115 +271,125 @@ class ExploreApp(App[None]):
             self.query_one("#view", Lines).show([Strip([Segment(wait.plain)])])
             self._warm_queue = []
             return
-        self.query_one("#view", Lines).show(self.views.render(c, self._view_width(), self.color))
-        if self.long is not None:
-            self._fetch_ahead()
+        self.query_one("#view", Lines).show(self.views.render(c, width, self.color))
         # Draw ahead once the keys pause: a held key gets no drawing it did not ask for.
-        self._warm_queue = self._neighbours(c)
-        self._warm_round += 1
-        self.set_timer(_WARM_DELAY, partial(self._warm_one, self._warm_round))
+        self._warm_ahead()
 
-    def _neighbours(self, c: Cursor) -> list[Cursor]:
-        """The views one key away from ``c``, most likely first."""
+    def _warm_ahead(self) -> None:
+        """Once the keys pause: on a long text the windows beside the cursor's are fetched
+        (in the worker), then the views one key away are drawn, one per tick."""
+        self._warm_queue = self._neighbours(self.cursor)
+        self._warm_round += 1
+        delay = _WARM_DELAY if self.long is None else _LONG_WARM_DELAY
+        self.set_timer(delay, partial(self._warm_one, self._warm_round, first=True))
+
+    def _neighbours(self, c: Cursor) -> list[tuple[str, Cursor]]:
+        """The views one key away from ``c``, most likely first: "" and a cursor on the
+        views on screen, or a reading key's option and ``c`` (``_warm_one`` finds the
+        views of that reading and the cursor's place in them when it draws)."""
         n_tok, n_heads, layers = len(self.att.tokens), self.att.num_heads, self.att.layers
         at = layers.index(c.layer)
-        return [
+        moves = [
             replace(c, query=(c.query + 1) % n_tok),
             replace(c, query=(c.query - 1) % n_tok),
             replace(c, layer=layers[(at + 1) % len(layers)]),
             replace(c, layer=layers[(at - 1) % len(layers)]),
             replace(c, head=(c.head + 1) % n_heads),
             replace(c, head=(c.head - 1) % n_heads),
-            # (a long text's head table takes metrics over L × H rows of S keys: ~0.3 s at 2,048)
-            *(replace(c, view=view) for view in (VIEWS if self.long is None else ()) if view != c.view),
+            *(replace(c, view=view) for view in (VIEWS if self.long is None else LONG_VIEWS) if view != c.view),
             replace(c, values=not c.values),
         ]
+        near = [("", m) for m in moves]
+        if self.long is not None:
+            # A long text's reading keys too (w s m o): ~10 ms of CPU each at 8,192 tokens
+            # (the cursor's layer read, its compact lines); short texts' readings transform
+            # every query row, and are computed when asked for.
+            near += [(option, c) for option in ("words", "hide_special", "heads", "measure")]
+        return near
 
     @property
     def drawing_ahead(self) -> bool:
         """Whether views one key away are still to be drawn (benchmarks wait for this)."""
         return bool(self._warm_queue)
 
-    def _warm_one(self, round_: int) -> None:
+    def _warm_one(self, round_: int, first: bool = False) -> None:
         """Draw one view a key away while the user reads this one: a keypress then finds
         its view drawn. One per timer tick, so a key pressed meanwhile waits for one
         drawing at most."""
         if round_ != self._warm_round:
             return  # a key came since: its own round draws its neighbours
+        if first:
+            self._fetch_ahead()  # (a long text's windows, in the worker)
         width, color = self._view_width(), self.color
         while self._warm_queue:
-            cursor = self._warm_queue.pop(0)
-            if cursor.view in self._slow_views or self.views.has(cursor, width, color):
+            option, cursor = self._warm_queue.pop(0)
+            views: DrawnViews | LongViews = self.views
+            if option and self.long is not None:
+                views = self.long.with_options(*toggled(self.reading, self.measure, option))
+                cursor = landed(cursor, self.att, views.att)
+            if cursor.view in self._slow_views or views.has(cursor, width, color):
                 continue
-            if self.long is not None and not self.long.can_draw(cursor):
-                continue  # a forward pass: only when the cursor gets there
+            if isinstance(views, LongViews) and not views.can_draw(cursor):
+                if option == "measure" and views.kept:
+                    # o's rows: the cursor's alone, from the kept keys in the worker (~0.5 s
+                    # at 8,192 tokens), drawn when they are in; never a forward pass ahead.
+                    self._fetch_rows(cursor.query, views, alone=True)
+                continue  # else computed when the cursor gets there
             start = time.thread_time()  # CPU time: what the drawing costs, whatever the load
-            self.views.render(cursor, width, color)
+            views.render(cursor, width, color)
             if time.thread_time() - start > _WARM_MAX and self.long is None:
-                # (a long text's compact rows are always drawn ahead: ~20 ms at 2,048 tokens)
+                # (a long text's views are always drawn ahead: ~10 ms each at 8,192 tokens)
                 # A key pressed during a drawing waits for it: views this slow to draw (a
                 # long sentence's matrix) are drawn when asked for, not ahead.
                 self._slow_views.add(cursor.view)
             break
         if self._warm_queue:
             self.set_timer(0.01, partial(self._warm_one, round_))
+        else:
+            self._settle()
 
-    def _token_line(self) -> Text:
-        line = Text()
-        labels = self.att.tokens.labels
-        first, last = 0, len(labels)
-        if self.long is not None:  # a window of the text around the cursor: 4 lines at most
-            reach = max(4, self._view_width() // 12)
-            first, last = max(0, self.cursor.query - reach), min(len(labels), self.cursor.query + reach + 1)
-            if first:
-                line.append(f"… ({first:,} before) ", style="dim")
-        for i in range(first, last):
-            label = labels[i]
-            if i > first:
-                line.append(" ")
-            if i == self.cursor.query:
-                line.append(f"[{label}]", style="bold reverse")
-            else:
-                line.append(label, style="dim" if self.att.tokens.special[i] else "")
-        if last < len(labels):
-            line.append(f" … ({len(labels) - last:,} after)", style="dim")
-        return line
+    def _settle(self) -> None:
+        # The views drawn ahead are kept (a long text's, ~2,000 segments each, a dozen a key):
+        # frozen out of the collector's reach as at mount, once the young generations are
+        # collected. Full collections scanning them took 20-40 ms in a key, and grew.
+        gc.collect(1)
+        gc.freeze()
 
     # --- long texts -----------------------------------------------------------------
 
-    def _fetch_rows(self, query: int) -> None:
-        """Compute the rows of ``query``'s window in a worker thread, then show them."""
+    def _fetch_rows(self, query: int, views: LongViews | None = None, alone: bool = False) -> None:
+        """Compute the rows of ``query``'s window (``alone``: its own only) for ``views``
+        (default: the screen's) in a worker thread, then show them."""
         if "rows" in self._busy:
             return  # the cursor is looked at again when the running one is done
-        long = self.long
+        long = self.long if views is None else views
         assert long is not None
         self._busy.add("rows")
         stay = self.cursor.query
 
         def work() -> None:
             try:
-                long.fetch(query, stay)
+                long.fetch(query, stay, alone)
             except AttnvizError as exc:
-                self.call_from_thread(self._rows_done, long, _error_line(exc))
+                self.call_from_thread(self._rows_done, _error_line(exc))
             except Exception as exc:  # a bug must not kill the session
-                self.call_from_thread(self._rows_done, long, f"error: {type(exc).__name__}: {exc}")
+                self.call_from_thread(self._rows_done, f"error: {type(exc).__name__}: {exc}")
             else:
-                self.call_from_thread(self._rows_done, long, "")
+                self.call_from_thread(self._rows_done, "")
 
         self.run_worker(work, thread=True, group="rows")
 
-    def _rows_done(self, long: LongViews, line: str) -> None:
+    def _rows_done(self, line: str) -> None:
         self._busy.discard("rows")
         if line:
             self.say(line)
-        if long is not self.long:
-            return
-        if self._waiting and (not line or long.can_draw(self.cursor)):
-            self.refresh_view()  # the cursor's rows, or the fetch of its window
-        elif not line:  # a window fetched ahead: the views one key away in it can be drawn now
-            self._warm_queue = self._neighbours(self.cursor)
-            self._warm_round += 1
-            self.set_timer(_WARM_DELAY, partial(self._warm_one, self._warm_round))
+        if self.long is None:
+            return  # a sentence typed at / came meanwhile
+        if self._waiting:  # (on any views: the options may have changed during the fetch)
+            if not line or self.long.can_draw(self.cursor):
+                self.refresh_view()  # the cursor's rows, or the fetch of its window
+        elif not line:  # rows fetched ahead: the views one key away in them can be drawn now
+            self._warm_ahead()
             self._fetch_ahead()
 
     def _fetch_ahead(self) -> None:
@@ -378,8 +400,12 @@ class ExploreApp(App[None]):
                 self._fetch_rows(ahead)
 
     def say(self, message: str) -> None:
-        self.message = message
-        self.query_one("#message", Static).update(Text(message))  # may take more lines: re-layout
+        box = self.query_one("#message", Static)
+        # One line where one line was (an empty message takes one too): no re-layout, ~20 ms
+        # on a long text's screen. A message that wraps may take more lines: laid out again.
+        fits = "\n" not in message and cell_len(message) <= box.size.width
+        box.update(Text(message), layout=not (fits and self._one_line))
+        self.message, self._one_line = message, fits
 
     # --- moving -------------------------------------------------------------------
 
@@ -414,28 +440,20 @@ class ExploreApp(App[None]):
     def action_toggle_reading(self, option: str) -> None:
         """Words merged, specials set aside or the head mean, on or off: the cursor stays
         on the same token (its word) and head."""
-        r = self.reading
-        if option == "words":
-            reading = replace(r, words=not r.words)
-        elif option == "hide_special":
-            reading = replace(r, hide_special=not r.hide_special)
-        else:
-            reading = replace(r, heads=() if r.heads else ("mean",))
+        reading, _ = toggled(self.reading, self.measure, option)
         views: DrawnViews | LongViews
         if self.long is not None:
             views = self.long = self.long.with_options(reading, self.measure)
         else:
             views = self._views_for(reading)
-        old, new = self.att, views.att
-        raw = raw_position(old, self.cursor.query)
-        head = min(self.cursor.head, new.num_heads - 1)
+        cursor = landed(self.cursor, self.att, views.att)
         self.reading, self.views = reading, views
         self._slow_views = set()
-        self._move(query=position_of(new, raw), head=head)
+        self._move(query=cursor.query, head=cursor.head)
 
     def action_toggle_measure(self) -> None:
         """The weights or the norms (their shares), on the same sentence, token and head."""
-        measure = "norm" if self.measure == "weight" else "weight"
+        _, measure = toggled(self.reading, self.measure, "measure")
         if self.long is not None:  # rows in the other measure: from the kept keys, or a pass per window
             self.measure = measure
             self.views = self.long = self.long.with_options(self.reading, measure)

@@ -19,6 +19,14 @@ the head mean (``--heads mean``), ``o`` the norm measure (``--measure norm``). V
   as fit (``show --top-keys K``);
 - ``table``: the head table (metrics.head_stats needs the query's rows only);
 - ``matrix``: refused with a line: it needs every query row of a head.
+
+A view draws one layer, so it reads one (``layer_rows``: the reading steps act on each
+layer alone), and its head lines are turned into segments here (``compact_strips``), not
+by rich's layout: at 8,192 tokens on the bench decoder a first view went from 70 ms of
+CPU (words: 310 ms; 32 layers read, rich laying out 33 lines of ~60 spans) to ~20 ms
+(words ~25 ms). The app draws the reading keys' views ahead too (tui.app), and fetches the
+cursor's rows in the other measure alone for ``o`` (``fetch(..., alone=True)``, an eighth
+of a window).
 """
 
 from __future__ import annotations
@@ -30,17 +38,18 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from rich.console import Group, RenderableType
+from rich.console import Group
+from rich.text import Text
 from textual.strip import Strip
 
 from ..errors import UsageError
-from ..metrics import HeadStats, head_stats
-from ..render.compact import compact_heatmap
+from ..metrics import head_stats
+from ..render.compact import CompactLayer, compact_layer
 from ..render.terminal import legend
 from ..result import Attention
 from ..tokens import Tokens
 from ..transforms import View, apply, measure_label, select, shares, word_groups
-from .views import MAX_BYTES, Cursor, _bytes, drawn_once, head_table, strips
+from .views import MAX_BYTES, Cursor, _bytes, drawn_once, head_table, line_strip, strips
 
 if TYPE_CHECKING:
     from ..engines import Engine
@@ -52,6 +61,7 @@ ROW_WINDOW = 8  # query tokens whose rows one fetch computes: the token keys the
 LONG_VIEWS = ("heads", "table")  # the views that work on rows; v cycles over these
 LONG_TITLES = {"heads": "compact rows", "table": "head table", "matrix": "matrix of one head"}
 _READS = 4  # read rows kept (a 32-layer × 32-head row at 8,192 tokens is 33 MiB)
+_LAYER_READS = 64  # one layer's read rows kept, of any reading (1 MiB each there)
 
 
 def check_rows_size(num_layers: int, num_heads: int, num_tokens: int, budget: int = MAX_BYTES) -> None:
@@ -141,12 +151,29 @@ def window_for(pieces: tuple[int, ...], num_tokens: int) -> tuple[int, ...]:
 
 class _Windows:
     """Computed windows of raw rows per measure, up to ``keep`` of them (least recently
-    used dropped first, never the one asked to stay)."""
+    used dropped first, never the one asked to stay); and per measure the rows of one
+    query fetched alone (``add_alone``: the other measure's, fetched ahead of ``o``, an
+    eighth of a window), kept until the next one of that measure. Beside them, one layer's
+    read rows (``LongViews.layer_rows``) of any reading, the last ``_LAYER_READS``."""
 
     def __init__(self, keep: int) -> None:
         self.keep = max(2, keep)
         self._rows: OrderedDict[tuple[str, tuple[int, ...]], Attention] = OrderedDict()
+        self._alone: dict[str, Attention] = {}
+        self._reads: OrderedDict[tuple[Any, ...], Attention] = OrderedDict()
         self._lock = threading.Lock()
+
+    def read(self, key: tuple[Any, ...]) -> Attention | None:
+        with self._lock:
+            if key in self._reads:
+                self._reads.move_to_end(key)
+            return self._reads.get(key)
+
+    def keep_read(self, key: tuple[Any, ...], att: Attention) -> None:
+        with self._lock:
+            self._reads[key] = att
+            while len(self._reads) > _LAYER_READS:
+                self._reads.popitem(last=False)
 
     def find(self, measure: str, pieces: tuple[int, ...]) -> Attention | None:
         with self._lock:
@@ -154,7 +181,17 @@ class _Windows:
                 if key[0] == measure and set(pieces) <= set(key[1]):
                     self._rows.move_to_end(key)
                     return self._rows[key]
-        return None
+            alone = self._alone.get(measure)
+        return alone if alone is not None and set(pieces) <= set(alone.queries) else None
+
+    def held(self, measure: str, pieces: tuple[int, ...]) -> bool:
+        """Whether ``pieces`` are in a computed window of ``measure`` (not a query alone)."""
+        with self._lock:
+            return any(key[0] == measure and set(pieces) <= set(key[1]) for key in self._rows)
+
+    def add_alone(self, measure: str, att: Attention) -> None:
+        with self._lock:
+            self._alone[measure] = att
 
     def last(self) -> Attention:
         """The window used last (any measure)."""
@@ -213,7 +250,6 @@ class LongViews:
         self._groups = word_groups(first.tokens) if self.reading.words else None
         self._drawn: OrderedDict[tuple[Any, ...], list[Strip]] = OrderedDict()
         self._reads: OrderedDict[int, Attention] = OrderedDict()
-        self._stats: dict[tuple[int, int], list[HeadStats]] = {}
         self._lock = threading.Lock()
         self.att = self._skeleton(first)
         self._siblings: dict[tuple[View, str], LongViews] = {(self.reading, self.measure): self}
@@ -280,28 +316,52 @@ class LongViews:
         with self._lock:
             self._reads[query] = att
             while len(self._reads) > _READS:
-                old, _ = self._reads.popitem(last=False)
-                for key in [k for k in self._stats if k[0] == old]:
-                    del self._stats[key]
+                self._reads.popitem(last=False)
+        return att
+
+    def layer_rows(self, query: int, layer: int) -> Attention | None:
+        """The rows of ``query`` in ``layer`` alone, read as the views read them, or None
+        (``fetch`` them). What a view draws: a 32nd of ``rows_for``'s work on the bench
+        decoder (the reading steps act on each layer alone, so the rows are the same)."""
+        key = (self.reading, self.measure, query, layer)
+        att = self._windows.read(key)
+        if att is not None:
+            return att
+        with self._lock:
+            whole = self._reads.get(query)
+        if whole is not None:
+            att = select(whole, layers=[layer])
+        else:
+            raw = self._windows.find(self.measure, self.pieces(query))
+            if raw is None:
+                return None
+            n = raw.layer_slot(layer)
+            att = self._apply(replace(raw, weights=raw.weights[n : n + 1], layers=(layer,)), self.pieces(query))
+        self._windows.keep_read(key, att)
         return att
 
     def can_draw(self, cursor: Cursor) -> bool:
         return self._windows.find(self.measure, self.pieces(cursor.query)) is not None
 
-    def fetch(self, query: int, stay: int | None = None) -> tuple[int, ...]:
+    def fetch(self, query: int, stay: int | None = None, alone: bool = False) -> tuple[int, ...]:
         """Compute the window holding ``query`` (a forward pass unless q and k are kept;
-        any thread); the window of ``stay`` (the cursor's) is not dropped for it."""
+        any thread); the window of ``stay`` (the cursor's) is not dropped for it.
+        ``alone``: the rows of ``query``'s pieces only (an eighth of a window's work)."""
         pieces = self.pieces(query)
+        if alone:
+            if self._windows.find(self.measure, pieces) is None:
+                self._windows.add_alone(self.measure, self._source(pieces, self.measure))
+            return pieces
         window = window_for(pieces, len(self.raw_tokens))
-        if self._windows.find(self.measure, pieces) is None:
+        if not self._windows.held(self.measure, pieces):
             keep = self.pieces(stay) if stay is not None else ()
             self._windows.add(self.measure, window, self._source(window, self.measure), keep)
         return window
 
     def ahead(self, query: int) -> int | None:
-        """A query of the window after (else before) ``query``'s that is not computed:
-        what to fetch while the user reads (None: both are there, or there is room for
-        neither beside the cursor's)."""
+        """What to fetch while the user reads: ``query`` when only its own rows are there
+        (fetched alone), else a query of the window after (else before) its window that is
+        not computed (None: both are there, or there is room for neither beside the cursor's)."""
         n = len(self.raw_tokens)
         window = window_for(self.pieces(query), n)
         beside = [
@@ -311,10 +371,12 @@ class LongViews:
         ]
         if not self._windows.room(self.measure, beside):
             return None
+        if not self._windows.held(self.measure, self.pieces(query)):  # its query alone (fetched ahead of o)
+            return query
         for raw in (window[-1] + 1, window[0] - 1):
             if 0 <= raw < n:
                 q = raw if self._groups is None else next(w for w, g in enumerate(self._groups) if raw in g)
-                if self._windows.find(self.measure, self.pieces(q)) is None:
+                if not self._windows.held(self.measure, self.pieces(q)):
                     return q
         return None
 
@@ -330,25 +392,30 @@ class LongViews:
     def render(self, cursor: Cursor, width: int, color: bool) -> list[Strip]:
         """The lines of ``cursor``'s view (its rows must be computed)."""
         key = self._key(cursor, width, color)
-        return drawn_once(self._drawn, self._lock, key, lambda: strips(self.renderable(cursor, width, color), width))
+        return drawn_once(self._drawn, self._lock, key, lambda: self._draw(cursor, width, color))
 
-    def renderable(self, c: Cursor, width: int, color: bool) -> RenderableType:
-        att = self.rows_for(c.query)
+    def _draw(self, c: Cursor, width: int, color: bool) -> list[Strip]:
+        att = self.layer_rows(c.query, c.layer)
         if att is None:
             raise KeyError(f"the rows of token {c.query} are not computed")
-        if c.view == "table":
-            with self._lock:
-                if (c.query, c.layer) not in self._stats:  # per layer: metrics of each row alone
-                    self._stats[(c.query, c.layer)] = head_stats(select(att, layers=[c.layer]), c.query)
-                rows = self._stats[(c.query, c.layer)]
-            return head_table(att, rows, c, width, color)
+        if c.view == "table":  # metrics of each row alone: this layer's are all it shows
+            return strips(head_table(att, head_stats(att, c.query), c, width, color), width)
         if c.view != "heads":
             raise KeyError(f"the {c.view} view needs the full matrices")
         top = values_top_keys(att, width) if c.values else None
-        return Group(
-            compact_heatmap(att, c.query, c.layer, width=width, color=color, top_keys=top),
-            legend(color, measure_label(att), compact=True),
-        )
+        layer = compact_layer(att, c.query, c.layer, width=width, color=color, top_keys=top)
+        return compact_strips(layer, legend(color, measure_label(att), compact=True), width)
+
+
+def compact_strips(layer: CompactLayer, key: Text, width: int) -> list[Strip]:
+    """The lines of ``Group(layer.renderable(), key)``, the head lines drawn into segments
+    directly (views.line_strip: rich's layout of 33 lines of ~60 spans took ~75 ms at
+    8,192 tokens); rich lays out the title, the axis and the key, which may wrap."""
+    drawn = [line_strip(line.style, line.runs, width) for line in layer.heads]
+    heads = [line for line in drawn if line is not None]
+    if len(heads) < len(drawn):  # a line too wide: rich wraps it as show does
+        return strips(Group(layer.renderable(), key), width)
+    return [*strips(Group(layer.title, layer.axis), width), *heads, *strips(Group(Text(""), key), width)]
 
 
 def values_top_keys(att: Attention, width: int) -> int:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
+from rich.control import strip_control_codes
 from rich.segment import Segment
 from rich.style import Style
 from rich.table import Table
@@ -28,7 +30,7 @@ from ..render.tables import head_rows_table
 from ..render.terminal import legend, matrix_heatmap, token_heatmap
 from ..result import Attention
 from ..tokens import Tokens
-from ..transforms import measure_label
+from ..transforms import View, measure_label
 
 if TYPE_CHECKING:
     from ..engines import Engine
@@ -141,6 +143,46 @@ def position_of(att: Attention, raw: int) -> int:
     if att.key_pieces is None:
         return raw
     return next(w for w, pieces in enumerate(att.key_pieces) if raw in pieces)
+
+
+def landed(cursor: Cursor, old: Attention, new: Attention) -> Cursor:
+    """``cursor`` (on ``old``) on ``new``, another reading of the same text: the same
+    token (its word, or a word's first piece) and head."""
+    raw = raw_position(old, cursor.query)
+    return replace(cursor, query=position_of(new, raw), head=min(cursor.head, new.num_heads - 1))
+
+
+def toggled(reading: View, measure: str, option: str) -> tuple[View, str]:
+    """The reading and measure after the key of ``option``: "words" (w), "hide_special"
+    (s), "heads" (m, the head mean) or "measure" (o)."""
+    if option == "words":
+        return replace(reading, words=not reading.words), measure
+    if option == "hide_special":
+        return replace(reading, hide_special=not reading.hide_special), measure
+    if option == "heads":
+        return replace(reading, heads=() if reading.heads else ("mean",)), measure
+    return reading, "norm" if measure == "weight" else "weight"
+
+
+def token_line(tokens: Tokens, query: int, reach: int | None = None) -> Text:
+    """The tokens, ``query``'s bracketed; ``reach``: only that many each side of it."""
+    line = Text()
+    labels = tokens.labels
+    first, last = 0, len(labels)
+    if reach is not None:
+        first, last = max(0, query - reach), min(len(labels), query + reach + 1)
+        if first:
+            line.append(f"… ({first:,} before) ", style="dim")
+    for i in range(first, last):
+        if i > first:
+            line.append(" ")
+        if i == query:
+            line.append(f"[{labels[i]}]", style="bold reverse")
+        else:
+            line.append(labels[i], style="dim" if tokens.special[i] else "")
+    if last < len(labels):
+        line.append(f" … ({len(labels) - last:,} after)", style="dim")
+    return line
 
 
 def export_name(cursor: Cursor, att: Attention) -> str:
@@ -274,6 +316,34 @@ def drawn_once(
         while len(drawn) > _CACHE_SIZE:
             drawn.popitem(last=False)
     return lines
+
+
+def line_strip(style: str, runs: Sequence[tuple[str, Style | str]], width: int) -> Strip | None:
+    """One line of rich ``Text`` given as its style and runs (each with the style of a span
+    over it, "" for none), drawn into the segments ``strips`` would draw it into, without
+    rich's layout: None when it would not fit ``width`` (rich would wrap it) or holds a
+    line break. Like rich's ``Text.render``: unstyled runs side by side are one segment,
+    a span's segment has the line's style combined with the span's, control codes go."""
+    plain, base = Style(), Style.parse(style) if style else Style.null()
+    out: list[Segment] = []
+    loose = ""  # unstyled text not yet made a segment
+    for text, span in runs:
+        text = strip_control_codes(text)
+        if not text:
+            continue
+        if not span:
+            loose += text
+            continue
+        if loose:
+            out.append(Segment(loose, base or plain))
+            loose = ""
+        out.append(Segment(text, (base + (span if isinstance(span, Style) else Style.parse(span))) or plain))
+    if loose:
+        out.append(Segment(loose, base or plain))
+    line = "".join(segment.text for segment in out)
+    if "\n" in line or "\t" in line or cell_len(line) > width:
+        return None
+    return Strip(out)
 
 
 def strips(renderable: RenderableType, width: int) -> list[Strip]:

@@ -80,7 +80,16 @@ class Lines(ScrollView, can_focus=False):
     def show(self, strips: list[Strip]) -> None:
         self.strips = strips
         width = max((strip.cell_length for strip in strips), default=0)
-        self.virtual_size = Size(width, len(strips))
+        size = Size(width, len(strips))
+        update = getattr(self, "_scroll_update", None)  # textual 8's (private): else the reactive
+        if size != self.virtual_size and update is not None:
+            # Not through the reactive, which lays the whole screen out again (~20 ms a key
+            # between a long text's views, whose heights differ by a line or two): the scroll
+            # bars are set in place, and one that comes or goes asks for a layout itself.
+            self.set_reactive(Lines.virtual_size, size)
+            update(size)
+        else:
+            self.virtual_size = size
         self.refresh()
 
     @property
