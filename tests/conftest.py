@@ -100,24 +100,34 @@ def device(request: pytest.FixtureRequest) -> str:
     return name
 
 
+# What a skip's reason says -> how to run the tests it skipped.
+HOW_TO_RUN = {
+    "browser": (
+        "headless browser",
+        "install Debian's headless Chromium (sudo apt-get install chromium chromium-driver) and rerun; "
+        ".ci/run installs it and sets ATTNVIZ_REQUIRE_BROWSER=1, under which a missing browser fails "
+        "instead of skipping.",
+    ),
+    "Ray": ("could not import 'ray'", "pip install -e '.[ray]' (the optional extra) and rerun; .ci/run installs it."),
+    "as-root": ("root ", "run the tests as a user other than root (root may write where they check a refusal)."),
+}
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say, after a run that skipped some tests, how to run them (a user's run lacks
-    Chromium, which only .ci/run installs)."""
+    Chromium, which only .ci/run installs, and the ray extra, which the test extra leaves out)."""
     skipped = terminalreporter.stats.get("skipped", [])
     reasons: dict[str, int] = {}
     for report in skipped:
         longrepr = getattr(report, "longrepr", None)
         reason = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
-        kind = "browser" if "headless browser" in reason else "other"
+        kind = next((k for k, (said, _) in HOW_TO_RUN.items() if said in reason), "other")
         reasons[kind] = reasons.get(kind, 0) + 1
     if not reasons:
         return
     terminalreporter.section("skipped tests: how to run them")
-    if reasons.get("browser"):
-        terminalreporter.write_line(
-            f"{reasons['browser']} browser test(s) skipped: install Debian's headless Chromium "
-            "(sudo apt-get install chromium chromium-driver) and rerun; .ci/run installs it and sets "
-            "ATTNVIZ_REQUIRE_BROWSER=1, under which a missing browser fails instead of skipping."
-        )
+    for kind, (_, how) in HOW_TO_RUN.items():
+        if reasons.get(kind):
+            terminalreporter.write_line(f"{reasons[kind]} {kind} test(s) skipped: {how}")
     if reasons.get("other"):
         terminalreporter.write_line(f"{reasons['other']} other test(s) skipped: see the reasons above (-ra).")

@@ -1,5 +1,5 @@
-"""The test run's own conventions (issue 24): a run that skips the browser tests says how
-to run them."""
+"""The test run's own conventions (issue 24): a run that skips the browser, Ray or
+as-root tests says how to run them."""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_a_run_that_skips_browser_tests_says_how_to_enable_them(tmp_path: Path) -> None:
+def test_a_run_that_skips_tests_says_how_to_enable_them(tmp_path: Path) -> None:
     (tmp_path / "test_probe.py").write_text(
         "import pytest\n\n"
         "@pytest.mark.skip(reason='no headless browser: /usr/bin/chromium is not installed')\n"
         "def test_page():\n    pass\n\n"
+        "def test_ray():\n    pytest.skip(\"could not import 'ray': No module named 'ray'\")\n\n"
+        "@pytest.mark.skip(reason='root may write anywhere')\n"
+        "def test_refusal():\n    pass\n\n"
         "def test_plain():\n    pass\n",
         encoding="utf-8",
     )
@@ -30,6 +33,9 @@ def test_a_run_that_skips_browser_tests_says_how_to_enable_them(tmp_path: Path) 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "skipped tests: how to run them" in done.stdout
     assert "1 browser test(s) skipped" in done.stdout and "apt-get install chromium chromium-driver" in done.stdout
+    assert "1 Ray test(s) skipped: pip install -e '.[ray]'" in done.stdout
+    assert "1 as-root test(s) skipped: run the tests as a user other than root" in done.stdout
+    assert "other test(s)" not in done.stdout
 
 
 def test_a_run_with_nothing_skipped_says_nothing_more(tmp_path: Path) -> None:
