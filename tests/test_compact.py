@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
-from attnviz.render.compact import binned, binned_rows, key_bins, strongest
+from attnviz.render.compact import binned, key_bins, strongest
 from attnviz.render.glyphs import colour, colours
 from attnviz.render.terminal import shade
 
@@ -37,8 +37,8 @@ def test_bins_partition_the_keys_and_keep_own_tokens_alone() -> None:
 
 
 def test_the_strips_of_all_heads_at_once_are_each_rows_own() -> None:
-    """binned_rows, strongest and colours work on every head's row at once (the explorer's
-    33 lines at 8,192 tokens): each row's bins are binned's, its strongest keys a stable
+    """binned, strongest and colours work on every head's row at once (the explorer's
+    33 lines at 8,192 tokens): each row's bins are its own sums, its strongest keys a stable
     sort's (ties to the lower position), its colours colour's, string for string."""
     rng = np.random.default_rng(1)
     rows = rng.dirichlet(np.ones(300), size=6).astype(np.float32)  # (R, S)
@@ -48,7 +48,9 @@ def test_the_strips_of_all_heads_at_once_are_each_rows_own() -> None:
     rows[3, [5, 9]] = 0.5  # fewer nonzero keys than k
     bins = key_bins(300, 40, (0, 150))
     for r, row in enumerate(rows):
-        np.testing.assert_allclose(binned_rows(rows, bins)[r], binned(row, bins), rtol=1e-12)
+        each = np.array([row[a:b].astype(np.float64).sum() for a, b in bins])  # bin by bin
+        np.testing.assert_allclose(binned(rows, bins)[r], each, rtol=1e-12)
+        np.testing.assert_allclose(binned(row, bins), each, rtol=1e-12)
     for k in (1, 3, 5, 300, 301):
         want = np.argsort(-rows, axis=1, kind="stable")[:, :k]
         np.testing.assert_array_equal(strongest(rows, k), want)

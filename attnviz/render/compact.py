@@ -77,15 +77,16 @@ def key_bins(columns: int, cells: int, own: Sequence[int] = ()) -> list[tuple[in
     return sorted(bins)
 
 
-def binned(row: np.ndarray, bins: Sequence[tuple[int, int]]) -> np.ndarray:
-    """(B,) the summed weight of each bin of ``row`` (S,) (float64)."""
-    row = np.asarray(row, dtype=np.float64)
+def binned(rows: np.ndarray, bins: Sequence[tuple[int, int]]) -> np.ndarray:
+    """(..., B) the summed weight of each bin of ``rows`` (..., S): one row, or every
+    head's at once (float64)."""
+    rows = np.asarray(rows, dtype=np.float64)
     if not len(bins):
-        return np.zeros(0)
+        return np.zeros((*rows.shape[:-1], 0))
     # The bins are contiguous and in order (key_bins): one reduceat, not a loop per bin.
     if all(b[1] == c[0] for b, c in zip(bins, bins[1:])):
-        return np.add.reduceat(row[bins[0][0] : bins[-1][1]], [a - bins[0][0] for a, _ in bins])
-    return np.array([row[a:b].sum() for a, b in bins])
+        return np.add.reduceat(rows[..., bins[0][0] : bins[-1][1]], [a - bins[0][0] for a, _ in bins], axis=-1)
+    return np.stack([rows[..., a:b].sum(axis=-1) for a, b in bins], axis=-1)
 
 
 def strip_bins(att: Attention, query: int, cells: int) -> tuple[list[int], list[tuple[int, int]]]:
@@ -238,7 +239,7 @@ def compact_layer(
 
     # Every head at once: the kept keys of each row, their bins' sums and the strongest keys.
     kept = att.rows(query)[att.layer_slot(layer)][np.asarray(slots)][:, cols_arr]  # (H', S')
-    sums = binned_rows(kept, bins)  # (H', B)
+    sums = binned(kept, bins)  # (H', B)
     tops = strongest(kept, k_top)  # (H', ≤k) indices into cols, strongest first
     # What a bin is, the same for every head: masked (after a causal query) or all special.
     special = np.asarray(att.keys.special, dtype=bool)[cols_arr]
@@ -267,16 +268,6 @@ def compact_layer(
         runs.append(("│", ""))
         lines.append(HeadLine("dim" if h < att.model_heads else "dim italic", tuple(runs)))
     return CompactLayer(title, axis_line, tuple(lines))
-
-
-def binned_rows(rows: np.ndarray, bins: Sequence[tuple[int, int]]) -> np.ndarray:
-    """(R, B) ``binned`` of each row of ``rows`` (R, S) (float64), in one reduceat."""
-    rows = np.asarray(rows, dtype=np.float64)
-    if not len(bins):
-        return np.zeros((len(rows), 0))
-    if all(b[1] == c[0] for b, c in zip(bins, bins[1:])):
-        return np.add.reduceat(rows[:, bins[0][0] : bins[-1][1]], [a - bins[0][0] for a, _ in bins], axis=1)
-    return np.stack([rows[:, a:b].sum(axis=1) for a, b in bins], axis=1)
 
 
 def strongest(rows: np.ndarray, k: int) -> np.ndarray:
