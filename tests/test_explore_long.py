@@ -296,7 +296,7 @@ def test_the_explorers_own_segments_are_the_ones_rich_draws(model: Path, view: V
     renderable; at 40 columns the lines are wider than the screen and rich wraps them."""
     from rich.console import Group
 
-    from attnviz.render.compact import compact_heatmap, compact_layer
+    from attnviz.render.compact import compact_layer
     from attnviz.render.terminal import legend
     from attnviz.transforms import measure_label
     from attnviz.tui.long import LongViews
@@ -316,7 +316,7 @@ def test_the_explorers_own_segments_are_the_ones_rich_draws(model: Path, view: V
             top = values_top_keys(att, width) if values else None
             want = strips(
                 Group(
-                    compact_heatmap(att, q, layer, width=width, color=color, top_keys=top),
+                    compact_layer(att, q, layer, width=width, color=color, top_keys=top).renderable(),
                     legend(color, measure_label(att), compact=True),
                 ),
                 width,

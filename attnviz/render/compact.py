@@ -160,27 +160,6 @@ class CompactLayer:
         return Group(self.title, self.axis, *(line.text() for line in self.heads), Text(""))
 
 
-def compact_heatmap(
-    att: Attention,
-    query: int,
-    layer: int,
-    *,
-    width: int = 120,
-    top_keys: int | None = None,
-    color: bool = True,
-    heads: Sequence[int] | None = None,
-    effects: np.ndarray | None = None,
-) -> RenderableType:
-    """One layer, one line per head slot: the ``top_keys`` strongest keys and the binned
-    strip of the whole row. H + 4 lines (title, axis, one per head, a blank).
-
-    ``effects``: (N_model, H) head-ablation effects at this query (``show --ablate``): each
-    model head's, after its name (– for a head not ablated)."""
-    return compact_layer(
-        att, query, layer, width=width, top_keys=top_keys, color=color, heads=heads, effects=effects
-    ).renderable()
-
-
 def compact_layer(
     att: Attention,
     query: int,
@@ -192,7 +171,12 @@ def compact_layer(
     heads: Sequence[int] | None = None,
     effects: np.ndarray | None = None,
 ) -> CompactLayer:
-    """``compact_heatmap``'s lines as data (``CompactLayer``)."""
+    """One layer, one line per head slot: the ``top_keys`` strongest keys and the binned
+    strip of the whole row, as data; ``.renderable()`` is what ``show`` prints: H + 4 lines
+    (title, axis, one per head, a blank).
+
+    ``effects``: (N_model, H) head-ablation effects at this query (``show --ablate``): each
+    model head's, after its name (– for a head not ablated)."""
     k_top = default_top_keys(width) if top_keys is None else top_keys
     slot = att.query_slot(query)
     span = att.query_span(slot)

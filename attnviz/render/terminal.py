@@ -22,7 +22,7 @@ from rich.text import Text
 from ..findings import Link, strongest_links
 from ..metrics import DEFAULT_EXCLUDE
 from ..result import Attention, Provenance
-from .compact import MAX_GRID_BLOCKS, compact_heatmap, grid_blocks
+from .compact import MAX_GRID_BLOCKS, compact_layer, grid_blocks
 from .glyphs import _SHADES, _VIRIDIS, MARK, MASKED, PAIR_RULE, colour, shade
 
 __all__ = ["MARK", "MASKED", "PAIR_RULE", "_SHADES", "_VIRIDIS", "colour", "shade"]
@@ -423,7 +423,7 @@ def render_show(
         for layer in att.layers:
             if compact:
                 parts.append(
-                    compact_heatmap(
+                    compact_layer(
                         att,
                         q,
                         layer,
@@ -432,7 +432,7 @@ def render_show(
                         color=color,
                         heads=heads,
                         effects=None if effects is None else effects.get(q),
-                    )
+                    ).renderable()
                 )
             else:
                 parts.append(
