@@ -75,7 +75,6 @@ class RayScan:
     ) -> None:
         self.ray = _ray()
         self.scan = Scan(engine, options)
-        self.options = options
         self.address = address
         self.worker = {"model": model, "engine": engine_name, "device": device, "dtype": dtype, "options": options}
 
