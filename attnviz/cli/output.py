@@ -92,7 +92,7 @@ class Stdout:
     def for_json(self, text: str, encoding: str) -> str:
         """``text``, or its non-ASCII characters as ``\\uXXXX`` when ``encoding`` cannot
         hold them (a UTF-8 stream holds every JSON document as it is)."""
-        if encoding.lower().replace("-", "").replace("_", "") in ("utf8", "utf8sig") or text.isascii():
+        if _is_utf8(encoding) or text.isascii():
             return text
         try:
             text.encode(encoding)
@@ -126,6 +126,11 @@ class Stdout:
     @property
     def encoding(self) -> str:
         return str(getattr(self.stream, "encoding", None) or "utf-8")
+
+
+def _is_utf8(encoding: str) -> bool:
+    """Whether ``encoding`` names UTF-8 ("utf-8", "UTF8", "utf_8")."""
+    return encoding.lower().replace("-", "").replace("_", "") == "utf8"
 
 
 def _json_escape(ch: str) -> str:
@@ -162,8 +167,8 @@ class StdoutBytes:
     def write(self, data: bytes) -> int:
         stream = self.text.stream
         buffer = getattr(stream, "buffer", None)
-        encoding = (getattr(stream, "encoding", None) or "utf-8").lower().replace("-", "").replace("_", "")
-        if stream is None or buffer is None or not (encoding == "utf8" or data.isascii()):
+        utf8 = _is_utf8(getattr(stream, "encoding", None) or "utf-8")
+        if stream is None or buffer is None or not (utf8 or data.isascii()):
             return self.text.write(data.decode("utf-8"))
         with reported():
             stream.flush()  # whatever went through the text layer first stays first
