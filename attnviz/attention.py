@@ -79,19 +79,9 @@ def scaled_dot_product_attention(
     """
     if scale is None:
         scale = 1.0 / math.sqrt(q.size(-1))
-    if score_bias is None and softcap is None and sinks is None and scale > 0:
-        # The plain formula, the same float operations in the same order, one memory pass
-        # fewer: the scale is applied to each block of rows just before its softmax, while
-        # the block is in cache (measured at 2,048 tokens: the separate ``× scale`` pass over
-        # the (B, H, L, S) scores was ~17% of the module's time). The mask may go first:
-        # -inf × scale is -inf, and masked_fill leaves every other score as it was.
-        scores = q @ k.transpose(-2, -1)  # (B, H, L, S), not yet scaled
-        if mask is not None:
-            scores = scores.masked_fill_(~mask, float("-inf"))
-        weights = _softmax_(scores, scale)  # (B, H, L, S)
-        if mask is not None:
-            weights = weights.masked_fill_(~mask, 0.0)
-        return weights @ v, weights  # (B, H, L, Dv), (B, H, L, S)
+    if score_bias is None and softcap is None and sinks is None and _in_blocks(q, k, v):
+        # Steps 1-4 below, bit for bit, one cache-sized block of rows at a time (CPU).
+        return _plain_in_blocks(q, k, v, mask, scale)  # (B, H, L, Dv), (B, H, L, S)
     # 1. Similarity of every query with every key. (Scaled in place: at 2,048 tokens a
     #    second (B, H, L, S) tensor made this function 1.8x slower than torch's module.)
     scores = (q @ k.transpose(-2, -1)).mul_(scale)  # (B, H, L, S)
@@ -123,23 +113,101 @@ def scaled_dot_product_attention(
     return weights @ v, weights  # (B, H, L, Dv), (B, H, L, S)
 
 
-def _softmax_(scores: Tensor, scale: float | None = None) -> Tensor:
-    """torch.softmax(scores · scale, -1, dtype=float32).to(scores.dtype) (no scale: None),
-    written back into ``scores`` a few rows at a time: bit-identical, without a second
-    (B, H, L, S) tensor, and each block scaled while it is in cache. (Measured at 2,048
-    tokens: a fresh 128 MB result's page faults made the softmax 3x slower than over 1 MB
-    row blocks, and our module 1.4x slower than torch's.)"""
-    if not scores.is_contiguous():
-        scaled = scores if scale is None else scores.mul_(scale)
-        return torch.softmax(scaled, dim=-1, dtype=torch.float32).to(scores.dtype)
+# Weights one block holds: 2^18 float32 = 1 MiB, an L2 cache's size on most x86 cores
+# (measured on a 1 MiB-L2 core at 2,048 tokens: 1 MiB blocks 131.8 ms, 512 KiB 135.9,
+# 256 KiB 148.0, 128 KiB 161.8, the unblocked steps 143.5).
+BLOCK_ELEMENTS = 1 << 18
+
+
+def _in_blocks(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Whether ``_plain_in_blocks`` applies: CPU tensors of one (B, H) shape, no autograd
+    (``out=`` products record no graph)."""
+    if q.device.type != "cpu" or q.dim() != 4 or k.shape[:2] != q.shape[:2] or v.shape[:2] != q.shape[:2]:
+        return False
+    return not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+
+
+Block = tuple[tuple[Any, ...], tuple[Any, ...]]  # (index into (B·H, L, ·), index into (B, H, L, ·))
+
+
+def _blocks(b: int, h: int, length: int, keys: int) -> list[Block]:
+    """Blocks of about ``BLOCK_ELEMENTS`` weights: all of them when they fit, else whole
+    heads of one batch element (h', L, S) while a head fits, else rows of one head (l, S)."""
+    if b * h * length * keys <= BLOCK_ELEMENTS:
+        return [((slice(None),), (slice(None), slice(None)))]
+    rows = max(1, BLOCK_ELEMENTS // max(1, keys))
+    if rows >= length:
+        step = rows // max(1, length)
+        return [
+            ((slice(i * h + j, i * h + min(j + step, h)),), (i, slice(j, j + step)))
+            for i in range(b)
+            for j in range(0, h, step)
+        ]
+    return [
+        ((i * h + j, slice(r, r + rows)), (i, j, slice(r, r + rows)))
+        for i in range(b)
+        for j in range(h)
+        for r in range(0, length, rows)
+    ]
+
+
+def _plain_in_blocks(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> tuple[Tensor, Tensor]:
+    """Steps 1-4 of ``scaled_dot_product_attention`` without score modifiers, the same
+    float operations in the same order, one cache-sized block of rows at a time.
+
+    The unblocked steps pass over the (B, H, L, S) scores five times (the product writes
+    them, the scale, the softmax's reads and writes, the product with v), each from
+    memory once they outgrow the cache; here each block is written by q·kᵀ, scaled,
+    masked, normalised and multiplied into v while it stays in cache, and the weights
+    go to memory once. A weight depends on its own row only, and a product's element on
+    its own row and column, so the blocks give the unblocked result bit for bit
+    (tests/test_attention.py holds them to the textbook order in three dtypes).
+
+    Args: as ``scaled_dot_product_attention``; q, k, v share (B, H).
+    Returns: output (B, H, L, Dv) and weights (B, H, L, S).
+    """
+    b, h, length, d = q.shape
+    keys, dv = k.size(2), v.size(-1)
+    # (B, H, ·, ·) -> (B·H, ·, ·): views when contiguous, so that bmm and mm run on them
+    # as they are (torch.matmul on the 4-D operands with out= was ~12% slower at 128 tokens).
+    q3 = q.reshape(b * h, length, d)  # (B·H, L, D)
+    kt = k.reshape(b * h, keys, d).transpose(1, 2)  # (B·H, D, S)
+    v3 = v.reshape(b * h, keys, dv)  # (B·H, S, Dv)
+    weights = q.new_empty(b * h, length, keys)  # (B·H, L, S)
+    out = q.new_empty(b * h, length, dv)  # (B·H, L, Dv)
+    allowed = None if mask is None else mask.expand(b, h, length, keys)  # (B, H, L, S), a view
+    for block, in_mask in _blocks(b, h, length, keys):
+        product = torch.bmm if len(block) == 1 else torch.mm  # whole heads, or rows of one head
+        w = weights[block]  # (h', L, S) or (l, S)
+        product(q3[block], kt[block[0]], out=w)  # 1. q·kᵀ
+        w.mul_(scale)
+        forbidden = None if allowed is None else (~allowed[in_mask]).reshape(w.shape)
+        if forbidden is not None:  # 2. forbidden positions get -inf
+            w.masked_fill_(forbidden, float("-inf"))
+        if q.dtype == torch.float32:  # 3. softmax in float32, into its own input (as torch's MHA kernel)
+            torch.softmax(w, dim=-1, out=w)
+        else:
+            w.copy_(torch.softmax(w, dim=-1, dtype=torch.float32))
+        if forbidden is not None:  # a fully masked row is NaN: make it 0
+            w.masked_fill_(forbidden, 0.0)
+        product(w, v3[block[0]], out=out[block])  # 4. mix the values
+    return out.view(b, h, length, dv), weights.view(b, h, length, keys)
+
+
+def _softmax_(scores: Tensor) -> Tensor:
+    """torch.softmax(scores, -1, dtype=float32).to(scores.dtype), written back into
+    ``scores`` one ``BLOCK_ELEMENTS`` block of rows at a time: bit-identical, without a
+    second (B, H, L, S) tensor. (Measured at 2,048 tokens: a fresh 128 MB result's page
+    faults made the softmax 3x slower than over 1 MB row blocks.) The path of the score
+    modifiers; the plain formula runs whole in blocks (``_plain_in_blocks``)."""
+    if not scores.is_contiguous() or (scores.requires_grad and torch.is_grad_enabled()):
+        # Out of place: ``out=`` softmax has no derivative, and gradients may be wanted.
+        return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
     rows = scores.view(-1, scores.size(-1))
-    step = max(1, 2**18 // max(1, scores.size(-1)))  # 2^18 float32 = 1 MB a block
-    in_place = scores.dtype == torch.float32
+    step = max(1, BLOCK_ELEMENTS // max(1, scores.size(-1)))
     for start in range(0, rows.size(0), step):
         block = rows[start : start + step]
-        if scale is not None:
-            block.mul_(scale)
-        if in_place:
+        if scores.dtype == torch.float32:
             # Into its own input, as torch's nn.MultiheadAttention fast path does (its
             # native kernel calls _softmax_out(scores, scores)): each row's max and sum are
             # read before the row is written. Saves a copy of every block (~15% of the

@@ -180,7 +180,9 @@ def test_blocked_softmax_is_bit_identical_to_torch(dtype: torch.dtype, shape: tu
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("shape", [(1, 2, 3, 5), (2, 3, 700, 600)])
+# One block; blocks of whole heads (2 x 5 heads of 200 x 300 make groups of 4 and 1 per
+# batch element); blocks of rows (600 keys: 436 rows a block, so 700 rows make two).
+@pytest.mark.parametrize("shape", [(1, 2, 3, 5), (2, 5, 200, 300), (2, 3, 700, 600)])
 @pytest.mark.parametrize("masked", [False, True])
 def test_scale_in_the_softmax_blocks_rounds_as_the_separate_pass(
     dtype: torch.dtype, shape: tuple[int, ...], masked: bool
@@ -202,3 +204,17 @@ def test_scale_in_the_softmax_blocks_rounds_as_the_separate_pass(
     out, weights = scaled_dot_product_attention(q, k, v, mask, scale)
     assert torch.equal(weights, expected)
     assert torch.equal(out, expected @ v)
+
+
+def test_autograd_takes_the_unblocked_path_and_agrees() -> None:
+    """The blocked eager path writes with ``out=``, which records no graph: with gradients
+    wanted the textbook steps run instead, with the same numbers, and backward works."""
+    torch.manual_seed(4)
+    attn = MultiHeadAttention(48, 4).eval()
+    x = torch.randn(2, 9, 48)
+    with torch.no_grad():
+        out_blocked, w_blocked = attn(x)
+    out, w = attn(x.requires_grad_())
+    assert torch.equal(w, w_blocked) and torch.equal(out, out_blocked)
+    out.sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
