@@ -122,7 +122,7 @@ BLOCK_ELEMENTS = 1 << 18
 def _in_blocks(q: Tensor, k: Tensor, v: Tensor) -> bool:
     """Whether ``_plain_in_blocks`` applies: CPU tensors of one (B, H) shape, no autograd
     (``out=`` products record no graph)."""
-    if q.device.type != "cpu" or q.dim() != 4 or k.shape[:2] != q.shape[:2] or v.shape[:2] != q.shape[:2]:
+    if not q.is_cpu or q.dim() != 4 or k.shape[:2] != q.shape[:2] or v.shape[:2] != q.shape[:2]:
         return False
     return not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
 
@@ -134,7 +134,7 @@ def _blocks(b: int, h: int, length: int, keys: int) -> list[Block]:
     """Blocks of about ``BLOCK_ELEMENTS`` weights: all of them when they fit, else whole
     heads of one batch element (h', L, S) while a head fits, else rows of one head (l, S)."""
     if b * h * length * keys <= BLOCK_ELEMENTS:
-        return [((slice(None),), (slice(None), slice(None)))]
+        return [((), ())]  # the whole tensors
     rows = max(1, BLOCK_ELEMENTS // max(1, keys))
     if rows >= length:
         step = rows // max(1, length)
@@ -177,9 +177,10 @@ def _plain_in_blocks(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale
     out = q.new_empty(b * h, length, dv)  # (B·H, L, Dv)
     allowed = None if mask is None else mask.expand(b, h, length, keys)  # (B, H, L, S), a view
     for block, in_mask in _blocks(b, h, length, keys):
-        product = torch.bmm if len(block) == 1 else torch.mm  # whole heads, or rows of one head
-        w = weights[block]  # (h', L, S) or (l, S)
-        product(q3[block], kt[block[0]], out=w)  # 1. q·kᵀ
+        product = torch.mm if len(block) == 2 else torch.bmm  # rows of one head, or whole heads
+        heads = block[:1]  # the key and value heads of the block's queries
+        w = weights[block]  # (B·H, L, S), (h', L, S) or (l, S)
+        product(q3[block], kt[heads], out=w)  # 1. q·kᵀ
         w.mul_(scale)
         forbidden = None if allowed is None else (~allowed[in_mask]).reshape(w.shape)
         if forbidden is not None:  # 2. forbidden positions get -inf
@@ -190,7 +191,7 @@ def _plain_in_blocks(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale
             w.copy_(torch.softmax(w, dim=-1, dtype=torch.float32))
         if forbidden is not None:  # a fully masked row is NaN: make it 0
             w.masked_fill_(forbidden, 0.0)
-        product(w, v3[block[0]], out=out[block])  # 4. mix the values
+        product(w, v3[heads], out=out[block])  # 4. mix the values
     return out.view(b, h, length, dv), weights.view(b, h, length, keys)
 
 

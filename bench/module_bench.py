@@ -8,21 +8,41 @@ prints the median times and the median of the paired ratios, by the calling thre
 time (with one torch thread all the work runs there; on a machine oversubscribed by other
 jobs wall time mostly measures waiting for a core) and by wall time. Target: ratio <= 1.0.
 
-    python bench/module_bench.py [--reps 21] [--lengths 128,512,2048] [--threads 1]
+With ``--baseline DIR`` (a checkout's ``attnviz/attention.py`` under DIR, e.g. from
+``git archive main attnviz | tar -x -C DIR``) that version's module is timed in the same
+reps too, and its paired ratio to today's is printed: a change measured against the code
+before it, under the same load.
+
+    python bench/module_bench.py [--reps 21] [--lengths 128,512,2048] [--threads 1] [--baseline DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 HIDDEN, HEADS = 256, 8
 
 
-def pair(n: int, hidden: int = HIDDEN, heads: int = HEADS) -> tuple[Any, Any, Any]:
-    """(ours, torch's, x): the two modules with the same weights, and an input (1, n, E)."""
+def baseline_class(root: str) -> Any:
+    """MultiHeadAttention from ROOT/attnviz/attention.py (torch and the stdlib only)."""
+    spec = importlib.util.spec_from_file_location("baseline_attention", Path(root) / "attnviz" / "attention.py")
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"no attnviz/attention.py under {root}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module.MultiHeadAttention
+
+
+def pair(n: int, hidden: int = HIDDEN, heads: int = HEADS, cls: Any = None) -> tuple[Any, Any, Any]:
+    """(ours, torch's, x): the two modules with the same weights, and an input (1, n, E).
+    ``cls``: our module's class (default: attnviz.attention.MultiHeadAttention)."""
     import torch
     from torch import nn
 
@@ -30,7 +50,7 @@ def pair(n: int, hidden: int = HIDDEN, heads: int = HEADS) -> tuple[Any, Any, An
 
     torch.manual_seed(0)
     theirs = nn.MultiheadAttention(hidden, heads, batch_first=True).eval()
-    ours = MultiHeadAttention(hidden, heads).eval()
+    ours = (cls or MultiHeadAttention)(hidden, heads).eval()
     with torch.no_grad():
         for proj, w, b in zip(
             (ours.q_proj, ours.k_proj, ours.v_proj), theirs.in_proj_weight.chunk(3), theirs.in_proj_bias.chunk(3),
@@ -43,43 +63,40 @@ def pair(n: int, hidden: int = HIDDEN, heads: int = HEADS) -> tuple[Any, Any, An
     return ours, theirs, torch.randn(1, n, hidden)
 
 
-def bench(n: int, reps: int) -> dict[str, float]:
+def bench(n: int, reps: int, baseline: Any = None) -> dict[str, float]:
     import torch
 
     ours, theirs, x = pair(n)
-
-    def run_ours() -> Any:
-        return ours(x)
-
-    def run_theirs() -> Any:
-        return theirs(x, x, x, need_weights=True, average_attn_weights=False)
-
-    times: dict[str, list[float]] = {"ours": [], "torch": []}
-    ratios: list[float] = []
-    wall_ratios: list[float] = []
+    runs: dict[str, Any] = {
+        "ours": lambda: ours(x),
+        "torch": lambda: theirs(x, x, x, need_weights=True, average_attn_weights=False),
+    }
+    if baseline is not None:
+        before, _, _ = pair(n, cls=baseline)
+        runs["before"] = lambda: before(x)
+    names = list(runs)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    ratios: dict[str, list[float]] = {"ratio": [], "wall_ratio": [], "before_ratio": []}
     with torch.inference_mode():
-        a, b = run_ours(), run_theirs()  # warm-up, and the check that both compute the same
+        a, b = runs["ours"](), runs["torch"]()  # warm-up, and the check that both compute the same
         diff = float((a[1] - b[1]).abs().max())
+        if baseline is not None:
+            runs["before"]()
         for rep in range(reps):
-            order = (("ours", run_ours), ("torch", run_theirs))
             took: dict[str, float] = {}
             wall: dict[str, float] = {}
-            for name, fn in order if rep % 2 == 0 else order[::-1]:
+            for name in names[rep % len(names) :] + names[: rep % len(names)]:  # each first in turn
                 start, cpu = time.perf_counter(), time.thread_time()
-                fn()
+                runs[name]()
                 took[name] = time.thread_time() - cpu
                 wall[name] = time.perf_counter() - start
                 times[name].append(took[name])
-            ratios.append(took["ours"] / took["torch"])
-            wall_ratios.append(wall["ours"] / wall["torch"])
-    return {
-        "n": n,
-        "ours": statistics.median(times["ours"]),
-        "torch": statistics.median(times["torch"]),
-        "ratio": statistics.median(ratios),
-        "wall_ratio": statistics.median(wall_ratios),
-        "diff": diff,
-    }
+            ratios["ratio"].append(took["ours"] / took["torch"])
+            ratios["wall_ratio"].append(wall["ours"] / wall["torch"])
+            if baseline is not None:
+                ratios["before_ratio"].append(took["ours"] / took["before"])
+    result = {"n": n, "diff": diff, **{name: statistics.median(times[name]) for name in names}}
+    return result | {key: statistics.median(values) for key, values in ratios.items() if values}
 
 
 def main() -> None:
@@ -87,18 +104,25 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=21)
     parser.add_argument("--lengths", default="128,512,2048")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--baseline", default=None, help="a directory holding an older attnviz/attention.py")
     args = parser.parse_args()
     import torch
 
+    baseline = baseline_class(args.baseline) if args.baseline else None
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} thread(s), median of {args.reps} paired reps")
-    print("| n | ours (CPU time) | torch (CPU time) | paired ratio, CPU time | paired ratio, wall | max weight diff |")
-    print("|---|---|---|---|---|---|")
+    extra = ("| before (CPU time) | today / before ", "|---|---") if baseline is not None else ("", "")
+    print(
+        "| n | ours (CPU time) | torch (CPU time) | paired ratio, CPU time | paired ratio, wall "
+        f"{extra[0]}| max weight diff |"
+    )
+    print(f"|---|---|---|---|---{extra[1]}|---|")
     for n in (int(v) for v in args.lengths.split(",")):
-        r = bench(n, args.reps)
+        r = bench(n, args.reps, baseline)
+        before = f"| {r['before'] * 1e3:.2f} ms | {r['before_ratio']:.3f} " if baseline is not None else ""
         print(
             f"| {n:,} | {r['ours'] * 1e3:.2f} ms | {r['torch'] * 1e3:.2f} ms | **{r['ratio']:.3f}** "
-            f"| {r['wall_ratio']:.3f} | {r['diff']:.1e} |"
+            f"| {r['wall_ratio']:.3f} {before}| {r['diff']:.1e} |"
         )
 
 
