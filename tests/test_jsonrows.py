@@ -78,3 +78,42 @@ def test_show_json_of_a_long_sentence_takes_the_fast_path_and_agrees(own_engine)
     plain = json.loads(json.dumps(att.to_dict(), ensure_ascii=False))
     assert got["weights"] == plain["weights"]
     assert {k: v for k, v in got.items() if k != "weights"} == {k: v for k, v in plain.items() if k != "weights"}
+
+
+def test_many_blocks_in_threads_give_the_same_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of a few rows spelled by two threads, their buffers reused as the writer
+    goes: the same bytes as one thread, and the plain path's numbers."""
+    import attnviz.jsonrows as jr
+    import attnviz.threads as threads
+
+    w = np.random.default_rng(2).random((3, 5, 7, 700), dtype=np.float32)
+    one = encode(w)
+    assert one is not None
+    monkeypatch.setattr(jr, "_BLOCK", 3 * 700)  # 3 rows a block: 35 blocks
+    monkeypatch.setattr(threads, "choose", lambda *args, **kwargs: 1)
+    single = one.data
+    monkeypatch.setattr(threads, "choose", lambda *args, **kwargs: 2)
+    chunks = [bytes(chunk) for chunk in one.chunks()]
+    assert len(chunks) == 35 and b"".join(chunks) == single
+    assert json.loads(single) == json.loads(json.dumps(jsonable(w)))
+
+
+def test_write_spells_the_rows_as_it_goes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """write() hands the stream one block of rows at a time: the largest single write is
+    a block's text, not the array's (10 bytes a weight)."""
+    import attnviz.jsonrows as jr
+
+    w = np.random.default_rng(3).random((64, 4_096), dtype=np.float32)
+    monkeypatch.setattr(jr, "_BLOCK", 8 * 4_096)  # 8 rows a block
+
+    class Recorder(io.BytesIO):
+        largest = 0
+
+        def write(self, data) -> int:  # type: ignore[no-untyped-def,override]
+            Recorder.largest = max(Recorder.largest, len(data))
+            return super().write(data)
+
+    out = Recorder()
+    write({"weights": encode(w)}, out)
+    assert json.loads(out.getvalue())["weights"] == jsonable(w)
+    assert 8 * 4_096 * 10 <= Recorder.largest < 9 * 4_096 * 10 < w.size * 10

@@ -64,12 +64,13 @@ class MemoryEstimate:
 
 
 # What each weight kept in the result costs again once the pass is done, when it is
-# written as (bytes per float). Measured (peak RSS over a 10-token run's, per float of the
-# (6, 12, 502, 502) result of `show --all-tokens` on all-MiniLM-L6-v2, busy 2-core machine):
-# --json 26.7 B (jsonrows: each weight spelled twice, 10 B, while its bytes are joined),
-# --json --measure norm 70 B (values outside [0, 1] take json.dumps's Python floats),
-# --npz 12 B; the pass's own 8 B (``estimate``'s ``kept``) is counted already. Rounded up.
-OUTPUT_BYTES = {"json": 20, "json-plain": 64, "npz": 6}
+# written as (bytes per float). Measured (peak RSS over a 8-word run's, per float of the
+# (6, 12, 502, 502) result of `show --all-tokens` on all-MiniLM-L6-v2; the pass's own 8 B,
+# ``estimate``'s ``kept``, is counted already): --json 9.9 B in all, so 1.9 B to write it
+# (jsonrows spells it a block of rows at a time into reused buffers; it was 26.7 B while
+# the whole text was held), --npz 11.8 B; --json --measure norm 70 B (values outside
+# [0, 1] take json.dumps's Python floats). Rounded up.
+OUTPUT_BYTES = {"json": 4, "json-plain": 64, "npz": 6}
 
 
 @dataclass(frozen=True)
