@@ -351,12 +351,38 @@ def test_falcon_alibi_rounds_its_bias_in_bfloat16(families: dict[str, Path]) -> 
     assert _worst_against(model, hf, path) > 1e-3
 
 
-@pytest.mark.parametrize("name", ["phi", "falcon-sequential"])
+def test_hf_engine_refuses_alibi_falcon_where_eager_adds_the_bias_twice(
+    families: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers 5.0 to 5.24's FalconAttention takes ``alibi`` and adds it to scores whose
+    mask already holds it; the hf engine reads that from the code and refuses."""
+    from attnviz.cli import hint_for
+    from attnviz.engines import hf_model
+    from attnviz.errors import EngineError
+
+    model = _hf_model(families["falcon-rw"])
+    assert not hf_model.adds_alibi_twice(model)  # this transformers: the mask alone carries it
+
+    class FalconAttention(torch.nn.Module):  # the signature of transformers before 5.25
+        def forward(self, hidden_states: torch.Tensor, alibi: torch.Tensor | None) -> None: ...
+
+    model.h[0].self_attention = FalconAttention()
+    assert hf_model.adds_alibi_twice(model)
+    model.config.alibi = False
+    assert not hf_model.adds_alibi_twice(model)
+    monkeypatch.setattr(hf_model, "adds_alibi_twice", lambda model: True)
+    with pytest.raises(EngineError) as info:
+        load_engine("hf", str(families["falcon-rw"]), "cpu")
+    assert "twice" in str(info.value) and "5.25" in (hint_for(info.value) or "")
+
+
+@pytest.mark.parametrize("name", ["phi", "falcon-sequential", "falcon-rw"])
 def test_dynamic_rope_families_run_past_max_position_embeddings(
     name: str, families: dict[str, Path], root: Path
 ) -> None:
-    """The new families with dynamic RoPE, as D3/D4 for Llama: both engines read past
-    max_position_embeddings (6 here), and agree sentence after sentence."""
+    """The new families with dynamic RoPE, as D3/D4 for Llama, and ALiBi Falcon (no
+    position table): both engines read past max_position_embeddings (6 here), and agree
+    sentence after sentence."""
     path = _with_config(families[name], root / f"{name}-dynamic-6", max_position_embeddings=6)
     own, hf = load_engine("own", str(path), "cpu"), load_engine("hf", str(path), "cpu")
     assert own.max_positions is None and hf.max_positions is None
