@@ -1,6 +1,7 @@
 """Issue 23, first half: the hf engine's defects D1, D3, D4, and the own-engine stacks of
-GPT-NeoX, GPT-Neo, OPT, GPT-J, Phi, BLOOM, Falcon and GPT-BigCode against transformers
-(eager attention) on tiny checkpoints with every quirk switched on (tests/tiny_families_a.py).
+GPT-NeoX, GPT-Neo, OPT, GPT-J, Phi, BLOOM, Falcon (Falcon-RW's ALiBi too) and GPT-BigCode
+against transformers (eager attention) on tiny checkpoints with every quirk switched on
+(tests/tiny_families_a.py).
 """
 
 from __future__ import annotations
@@ -262,6 +263,8 @@ QUIRKS = [
     ("bloom", {"apply_residual_connection_post_layernorm": True}),
     ("falcon-new", {"num_ln_in_parallel_attn": 1}),
     ("falcon-sequential", {"parallel_attn": True}),
+    ("falcon-rw", {"alibi": False}),
+    ("falcon-alibi-new", {"alibi": False}),
     ("gpt_bigcode-mha", {"scale_attn_weights": True}),
 ]
 
@@ -316,37 +319,70 @@ def test_alibi_slopes_equal_transformers(heads: int) -> None:
         assert alibi_slopes(8).tolist() == [2.0**-k for k in range(1, 9)]
 
 
-def test_falcon_with_alibi_is_refused_and_says_why(root: Path) -> None:
-    """transformers' eager Falcon adds the ALiBi bias twice (through the scores and the
-    mask), its SDPA path once: measured here, so the refusal stays true."""
-    from transformers import FalconConfig, FalconModel
+FALCON_ALIBI = ["falcon-rw", "falcon-alibi-7b", "falcon-alibi-new"]
 
-    from attnviz.cli import hint_for
-    from attnviz.errors import UnsupportedArchitectureError
 
-    spec = Spec("falcon-alibi", "falcon", lambda: FalconConfig(**_FALCON_ALIBI), "causal", "gpt2")
-    path = _saved(root, spec)
-    with pytest.raises(UnsupportedArchitectureError) as info:
-        load_engine("own", str(path), "cpu")
-    assert "alibi" in str(info.value) and "--engine hf" in (hint_for(info.value) or "")
-    ids = torch.tensor([[3, 8, 5, 9, 4, 7, 6]])
+@pytest.mark.parametrize("name", FALCON_ALIBI)
+def test_falcon_alibi_eager_equals_sdpa_in_transformers(name: str, families: dict[str, Path]) -> None:
+    """Why ALiBi Falcon is no longer refused: transformers' eager path now adds the bias
+    once, through the float mask, as its SDPA path does (before 5.25 eager added it twice,
+    0.06 apart in the hidden states). Measured: 1.2e-6 to 1.8e-6 apart (float32)."""
+    from transformers import FalconModel
+
+    path = families[name]
     eager, sdpa = (FalconModel.from_pretrained(str(path), attn_implementation=i).eval() for i in ("eager", "sdpa"))
+    ids = torch.tensor([[3, 8, 5, 9, 4, 7, 6, 11, 2, 10]])
     with torch.inference_mode():
-        assert _diff(eager(ids).last_hidden_state, sdpa(ids).last_hidden_state) > 1e-3
+        assert _diff(eager(ids).last_hidden_state, sdpa(ids).last_hidden_state) <= TOL
 
 
-_FALCON_ALIBI = dict(
-    vocab_size=101, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, alibi=True, multi_query=False,
-    bias=True, initializer_range=0.2,
-)  # fmt: skip
+def test_falcon_alibi_rounds_its_bias_in_bfloat16(families: dict[str, Path]) -> None:
+    """transformers multiplies bfloat16 slopes by the positions: with Falcon-RW's 12 heads
+    four slopes are odd powers of √2, which bfloat16 rounds, and float32 slopes would move
+    the weights by 2.6e-3 (measured) away from transformers'."""
+    from attnviz import architectures
+
+    path = families["falcon-rw"]
+    hf = _hf_model(path)
+    model: Any = architectures.load(path)
+    assert _worst_against(model, hf, path) <= TOL
+    for block in model.blocks:
+        block.attn.slope_dtype = torch.float32
+    assert _worst_against(model, hf, path) > 1e-3
 
 
-@pytest.mark.parametrize("name", ["phi", "falcon-sequential"])
+def test_hf_engine_refuses_alibi_falcon_where_eager_adds_the_bias_twice(
+    families: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers 5.0 to 5.24's FalconAttention takes ``alibi`` and adds it to scores whose
+    mask already holds it; the hf engine reads that from the code and refuses."""
+    from attnviz.cli import hint_for
+    from attnviz.engines import hf_model
+    from attnviz.errors import EngineError
+
+    model = _hf_model(families["falcon-rw"])
+    assert not hf_model.adds_alibi_twice(model)  # this transformers: the mask alone carries it
+
+    class FalconAttention(torch.nn.Module):  # the signature of transformers before 5.25
+        def forward(self, hidden_states: torch.Tensor, alibi: torch.Tensor | None) -> None: ...
+
+    model.h[0].self_attention = FalconAttention()
+    assert hf_model.adds_alibi_twice(model)
+    model.config.alibi = False
+    assert not hf_model.adds_alibi_twice(model)
+    monkeypatch.setattr(hf_model, "adds_alibi_twice", lambda model: True)
+    with pytest.raises(EngineError) as info:
+        load_engine("hf", str(families["falcon-rw"]), "cpu")
+    assert "twice" in str(info.value) and "5.25" in (hint_for(info.value) or "")
+
+
+@pytest.mark.parametrize("name", ["phi", "falcon-sequential", "falcon-rw"])
 def test_dynamic_rope_families_run_past_max_position_embeddings(
     name: str, families: dict[str, Path], root: Path
 ) -> None:
-    """The new families with dynamic RoPE, as D3/D4 for Llama: both engines read past
-    max_position_embeddings (6 here), and agree sentence after sentence."""
+    """The new families with dynamic RoPE, as D3/D4 for Llama, and ALiBi Falcon (no
+    position table): both engines read past max_position_embeddings (6 here), and agree
+    sentence after sentence."""
     path = _with_config(families[name], root / f"{name}-dynamic-6", max_position_embeddings=6)
     own, hf = load_engine("own", str(path), "cpu"), load_engine("hf", str(path), "cpu")
     assert own.max_positions is None and hf.max_positions is None

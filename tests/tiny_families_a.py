@@ -324,6 +324,48 @@ FAMILY_A_SPECS: tuple[Spec, ...] = (
         "gpt2",
         perturb=True,
     ),
+    # Falcon-RW's layout: ALiBi instead of RoPE, every head its own keys, sequential block,
+    # biases; 12 heads of 8 dims (four slopes odd powers of √2, which bfloat16 rounds; √8).
+    Spec(
+        "falcon-rw",
+        "falcon",
+        _config(
+            "FalconConfig",
+            **{**_FALCON, "hidden_size": 96, "num_attention_heads": 12},
+            alibi=True,
+            multi_query=False,
+            parallel_attn=False,
+            bias=True,
+        ),
+        "causal",
+        "gpt2",
+        perturb=True,
+    ),
+    # ALiBi on the 7B layout (multi-query, parallel block) and on the new architecture
+    # (4 query heads of 12 dims over 2 key/value groups): transformers allows both.
+    Spec(
+        "falcon-alibi-7b",
+        "falcon",
+        _config("FalconConfig", **_FALCON, alibi=True, multi_query=True),
+        "causal",
+        "gpt2",
+        perturb=True,
+    ),
+    Spec(
+        "falcon-alibi-new",
+        "falcon",
+        _config(
+            "FalconConfig",
+            **{**_FALCON, "hidden_size": 48},
+            alibi=True,
+            new_decoder_architecture=True,
+            num_kv_heads=2,
+            bias=True,
+        ),
+        "causal",
+        "gpt2",
+        perturb=True,
+    ),
     # StarCoder's layout: multi-query (4 query heads, one key/value head).
     Spec(
         "gpt_bigcode",

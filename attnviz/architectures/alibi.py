@@ -1,9 +1,10 @@
 """ALiBi, attention with linear biases (Press, Smith & Lewis 2022, "Train Short, Test
 Long"): no position embeddings; head h adds m_h · j to its score for key j,
 
-    score_ij = q_i·k_j / √D + m_h · j            (BLOOM)
-    score_ij = (q_i·k_j + m_h · j) / √D          (Falcon's eager attention: the bias is
-                                                  scaled with the scores)
+    score_ij = q_i·k_j / √D + m_h · j                    (BLOOM)
+    score_ij = q_i·k_j / √D + bf16(m_h · j) / √D         (Falcon-RW: transformers' Falcon
+                                                          rounds m_h · j to bfloat16, then
+                                                          scales it as the scores)
 
 which, under the softmax of row i, is the paper's -m_h · (i - j): a constant per row
 cancels. The slopes are geometric: for H a power of two, m_h = 2^(-8(h+1)/H); otherwise
@@ -40,14 +41,33 @@ def alibi_slopes(num_heads: int, device: Any = None) -> Tensor:
 class AlibiAttention(MultiHeadAttention):
     """Multi-head attention with ALiBi's per-head linear bias on the key position.
 
-    ``bias_scale``: the factor on m_h · j (1 in BLOOM; 1/√D in Falcon, which scales the
-    biased scores). The bias is a score modifier, so the asked rows come from the eager
-    function in row blocks (exact by construction), not the fused kernel.
+    The bias is built as transformers builds it, operation for operation, so that it is
+    the same floats: ``slope_dtype`` is the dtype of the slopes in the product m_h · j
+    (float32 in BLOOM; bfloat16 in Falcon, whose ``build_alibi_tensor`` rounds there),
+    the product is cast to the model's dtype, then divided by ``divisor`` (None in BLOOM;
+    √D in Falcon, which adds the bias after the scores' 1/√D). The bias is a score
+    modifier, so the asked rows come from the eager function in row blocks (exact by
+    construction), not the fused kernel.
     """
 
-    def __init__(self, *args: Any, bias_scale: float = 1.0, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, slope_dtype: torch.dtype = torch.float32, divisor: float | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.bias_scale = bias_scale
+        self.slope_dtype, self.divisor = slope_dtype, divisor
+
+    def alibi(self, keys: int, dtype: torch.dtype, device: Any = None) -> Tensor:
+        """(H, S) bias m_h · j for key positions j = 0..S-1, in ``dtype``.
+
+        Right padding keeps every real token's position (transformers counts real tokens
+        only, which is the same for them); padded keys are masked anyway.
+        """
+        slopes = alibi_slopes(self.n_heads, device).to(self.slope_dtype)  # (H,)
+        positions = torch.arange(keys, device=device)  # (S,) int64, as transformers' cumsum
+        alibi = (slopes[:, None] * positions[None, :]).to(dtype)  # (H, S): the product in slope_dtype
+        if self.divisor is not None:
+            alibi = alibi / self.divisor  # a division, as transformers (not × 1/√D: other roundings)
+        return alibi
 
     def forward(
         self,
@@ -60,13 +80,6 @@ class AlibiAttention(MultiHeadAttention):
         score_bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         keys = (query if key is None else key).size(1)
-        slopes = alibi_slopes(self.n_heads, query.device)  # (H,)
-        # Key positions 0..S-1 (right padding keeps every real token's); float32, then the
-        # model's dtype, as transformers builds its alibi tensor.
-        positions = torch.arange(keys, device=query.device)  # (S,)
-        alibi = (slopes[:, None] * positions[None, :]).to(query.dtype)  # (H, S)
-        if self.bias_scale != 1.0:
-            alibi = alibi * self.bias_scale
-        alibi = alibi[None, :, None, :]  # (1, H, 1, S)
+        alibi = self.alibi(keys, query.dtype, query.device)[None, :, None, :]  # (1, H, 1, S)
         bias = alibi if score_bias is None else score_bias + alibi
         return super().forward(query, key, value, mask, qk_transform, request, bias)

@@ -1,12 +1,12 @@
-"""Falcon (TII's Falcon-7B, -40B, -180B and their instruct models): a causal LayerNorm
-decoder with rotary embeddings, multi-query or grouped-query attention and a parallel
-block; two architectures, as config.json's switches choose them.
+"""Falcon (TII's Falcon-7B, -40B, -180B, their instruct models, and Falcon-RW): a causal
+LayerNorm decoder with rotary embeddings (or ALiBi), multi-query or grouped-query
+attention and a parallel block; two architectures, as config.json's switches choose them.
 
     new_decoder_architecture (40B, 180B):
         x = MLP(LN_mlp(x)) + Attn(LN_attn(x)) + x       (num_ln_in_parallel_attn 2, the
                                                          default; with 1, one norm feeds both)
         G = num_kv_heads key/value heads, each serving H/G query heads
-    old (7B):
+    old (7B, RW):
         parallel_attn:      x = MLP(LN(x)) + Attn(LN(x)) + x    (one norm)
         not parallel_attn:  a = x + Attn(LN_1(x));  x = a + MLP(LN_2(a))
         multi_query: one key/value head for all H query heads (else H of them)
@@ -14,6 +14,10 @@ block; two architectures, as config.json's switches choose them.
 
     attention  softmax(q·kᵀ / √D) with RoPE (rotate_half, every head dim; scaled variants
                as rope.py); biases on q/k/v and W^O only with ``bias``
+    alibi      (Falcon-RW) no RoPE: softmax(q·kᵀ / √D + bf16(m_h · j) / √D), the ALiBi
+               slopes m_h times the key position rounded to bfloat16 as transformers'
+               ``build_alibi_tensor`` rounds it, then cast and divided by √D (alibi.py);
+               no length limit. With any of the layouts above: transformers allows each.
     MLP(x)     = W_4h→h · act(W_h→4h · x), ffn_hidden_size wide (4E by default)
 
 Where the checkpoint differs from our modules (``convert``): ``query_key_value`` is
@@ -22,24 +26,27 @@ fused as transformers' ``_split_heads`` reads it:
     multi_query       the H query heads, then the one k, then the one v
     otherwise         head by head, [q_0 k_0 v_0 | q_1 ...]
 
-Refused: ``alibi`` (Falcon-RW). transformers' eager Falcon adds the ALiBi bias twice (in
-the scores and again through the mask it builds; its own SDPA path adds it once, and the
-two differ by 0.06 in the hidden states of a tiny checkpoint), so there is no reference
-to be exact against.
+ALiBi is exact to transformers from 5.25 on, whose eager and SDPA paths both add the bias
+once, through the float mask. Before 5.25 its eager path added it twice (in the scores and
+again through the mask; 0.06 apart from its SDPA path in the hidden states of a tiny
+checkpoint), so the hf engine refuses ALiBi Falcon there (engines/hf_model.py).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ..errors import UnsupportedArchitectureError
+from ..attention import MultiHeadAttention, QKTransform
+from .alibi import AlibiAttention
 from .base import config_value
 from .blocks import MLP, ParallelBlock, split_per_head
 from .decoder import PreNormBlock
-from .llama import LlamaConfig, LlamaDecoder
+from .llama import LlamaConfig, LlamaDecoder, attention_options
 from .rope import rope_config
 
 MODEL_TYPES = ("falcon",)
@@ -50,15 +57,8 @@ def layout(config: dict[str, Any]) -> tuple[str, int, int, int]:
     """("new" | "multi_query" | "per_head", H, G, D) of a Falcon config.
 
     Raises:
-        UnsupportedArchitectureError: ALiBi (see the module docstring).
         ValueError: switches transformers itself cannot run.
     """
-    if config.get("alibi"):
-        raise UnsupportedArchitectureError(
-            "Falcon with alibi=true is not implemented by the own engine: transformers' eager attention adds "
-            "the ALiBi bias twice (its SDPA path once), so there is no reference to be exact against",
-            setting="alibi=true",
-        )
     heads = int(config_value(config, "num_attention_heads", "n_head"))
     hidden = int(config_value(config, "hidden_size", "n_embed"))
     if hidden % heads:
@@ -83,7 +83,25 @@ class FalconDecoder(LlamaDecoder):
         self.layer_norm_epsilon = float(config.get("layer_norm_epsilon") or 1e-5)
         self.parallel = bool(config.get("parallel_attn", True))
         self.two_norms = self.kind == "new" and int(config.get("num_ln_in_parallel_attn") or 2) == 2
+        self.alibi = bool(config.get("alibi"))
         super().__init__(c)
+        if self.alibi:
+            self.max_positions = None  # ALiBi: no position table, no limit (as BLOOM)
+
+    def make_attention(self, layer: int) -> MultiHeadAttention:
+        if not self.alibi:
+            return super().make_attention(layer)
+        c = self.config
+        # transformers: alibi / math.sqrt(head_dim), added to the scores after their scaling.
+        divisor = math.sqrt(c.head_dim)
+        return AlibiAttention(
+            c.hidden_size, c.num_attention_heads, **attention_options(c), slope_dtype=torch.bfloat16, divisor=divisor
+        )
+
+    def qk_transforms(self, input_ids: Tensor, x: Tensor) -> Sequence[QKTransform | None]:
+        if self.alibi:
+            return [None] * self.num_layers  # positions enter through the score bias alone
+        return super().qk_transforms(input_ids, x)
 
     def make_norm(self, dim: int) -> nn.Module:
         return nn.LayerNorm(dim, eps=self.layer_norm_epsilon)
@@ -116,6 +134,7 @@ def build(config: dict[str, Any]) -> FalconDecoder:
         o_bias=bias,
         ropes=(rope_config(config, head_dim),) * layers,
         windows=(None,) * layers,
+        scale=1.0 / math.sqrt(head_dim),  # transformers' inv_norm_factor, the same double
     )
     return FalconDecoder(c, config)
 

@@ -99,6 +99,14 @@ class HFEngine(EngineBase):
         text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
         from . import hf_model
 
+        if hf_model.adds_alibi_twice(self.model):
+            raise EngineError(
+                "this transformers' eager Falcon adds the ALiBi bias twice (in the scores and through the mask), "
+                "so its attention weights are not the model's",
+                hint="upgrade transformers to 5.25 or later, or use the own engine",
+                reason="alibi_twice",
+            )
+
         # Dynamic RoPE's grown state is put back before every pass (issue 23, D4).
         self._rotary = hf_model.RotaryState(self.model)
         encoder = self.model.get_encoder() if getattr(text_cfg, "is_encoder_decoder", False) else self.model
@@ -115,7 +123,7 @@ class HFEngine(EngineBase):
         # T5 has relative positions only; its n_positions is a length it was trained on, not a limit.
         self.max_positions = int(limit) if limit and files.model_type not in ("t5", "mt5", "umt5") else None
         if hf_model.runs_past_positions(self.model):
-            self.max_positions = None  # dynamic RoPE exists to run past it, as in the own engine (D3)
+            self.max_positions = None  # dynamic RoPE (D3) or ALiBi: no limit, as in the own engine
         if getattr(text_cfg, "is_encoder_decoder", False):
             self.parts = PARTS
             heads = int(_cfg(text_cfg, "decoder_attention_heads", default=self.num_heads))

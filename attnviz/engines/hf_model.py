@@ -6,7 +6,10 @@
                           (``inv_freq`` grown for the longest input so far), saved once
                           and put back before every pass, so that each pass sees a
                           freshly loaded model, as the own engine's pure function does
-    runs_past_positions   dynamic RoPE exists to run past max_position_embeddings
+    runs_past_positions   dynamic RoPE exists to run past max_position_embeddings, and
+                          ALiBi has no position table
+    adds_alibi_twice      an ALiBi Falcon whose eager attention adds the bias twice
+                          (transformers before 5.25)
 
 Imports torch lazily; never imports transformers itself (it takes the model as given).
 """
@@ -67,9 +70,31 @@ def _rope_types(module: Any) -> list[str]:
 
 
 def runs_past_positions(model: Any) -> bool:
-    """Whether the model's RoPE is dynamic (NTK-aware, grown with the input): then
-    max_position_embeddings is the length it was trained on, not a limit."""
+    """Whether max_position_embeddings is the length the model was trained on, not a
+    limit: its RoPE is dynamic (NTK-aware, grown with the input), or it is an ALiBi
+    Falcon (Falcon-RW), whose positions are a score bias with no table to run out of."""
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) == "falcon" and getattr(config, "alibi", False):
+        return True
     return any("dynamic" in kind for m in _rotary_modules(model) for kind in _rope_types(m))
+
+
+def adds_alibi_twice(model: Any) -> bool:
+    """Whether ``model`` is an ALiBi Falcon (Falcon-RW) whose eager attention adds the bias
+    twice: transformers 5.0 to 5.24 fold the bias into the mask for every attention path
+    and their ``FalconAttention`` adds it to the scores again (an ``alibi`` argument); from
+    5.25 on the mask alone carries it, and eager agrees with SDPA. Read from the code the
+    model runs, not from a version number.
+    """
+    import inspect
+
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) != "falcon" or not getattr(config, "alibi", False):
+        return False
+    return any(
+        type(m).__name__ == "FalconAttention" and "alibi" in inspect.signature(type(m).forward).parameters
+        for m in model.modules()
+    )
 
 
 class RotaryState:
