@@ -336,7 +336,12 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
     y = out[0, query].double().cpu()  # (E,)
     b_o = m.o_proj.bias.detach().double().cpu() if m.o_proj.bias is not None else torch.zeros_like(y)
     rebuilt = outputs.sum(0) + b_o
-    if float((rebuilt - y).abs().max()) > 1e-4 * max(1.0, float(y.abs().max())):
+    # Rebuilt in float64 against the layer's output in its dtype: a wrong decomposition is
+    # off by the output's size, rounding by a few of the dtype's eps (measured on MiniLM,
+    # relative to max |y|: 3e-7 in float32, 5e-4 in float16, 3e-3 in bfloat16, whose eps
+    # is 7.8e-3; the float32 bound alone refused every half-precision explain).
+    bound = max(1e-4, 2 * torch.finfo(out.dtype).eps) if out.dtype.is_floating_point else 1e-4
+    if float((rebuilt - y).abs().max()) > bound * max(1.0, float(y.abs().max())):
         raise EngineError(
             "the heads' outputs do not add up to the layer's attention output", hint="report this as a bug"
         )

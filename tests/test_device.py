@@ -3,8 +3,8 @@ eager weights computed on the CPU in float32.
 
 By default the device is the CPU; bench/gpu_check.py runs exactly these tests with
 ``pytest -m device --device cuda`` on a GPU machine: show, compare, export, heads and
-check through the CLI, both engines, a grouped-query decoder through the fused kernel,
-and the weight check on the device.
+check through the CLI, both engines, explain, ``--measure norm`` and ``--ablate``, a
+grouped-query decoder through the fused kernel, and the weight check on the device.
 """
 
 from __future__ import annotations
@@ -113,6 +113,37 @@ def test_heads_on_the_device_match_the_cpu(device: str, dtype: str, tmp_path: Pa
     means = {(r["detector"], r["layer"], r["head"]): r["mean"] for r in cpu["scores"]}
     worst = max(abs(r["mean"] - means[(r["detector"], r["layer"], r["head"])]) for r in here["scores"])
     assert worst <= (1e-5 if dtype == "float32" else 5e-2)
+
+
+def _close(got: Any, want: Any, tol: float) -> float:
+    """The largest |got - want| (None, for layers not asked, must match None), asserted
+    within ``tol`` absolute plus ``tol`` relative."""
+    a = np.array(got, dtype=np.float64)  # None -> nan
+    b = np.array(want, dtype=np.float64)
+    assert a.shape == b.shape and np.array_equal(np.isnan(a), np.isnan(b))
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol, equal_nan=True)
+    return float(np.nanmax(np.abs(a - b)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_explain_norms_and_ablation_on_the_device_match_the_cpu(device: str, dtype: str) -> None:
+    """What a head does, on the device: explain's four steps, the value-weighted norms and
+    each head's ablation effect, against the same commands on the CPU in float32."""
+    here, cpu = ("--device", device, "--dtype", dtype), ("--device", "cpu", "--dtype", "float32")
+    tol = 1e-5 if dtype == "float32" else 5e-2
+    head = ("explain", EXAMPLE, "--token", "it", "--layer", "5", "--head", "11", "--json")
+    a, b = (json.loads(cli(*head, *where).stdout) for where in (here, cpu))
+    assert a["device"].startswith(device.split(":")[0]) and a["dtype"] == dtype
+    for key in ("scores", "weights", "value_norms", "contribution", "output", "head_shares"):
+        _close(a[key], b[key], tol)
+    norm = ("show", EXAMPLE, "--token", "it", "--measure", "norm", "--json")
+    a, b = (json.loads(cli(*norm, *where).stdout) for where in (here, cpu))
+    assert a["measure"] == b["measure"] == "norm"
+    _close(a["weights"], b["weights"], tol)
+    ablate = ("show", EXAMPLE, "--token", "it", "--ablate", "--layer", "3-5", "--json")
+    a, b = (json.loads(cli(*ablate, *where).stdout) for where in (here, cpu))
+    _close(a["ablation"]["effects"], b["ablation"]["effects"], tol)
+    assert np.nanargmax(np.array(b["ablation"]["effects"], dtype=np.float64)) == 5 * 12 + 11  # L5 H11 matters most
 
 
 def test_fused_gqa_kernel_keeps_no_score_matrix(device: str) -> None:
