@@ -340,8 +340,8 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
     # off by the output's size, rounding by a few of the dtype's eps (measured on MiniLM,
     # relative to max |y|: 3e-7 in float32, 5e-4 in float16, 3e-3 in bfloat16, whose eps
     # is 7.8e-3; the float32 bound alone refused every half-precision explain).
-    bound = max(1e-4, 2 * torch.finfo(out.dtype).eps) if out.dtype.is_floating_point else 1e-4
-    if float((rebuilt - y).abs().max()) > bound * max(1.0, float(y.abs().max())):
+    tolerance = max(1e-4, 2 * torch.finfo(out.dtype).eps) if out.dtype.is_floating_point else 1e-4
+    if float((rebuilt - y).abs().max()) > tolerance * max(1.0, float(y.abs().max())):
         raise EngineError(
             "the heads' outputs do not add up to the layer's attention output", hint="report this as a bug"
         )
