@@ -4,8 +4,9 @@ GPU time is short (15 minutes in all, every try included), so everything the GPU
 show comes out of one run of this script, under 8 minutes:
 
   (a) the suite's tests marked ``device`` (tests/test_device.py: show, compare, export,
-      heads and check through the CLI, both engines, float32 and bfloat16, a
-      grouped-query decoder through the fused kernel, the weight check on the device),
+      heads and check through the CLI, both engines, explain, ``--measure norm`` and
+      ``--ablate``, float32 and bfloat16, a grouped-query decoder through the fused
+      kernel, the weight check on the device),
       run as ``pytest -m device --device DEVICE``;
   (b) one token's rows (the last token's, every layer) on a Llama-3-8B-shaped model
       (32 layers, 32 query heads over 8 key/value heads, hidden 4096, intermediate
