@@ -431,3 +431,24 @@ def test_norm_toggle_shows_the_norms_shares(driver: Any, att: Attention, tmp_pat
     np.testing.assert_allclose(got, att.weights[3, 1], atol=1e-5)
     assert driver.find_element("id", "legend-label").text == "weight"
     assert console(driver) == []
+
+
+def test_export_reading_options_open_the_page_with_its_toggles(driver: Any, tmp_path: Path) -> None:
+    """export --words --hide-special --heads mean: the page opens with those boxes ticked
+    and draws what they say (word labels, no special tokens, the head mean)."""
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    out = tmp_path / "toggled.html"
+    flags = ["--words", "--hide-special", "--heads", "mean"]
+    result = CliRunner().invoke(app, ["export", COUNCIL, "--token", "they", "-o", str(out), *flags])
+    assert result.exit_code == 0, result.output
+    open_page(driver, out)
+    for box in ("opt-words", "opt-special", "opt-mean"):
+        assert driver.find_element("id", box).is_selected()
+    labels = [b.text for b in driver.find_elements("css selector", "#hv-left .tok")]
+    assert "councilmen" in labels and "council" not in labels  # words, not pieces
+    assert "[CLS]" not in labels and "[SEP]" not in labels
+    assert all(not c.is_enabled() for c in driver.find_elements("css selector", ".head-chip"))
+    assert console(driver) == []

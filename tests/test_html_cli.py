@@ -149,3 +149,46 @@ def test_bad_html_path_fails_before_loading_a_model(
     result = runner.invoke(app, ["export", EXAMPLE, "-o", str(tmp_path / "view.htm")])
     assert result.exit_code == 2
     assert ".html" in result.stderr  # the formats it accepts, .html among them
+
+
+@pytest.mark.parametrize("mode", [[], ["--rows"]], ids=["full", "rows"])
+def test_reading_options_set_the_toggles_the_page_opens_with(
+    runner: CliRunner, tmp_path: Path, mode: list[str]
+) -> None:
+    """--words, --hide-special and --heads mean are the page's toggles: it opens with them
+    on (the full page and row mode), where they used to be dropped without a word."""
+    out = tmp_path / "view.html"
+    flags = ["--words", "--hide-special", "--heads", "mean"]
+    result = runner.invoke(app, ["export", EXAMPLE, "--token", "it", "-o", str(out), *mode, *flags])
+    assert result.exit_code == 0, result.output
+    opens = embedded(out)["initial"]
+    assert (opens["words"], opens["hideSpecial"], opens["mean"]) == (True, True, True)
+    plain = tmp_path / "plain.html"
+    assert runner.invoke(app, ["export", EXAMPLE, "--token", "it", "-o", str(plain), *mode]).exit_code == 0
+    opens = embedded(plain)["initial"]
+    assert (opens["words"], opens["hideSpecial"], opens["mean"]) == (False, False, False)
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--hide-special", "--no-renorm"], "it has no --no-renorm"),
+        (["--layers-mean"], "no mean over the layers"),
+        (["--heads", "1,11"], "the page holds every head"),
+        (["--heads", "mean,max"], "not a head max"),
+        (["--heads", "first"], "cannot read head 'first'"),
+    ],
+)
+def test_reading_options_the_page_has_no_toggle_for_are_refused(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str], said: str
+) -> None:
+    """One stderr line with a hint, exit 2, no file, and no model loaded."""
+    import attnviz.cli.export as export
+
+    monkeypatch.setattr(export, "load", lambda *a, **k: pytest.fail("a model was loaded"))
+    out = tmp_path / "view.html"
+    result = runner.invoke(app, ["export", EXAMPLE, "--token", "it", "-o", str(out), *flags])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0] and "(hint: " in lines[0]
+    assert not out.exists()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -257,7 +257,9 @@ def export(
                     hint="drop --rollout, or drop --rows/--matrix-layer for the full page",
                 )
         if html:
-            # The page carries its own words / special tokens / head-mean toggles.
+            # The page carries its own words / special tokens / head-mean toggles: the
+            # reading options set how it opens; one it has no toggle for is refused here.
+            toggles = page_toggles(words, hide_special, no_renorm, heads, layers_mean)
             text = read_input(sentence, file)
             eng = load(text, model, engine.value, device, dtype.value)
             chosen = choose_part(eng, part.value if part else None, target is not None)
@@ -287,6 +289,7 @@ def export(
                 target=target if chosen in ("decoder", "cross") else None,
                 ablate=ablate_with.value if ablate else None,
                 rollout=rollout,
+                toggles=toggles,
             )
             return
         if view is ExportView.token and query is None:
@@ -348,6 +351,49 @@ def page_queries(tokens: list[str] | None, occurrence: int | None, indexes: list
     return [Query(index=k) for k in picked]
 
 
+@dataclass(frozen=True)
+class PageToggles:
+    """The reading toggles an HTML page (full or row mode) opens with."""
+
+    words: bool = False
+    hide_special: bool = False
+    mean: bool = False
+
+
+def page_toggles(words: bool, hide_special: bool, no_renorm: bool, heads: str | None, layers_mean: bool) -> PageToggles:
+    """The reading options as the toggles the page opens with (``--words``,
+    ``--hide-special``, ``--heads mean``), checked before any model work: one the page has
+    no toggle for is a usage error, not an option silently dropped."""
+    from ..errors import UsageError
+    from ..transforms import parse_heads
+
+    if no_renorm:
+        raise UsageError(
+            "the page renormalises each row when it sets special tokens aside; it has no --no-renorm",
+            hint="drop --no-renorm, or see the raw rows with attnviz show --hide-special --no-renorm",
+        )
+    if layers_mean:
+        raise UsageError(
+            "the page draws each layer; it has no mean over the layers",
+            hint="drop --layers-mean, or see it with attnviz show --layers-mean",
+        )
+    try:
+        picked, kinds = parse_heads(heads)
+    except ValueError as exc:
+        raise UsageError(str(exc), hint="the page takes --heads mean (its head-mean toggle)") from None
+    if picked is not None:
+        raise UsageError(
+            "the page holds every head, shown and hidden by its head buttons",
+            hint="drop the head numbers from --heads, or draw just those heads to an image: -o heads.png",
+        )
+    if "max" in kinds:
+        raise UsageError(
+            "the page has a head-mean toggle, not a head max",
+            hint="use --heads mean, or see the max with attnviz show --heads max",
+        )
+    return PageToggles(words=words, hide_special=hide_special, mean="mean" in kinds)
+
+
 def write_page(
     eng: Engine,
     tokens: Tokens,
@@ -365,6 +411,7 @@ def write_page(
     target: str | None = None,
     ablate: str | None = None,
     rollout: bool = False,
+    toggles: PageToggles | None = None,
 ) -> None:
     """The interactive page: every query row of the chosen layers (default all), its size
     checked from the token count before the forward pass. ``measure`` "norm": the page
@@ -374,7 +421,8 @@ def write_page(
     in turn, its effect at every token carried for the page's bars (full page only).
     ``rollout``: the page carries the rollout (``transforms.rollout``, through every layer
     from 0 as ``show --rollout`` computes it, whichever layers the page keeps) and opens
-    with its toggle on (full page only: it needs every layer's full matrices).
+    with its toggle on (full page only: it needs every layer's full matrices). ``toggles``:
+    the words, special-tokens and head-mean toggles it opens with (``page_toggles``).
 
     Row mode (``rows``, ``matrix_layers``, or full matrices over the budget with a query
     given): ``write_row_page``. An encoder-decoder's ``part`` "encoder" (the source) or
@@ -415,8 +463,9 @@ def write_page(
             if rollout:  # rollout needs every layer's full matrices
                 raise
             rows = fallback = True
+    toggles = toggles or PageToggles()
     if rows or matrix_layers:
-        write_row_page(eng, planned, view, path, max_memory, measure, open_layer, matrix_layers, fallback)
+        write_row_page(eng, planned, view, path, max_memory, measure, open_layer, matrix_layers, fallback, toggles)
         return
     rolled = None
     if rollout:
@@ -445,7 +494,7 @@ def write_page(
     if ablate is not None:
         effects = PageAblation(_page_effects(eng, planned, att.layers, max_memory, ablate), ablate)
     mode = "matrix" if view is ExportView.matrix else "head"
-    options = Options(rollout=rollout)
+    options = Options(words=toggles.words, hide_special=toggles.hide_special, mean=toggles.mean, rollout=rollout)
     save_html(
         att,
         path,
@@ -486,6 +535,7 @@ def write_row_page(
     open_layer: int | None,
     matrix_layers: Sequence[int],
     fallback: bool = False,
+    toggles: PageToggles | None = None,
 ) -> None:
     """The row-mode page: the rows of the planned queries (every piece of their words) in
     every planned layer and head, by the row path (no n × n matrix), plus the full
@@ -540,7 +590,15 @@ def write_row_page(
     if open_layer is None:
         found = strongest_links(att, att.query_slot(pinned), 1)  # show's footer rule
         open_layer = found[0].layer if found else None
-    opens = RowPage(query=pinned, view="matrix" if view is ExportView.matrix else "head", layer=open_layer)
+    t = toggles or PageToggles()
+    opens = RowPage(
+        query=pinned,
+        view="matrix" if view is ExportView.matrix else "head",
+        layer=open_layer,
+        words=t.words,
+        hide_special=t.hide_special,
+        mean=t.mean,
+    )
     size, stored = save_html(att, path, matrix, opens, HTML_BUDGET_BYTES - cross_labels(planned), norms)
     norm_note = (
         ""
