@@ -80,6 +80,20 @@ def no_model(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 # they run on the CPU with the rest of the suite.
 
 
+@pytest.fixture(scope="module")
+def driver():  # type: ignore[no-untyped-def]
+    """A headless Chromium at 1280 × 1000 for one module's browser tests (tests/browser.py:
+    network blocked), quit after the module; skipped where none can run (each module's
+    ``browser.gate`` says why, and fails instead under ATTNVIZ_REQUIRE_BROWSER=1)."""
+    from . import browser
+
+    why = browser.missing()
+    if why is not None:
+        pytest.skip(why)
+    with browser.chromium(1280, 1000) as d:
+        yield d
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--device", default="cpu", help="device of the tests marked 'device' (cpu, cuda, cuda:N, mps); default cpu"

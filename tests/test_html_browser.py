@@ -9,7 +9,6 @@ Skipped when /usr/bin/chromium or chromedriver is missing, unless ATTNVIZ_REQUIR
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +28,6 @@ MIN_LEFT = 0.01  # the page's threshold for an empty row once special tokens are
 
 _why = browser.missing()
 pytestmark = browser.gate(_why)
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    with browser.chromium(1280, 1000) as d:
-        yield d
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -158,14 +157,6 @@ def test_page_rollout_too_large_does_not_fall_back_to_rows(tmp_path: Path) -> No
 
 _why = browser.missing()
 needs_browser = browser.gate(_why)
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    if _why is not None:
-        pytest.skip(_why)
-    with browser.chromium(1280, 1000) as d:
-        yield d
 
 
 EXAMPLE = "The animal didn't cross the street because it was too tired"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -254,14 +253,6 @@ def test_full_page_over_the_budget_falls_back_to_rows(runner: CliRunner, tmp_pat
 
 _why = browser.missing()
 needs_browser = browser.gate(_why)
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    if _why is not None:
-        pytest.skip(_why)
-    with browser.chromium(1280, 1000) as d:
-        yield d
 
 
 def ink(driver: Any, canvas_id: str) -> int:

@@ -44,12 +44,6 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     return path, notebooks.run_notebook(path, CELLS)
 
 
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    with browser.chromium(1280, 1000) as d:
-        yield d
-
-
 def ink(driver: Any, canvas_id: str) -> int:
     """Drawn pixels (alpha > 0) of a canvas in the current frame."""
     return int(
