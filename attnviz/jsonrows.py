@@ -134,9 +134,10 @@ class RawJSON:
         out = buffer[: b - a]  # (r, W)
         _fill(self.rows[a:b], out[:, prefix : prefix + width * 10].view(_SPELLED))  # (r, S)
         end = prefix + width * 10 - 2  # where each row's last ', ' was written
-        opens, closes = _brackets(np.arange(a, b), self.outer)
+        index = np.arange(a, b)
+        opens, closes = _brackets(index, self.outer)
         out[:, :prefix] = _opening(prefix, depth)[opens]
-        final = (np.arange(a, b) + 1 == self.rows.shape[0]).astype(np.intp)  # 1 on the array's last row
+        final = (index + 1 == self.rows.shape[0]).astype(np.intp)  # 1 on the array's last row
         out[:, end:] = _closing(self._slot - end, depth)[closes, final]
         return out.reshape(-1)
 
