@@ -427,14 +427,21 @@ def test_norm_toggle_shows_the_norms_shares(driver: Any, att: Attention, tmp_pat
 
 
 def test_export_reading_options_open_the_page_with_its_toggles(driver: Any, tmp_path: Path) -> None:
-    """export --words --hide-special --heads mean: the page opens with those boxes ticked
-    and draws what they say (word labels, no special tokens, the head mean)."""
+    """export --heads 1,11: the page opens drawing those two heads (the others one click
+    away); --words --hide-special --heads mean: with those boxes ticked, drawing what they
+    say (word labels, no special tokens, the head mean)."""
     from typer.testing import CliRunner
 
     from attnviz.cli import app
 
     out = tmp_path / "toggled.html"
     flags = ["--words", "--hide-special", "--heads", "mean"]
+    only = tmp_path / "only.html"
+    result = CliRunner().invoke(app, ["export", COUNCIL, "--token", "they", "-o", str(only), "--heads", "1,11"])
+    assert result.exit_code == 0, result.output
+    open_page(driver, only)
+    pressed = [c.get_attribute("aria-pressed") for c in driver.find_elements("css selector", ".head-chip")]
+    assert pressed == ["true" if h in (1, 11) else "false" for h in range(12)]
     result = CliRunner().invoke(app, ["export", COUNCIL, "--token", "they", "-o", str(out), *flags])
     assert result.exit_code == 0, result.output
     open_page(driver, out)

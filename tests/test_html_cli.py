@@ -158,15 +158,20 @@ def test_reading_options_set_the_toggles_the_page_opens_with(
     """--words, --hide-special and --heads mean are the page's toggles: it opens with them
     on (the full page and row mode), where they used to be dropped without a word."""
     out = tmp_path / "view.html"
-    flags = ["--words", "--hide-special", "--heads", "mean"]
+    flags = ["--words", "--hide-special", "--heads", "mean,1,11"]
     result = runner.invoke(app, ["export", EXAMPLE, "--token", "it", "-o", str(out), *mode, *flags])
     assert result.exit_code == 0, result.output
     opens = embedded(out)["initial"]
     assert (opens["words"], opens["hideSpecial"], opens["mean"]) == (True, True, True)
+    assert opens["shown"] == [1, 11]  # the heads drawn at first; the others one click away
     plain = tmp_path / "plain.html"
     assert runner.invoke(app, ["export", EXAMPLE, "--token", "it", "-o", str(plain), *mode]).exit_code == 0
     opens = embedded(plain)["initial"]
     assert (opens["words"], opens["hideSpecial"], opens["mean"]) == (False, False, False)
+    assert "shown" not in opens  # every head
+    over = runner.invoke(app, ["export", EXAMPLE, "--token", "it", "-o", str(tmp_path / "no.html"), "--heads", "12"])
+    assert over.exit_code == 2 and "head 12 is out of range" in over.stderr
+    assert not (tmp_path / "no.html").exists()
 
 
 @pytest.mark.parametrize(
@@ -174,7 +179,6 @@ def test_reading_options_set_the_toggles_the_page_opens_with(
     [
         (["--hide-special", "--no-renorm"], "it has no --no-renorm"),
         (["--layers-mean"], "no mean over the layers"),
-        (["--heads", "1,11"], "the page holds every head"),
         (["--heads", "mean,max"], "not a head max"),
         (["--heads", "first"], "cannot read head 'first'"),
     ],

@@ -256,6 +256,7 @@ def export(
             text = read_input(sentence, file)
             eng = load(text, model, engine.value, device, dtype.value)
             chosen = choose_part(eng, part.value if part else None, target is not None)
+            check_heads(toggles.shown, eng.part_shape(chosen).num_heads)
             if chosen == "cross" and not rows:
                 # The full page's script draws square self-attention matrices over one text.
                 raise UsageError(

@@ -44,16 +44,19 @@ def page_queries(tokens: list[str] | None, occurrence: int | None, indexes: list
 
 @dataclass(frozen=True)
 class PageToggles:
-    """The reading toggles an HTML page (full or row mode) opens with."""
+    """The reading toggles an HTML page (full or row mode) opens with, and the heads its
+    head view draws at first (None: all)."""
 
     words: bool = False
     hide_special: bool = False
     mean: bool = False
+    shown: tuple[int, ...] | None = None
 
 
 def page_toggles(words: bool, hide_special: bool, no_renorm: bool, heads: str | None, layers_mean: bool) -> PageToggles:
     """The reading options as the toggles the page opens with (``--words``,
-    ``--hide-special``, ``--heads mean``), checked before any model work: one the page has
+    ``--hide-special``, ``--heads mean``) and the heads it draws at first (``--heads
+    1,11``: the others one click away), checked before any model work: one the page has
     no toggle for is a usage error, not an option silently dropped."""
     from ..errors import UsageError
     from ..transforms import parse_heads
@@ -72,17 +75,12 @@ def page_toggles(words: bool, hide_special: bool, no_renorm: bool, heads: str | 
         picked, kinds = parse_heads(heads)
     except ValueError as exc:
         raise UsageError(str(exc), hint="the page takes --heads mean (its head-mean toggle)") from None
-    if picked is not None:
-        raise UsageError(
-            "the page holds every head, shown and hidden by its head buttons",
-            hint="drop the head numbers from --heads, or draw just those heads to an image: -o heads.png",
-        )
     if "max" in kinds:
         raise UsageError(
             "the page has a head-mean toggle, not a head max",
             hint="use --heads mean, or see the max with attnviz show --heads max",
         )
-    return PageToggles(words=words, hide_special=hide_special, mean="mean" in kinds)
+    return PageToggles(words=words, hide_special=hide_special, mean="mean" in kinds, shown=picked)
 
 
 def write_page(
@@ -185,7 +183,9 @@ def write_page(
     if ablate is not None:
         effects = PageAblation(_page_effects(eng, planned, att.layers, max_memory, ablate), ablate)
     mode = "matrix" if view is ExportView.matrix else "head"
-    options = Options(words=toggles.words, hide_special=toggles.hide_special, mean=toggles.mean, rollout=rollout)
+    options = Options(
+        words=toggles.words, hide_special=toggles.hide_special, mean=toggles.mean, rollout=rollout, shown=toggles.shown
+    )
     save_html(
         att,
         path,
@@ -289,6 +289,7 @@ def write_row_page(
         words=t.words,
         hide_special=t.hide_special,
         mean=t.mean,
+        shown=t.shown,
     )
     size, stored = save_html(att, path, matrix, opens, HTML_BUDGET_BYTES - cross_labels(planned), norms)
     norm_note = (

@@ -177,6 +177,18 @@ class Options:
     hide_special: bool = False
     mean: bool = False
     rollout: bool = False
+    shown: tuple[int, ...] | None = None  # the heads the head view draws at first (None: all)
+
+
+def check_shown(shown: tuple[int, ...] | None, num_heads: int) -> None:
+    """The heads a page opens showing: some, each one of its heads."""
+    if shown is None:
+        return
+    if not shown:
+        raise UsageError("a page opens showing at least one head")
+    bad = [h for h in shown if not 0 <= h < num_heads]
+    if bad:
+        raise UsageError(f"head {bad[0]} is out of range: the page holds {num_heads} heads (0..{num_heads - 1})")
 
 
 def page_data(
@@ -223,6 +235,7 @@ def page_data(
     options = options or Options()
     if not 0 <= options.head < att.num_heads:
         raise UsageError(f"head {options.head} is out of range: the page holds {att.num_heads} heads")
+    check_shown(options.shown, att.num_heads)
     if options.rollout and rollout is None:
         raise ValueError("the page opens on the rollout only when it carries one")
     p = att.provenance
@@ -250,6 +263,7 @@ def page_data(
             "words": options.words,
             "hideSpecial": options.hide_special,
             "mean": options.mean,
+            **({} if options.shown is None else {"shown": list(options.shown)}),
             **({} if rollout is None else {"rollout": options.rollout}),
             "measure": "weight" if norms is None else "norm",
         },

@@ -54,6 +54,7 @@ from .html import (
     PER_TOKEN_BYTES,
     assemble,
     asset,
+    check_shown,
     encode_weights,
     page_provenance,
     versions,
@@ -228,6 +229,7 @@ class RowPage:
     words: bool = False
     hide_special: bool = False
     mean: bool = False
+    shown: tuple[int, ...] | None = None  # the heads the head view draws at first (None: all)
 
 
 def norm_share_error(norms: np.ndarray, encoded: dict[str, Any]) -> float:
@@ -306,6 +308,7 @@ def page_data(
     slot = rows.layer_slot(opens.layer) if opens.layer is not None else (len(rows.layers) - 1) // 2
     if not 0 <= opens.head < rows.num_heads:
         raise UsageError(f"head {opens.head} is out of range: the page holds {rows.num_heads} heads")
+    check_shown(opens.shown, rows.num_heads)
     p = rows.provenance
     tokens = rows.tokens
     groups = word_groups(tokens)
@@ -347,6 +350,7 @@ def page_data(
             "words": opens.words,
             "hideSpecial": opens.hide_special,
             "mean": opens.mean,
+            **({} if opens.shown is None else {"shown": list(opens.shown)}),
             **({} if norms is None else {"measure": "norm"}),
         },
     }

@@ -164,7 +164,8 @@
     pinned: DATA.initial.query, // token position of the pinned query (a piece of its unit)
     hover: null, // unit index under the pointer, head view
   };
-  for (var h0 = 0; h0 < H; h0++) state.shown.push(true);
+  // The heads drawn at first: all, or those the export named (--heads 1,11).
+  for (var h0 = 0; h0 < H; h0++) state.shown.push(!DATA.initial.shown || DATA.initial.shown.indexOf(h0) >= 0);
 
   function opts() { return { words: state.words, hideSpecial: state.hideSpecial }; }
   function currentUnits() { return units(opts()); }
