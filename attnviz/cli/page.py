@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from ..engines import Engine
     from ..pipeline import Plan
+    from ..render.html import Options
     from ..select import Query
     from ..tokens import Tokens
 
@@ -42,23 +43,14 @@ def page_queries(tokens: list[str] | None, occurrence: int | None, indexes: list
     return [Query(index=k) for k in picked]
 
 
-@dataclass(frozen=True)
-class PageToggles:
-    """The reading toggles an HTML page (full or row mode) opens with, and the heads its
-    head view draws at first (None: all)."""
-
-    words: bool = False
-    hide_special: bool = False
-    mean: bool = False
-    shown: tuple[int, ...] | None = None
-
-
-def page_toggles(words: bool, hide_special: bool, no_renorm: bool, heads: str | None, layers_mean: bool) -> PageToggles:
-    """The reading options as the toggles the page opens with (``--words``,
+def page_toggles(words: bool, hide_special: bool, no_renorm: bool, heads: str | None, layers_mean: bool) -> Options:
+    """The reading options as the page's opening state (``render.html.Options``): the
+    toggles it opens with (``--words``,
     ``--hide-special``, ``--heads mean``) and the heads it draws at first (``--heads
     1,11``: the others one click away), checked before any model work: one the page has
     no toggle for is a usage error, not an option silently dropped."""
     from ..errors import UsageError
+    from ..render.html import Options
     from ..transforms import parse_heads
 
     if no_renorm:
@@ -80,7 +72,7 @@ def page_toggles(words: bool, hide_special: bool, no_renorm: bool, heads: str | 
             "the page has a head-mean toggle, not a head max",
             hint="use --heads mean, or see the max with attnviz show --heads max",
         )
-    return PageToggles(words=words, hide_special=hide_special, mean="mean" in kinds, shown=picked)
+    return Options(words=words, hide_special=hide_special, mean="mean" in kinds, shown=picked)
 
 
 def write_page(
@@ -100,7 +92,7 @@ def write_page(
     target: str | None = None,
     ablate: str | None = None,
     rollout: bool = False,
-    toggles: PageToggles | None = None,
+    toggles: Options | None = None,
 ) -> None:
     """The interactive page: every query row of the chosen layers (default all), its size
     checked from the token count before the forward pass. ``measure`` "norm": the page
@@ -152,7 +144,7 @@ def write_page(
             if rollout:  # rollout needs every layer's full matrices
                 raise
             rows = fallback = True
-    toggles = toggles or PageToggles()
+    toggles = toggles or Options()
     if rows or matrix_layers:
         write_row_page(eng, planned, view, path, max_memory, measure, open_layer, matrix_layers, fallback, toggles)
         return
@@ -183,9 +175,7 @@ def write_page(
     if ablate is not None:
         effects = PageAblation(_page_effects(eng, planned, att.layers, max_memory, ablate), ablate)
     mode = "matrix" if view is ExportView.matrix else "head"
-    options = Options(
-        words=toggles.words, hide_special=toggles.hide_special, mean=toggles.mean, rollout=rollout, shown=toggles.shown
-    )
+    options = replace(toggles, rollout=rollout)
     save_html(
         att,
         path,
@@ -226,7 +216,7 @@ def write_row_page(
     open_layer: int | None,
     matrix_layers: Sequence[int],
     fallback: bool = False,
-    toggles: PageToggles | None = None,
+    toggles: Options | None = None,
 ) -> None:
     """The row-mode page: the rows of the planned queries (every piece of their words) in
     every planned layer and head, by the row path (no n × n matrix), plus the full
@@ -235,6 +225,7 @@ def write_row_page(
     from ..errors import UsageError
     from ..findings import strongest_links
     from ..pipeline import forward
+    from ..render.html import Options
     from ..render.html_rows import RowPage, check_row_page, row_positions, save_html
 
     if measure == "norm" and matrix_layers:
@@ -281,7 +272,7 @@ def write_row_page(
     if open_layer is None:
         found = strongest_links(att, att.query_slot(pinned), 1)  # show's footer rule
         open_layer = found[0].layer if found else None
-    t = toggles or PageToggles()
+    t = toggles or Options()
     opens = RowPage(
         query=pinned,
         view="matrix" if view is ExportView.matrix else "head",
