@@ -45,10 +45,9 @@ def page_queries(tokens: list[str] | None, occurrence: int | None, indexes: list
 
 def page_toggles(words: bool, hide_special: bool, no_renorm: bool, heads: str | None, layers_mean: bool) -> Options:
     """The reading options as the page's opening state (``render.html.Options``): the
-    toggles it opens with (``--words``,
-    ``--hide-special``, ``--heads mean``) and the heads it draws at first (``--heads
-    1,11``: the others one click away), checked before any model work: one the page has
-    no toggle for is a usage error, not an option silently dropped."""
+    toggles it opens with (``--words``, ``--hide-special``, ``--heads mean``) and the
+    heads it draws at first (``--heads 1,11``: the others one click away), checked before
+    any model work. One the page has no toggle for is a usage error, not dropped."""
     from ..errors import UsageError
     from ..render.html import Options
     from ..transforms import parse_heads
