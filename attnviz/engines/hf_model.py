@@ -73,10 +73,15 @@ def runs_past_positions(model: Any) -> bool:
     """Whether max_position_embeddings is the length the model was trained on, not a
     limit: its RoPE is dynamic (NTK-aware, grown with the input), or it is an ALiBi
     Falcon (Falcon-RW), whose positions are a score bias with no table to run out of."""
-    config = getattr(model, "config", None)
-    if getattr(config, "model_type", None) == "falcon" and getattr(config, "alibi", False):
+    if _alibi_falcon(model):
         return True
     return any("dynamic" in kind for m in _rotary_modules(model) for kind in _rope_types(m))
+
+
+def _alibi_falcon(model: Any) -> bool:
+    """Whether ``model`` is a Falcon with ``alibi`` on (Falcon-RW)."""
+    config = getattr(model, "config", None)
+    return getattr(config, "model_type", None) == "falcon" and bool(getattr(config, "alibi", False))
 
 
 def adds_alibi_twice(model: Any) -> bool:
@@ -88,8 +93,7 @@ def adds_alibi_twice(model: Any) -> bool:
     """
     import inspect
 
-    config = getattr(model, "config", None)
-    if getattr(config, "model_type", None) != "falcon" or not getattr(config, "alibi", False):
+    if not _alibi_falcon(model):
         return False
     return any(
         type(m).__name__ == "FalconAttention" and "alibi" in inspect.signature(type(m).forward).parameters
