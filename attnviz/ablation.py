@@ -46,6 +46,7 @@ from .errors import UsageError
 if TYPE_CHECKING:
     import torch
 
+    from .attention import Ablation
     from .engines import Engine
     from .tokens import Tokens
 
@@ -161,6 +162,8 @@ def lm_numbers(clean: torch.Tensor, ablated: torch.Tensor) -> tuple[torch.Tensor
 
 class Runner:
     """One text's passes through an engine: the unablated pass, head means, ablated passes.
+    It asks the engine for nothing beyond the ``Engine`` protocol: ``part_shape``,
+    ``output_projections`` and ``final_hidden``.
 
     Args:
         engine: an own or hf engine.
@@ -175,94 +178,21 @@ class Runner:
             raise UsageError(f"ablating {part} heads needs the decoder text", reason="no_target")
         self.engine, self.tokens, self.part, self.target = engine, tokens, part, target
         self.shape = engine.part_shape(part)
-        self.hf = engine.name == "hf"
 
     # 1. The module whose input is Concat(heads) in each layer (the engines' output projections).
-    def projections(self) -> list[Any]:
-        """Per layer of the part: the module W^O is (own: ``o_proj``; hf: transformers')."""
-        model: Any = getattr(self.engine, "model", None)
-        if self.hf:
-            from .ablation_hf import output_projections
-
-            return output_projections(model, self.part or "encoder", self.shape.num_layers)
-        if hasattr(model, "encoder") and hasattr(model, "decoder"):
-            stack = model.decoder if self.part in ("decoder", "cross") else model.encoder
-            name = "cross" if self.part == "cross" else "attn"
-            return [getattr(block, name).o_proj for block in stack.blocks]
-        index = getattr(model, "block_index", lambda layer: layer)
-        return [model.blocks[index(layer)].attn.o_proj for layer in range(self.shape.num_layers)]
-
-    def _inputs(self, batch: int) -> dict[str, Any]:
-        import torch
-
-        ids = self.engine._ids(self.tokens).expand(batch, -1)  # type: ignore[attr-defined]  # (B, S)
-        kwargs: dict[str, Any] = {}
-        if any(self.tokens.type_ids) and self.engine.type_vocab_size():  # type: ignore[attr-defined]
-            kwargs["token_type_ids"] = torch.tensor(
-                [self.tokens.type_ids], dtype=torch.long, device=self.engine.device
-            ).expand(batch, -1)
-        return {"input_ids": ids, **kwargs}
+    def projections(self) -> list[torch.nn.Module]:
+        """Per layer of the part: the module W^O is (``Engine.output_projections``)."""
+        return self.engine.output_projections(self.part)
 
     @property
     def _seq2seq(self) -> bool:
         return self.target is not None and self.part is not None
 
-    def hidden(self, ablate: tuple[int, Any] | None = None) -> torch.Tensor:
+    def hidden(self, ablate: tuple[int, Ablation] | None = None) -> torch.Tensor:
         """(B, Q, E) final hidden states on the part's query side: B = 1 unablated, else
         one per ablated head. ``ablate`` = (layer, attention.Ablation)."""
-        import torch
-
-        with torch.inference_mode():
-            if self.hf:
-                return self._hf_hidden(ablate)
-            model: Any = self.engine.model  # type: ignore[attr-defined]
-            inputs = self._inputs(1)
-            if self._seq2seq:
-                assert self.target is not None
-                target = self.engine._ids(self.target)  # type: ignore[attr-defined]
-                at = None if ablate is None else (self.part, *ablate)
-                return model.forward_seq2seq(inputs["input_ids"], target, ablate=at).decoder.hidden_states
-            ids = inputs.pop("input_ids")
-            return model(ids, layers=(), queries=(), fused=True, ablate=ablate, **inputs).hidden_states
-
-    def _hf_hidden(self, ablate: tuple[int, Any] | None) -> torch.Tensor:
-        """transformers, one batch element per ablated head, each zeroed (or filled) by a
-        forward pre-hook on the layer's output projection."""
-        import torch
-
-        batch = 1 if ablate is None else len(ablate[1].heads)
-        handle = None
-        if ablate is not None:
-            layer, ablation = ablate
-            head_dim = None
-
-            def hook(module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-                nonlocal head_dim
-                (concat, *rest) = args
-                b, length, width = concat.shape  # (B, L, H·D)
-                d = width // self.shape.num_heads
-                view = concat.clone().view(b, length, self.shape.num_heads, d)  # (B, L, H, D)
-                for slot, head in enumerate(ablation.heads):
-                    view[slot, :, head] = 0.0 if ablation.fill is None else ablation.fill[head].to(view)
-                return (view.view(b, length, width), *rest)
-
-            handle = _hook_at(self.projections(), layer, hook)
-        try:
-            model: Any = self.engine.model  # type: ignore[attr-defined]
-            inputs = self._inputs(batch)
-            mask = torch.ones_like(inputs["input_ids"])
-            if self._seq2seq:
-                assert self.target is not None
-                target = self.engine._ids(self.target).expand(batch, -1)  # type: ignore[attr-defined]
-                out = model(**inputs, attention_mask=mask, decoder_input_ids=target)
-            elif self.engine.parts:
-                out = model.get_encoder()(**inputs, attention_mask=mask)
-            else:
-                out = model(**inputs, attention_mask=mask)
-            return out.last_hidden_state
-        finally:
-            if handle is not None:
-                handle.remove()
+        target = self.target if self._seq2seq else None
+        return self.engine.final_hidden(self.tokens, target, part=self.part, ablate=ablate)
 
     def head_means(self) -> torch.Tensor:
         """(N, H, D) each head's output averaged over the text's tokens, from one
@@ -289,21 +219,6 @@ class Runner:
             means.append(seen[id(module)][k])
         h = self.shape.num_heads
         return torch.stack(means).view(len(modules), h, -1)  # (N, H, D)
-
-
-def _hook_at(modules: Sequence[Any], layer: int, hook: Callable[..., Any]) -> Any:
-    """Register ``hook`` so it runs on layer ``layer``'s call of its module only (a module
-    shared by several layers, ALBERT's, is called once per layer, in order)."""
-    module = modules[layer]
-    wanted = sum(1 for m in modules[:layer] if m is module)
-    count = 0
-
-    def once(mod: Any, args: tuple[Any, ...]) -> Any:
-        nonlocal count
-        count += 1
-        return hook(mod, args) if count - 1 == wanted else None
-
-    return module.register_forward_pre_hook(once)
 
 
 def ablate_text(

@@ -1,5 +1,6 @@
 """Where transformers' models take Concat(head_1, ..., head_H): the output projection W^O
-of each attention layer, for ``--engine hf`` ablation by forward pre-hooks.
+of each attention layer, for ``--engine hf`` ablation by forward pre-hooks (``ablating``;
+the hf engine's ``output_projections`` and ``final_hidden``).
 
 Found by name in the base model (``AutoModel``), one pattern per layout:
 
@@ -20,10 +21,15 @@ torch only (the model is given).
 
 from __future__ import annotations
 
+import contextlib
 import re
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .errors import UnsupportedArchitectureError
+
+if TYPE_CHECKING:
+    from .attention import Ablation
 
 _LAYER = r"(\d+)"
 PATTERNS: dict[str, tuple[str, ...]] = {
@@ -70,3 +76,40 @@ def output_projections(model: Any, part: str, num_layers: int) -> list[Any]:
         "to ablate its heads",
         model_type=str(getattr(model.config, "model_type", "?")),
     )
+
+
+@contextlib.contextmanager
+def ablating(projections: Sequence[Any], layer: int, ablation: Ablation, num_heads: int) -> Iterator[None]:
+    """Inside the block, layer ``layer``'s call of its W^O (``projections[layer]``) takes
+    Concat(heads) (B, S, H·D) with batch element b's slice of head ``ablation.heads[b]``
+    replaced by zero, or by ``ablation.fill[head]`` (mean-ablation)."""
+
+    def hook(module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        (concat, *rest) = args
+        b, length, width = concat.shape  # (B, S, H·D)
+        d = width // num_heads
+        view = concat.clone().view(b, length, num_heads, d)  # (B, S, H, D)
+        for slot, head in enumerate(ablation.heads):
+            view[slot, :, head] = 0.0 if ablation.fill is None else ablation.fill[head].to(view)
+        return (view.view(b, length, width), *rest)
+
+    handle = _hook_at(projections, layer, hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def _hook_at(modules: Sequence[Any], layer: int, hook: Callable[..., Any]) -> Any:
+    """Register ``hook`` so it runs on layer ``layer``'s call of its module only (a module
+    shared by several layers, ALBERT's, is called once per layer, in order)."""
+    module = modules[layer]
+    wanted = sum(1 for m in modules[:layer] if m is module)
+    count = 0
+
+    def once(mod: Any, args: tuple[Any, ...]) -> Any:
+        nonlocal count
+        count += 1
+        return hook(mod, args) if count - 1 == wanted else None
+
+    return module.register_forward_pre_hook(once)

@@ -151,7 +151,7 @@ def load_lm_head(engine: Engine, part: str | None = None) -> LMHead | None:
         return next((c for c in candidates if c in names), None)
 
     embeddings = next((n for n in names if n.endswith(_EMBEDDINGS)), None)
-    tokenizer: Any = getattr(engine, "tokenizer", None)
+    tokenizer = engine.tokenizer
     if engine.shape.causal:
         name = find("lm_head.weight") or (embeddings if config.get("tie_word_embeddings", True) else None)
         if name is None or "lm_head.weight" not in names and not _saved_as_lm(config):

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from attnviz.check import compare_engines  # noqa: E402
 from tests.tiny_families_a import FAMILY_A_SPECS  # noqa: E402
 from tests.tiny_models import SPECS_BY_NAME, save_tiny  # noqa: E402
-from tests.tiny_models_b import SPECS_B, SPECS_B_BY_NAME, save_tiny_b  # noqa: E402
+from tests.tiny_models_b import SPECS_B, SPECS_B_BY_NAME  # noqa: E402
 
 # Issue 23's families (tests/tiny_families_a.py), every quirk switched on, after issue 10's.
 SPECS = {**SPECS_BY_NAME, **{spec.name: spec for spec in FAMILY_A_SPECS}}
@@ -41,12 +41,8 @@ def main(names: list[str]) -> None:
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as root:
         for name in names:
-            if name in SPECS_B_BY_NAME:
-                spec = SPECS_B_BY_NAME[name]
-                path = save_tiny_b(spec, Path(root) / name)
-            else:
-                spec = SPECS[name]
-                path = save_tiny(spec, Path(root) / name)
+            spec = SPECS_B_BY_NAME[name] if name in SPECS_B_BY_NAME else SPECS[name]
+            path = save_tiny(spec, Path(root) / name)
             result = compare_engines(str(path), device="cpu")
             if result.parts:
                 attention = ", ".join(f"{p.part} {max(p.attention):.1e}" for p in result.parts)

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnviz.ablation import Runner, ablate_text, passes
+from attnviz.ablation import Runner, ablate_text, batch_size, passes
 from attnviz.attention import Ablation, ablate_heads
-from attnviz.engines import load_engine
+from attnviz.engines import Engine, load_engine
 from attnviz.models import resolve
 from tests.conftest import EXAMPLE
 from tests.tiny_models import SPECS_BY_NAME, save_tiny
@@ -290,6 +290,58 @@ def test_tiny_encoder_decoders_match_transformers(
         got = ablate_text(Runner(engine, tokens, part, target), mode=mode)
         np.testing.assert_allclose(got.effect, expect, atol=TOL, rtol=0, err_msg=f"{name} {part} {mode}")
         assert np.abs(expect).max() > 1e-3
+
+
+# --- the Engine protocol is all ablation needs ------------------------------------------
+
+PROTOCOL = frozenset(n for n in vars(Engine) if not n.startswith("_")) | frozenset(Engine.__annotations__)
+
+
+class ProtocolOnly:
+    """An engine that is the Engine protocol and nothing more: the names the protocol
+    declares, read from a real engine; any other (``model``, ``_ids``, ``type_vocab_size``)
+    is missing, and its name is neither "own" nor "hf"."""
+
+    name = "protocol-only"
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    def __getattr__(self, key: str) -> Any:
+        if key not in PROTOCOL:
+            raise AttributeError(f"{key!r} is not in the Engine protocol")
+        return getattr(self._engine, key)
+
+
+@pytest.mark.parametrize("engine_name", ["own", "hf"])
+def test_runner_needs_nothing_beyond_the_engine_protocol(own_engine: Any, hf_engine: Any, engine_name: str) -> None:
+    engine = own_engine if engine_name == "own" else hf_engine
+    bare = ProtocolOnly(engine)
+    assert not hasattr(bare, "model") and not hasattr(bare, "_ids")
+    tokens = engine.tokenize(EXAMPLE)
+    got = ablate_text(Runner(bare, tokens), mode="mean", layers=[5])
+    want = ablate_text(Runner(engine, tokens), mode="mean", layers=[5])
+    np.testing.assert_array_equal(got.effect, want.effect)
+    assert np.isfinite(got.effect[5]).all()
+    assert batch_size(bare, len(tokens), 10**9) == batch_size(engine, len(tokens), 10**9)
+
+
+def test_encoder_decoder_ablation_through_the_protocol_agrees_across_engines(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    path = resolve(str(_tiny(tmp_path_factory, "bart")))
+    effects: dict[str, dict[str, np.ndarray]] = {}
+    for engine_name in ("own", "hf"):
+        engine = ProtocolOnly(load_engine(engine_name, path, "cpu"))
+        tokens = engine.tokenize("the cat sat on the mat")
+        target = engine.tokenize_target("the dog sat by the door")
+        effects[engine_name] = {
+            part: ablate_text(Runner(engine, tokens, part, target), mode="mean").effect
+            for part in ("encoder", "decoder", "cross")
+        }
+    for part, own in effects["own"].items():
+        np.testing.assert_allclose(effects["hf"][part], own, atol=TOL, rtol=0, err_msg=part)
+        assert np.abs(own).max() > 1e-3
 
 
 # --- compare --ablate ------------------------------------------------------------------

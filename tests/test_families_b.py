@@ -25,8 +25,8 @@ from attnviz.checkpoint import validate_config
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import ModelLoadError
 
-from .tiny_models import SENTENCES
-from .tiny_models_b import SPECS_B, SPECS_B_BY_NAME, save_tiny_b
+from .tiny_models import SENTENCES, save_tiny
+from .tiny_models_b import SPECS_B, SPECS_B_BY_NAME
 
 TOL = 1e-5
 ONE_STACK = tuple(spec for spec in SPECS_B if spec.head != "seq2seq")
@@ -41,7 +41,7 @@ class _Saved(dict[str, Path]):
         self.root = root
 
     def __missing__(self, name: str) -> Path:
-        self[name] = path = save_tiny_b(SPECS_B_BY_NAME[name], self.root / name)
+        self[name] = path = save_tiny(SPECS_B_BY_NAME[name], self.root / name)
         return path
 
 

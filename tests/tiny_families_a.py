@@ -2,27 +2,14 @@
 OPT, GPT-J, Phi, BLOOM, Falcon, GPT-BigCode), every quirk switched on, and of further
 families transformers builds tiny, for the causality test (D1).
 
-Built as tests/tiny_models.py builds its own (transformers' config and task-head classes,
-odd sizes, ``save_tiny`` with the same word-level tokenizers); kept apart from it because
+Data only: built by tests/tiny_models.py's ``save_tiny`` (transformers' config and
+task-head classes, odd sizes, the same word-level tokenizers); kept apart from it because
 other branches edit that file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from .tiny_models import VOCAB_SIZE, Spec
-
-
-def _config(cls_name: str, **values: Any) -> Callable[[], Any]:
-    def make() -> Any:
-        import transformers
-
-        return getattr(transformers, cls_name)(**values)
-
-    return make
-
+from .tiny_models import VOCAB_SIZE, Spec, _config
 
 # Shared by the rotary decoders: 4 query heads, odd intermediate size, sharp heads.
 _DEC = dict(vocab_size=VOCAB_SIZE, max_position_embeddings=64, initializer_range=0.2, bos_token_id=1, eos_token_id=2)

@@ -1,4 +1,5 @@
-"""Tiny, randomly initialised checkpoints of every family --engine own implements.
+"""Tiny, randomly initialised checkpoints of every family --engine own implements, and
+the one builder of them all (``save_tiny``).
 
 Each is built with transformers' own config and model classes at odd sizes (hidden
 48, 3 heads, 2 layers; grouped-query models 4 query heads over 2 key/value heads),
@@ -6,6 +7,10 @@ saved with ``save_pretrained`` next to a word-level tokenizer built locally with
 ``tokenizers`` library. Nothing is downloaded. The checkpoints are saved from the
 task-head classes people actually publish (``*ForMaskedLM``, ``*ForCausalLM``), so
 loading also has to strip their prefixes and drop their heads.
+
+The spec tables are data: this file's ``SPECS`` (and the named groups in it), issue 23's
+first half in tests/tiny_families_a.py and its second half in tests/tiny_models_b.py,
+kept apart so that branches adding families edit different files; all are built here.
 """
 
 from __future__ import annotations
@@ -45,6 +50,17 @@ class Spec:
     # Add noise to every norm weight, bias and sink logit after initialisation: transformers
     # starts them at 1 or 0, where a wrong formula (w vs 1 + w, a missing bias) cannot show.
     perturb: bool = False
+
+
+def _config(cls_name: str, **values: Any) -> Callable[[], Any]:
+    """transformers' ``cls_name`` config with exactly ``values``, made when built."""
+
+    def make() -> Any:
+        import transformers
+
+        return getattr(transformers, cls_name)(**values)
+
+    return make
 
 
 def _encoder(cls_name: str, **extra: Any) -> Callable[[], Any]:
@@ -389,13 +405,7 @@ SPECS = (*SPECS, *ROPE_SPECS, *FAMILY_SPECS, *MOE_SPECS, *SINK_SPECS)
 def _seq2seq(cls_name: str, **extra: Any) -> Callable[[], Any]:
     """Encoder-decoders: a 3-layer decoder over a 2-layer encoder, so that a mix-up of the
     two stacks shows; padding and decoder start ids as each family's checkpoints have them."""
-
-    def make() -> Any:
-        import transformers
-
-        return getattr(transformers, cls_name)(vocab_size=VOCAB_SIZE, **extra)
-
-    return make
+    return _config(cls_name, vocab_size=VOCAB_SIZE, **extra)
 
 
 _T5 = dict(
@@ -553,7 +563,11 @@ def build_tokenizer(specials: str) -> Any:
 
 
 def save_tiny(spec: Spec, directory: Path, seed: int = 0) -> Path:
-    """Build ``spec``'s model with random weights (seeded) and save it with its tokenizer."""
+    """Build ``spec``'s model with random weights (seeded) and save it with its tokenizer.
+
+    With ``spec.perturb``, every vector (norm weights, biases, sink logits) and every norm
+    weight of any shape (Cohere's (H, D) q/k norms) is moved off its 1 / 0 start, so a
+    norm or bias left out shows as a difference."""
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
 
@@ -564,7 +578,7 @@ def save_tiny(spec: Spec, directory: Path, seed: int = 0) -> Path:
     if spec.perturb:
         with torch.no_grad():
             for name, param in model.named_parameters():
-                if param.ndim == 1 or name.endswith(("bias", "sinks")):
+                if param.ndim == 1 or "norm" in name or name.endswith(("bias", "sinks")):
                     param.add_(0.3 * torch.randn_like(param))
     if spec.model_type in _PERTURBED_NORMS:
         _perturb_norms(model)

@@ -1,18 +1,15 @@
 """Tiny checkpoints of issue 23's second half of families (families-b), each with every
 quirk the own engine reads switched on.
 
-Built like tests/tiny_models.py (whose helpers they reuse): transformers' own config and
+Data only: built by tests/tiny_models.py's ``save_tiny`` (transformers' own config and
 task-head classes at odd sizes, random weights with norm weights and biases perturbed off
-their 1 / 0 start, saved with ``save_pretrained`` beside a local word-level tokenizer.
+their 1 / 0 start, saved with ``save_pretrained`` beside a local word-level tokenizer).
 Kept apart from tiny_models.py so that the branches adding families do not edit one file.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-from .tiny_models import Spec, _decoder, _encoder, _llama_like, _seq2seq, build_tokenizer
+from .tiny_models import Spec, _decoder, _encoder, _llama_like, _seq2seq
 
 DECODER_SPECS: tuple[Spec, ...] = (
     # OLMo 1: LayerNorm without weight or bias; q, k, v clamped to ±1 (the tiny model's
@@ -231,25 +228,3 @@ SEQ2SEQ_SPECS: tuple[Spec, ...] = (
 
 SPECS_B: tuple[Spec, ...] = (*DECODER_SPECS, *ENCODER_SPECS, *SEQ2SEQ_SPECS)
 SPECS_B_BY_NAME = {spec.name: spec for spec in (*SPECS_B, QWEN2_MOE_NO_WINDOW)}
-
-
-def save_tiny_b(spec: Spec, directory: Path, seed: int = 0) -> Path:
-    """``spec``'s model with seeded random weights, saved with its tokenizer. Every vector
-    (norm weights, biases) and every norm weight of any shape (Cohere's (H, D) q/k norms)
-    is moved off its 1 / 0 start, so a norm or bias left out shows as a difference."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
-
-    config = spec.make_config()
-    torch.manual_seed(seed)
-    auto: Any = {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM}.get(spec.head, AutoModelForMaskedLM)
-    model = auto.from_config(config, attn_implementation="eager")
-    if spec.perturb:
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if param.ndim == 1 or "norm" in name or name.endswith("bias"):
-                    param.add_(0.3 * torch.randn_like(param))
-    directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory)
-    build_tokenizer(spec.specials).save_pretrained(directory)
-    return directory

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
+    from ..attention import Ablation
 
 
 def score_terms(files: ModelFiles) -> tuple[str, ...]:
@@ -106,6 +107,37 @@ class Engine(Protocol):
     ) -> ForwardOutput:
         """One pass over right-padded texts: full (B, H, S, S) weights of layers 0..max_layer
         (and, ``norms``, their (B, H, S) value norms)."""
+        ...
+
+    def output_projections(self, part: str | None = None) -> list[torch.nn.Module]:
+        """Per layer 0..N-1 of ``part`` (None: the only stack, or the encoder): the module
+        whose input is Concat(head_1, ..., head_H), (B, S, H·D), that is W^O. A forward
+        pre-hook on it reads or replaces each head's output (head ablation). A module
+        shared by several layers (ALBERT's) is listed once per layer, and called once per
+        layer, in order.
+
+        Raises:
+            UsageError: a part the model does not have.
+            UnsupportedArchitectureError: a layout whose projections are not known (hf).
+        """
+        ...
+
+    def final_hidden(
+        self,
+        tokens: Tokens,
+        target: Tokens | None = None,
+        *,
+        part: str | None = None,
+        ablate: tuple[int, Ablation] | None = None,
+    ) -> torch.Tensor:
+        """(B, Q, E) the last layer's hidden states of one pass that keeps no weights: the
+        decoder's (Q = len(target)) given the decoder text ``target``, else those of the
+        only stack or the encoder (Q = len(tokens)).
+
+        ``ablate`` (layer, Ablation): the heads ``Ablation.heads`` of that layer of ``part``
+        (None: the only stack, or the encoder) removed before W^O, one batch element per
+        head (B = len(heads)); B = 1 without it.
+        """
         ...
 
 
@@ -224,6 +256,18 @@ class EngineBase(HasShape):
         import torch
 
         return torch.tensor([tokens.ids], dtype=torch.long, device=self.device)  # (1, S)
+
+    def _inputs(self, tokens: Tokens, batch: int = 1) -> dict[str, torch.Tensor]:
+        """``input_ids`` (B, S): ``tokens`` repeated ``batch`` times, and their
+        ``token_type_ids`` (B, S) where the text has a second segment and config.json
+        gives the model token types."""
+        import torch
+
+        inputs = {"input_ids": self._ids(tokens).expand(batch, -1)}  # (B, S)
+        if any(tokens.type_ids) and self.type_vocab_size():
+            types = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)  # (1, S)
+            inputs["token_type_ids"] = types.expand(batch, -1)  # (B, S)
+        return inputs
 
     def _padded(self, batch: Sequence[Tokens]) -> tuple[torch.Tensor, torch.Tensor]:
         """Right-padded ids (B, S) and the 1/0 attention mask (B, S) of a batch.

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
+    from ..attention import Ablation
     from ..models import ModelFiles
 
 
@@ -236,6 +237,48 @@ class HFEngine(EngineBase):
         if norms:
             attach_seq2seq(result, record, self.files.model_type)
         return result
+
+    def output_projections(self, part: str | None = None) -> list[torch.nn.Module]:
+        """Per layer of ``part``: transformers' W^O, found by module name
+        (``ablation_hf.PATTERNS``)."""
+        from ..ablation_hf import output_projections
+
+        shape = self.part_shape(part)  # refuses a part the model does not have
+        return output_projections(self.model, part or "encoder", shape.num_layers)
+
+    def final_hidden(
+        self,
+        tokens: Tokens,
+        target: Tokens | None = None,
+        *,
+        part: str | None = None,
+        ablate: tuple[int, Ablation] | None = None,
+    ) -> torch.Tensor:
+        """transformers' forward on one copy of the text per ablated head, each head's
+        slice of Concat(heads) zeroed (or filled) by a forward pre-hook on the layer's W^O
+        (``output_projections``); an encoder-decoder's encoder alone without ``target``."""
+        import torch
+
+        from ..ablation_hf import ablating
+
+        if target is not None:
+            self.part_shape("cross")  # refuses a model with one stack
+        batch = 1 if ablate is None else len(ablate[1].heads)
+        with contextlib.ExitStack() as stack, torch.inference_mode():
+            if ablate is not None:
+                layer, ablation = ablate
+                heads = self.part_shape(part).num_heads
+                stack.enter_context(ablating(self.output_projections(part), layer, ablation, heads))
+            inputs = self._inputs(tokens, batch)
+            mask = torch.ones_like(inputs["input_ids"])  # (B, S)
+            if target is not None:
+                decoder_ids = self._ids(target).expand(batch, -1)  # (B, L)
+                out = self.model(**inputs, attention_mask=mask, decoder_input_ids=decoder_ids)
+            elif self.parts:
+                out = self.model.get_encoder()(**inputs, attention_mask=mask)
+            else:
+                out = self.model(**inputs, attention_mask=mask)
+            return out.last_hidden_state
 
 
 def _parameters(fn: Any) -> set[str]:

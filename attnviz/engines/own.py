@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from ..architectures.base import AttnModel, ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
+    from ..attention import Ablation
     from ..models import ModelFiles
 
 
@@ -107,3 +108,37 @@ class OwnEngine(EngineBase):
             run = len(out.attentions)
             out.value_norms = per_layer(record.part(None), run, range(run), self.files.model_type)
         return out
+
+    def output_projections(self, part: str | None = None) -> list[torch.nn.Module]:
+        """Per layer of ``part``: its attention module's ``o_proj`` (W^O); ALBERT's one
+        shared block once per layer (``block_index``)."""
+        shape = self.part_shape(part)  # refuses a part the model does not have
+        if self.parts:  # an encoder-decoder: the part's stack, self- or cross-attention
+            stack = self.model.decoder if part in ("decoder", "cross") else self.model.encoder
+            name = "cross" if part == "cross" else "attn"
+            return [getattr(block, name).o_proj for block in stack.blocks]
+        index = getattr(self.model, "block_index", lambda layer: layer)
+        return [self.model.blocks[index(layer)].attn.o_proj for layer in range(shape.num_layers)]
+
+    def final_hidden(
+        self,
+        tokens: Tokens,
+        target: Tokens | None = None,
+        *,
+        part: str | None = None,
+        ablate: tuple[int, Ablation] | None = None,
+    ) -> torch.Tensor:
+        """Fused attention, no weights kept. The ablated layer gets the batch-1 stream and
+        gives one copy per ablated head, so the layers before it run once
+        (``attention.Ablation``)."""
+        import torch
+
+        with torch.inference_mode():
+            inputs = self._inputs(tokens)
+            if target is not None:
+                self.part_shape("cross")  # refuses a model with one stack
+                at = None if ablate is None else (part or "encoder", *ablate)
+                out = self.model.forward_seq2seq(inputs["input_ids"], self._ids(target), ablate=at)
+                return out.decoder.hidden_states
+            ids = inputs.pop("input_ids")
+            return self.model(ids, layers=(), queries=(), fused=True, ablate=ablate, **inputs).hidden_states
