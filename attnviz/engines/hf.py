@@ -264,6 +264,7 @@ class HFEngine(EngineBase):
         if target is not None:
             self.part_shape("cross")  # refuses a model with one stack
         batch = 1 if ablate is None else len(ablate[1].heads)
+        self._rotary.restore()  # each pass as a freshly loaded model's
         with contextlib.ExitStack() as stack, torch.inference_mode():
             if ablate is not None:
                 layer, ablation = ablate
