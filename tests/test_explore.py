@@ -98,7 +98,7 @@ async def test_start_screen_names_model_token_layer_and_keys(att: Attention) -> 
 
 
 def test_footer_wraps_between_pairs_only() -> None:
-    from attnviz.tui.widgets import FOOTER, footer
+    from attnviz.tui.keys import FOOTER, footer
 
     for width in (40, 80, 104, 200):
         lines = footer(width).splitlines()

@@ -89,6 +89,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "attnviz.tui.app": ("transformers", "torch", "matplotlib", "typer"),
     "attnviz.tui.views": ("transformers", "torch", "matplotlib", "typer"),
     "attnviz.tui.widgets": ("transformers", "torch", "matplotlib", "typer"),
+    "attnviz.tui.keys": ("transformers", "torch", "matplotlib", "typer"),
 }
 
 

@@ -42,7 +42,7 @@ from rich.segment import Segment
 from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.strip import Strip
 from textual.widgets import Input, Static
 
@@ -51,6 +51,7 @@ from ..render.terminal import provenance_line
 from ..result import Attention
 from ..tokens import Tokens
 from ..transforms import View, apply, shares
+from .keys import BINDINGS, KeysScreen, footer
 from .long import LONG_TITLES, LONG_VIEWS, LongViews, matrix_refusal
 from .views import (
     VIEW_TITLES,
@@ -66,7 +67,7 @@ from .views import (
     token_line,
     write_view_png,
 )
-from .widgets import KeysScreen, Lines, SentenceInput, footer, in_order
+from .widgets import Lines, SentenceInput, in_order
 
 # Idle time (s) before a view is drawn ahead: longer than a held key's repeat (~30 ms), shorter
 # than reading a screen. One view is ~11 ms of CPU (MiniLM example, measured on 2 busy cores).
@@ -109,32 +110,7 @@ class ExploreApp(App[None]):
     #ask.open { display: block; }
     #footer { height: auto; max-height: 2; background: $panel; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("left", "move_query(-1)", "previous token", show=False),
-        Binding("right", "move_query(1)", "next token", show=False),
-        Binding("up", "move_layer(1)", "next layer", show=False),
-        Binding("down", "move_layer(-1)", "previous layer", show=False),
-        Binding("left_square_bracket", "move_head(-1)", "previous head", show=False),
-        Binding("right_square_bracket", "move_head(1)", "next head", show=False),
-        Binding("v", "next_view", "next view", show=False),
-        Binding("1", "view('heads')", "token heatmap", show=False),
-        Binding("2", "view('table')", "head table", show=False),
-        Binding("3", "view('matrix')", "matrix", show=False),
-        Binding("n", "toggle_values", "values", show=False),
-        Binding("w", "toggle_reading('words')", "words", show=False),
-        Binding("s", "toggle_reading('hide_special')", "specials", show=False),
-        Binding("m", "toggle_reading('heads')", "mean", show=False),
-        Binding("o", "toggle_measure", "norm", show=False),
-        Binding("slash", "ask", "new sentence", show=False),
-        Binding("e", "export", "export PNG", show=False),
-        Binding("question_mark", "keys", "keys", show=False),
-        Binding("q", "quit", "quit", show=False),
-        Binding("escape", "close_ask", "cancel", show=False),
-        Binding("pageup", "scroll('page_up')", show=False),
-        Binding("pagedown", "scroll('page_down')", show=False),
-        Binding("home", "scroll('home')", show=False),
-        Binding("end", "scroll('end')", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = BINDINGS
 
     def __init__(
         self,
