@@ -242,7 +242,7 @@ async def test_views_slow_to_draw_are_not_drawn_ahead(att: Attention, monkeypatc
     app = ExploreApp(att, query=3)
     async with app.run_test(size=SIZE) as pilot:
         width = await drawn_ahead(app)
-        ahead = [c for _, c in app._neighbours(app.cursor) if app.views.has(c, width, True)]
+        ahead = [c for _, c in app.session.neighbours(app.cursor) if app.views.has(c, width, True)]
         # One drawing of each kind, then that kind is left to be drawn when asked for.
         assert 1 <= len(ahead) <= len(VIEWS)
         assert len({c.view for c in ahead}) == len(ahead)

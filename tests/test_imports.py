@@ -90,6 +90,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "attnviz.tui.views": ("transformers", "torch", "matplotlib", "typer"),
     "attnviz.tui.widgets": ("transformers", "torch", "matplotlib", "typer"),
     "attnviz.tui.keys": ("transformers", "torch", "matplotlib", "typer"),
+    "attnviz.tui.state": ("transformers", "torch", "matplotlib", "typer"),
 }
 
 
