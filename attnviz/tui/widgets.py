@@ -31,11 +31,16 @@ class Lines(ScrollView, can_focus=False):
         self.strips = strips
         width = max((strip.cell_length for strip in strips), default=0)
         size = Size(width, len(strips))
-        update = getattr(self, "_scroll_update", None)  # textual 8's (private): else the reactive
+        # textual (8.2) has no public call that does this: the virtual_size reactive lays the
+        # whole screen out on every change (layout=True: ~20 ms a key between a long text's
+        # views, whose heights differ by a line or two; one more layout a key and +3.4 ms of
+        # CPU on the example's 13-row view); set_reactive or a layout=False reactive leave the
+        # scroll bars as they were (one stays on a view that fits); scroll_to(...,
+        # immediate=True) moves the offset only. _scroll_update (private, as in textual's own
+        # OptionList) sets the bars in place, and one that comes or goes asks for a layout
+        # itself. Without it (another textual): the reactive, correct and slower.
+        update = getattr(self, "_scroll_update", None)
         if size != self.virtual_size and update is not None:
-            # Not through the reactive, which lays the whole screen out again (~20 ms a key
-            # between a long text's views, whose heights differ by a line or two): the scroll
-            # bars are set in place, and one that comes or goes asks for a layout itself.
             self.set_reactive(Lines.virtual_size, size)
             update(size)
         else:
