@@ -176,7 +176,11 @@ class ExploreApp(App[None]):
     def on_mount(self) -> None:
         # What is alive now (torch, the model, textual) outlives the session: frozen out of
         # the collector's reach, a full collection scans only what the session makes.
-        # Measured: ~100 ms pauses, one every few new sentences, became 4-8 ms.
+        # Measured (bench/explore_latency.py --rounds 6, 52 s of keys and new sentences):
+        # without this freeze and _settle's, 8-9 full collections at ~104 ms of CPU each,
+        # each stalling the app (it holds the GIL); with them, none. The price: cycles that
+        # die later (textual's strip caches, ~4 MiB after 20 sentences, no weights) stay
+        # until unmount.
         gc.freeze()
         self._show_header()
         self.query_one("#footer", Static).update(Text(footer(self.size.width)))
@@ -283,7 +287,9 @@ class ExploreApp(App[None]):
     def _settle(self) -> None:
         # The views drawn ahead are kept (a long text's, ~2,000 segments each, a dozen a key):
         # frozen out of the collector's reach as at mount, once the young generations are
-        # collected. Full collections scanning them took 20-40 ms in a key, and grew.
+        # collected. Without it (the mount's freeze alone) full collections scan what was
+        # drawn since: 12 in the bench's 52 s at ~10 ms of CPU (max 24), 5 in --long 2048
+        # --rounds 1 at ~17 ms (max 31); with it, none.
         gc.collect(1)
         gc.freeze()
 
