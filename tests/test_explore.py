@@ -98,7 +98,7 @@ async def test_start_screen_names_model_token_layer_and_keys(att: Attention) -> 
 
 
 def test_footer_wraps_between_pairs_only() -> None:
-    from attnviz.tui.widgets import FOOTER, footer
+    from attnviz.tui.keys import FOOTER, footer
 
     for width in (40, 80, 104, 200):
         lines = footer(width).splitlines()
@@ -242,13 +242,34 @@ async def test_views_slow_to_draw_are_not_drawn_ahead(att: Attention, monkeypatc
     app = ExploreApp(att, query=3)
     async with app.run_test(size=SIZE) as pilot:
         width = await drawn_ahead(app)
-        ahead = [c for _, c in app._neighbours(app.cursor) if app.views.has(c, width, True)]
+        ahead = [c for _, c in app.session.neighbours(app.cursor) if app.views.has(c, width, True)]
         # One drawing of each kind, then that kind is left to be drawn when asked for.
         assert 1 <= len(ahead) <= len(VIEWS)
         assert len({c.view for c in ahead}) == len(ahead)
         assert app.views.has(Cursor("heads", 0, 0, 4), width, True)  # the first neighbour was drawn
         await press(pilot, "right")
         assert app.views.has(Cursor("heads", 0, 0, 4), width, True)
+
+
+async def test_the_views_scroll_bar_follows_its_height(own_engine: Engine) -> None:
+    """Lines sets its virtual size without a screen layout (textual's private
+    _scroll_update): the scroll bar still comes and goes with the view's height, and End
+    scrolls as far as the lines go. set_reactive alone left the bar on a view that fits."""
+    from attnviz.tui.widgets import Lines
+
+    app = ExploreApp(inspect("The cat sat", own_engine), query=1)
+    async with app.run_test(size=(120, 20)) as pilot:  # a 13-row view: 16-17 lines, or 8 (matrix)
+        body = app.query_one("#view", Lines)
+        tall = []
+        for key in ("3", "1", "2", "3", "1"):
+            await press(pilot, key)
+            tall.append(body.virtual_size.height > body.size.height)
+            assert body.show_vertical_scrollbar == tall[-1], app.cursor.view
+        assert tall == [False, True, True, False, True]
+        await press(pilot, "end")
+        assert body.scroll_offset.y == body.max_scroll_y > 0
+        await press(pilot, "3")
+        assert body.scroll_offset.y == 0 and not body.show_vertical_scrollbar
 
 
 async def test_session_objects_are_frozen_out_of_the_collector_while_it_runs(att: Attention) -> None:

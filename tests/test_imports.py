@@ -89,6 +89,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "attnviz.tui.app": ("transformers", "torch", "matplotlib", "typer"),
     "attnviz.tui.views": ("transformers", "torch", "matplotlib", "typer"),
     "attnviz.tui.widgets": ("transformers", "torch", "matplotlib", "typer"),
+    "attnviz.tui.keys": ("transformers", "torch", "matplotlib", "typer"),
+    "attnviz.tui.state": ("transformers", "torch", "matplotlib", "typer"),
 }
 
 

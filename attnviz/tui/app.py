@@ -1,6 +1,11 @@
 """The terminal explorer (``attnviz explore``): one loaded model, keys to move through
 tokens, layers, heads and views. textual lives in tui/ alone; only the CLI imports it.
 
+This module is the textual app: the screen's layout, each key's action on the session
+(tui.state), and the work kept off the key path (views drawn ahead on timers; rows, new
+sentences and exports in worker threads). The keys are listed in tui.keys, the widgets
+are in tui.widgets, the drawn views in tui.views and tui.long.
+
 The app takes data, never a model: an ``Attention`` with every query row (the whole
 L×H×S×S of the kept layers) and a function that runs a new sentence through the model
 the CLI has already loaded. Every keypress is answered from memory: the weights are all
@@ -32,7 +37,6 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
@@ -42,7 +46,7 @@ from rich.segment import Segment
 from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.strip import Strip
 from textual.widgets import Input, Static
 
@@ -50,23 +54,12 @@ from ..errors import AttnvizError
 from ..render.terminal import provenance_line
 from ..result import Attention
 from ..tokens import Tokens
-from ..transforms import View, apply, shares
-from .long import LONG_TITLES, LONG_VIEWS, LongViews, matrix_refusal
-from .views import (
-    VIEW_TITLES,
-    VIEWS,
-    Cursor,
-    DrawnViews,
-    export_name,
-    first_query,
-    free_path,
-    landed,
-    landing,
-    toggled,
-    token_line,
-    write_view_png,
-)
-from .widgets import KeysScreen, Lines, SentenceInput, footer, in_order
+from ..transforms import View
+from .keys import BINDINGS, KeysScreen, footer
+from .long import LongViews
+from .state import Session, error_line
+from .views import Cursor, DrawnViews, export_name, free_path, token_line, write_view_png
+from .widgets import Lines, SentenceInput, in_order
 
 # Idle time (s) before a view is drawn ahead: longer than a held key's repeat (~30 ms), shorter
 # than reading a screen. One view is ~11 ms of CPU (MiniLM example, measured on 2 busy cores).
@@ -90,6 +83,7 @@ class ExploreApp(App[None]):
         query: the token to start on (default: the first one the tokenizer did not add).
         export_dir: where ``e`` writes PNG files (default: the current directory).
         dpi: the PNG's resolution.
+        run_norms: ``run`` in the norm measure (key ``o``); None: no ``o`` on a short text.
         rows: a long text: ``att`` holds the rows of some query tokens only and ``rows``
             computes those of others (raw positions; ``rows(queries, measure)``, a
             ``long.RowSource``); the views then work on rows (``long.LongViews``).
@@ -109,32 +103,7 @@ class ExploreApp(App[None]):
     #ask.open { display: block; }
     #footer { height: auto; max-height: 2; background: $panel; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("left", "move_query(-1)", "previous token", show=False),
-        Binding("right", "move_query(1)", "next token", show=False),
-        Binding("up", "move_layer(1)", "next layer", show=False),
-        Binding("down", "move_layer(-1)", "previous layer", show=False),
-        Binding("left_square_bracket", "move_head(-1)", "previous head", show=False),
-        Binding("right_square_bracket", "move_head(1)", "next head", show=False),
-        Binding("v", "next_view", "next view", show=False),
-        Binding("1", "view('heads')", "token heatmap", show=False),
-        Binding("2", "view('table')", "head table", show=False),
-        Binding("3", "view('matrix')", "matrix", show=False),
-        Binding("n", "toggle_values", "values", show=False),
-        Binding("w", "toggle_reading('words')", "words", show=False),
-        Binding("s", "toggle_reading('hide_special')", "specials", show=False),
-        Binding("m", "toggle_reading('heads')", "mean", show=False),
-        Binding("o", "toggle_measure", "norm", show=False),
-        Binding("slash", "ask", "new sentence", show=False),
-        Binding("e", "export", "export PNG", show=False),
-        Binding("question_mark", "keys", "keys", show=False),
-        Binding("q", "quit", "quit", show=False),
-        Binding("escape", "close_ask", "cancel", show=False),
-        Binding("pageup", "scroll('page_up')", show=False),
-        Binding("pagedown", "scroll('page_down')", show=False),
-        Binding("home", "scroll('home')", show=False),
-        Binding("end", "scroll('end')", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = BINDINGS
 
     def __init__(
         self,
@@ -148,57 +117,50 @@ class ExploreApp(App[None]):
         rows: Callable[..., Attention] | None = None,
     ) -> None:
         super().__init__()
-        self._run = run
-        # The norm measure (key o): computed for the sentence on first use, then kept.
-        self._run_norms = run_norms
-        self.measure = "weight"
-        self._raws: dict[str, Attention] = {}
+        self.session = Session(att, run=run, run_norms=run_norms, query=query, rows=rows)
         self._export_dir = Path(".") if export_dir is None else Path(export_dir)
         self._dpi = dpi
-        self._busy: set[str] = set()  # "run", "export": one of each at a time
-        # A long text: rows of a few tokens at a time, drawn as compact rows.
-        self.long = None if rows is None else LongViews(att, rows)
-        self.raw = att if self.long is not None else DrawnViews(att).att  # checked: every query row
-        self._raws = {"weight": self.raw}
-        self.reading = View()
-        self._views: dict[View, DrawnViews] = {}
-        self.views: DrawnViews | LongViews = self.long if self.long is not None else self._views_for(self.reading)
-        start = first_query(att) if query is None else query
-        if not 0 <= start < len(att.tokens):
-            raise ValueError(f"query {start} is out of range (0..{len(att.tokens) - 1})")
-        self.cursor = Cursor(view="heads", layer=att.layers[0], head=0, query=start)
+        self._busy: set[str] = set()  # "run", "export", "rows": one of each at a time
         self.message = ""
         self._one_line = True  # the message takes one line: another one-line message needs no layout
         self._warm_queue: list[tuple[str, Cursor]] = []  # (a reading key's option, or "": the views on screen)
         self._warm_round = 0  # bumped on every view shown: older draw-ahead ticks stand down
-        self._slow_views: set[str] = set()
         self._waiting = False  # a long text: the screen says the cursor's rows are being computed
 
-    # --- data ---------------------------------------------------------------------
+    # --- the session, read (tests and bench/explore_latency.py read these) ------------
 
     @property
     def att(self) -> Attention:
-        return self.views.att
+        return self.session.att
+
+    @property
+    def cursor(self) -> Cursor:
+        return self.session.cursor
+
+    @property
+    def views(self) -> DrawnViews | LongViews:
+        return self.session.views
+
+    @property
+    def long(self) -> LongViews | None:
+        return self.session.long
+
+    @property
+    def raw(self) -> Attention:
+        return self.session.raw
+
+    @property
+    def reading(self) -> View:
+        return self.session.reading
+
+    @property
+    def measure(self) -> str:
+        return self.session.measure
 
     @property
     def color(self) -> bool:
         # textual turns the screen monochrome under NO_COLOR; the cells then need glyphs.
         return not self.no_color
-
-    def _views_for(self, reading: View) -> DrawnViews:
-        """The views of the raw weights read with ``reading`` (transforms.apply, once each)."""
-        if reading not in self._views:
-            self._views[reading] = DrawnViews(shares(apply(self.raw, reading)))  # shares: the norm measure's rows
-        return self._views[reading]
-
-    def _reading_names(self) -> list[tuple[bool, str]]:
-        r = self.reading
-        return [
-            (r.words, "words"),
-            (r.hide_special, "specials set aside"),
-            (bool(r.heads), "head mean"),
-            (self.measure == "norm", "norm shares ‖α·f(x)‖"),
-        ]
 
     # --- layout -------------------------------------------------------------------
 
@@ -214,7 +176,11 @@ class ExploreApp(App[None]):
     def on_mount(self) -> None:
         # What is alive now (torch, the model, textual) outlives the session: frozen out of
         # the collector's reach, a full collection scans only what the session makes.
-        # Measured: ~100 ms pauses, one every few new sentences, became 4-8 ms.
+        # Measured (bench/explore_latency.py --rounds 6, 52 s of keys and new sentences):
+        # without this freeze and _settle's, 8-9 full collections at ~104 ms of CPU each,
+        # each stalling the app (it holds the GIL); with them, none. The price: cycles that
+        # die later (textual's strip caches, ~4 MiB after 20 sentences, no weights) stay
+        # until unmount.
         gc.freeze()
         self._show_header()
         self.query_one("#footer", Static).update(Text(footer(self.size.width)))
@@ -240,72 +206,44 @@ class ExploreApp(App[None]):
 
     def refresh_view(self) -> None:
         """Show the cursor's view, status line, token line and message."""
-        c = self.cursor
-        att = self.att
-        layers = att.layers
-        status = Text()
-        status.append(f"layer {c.layer}", style="bold")
-        status.append(f" ({layers.index(c.layer) + 1}/{len(layers)})  ")
-        status.append(att.head_name(c.head), style="bold")
-        status.append(f" ({c.head + 1}/{att.num_heads})  ")
-        status.append(f"token {c.query} {att.tokens.labels[c.query]!r}", style="bold")
-        title = VIEW_TITLES[c.view] if self.long is None else LONG_TITLES[c.view]
-        status.append(f"  view: {title} [{VIEWS.index(c.view) + 1}]")
-        if c.values:
-            status.append("  values")
-        reading = [name for on, name in self._reading_names() if on]
-        if reading:
-            status.append("  " + " · ".join(reading), style="italic")
+        s = self.session
+        c = s.cursor
         # layout=False: these lines keep their height, so a key costs no re-layout.
-        self.query_one("#status", Static).update(status, layout=False)
-        reach = max(4, self._view_width() // 12) if self.long is not None else None  # a long text: 4 lines at most
-        self.query_one("#tokens", Static).update(token_line(att.tokens, c.query, reach), layout=False)
+        self.query_one("#status", Static).update(s.status(), layout=False)
+        reach = max(4, self._view_width() // 12) if s.long is not None else None  # a long text: 4 lines at most
+        self.query_one("#tokens", Static).update(token_line(s.att.tokens, c.query, reach), layout=False)
         # A view drawn already needs no rows (they may have made room for the other measure's).
-        long, width = self.long, self._view_width()
+        long, width = s.long, self._view_width()
         self._waiting = long is not None and not (long.has(c, width, self.color) or long.can_draw(c))
-        if self.long is not None and self._waiting:
+        if long is not None and self._waiting:
             self._fetch_rows(c.query)
-            n = len(self.long.raw_tokens)
-            how = "from the kept keys" if self.long.kept else f"a forward pass over {n:,} tokens"
+            n = len(long.raw_tokens)
+            how = "from the kept keys" if long.kept else f"a forward pass over {n:,} tokens"
             wait = Text(f"computing the rows of token {c.query} ({how})…")
             self.query_one("#view", Lines).show([Strip([Segment(wait.plain)])])
             self._warm_queue = []
             return
-        self.query_one("#view", Lines).show(self.views.render(c, width, self.color))
+        self.query_one("#view", Lines).show(s.views.render(c, width, self.color))
         # Draw ahead once the keys pause: a held key gets no drawing it did not ask for.
         self._warm_ahead()
+
+    def say(self, message: str) -> None:
+        box = self.query_one("#message", Static)
+        # One line where one line was (an empty message takes one too): no re-layout, ~20 ms
+        # on a long text's screen. A message that wraps may take more lines: laid out again.
+        fits = "\n" not in message and cell_len(message) <= box.size.width
+        box.update(Text(message), layout=not (fits and self._one_line))
+        self.message, self._one_line = message, fits
+
+    # --- drawing ahead ------------------------------------------------------------
 
     def _warm_ahead(self) -> None:
         """Once the keys pause: on a long text the windows beside the cursor's are fetched
         (in the worker), then the views one key away are drawn, one per tick."""
-        self._warm_queue = self._neighbours(self.cursor)
+        self._warm_queue = self.session.neighbours(self.cursor)
         self._warm_round += 1
         delay = _WARM_DELAY if self.long is None else _LONG_WARM_DELAY
         self.set_timer(delay, partial(self._warm_one, self._warm_round, first=True))
-
-    def _neighbours(self, c: Cursor) -> list[tuple[str, Cursor]]:
-        """The views one key away from ``c``, most likely first: "" and a cursor on the
-        views on screen, or a reading key's option and ``c`` (``_warm_one`` finds the
-        views of that reading and the cursor's place in them when it draws)."""
-        n_tok, n_heads, layers = len(self.att.tokens), self.att.num_heads, self.att.layers
-        at = layers.index(c.layer)
-        moves = [
-            replace(c, query=(c.query + 1) % n_tok),
-            replace(c, query=(c.query - 1) % n_tok),
-            replace(c, layer=layers[(at + 1) % len(layers)]),
-            replace(c, layer=layers[(at - 1) % len(layers)]),
-            replace(c, head=(c.head + 1) % n_heads),
-            replace(c, head=(c.head - 1) % n_heads),
-            *(replace(c, view=view) for view in (VIEWS if self.long is None else LONG_VIEWS) if view != c.view),
-            replace(c, values=not c.values),
-        ]
-        near = [("", m) for m in moves]
-        if self.long is not None:
-            # A long text's reading keys too (w s m o): ~10 ms of CPU each at 8,192 tokens
-            # (the cursor's layer read, its compact lines); short texts' readings transform
-            # every query row, and are computed when asked for.
-            near += [(option, c) for option in ("words", "hide_special", "heads", "measure")]
-        return near
 
     @property
     def drawing_ahead(self) -> bool:
@@ -321,13 +259,11 @@ class ExploreApp(App[None]):
         if first:
             self._fetch_ahead()  # (a long text's windows, in the worker)
         width, color = self._view_width(), self.color
+        s = self.session
         while self._warm_queue:
             option, cursor = self._warm_queue.pop(0)
-            views: DrawnViews | LongViews = self.views
-            if option and self.long is not None:
-                views = self.long.with_options(*toggled(self.reading, self.measure, option))
-                cursor = landed(cursor, self.att, views.att)
-            if cursor.view in self._slow_views or views.has(cursor, width, color):
+            views, cursor = s.one_key_away(option, cursor)
+            if cursor.view in s.slow_views or views.has(cursor, width, color):
                 continue
             if isinstance(views, LongViews) and not views.can_draw(cursor):
                 if option == "measure" and views.kept:
@@ -341,7 +277,7 @@ class ExploreApp(App[None]):
                 # (a long text's views are always drawn ahead: ~10 ms each at 8,192 tokens)
                 # A key pressed during a drawing waits for it: views this slow to draw (a
                 # long sentence's matrix) are drawn when asked for, not ahead.
-                self._slow_views.add(cursor.view)
+                s.slow_views.add(cursor.view)
             break
         if self._warm_queue:
             self.set_timer(0.01, partial(self._warm_one, round_))
@@ -351,7 +287,9 @@ class ExploreApp(App[None]):
     def _settle(self) -> None:
         # The views drawn ahead are kept (a long text's, ~2,000 segments each, a dozen a key):
         # frozen out of the collector's reach as at mount, once the young generations are
-        # collected. Full collections scanning them took 20-40 ms in a key, and grew.
+        # collected. Without it (the mount's freeze alone) full collections scan what was
+        # drawn since: 12 in the bench's 52 s at ~10 ms of CPU (max 24), 5 in --long 2048
+        # --rounds 1 at ~17 ms (max 31); with it, none.
         gc.collect(1)
         gc.freeze()
 
@@ -371,7 +309,7 @@ class ExploreApp(App[None]):
             try:
                 long.fetch(query, stay, alone)
             except AttnvizError as exc:
-                self.call_from_thread(self._rows_done, _error_line(exc))
+                self.call_from_thread(self._rows_done, error_line(exc))
             except Exception as exc:  # a bug must not kill the session
                 self.call_from_thread(self._rows_done, f"error: {type(exc).__name__}: {exc}")
             else:
@@ -399,80 +337,46 @@ class ExploreApp(App[None]):
             if ahead is not None:
                 self._fetch_rows(ahead)
 
-    def say(self, message: str) -> None:
-        box = self.query_one("#message", Static)
-        # One line where one line was (an empty message takes one too): no re-layout, ~20 ms
-        # on a long text's screen. A message that wraps may take more lines: laid out again.
-        fits = "\n" not in message and cell_len(message) <= box.size.width
-        box.update(Text(message), layout=not (fits and self._one_line))
-        self.message, self._one_line = message, fits
-
-    # --- moving -------------------------------------------------------------------
-
-    def _move(self, **changes: Any) -> None:
-        self.cursor = replace(self.cursor, **changes)
-        self.refresh_view()
+    # --- keys -----------------------------------------------------------------------
 
     def action_move_query(self, step: int) -> None:
-        self._move(query=(self.cursor.query + step) % len(self.att.tokens))
+        self.session.step_query(step)
+        self.refresh_view()
 
     def action_move_layer(self, step: int) -> None:
-        layers = self.att.layers
-        self._move(layer=layers[(layers.index(self.cursor.layer) + step) % len(layers)])
+        self.session.step_layer(step)
+        self.refresh_view()
 
     def action_move_head(self, step: int) -> None:
-        self._move(head=(self.cursor.head + step) % self.att.num_heads)
+        self.session.step_head(step)
+        self.refresh_view()
 
     def action_next_view(self) -> None:
-        views = VIEWS if self.long is None else LONG_VIEWS  # a long text: the views that work on rows
-        at = views.index(self.cursor.view) if self.cursor.view in views else -1
-        self._move(view=views[(at + 1) % len(views)])
+        self.session.next_view()
+        self.refresh_view()
 
     def action_view(self, view: str) -> None:
-        if self.long is not None and view not in LONG_VIEWS:
-            self.say(matrix_refusal(self.att))
+        refused = self.session.show_view(view)
+        if refused is not None:
+            self.say(refused)
             return
-        self._move(view=view)
+        self.refresh_view()
 
     def action_toggle_values(self) -> None:
-        self._move(values=not self.cursor.values)
+        self.session.toggle_values()
+        self.refresh_view()
 
     def action_toggle_reading(self, option: str) -> None:
-        """Words merged, specials set aside or the head mean, on or off: the cursor stays
-        on the same token (its word) and head."""
-        reading, _ = toggled(self.reading, self.measure, option)
-        views: DrawnViews | LongViews
-        if self.long is not None:
-            views = self.long = self.long.with_options(reading, self.measure)
-        else:
-            views = self._views_for(reading)
-        cursor = landed(self.cursor, self.att, views.att)
-        self.reading, self.views = reading, views
-        self._slow_views = set()
-        self._move(query=cursor.query, head=cursor.head)
+        self.session.toggle_reading(option)
+        self.refresh_view()
 
     def action_toggle_measure(self) -> None:
-        """The weights or the norms (their shares), on the same sentence, token and head."""
-        _, measure = toggled(self.reading, self.measure, "measure")
-        if self.long is not None:  # rows in the other measure: from the kept keys, or a pass per window
-            self.measure = measure
-            self.views = self.long = self.long.with_options(self.reading, measure)
-        elif measure not in self._raws:
-            if self._run_norms is None:
-                self.say("this explorer has no model to compute the norms with")
-                return
-            try:
-                self._raws[measure] = DrawnViews(self._run_norms(self.raw.tokens)).att
-            except AttnvizError as exc:
-                self.say(_error_line(exc))
-                return
-        if self.long is None:
-            self.measure, self.raw = measure, self._raws[measure]
-            self._views = {}
-            self.views = self._views_for(self.reading)
-        self._slow_views = set()
-        self._move(query=self.cursor.query, head=self.cursor.head)
-        self.say(f"measure: {'norm shares ‖α·f(x)‖ (Kobayashi et al. 2020)' if measure == 'norm' else 'weight'}")
+        refused = self.session.toggle_measure()
+        if refused is not None:
+            self.say(refused)
+            return
+        self.refresh_view()
+        self.say(f"measure: {'norm shares ‖α·f(x)‖ (Kobayashi et al. 2020)' if self.measure == 'norm' else 'weight'}")
 
     def action_scroll(self, where: str) -> None:
         body = self.query_one("#view", Lines)
@@ -486,7 +390,7 @@ class ExploreApp(App[None]):
     # --- a new sentence -------------------------------------------------------------
 
     def action_ask(self) -> None:
-        if self._run is None:
+        if self.session.run is None:
             self.say("this explorer has no model to run a new sentence through")
             return
         ask = self.query_one("#ask", Input)
@@ -523,34 +427,22 @@ class ExploreApp(App[None]):
 
     def _run_sentence(self, sentence: str) -> None:
         try:
-            assert self._run is not None  # action_ask checked it
-            run = self._run_norms if self.measure == "norm" and self._run_norms is not None else self._run
-            views = DrawnViews(run(sentence))
             # Read as the user reads now and draw the view the cursor will land on, off the event loop.
-            fresh = self.reading != View() or views.att.measure == "norm"
-            read = DrawnViews(shares(apply(views.att, self.reading))) if fresh else views
-            read.render(landing(self.cursor, self.att, read.att), self._view_width(), self.color)
+            raw, read = self.session.read_sentence(sentence, self._view_width(), self.color)
         except AttnvizError as exc:
-            self.call_from_thread(self._done, "run", _error_line(exc))
+            self.call_from_thread(self._done, "run", error_line(exc))
         except Exception as exc:  # a bug must not kill the session: say it and keep the old sentence
             self.call_from_thread(self._done, "run", f"error: {type(exc).__name__}: {exc}")
         else:
-            self.call_from_thread(self._loaded, views, read)
+            self.call_from_thread(self._loaded, raw, read)
 
     def _loaded(self, raw: DrawnViews, read: DrawnViews) -> None:
         self._busy.discard("run")
-        self.raw = raw.att
-        self._raws = {raw.att.measure: raw.att}  # the other measure: computed again when asked
-        self._views = {self.reading: read} if raw.att.measure == "norm" else {View(): raw, self.reading: read}
-        views = self._views_for(self.reading)
-        self.cursor = landing(self.cursor, self.att, views.att)
-        self.long = None  # a sentence typed at / is short: today's views
-        self.views = views
-        self._slow_views = set()
+        self.session.load(raw, read)
         self._show_header()
         self.refresh_view()
         self.query_one("#tokens", Static).refresh(layout=True)  # a new sentence may wrap differently
-        self.say(f"new sentence: {len(views.att.tokens)} tokens")
+        self.say(f"new sentence: {len(self.att.tokens)} tokens")
 
     def _done(self, job: str, line: str) -> None:
         self._busy.discard(job)
@@ -578,16 +470,12 @@ class ExploreApp(App[None]):
         try:
             write_view_png(att, cursor, path, self._dpi)
         except AttnvizError as exc:
-            self.call_from_thread(self._done, "export", _error_line(exc))
+            self.call_from_thread(self._done, "export", error_line(exc))
         except Exception as exc:
             self.call_from_thread(self._done, "export", f"error: {type(exc).__name__}: {exc}")
         else:
             note = " (the head table's layer, as a token heatmap)" if cursor.view == "table" else ""
             self.call_from_thread(self._done, "export", f"wrote {path}{note}")
-
-
-def _error_line(exc: AttnvizError) -> str:
-    return f"error: {exc.message}" + (f" ({exc.hint})" if exc.hint else "")
 
 
 def explore(att: Attention, run: Callable[[str], Attention] | None = None, **options: Any) -> None:

@@ -1,8 +1,8 @@
 """The explorer's data side: the cursor (query, layer, head, view), the drawn views of one
 ``Attention`` kept in memory, and the helpers that check, name and export a view.
 
-A view is drawn into lines of segments once and looked up after (``DrawnViews``); the app
-(tui.app) only moves the cursor and copies lines to the screen.
+A view is drawn into lines of segments once and looked up after (``DrawnViews``); the
+session (tui.state) only moves the cursor and the app (tui.app) copies lines to the screen.
 """
 
 from __future__ import annotations

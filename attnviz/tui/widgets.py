@@ -1,70 +1,20 @@
-"""The explorer's widgets: the footer line and the key list, the pre-drawn scrolling
-lines every view is shown in, and the bounded ``/`` prompt (tui/app.py puts them together)."""
+"""The explorer's widgets: the pre-drawn scrolling lines every view is shown in, the bounded
+``/`` prompt, and the routing that hands keys to the app or the prompt in the order they came
+(tui/app.py puts them together; the keys themselves and their help are in tui/keys.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 from rich.style import Style
-from rich.text import Text
 from textual import events
-from textual.app import App, ComposeResult
-from textual.binding import Binding, BindingType
+from textual.app import App
 from textual.geometry import Region, Size
 from textual.reactive import Reactive
-from textual.screen import ModalScreen
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widgets import Input, Static
-
-# What the footer says, one line that fits 80 columns; `?` lists every key.
-FOOTER = (
-    ("←→", "token"),
-    ("↑↓", "layer"),
-    ("[ ]", "head"),
-    ("v", "view"),
-    ("n", "values"),
-    ("w", "words"),
-    ("s", "specials"),
-    ("m", "mean"),
-    ("o", "norm"),
-    ("/", "sentence"),
-    ("e", "export PNG"),
-    ("?", "keys"),
-    ("q", "quit"),
-)
-
-
-def footer(width: int) -> str:
-    """The footer's key · action pairs, wrapped between pairs (never inside one) to ``width``."""
-    lines: list[str] = []
-    for key, action in FOOTER:
-        pair = f"{key} {action}"
-        if lines and len(lines[-1]) + 2 + len(pair) <= width:
-            lines[-1] += "  " + pair
-        else:
-            lines.append(pair)
-    return "\n".join(lines)
-
-
-KEYS: tuple[tuple[str, str], ...] = (
-    ("← →", "previous / next query token"),
-    ("↑ ↓", "next / previous layer"),
-    ("[ ]", "previous / next head"),
-    ("v", "next view: token heatmap → head table → matrix of one head"),
-    ("1 2 3", "token heatmap / head table / matrix of one head (a long text: compact rows / head table)"),
-    ("n", "show each weight as a number (on / off)"),
-    ("w", "words: pieces merged, keys summed and query rows averaged (on / off)"),
-    ("s", "special tokens set aside as keys, rows renormalised over the rest (on / off)"),
-    ("m", "the mean over the heads, as one more row after the heads (on / off)"),
-    ("o", "measure: the weights α, or the norms ‖α·f(x)‖ as each row's shares (Kobayashi et al. 2020)"),
-    ("/", "type a new sentence (Enter runs it through the loaded model, Esc cancels)"),
-    ("e", "export the current view to a PNG file (the head table exports its layer's heatmap)"),
-    ("PgUp PgDn Home End", "scroll a view taller than the screen"),
-    ("?", "this list (Esc or ? closes it)"),
-    ("q", "quit"),
-)
+from textual.widgets import Input
 
 
 class Lines(ScrollView, can_focus=False):
@@ -81,11 +31,16 @@ class Lines(ScrollView, can_focus=False):
         self.strips = strips
         width = max((strip.cell_length for strip in strips), default=0)
         size = Size(width, len(strips))
-        update = getattr(self, "_scroll_update", None)  # textual 8's (private): else the reactive
+        # textual (8.2) has no public call that does this: the virtual_size reactive lays the
+        # whole screen out on every change (layout=True: ~20 ms a key between a long text's
+        # views, whose heights differ by a line or two; one more layout a key and +3.4 ms of
+        # CPU on the example's 13-row view); set_reactive or a layout=False reactive leave the
+        # scroll bars as they were (one stays on a view that fits); scroll_to(...,
+        # immediate=True) moves the offset only. _scroll_update (private, as in textual's own
+        # OptionList) sets the bars in place, and one that comes or goes asks for a layout
+        # itself. Without it (another textual): the reactive, correct and slower.
+        update = getattr(self, "_scroll_update", None)
         if size != self.virtual_size and update is not None:
-            # Not through the reactive, which lays the whole screen out again (~20 ms a key
-            # between a long text's views, whose heights differ by a line or two): the scroll
-            # bars are set in place, and one that comes or goes asks for a layout itself.
             self.set_reactive(Lines.virtual_size, size)
             update(size)
         else:
@@ -112,29 +67,6 @@ class Lines(ScrollView, can_focus=False):
             return Strip.blank(width, self._style)
         # The widget's colours under the lines' own (cached per style by textual).
         return self.strips[index].apply_style(self._style).crop_extend(scroll_x, scroll_x + width, self._style)
-
-
-class KeysScreen(ModalScreen[None]):
-    """The list of keys (``?``)."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "dismiss", "close"),
-        Binding("question_mark", "dismiss", "close"),
-        Binding("q", "dismiss", "close"),
-    ]
-    DEFAULT_CSS = """
-    KeysScreen { align: center middle; }
-    #keys { width: auto; max-width: 100%; height: auto; border: round $primary; padding: 0 1; }
-    """
-
-    def compose(self) -> ComposeResult:
-        text = Text("attnviz explore: keys\n\n", style="bold")
-        width = max(len(k) for k, _ in KEYS)
-        for key, what in KEYS:
-            text.append(key.ljust(width + 2), style="bold")
-            text.append(what + "\n")
-        text.append("\nNo mouse needed; works over SSH. NO_COLOR draws shade glyphs instead of colours.", style="dim")
-        yield Static(text, id="keys")
 
 
 # The longest sentence the / prompt takes. textual's Input redraws its whole value on
