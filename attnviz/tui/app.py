@@ -176,7 +176,7 @@ class ExploreApp(App[None]):
     def on_mount(self) -> None:
         # What is alive now (torch, the model, textual) outlives the session: frozen out of
         # the collector's reach, a full collection scans only what the session makes.
-        # Measured (bench/explore_latency.py --rounds 6, 52 s of keys and new sentences):
+        # Measured (bench/explore_gc.py, --rounds 6: 52 s of keys and new sentences):
         # without this freeze and _settle's, 8-9 full collections at ~104 ms of CPU each,
         # each stalling the app (it holds the GIL); with them, none. The price: cycles that
         # die later (textual's strip caches, ~4 MiB after 20 sentences, no weights) stay
