@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
-    from ..attention import Ablation
+    from ..attention import Ablation, MultiHeadAttention
 
 
 def score_terms(files: ModelFiles) -> tuple[str, ...]:
@@ -137,6 +137,19 @@ class Engine(Protocol):
         ``ablate`` (layer, Ablation): the heads ``Ablation.heads`` of that layer of ``part``
         (None: the only stack, or the encoder) removed before W^O, one batch element per
         head (B = len(heads)); B = 1 without it.
+        """
+        ...
+
+    def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
+        """Our own attention modules (``attention.MultiHeadAttention``) of ``part`` (None:
+        the only stack, or the encoder), each with its name in the model, in layer order.
+        A module is listed once, however many layers call it (ALBERT's shared block: one
+        module, called once per layer). A forward pre-hook on one sees the inputs of each
+        of its calls, its ``request`` included (``explain``, ``keptrows``). [] for the hf
+        engine: transformers computes its attention in its own code, not in these modules.
+
+        Raises:
+            UsageError: a part the model does not have.
         """
         ...
 

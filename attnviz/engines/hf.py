@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
-    from ..attention import Ablation
+    from ..attention import Ablation, MultiHeadAttention
     from ..models import ModelFiles
 
 
@@ -245,6 +245,11 @@ class HFEngine(EngineBase):
 
         shape = self.part_shape(part)  # refuses a part the model does not have
         return output_projections(self.model, part or "encoder", shape.num_layers)
+
+    def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
+        """[]: transformers computes attention in its own modules, not ours."""
+        self.part_shape(part)  # refuses a part the model does not have
+        return []
 
     def final_hidden(
         self,
