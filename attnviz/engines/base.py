@@ -153,6 +153,14 @@ class Engine(Protocol):
         """
         ...
 
+    def running(self) -> contextlib.AbstractContextManager[None]:
+        """Around one or more passes: what the model must be set to while they run, put
+        back afterwards. The hf engine over a model in memory (``inmemory.from_model``)
+        switches the caller's model to eager attention (sdpa and flash attention return no
+        weights) and eval mode (no dropout), and restores both; a model an engine loaded
+        itself, and our own stacks, need nothing."""
+        ...
+
 
 class EngineBase(HasShape):
     """What both engines share; a subclass sets ``model``, ``shape`` and ``max_positions``."""
@@ -253,6 +261,10 @@ class EngineBase(HasShape):
             )
         d = self.decoder_shape
         return ModelShape(d.num_layers, d.num_heads, d.num_kv_heads, causal=part == "decoder")
+
+    def running(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to set: the model runs as it is (see ``Engine.running``)."""
+        return contextlib.nullcontext()
 
     model: Any  # the torch module: the subclass's, not the protocol's
     _sizes: ModelSizes | None = None
