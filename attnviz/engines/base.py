@@ -6,7 +6,10 @@ engines share (tokenizing, parts of an encoder-decoder, padding, provenance).
 
 Callers use this protocol and nothing else: the weights' sizes the memory estimate
 needs are ``sizes`` (numbers), the tokenizer is ``tokenizer``, the length limit is
-``max_positions``. torch is imported inside the functions.
+``max_positions``; our attention modules, for the callers that hook them (explain, the
+kept rows), are ``attention_modules``, W^O and the last hidden states for ablation
+``output_projections`` and ``final_hidden``, and what a model in memory must be set to
+while it runs is ``running``. torch is imported inside the functions.
 """
 
 from __future__ import annotations
