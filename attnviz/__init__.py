@@ -95,10 +95,10 @@ def inspect(
     if model is None or isinstance(model, (str, os.PathLike)):
         eng = load_engine(engine, None if model is None else os.fspath(model), device, dtype or "float32")
         return run(sentence, eng, selection, pair=pair, target=target, max_memory=budget).attention
-    from .engines.inmemory import from_model, running
+    from .engines.inmemory import from_model
 
     eng = from_model(model, tokenizer, engine, device, dtype)
-    with running(eng):
+    with eng.running():
         return run(sentence, eng, selection, pair=pair, target=target, max_memory=budget).attention
 
 
@@ -122,7 +122,7 @@ def widget(
     the weights computed. What the engine refuses (an empty text, one over the model's
     positions, a page over the size budget) is a message in the widget.
     """
-    from .engines.inmemory import from_model, running
+    from .engines.inmemory import from_model
     from .pipeline import Selection, plan, read
     from .render.html import check_page_size
     from .render.notebook import widget as make
@@ -138,7 +138,7 @@ def widget(
     def run(new: str) -> Attention:
         planned = plan(new, eng, selection)
         check_page_size(len(planned.layers), eng.shape.num_heads, len(planned.tokens))  # before the pass
-        with running(eng):
+        with eng.running():
             return read(planned, eng).attention
 
     return make(run, text, view=view, token=token)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ from .errors import EngineError, UsageError
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from .attention import MultiHeadAttention
     from .engines import Engine
     from .result import Provenance
     from .tokens import Tokens
@@ -214,16 +215,13 @@ def check_family(model_type: str, score_terms: tuple[str, ...]) -> None:
 
 
 @contextmanager
-def _caught(model: Any, layer: int) -> Iterator[dict[str, Any]]:
-    """Catch the ``layer``-th self-attention call of ``model``: its module and inputs."""
-    from .norms import attention_modules, part_of
-
+def _caught(modules: Sequence[tuple[str, MultiHeadAttention]], layer: int) -> Iterator[dict[str, Any]]:
+    """Catch the ``layer``-th call of the attention ``modules`` (one stack's, each once,
+    ``Engine.attention_modules``): its module and inputs."""
     caught: dict[str, Any] = {}
     count = [0]
     handles = []
-    for name, module in attention_modules(model):
-        if part_of(name) != "encoder":
-            continue
+    for name, module in modules:
 
         def hook(m: Any, args: tuple[Any, ...], kwargs: dict[str, Any], name: str = name) -> None:
             if count[0] == layer:
@@ -239,10 +237,12 @@ def _caught(model: Any, layer: int) -> Iterator[dict[str, Any]]:
 
 
 def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, key: int | None = None) -> Explanation:
-    """Head ``head`` of layer ``layer`` for the token at ``query``, step by step (own engine).
+    """Head ``head`` of layer ``layer`` for the token at ``query``, step by step (an engine
+    whose attention runs in our own modules: ``Engine.attention_modules``, the own engine).
 
     Raises:
-        UsageError: the engine is not the own engine, or a family explain does not cover.
+        UsageError: the engine has no attention modules of ours (hf; facts: reason
+            "explain_engine"), or a family explain does not cover.
         EngineError: the recomputed weights disagree with the module's (a bug).
     """
     import torch
@@ -252,13 +252,13 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
     from .norms import Projections, recording, transformed_values
     from .rows import RowRequest
 
-    model = getattr(engine, "model", None)
-    if engine.name != "own" or model is None:
+    modules = engine.attention_modules()  # the only stack's, or the encoder's; [] for hf
+    if not modules:
         raise UsageError("explain reads our own attention modules", reason="explain_engine")
     check_head(engine.num_layers, engine.shape.num_heads, layer, head)
     # 1. The forward pass up to the layer, the module's inputs caught on the way (on the
     # threads its work calls for, as show's pass: the whole pool on a busy machine spins).
-    with _caught(model, layer) as caught, cpu_threads_for(engine, len(tokens)):
+    with _caught(modules, layer) as caught, cpu_threads_for(engine, len(tokens)):
         engine.forward(tokens, (layer,), (query,))
     if "module" not in caught:
         raise UsageError(
@@ -286,7 +286,7 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
     with (
         torch.inference_mode(),
         cpu_threads_for(engine, len(tokens)),
-        recording(model, keep_values=True, projections=[one]) as rec,
+        recording(None, keep_values=True, projections=[one]) as rec,
     ):
         out, weights = m(**args)  # (1, L, E), (1, H, 1, S)
     q_all, k_all, v = seen["q"], seen["k"], rec.values[0]  # (1, H, L, D), (1, G, S, D), (1, G, S, D)

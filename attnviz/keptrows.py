@@ -15,9 +15,10 @@ checked against a budget before the pass.
 ``capture`` records, during one pass, what each of our attention modules hands its request
 (rows.RowRequest); ``KeptRows`` answers later queries from it. The value norms of the norm
 measure (attnviz.norms, Kobayashi et al. 2020) are recorded in the same pass, so norm rows
-α·‖f(x)‖ need no pass either. What cannot be kept this way (another engine, score modifiers
-such as soft-capping or sink logits, which the fused request sends to the eager function,
-or q and k over the budget) leaves ``KeptRows`` unmade: callers run a pass per query set.
+α·‖f(x)‖ need no pass either. What cannot be kept this way (an engine without our attention
+modules, ``Engine.attention_modules``: the hf engine; score modifiers such as soft-capping
+or sink logits, which the fused request sends to the eager function; q and k over the
+budget) leaves ``KeptRows`` unmade: callers run a pass per query set.
 
 Shape legend as in rows.py: N layers, B batch, H query heads, G key/value heads, R asked
 rows, S keys, D head dim. torch + stdlib only.
@@ -80,30 +81,29 @@ class _Recorder:
 
 def kept_bytes(engine: Engine, layers: Sequence[int], num_tokens: int) -> int | None:
     """Bytes that q and k of ``layers`` take at ``num_tokens`` tokens (None: not our
-    attention modules, nothing can be kept)."""
-    from .norms import attention_modules
-
-    model = getattr(engine, "model", None)
-    if engine.name != "own" or model is None or engine.parts:
+    attention modules (``Engine.attention_modules``), or an encoder-decoder: nothing can
+    be kept)."""
+    if engine.parts:
         return None
-    modules = attention_modules(model)
+    modules = engine.attention_modules()
     if not modules:
         return None
     m = modules[0][1]
-    item = next(model.parameters()).element_size()
+    item = next(m.parameters()).element_size()  # q and k are made in its weights' dtype
     return len(layers) * (m.n_heads + m.n_kv_heads) * num_tokens * m.head_dim * item
 
 
 @contextmanager
 def capture(engine: Engine, active: bool = True) -> Iterator[Capture]:
-    """Record, inside the block, what every attention call of ``engine``'s model hands its
-    request, and the value norms (``norms.recording``). Nothing of the pass changes;
-    ``active=False`` (or another engine) records nothing."""
-    from .norms import attention_modules, recording
+    """Record, inside the block, what every call of ``engine``'s attention modules (the
+    only stack's, or the encoder's: ``Engine.attention_modules``) hands its request, and
+    the value norms (``norms.recording``). Nothing of the pass changes; ``active=False``
+    (or an engine without our modules) records nothing."""
+    from .norms import own_projections, recording
 
     into = Capture()
-    model = getattr(engine, "model", None)
-    if not active or engine.name != "own" or model is None:
+    modules = engine.attention_modules() if active else []
+    if not modules:
         yield into
         return
 
@@ -112,9 +112,9 @@ def capture(engine: Engine, active: bool = True) -> Iterator[Capture]:
             kwargs = {**kwargs, "request": _Recorder(kwargs["request"], into)}
         return args, kwargs
 
-    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for _, m in attention_modules(model)]
+    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for _, m in modules]
     try:
-        with recording(model) as record:
+        with recording(None, projections=own_projections(modules)) as record:
             yield into
         into.norms = record.part(None)
     finally:

@@ -189,26 +189,40 @@ class Projections:
         return out.view(b, s, -1, d).transpose(1, 2)  # (B, G, S, D)
 
 
-def own_projections(model: nn.Module) -> list[Projections]:
-    """Our models' attention modules, each with its part."""
-    return [Projections(name, part_of(name), m.v_proj, m.o_proj, m.n_heads) for name, m in attention_modules(model)]
+def own_projections(modules: Iterable[tuple[str, MultiHeadAttention]]) -> list[Projections]:
+    """Our attention modules by name (``attention_modules``, ``Engine.attention_modules``),
+    each with its part."""
+    return [Projections(name, part_of(name), m.v_proj, m.o_proj, m.n_heads) for name, m in modules]
 
 
 @contextmanager
 def recording(
-    model: nn.Module, keep_values: bool = False, projections: list[Projections] | None = None, active: bool = True
+    model: nn.Module | None,
+    keep_values: bool = False,
+    projections: list[Projections] | None = None,
+    active: bool = True,
 ) -> Iterator[Recording]:
     """Record the value norms of every attention call of ``model`` inside the block.
 
     A forward hook on each attention's value projection reads the values where the layer
     makes them ((B, S, G·D), split as the module splits them), so the norms cost a (D, D)
     product per key and head, and nothing of the forward pass changes. ``projections``
-    default to our own modules (``own_projections``); the hf engine passes transformers'.
-    ``active=False`` records nothing (the weight measure), so callers need one code path.
+    default to our own modules of ``model`` (``own_projections``); the hf engine passes
+    transformers', and a caller with our modules from ``Engine.attention_modules`` theirs
+    (``model`` None). ``active=False`` records nothing (the weight measure), so callers
+    need one code path.
+
+    Raises:
+        ValueError: neither a model nor projections.
     """
+    if projections is not None:
+        chosen = projections if active else []
+    elif model is not None:
+        chosen = own_projections(attention_modules(model)) if active else []
+    else:
+        raise ValueError("recording needs a model or its projections")
     record = Recording()
     handles = []
-    chosen = [] if not active else own_projections(model) if projections is None else projections
     for p in chosen:
 
         def hook(_: nn.Module, __: object, out: Tensor, p: Projections = p) -> None:

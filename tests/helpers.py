@@ -6,9 +6,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from attnviz.engines import Engine
+
 from .conftest import EXAMPLE
 
-__all__ = ["EXAMPLE", "inspect", "one_error_line", "save_tiny_bert"]
+__all__ = ["EXAMPLE", "PROTOCOL", "ProtocolOnly", "inspect", "one_error_line", "save_tiny_bert"]
+
+# The names the Engine protocol declares: its methods and properties, and its attributes.
+PROTOCOL = frozenset(n for n in vars(Engine) if not n.startswith("_")) | frozenset(Engine.__annotations__)
+
+
+class ProtocolOnly:
+    """An engine that is the Engine protocol and nothing more: the names the protocol
+    declares, read from a real engine; any other (``model``, ``_ids``, ``type_vocab_size``)
+    is missing, and its name is neither "own" nor "hf". What a caller does through it, it
+    does through the protocol alone."""
+
+    name = "protocol-only"
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    def __getattr__(self, key: str) -> Any:
+        if key not in PROTOCOL:
+            raise AttributeError(f"{key!r} is not in the Engine protocol")
+        return getattr(self._engine, key)
 
 
 def inspect(

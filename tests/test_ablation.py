@@ -15,9 +15,10 @@ import torch
 
 from attnviz.ablation import Runner, ablate_text, batch_size, passes
 from attnviz.attention import Ablation, ablate_heads
-from attnviz.engines import Engine, load_engine
+from attnviz.engines import load_engine
 from attnviz.models import resolve
 from tests.conftest import EXAMPLE
+from tests.helpers import ProtocolOnly
 from tests.tiny_models import SPECS_BY_NAME, save_tiny
 
 TOL = 1e-5
@@ -293,24 +294,6 @@ def test_tiny_encoder_decoders_match_transformers(
 
 
 # --- the Engine protocol is all ablation needs ------------------------------------------
-
-PROTOCOL = frozenset(n for n in vars(Engine) if not n.startswith("_")) | frozenset(Engine.__annotations__)
-
-
-class ProtocolOnly:
-    """An engine that is the Engine protocol and nothing more: the names the protocol
-    declares, read from a real engine; any other (``model``, ``_ids``, ``type_vocab_size``)
-    is missing, and its name is neither "own" nor "hf"."""
-
-    name = "protocol-only"
-
-    def __init__(self, engine: Any) -> None:
-        self._engine = engine
-
-    def __getattr__(self, key: str) -> Any:
-        if key not in PROTOCOL:
-            raise AttributeError(f"{key!r} is not in the Engine protocol")
-        return getattr(self._engine, key)
 
 
 @pytest.mark.parametrize("engine_name", ["own", "hf"])

@@ -22,10 +22,11 @@ import pytest
 import torch
 
 from attnviz.engines import Engine, load_engine
+from attnviz.errors import UsageError
 from attnviz.explain import explain
 
 from .conftest import EXAMPLE
-from .helpers import one_error_line
+from .helpers import ProtocolOnly, one_error_line
 from .tiny_models import SENTENCES, SPECS, Spec, save_tiny
 
 TOL = 1e-5
@@ -157,6 +158,25 @@ def test_the_example_moves_from_weight_to_norm(own_engine: Engine) -> None:
         norm_share = x.contribution / x.contribution.sum()
         assert norm_share[animal] > x.weights[animal] + 0.05
         assert norm_share[0] < x.weights[0] / 5  # [CLS]
+
+
+def test_explain_needs_nothing_beyond_the_engine_protocol(own_engine: Engine, hf_engine: Engine) -> None:
+    """explain finds our attention modules through ``Engine.attention_modules``: a wrapper
+    that is the protocol and nothing more (no ``model``, its name not "own") explains as
+    the own engine does, and the hf engine, with no module of ours, is refused as before."""
+    tokens = own_engine.tokenize(EXAMPLE)
+    it, animal = tokens.labels.index("it"), tokens.labels.index("animal")
+    want = explain(own_engine, tokens, it, 3, 1, animal)
+    got = explain(ProtocolOnly(own_engine), tokens, it, 3, 1, animal)
+    for field in ("q", "k", "weights", "value_norms", "output", "attention_output", "head_shares"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=field)
+    assert got.neuron is not None and want.neuron is not None
+    np.testing.assert_array_equal(got.neuron.products, want.neuron.products)
+    for engine in (hf_engine, ProtocolOnly(hf_engine)):
+        with pytest.raises(UsageError) as refused:
+            explain(engine, tokens, it, 3, 1)
+        assert refused.value.message == "explain reads our own attention modules"
+        assert refused.value.facts == {"reason": "explain_engine"}
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

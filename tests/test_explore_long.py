@@ -21,7 +21,7 @@ from attnviz.tui.app import ExploreApp
 from attnviz.tui.long import ROW_WINDOW, RowSource, long_reading, values_top_keys, window_of
 from attnviz.tui.views import explore_reading, head_table, strips
 
-from .helpers import inspect
+from .helpers import ProtocolOnly, inspect
 
 pytestmark = pytest.mark.anyio
 
@@ -202,6 +202,30 @@ def test_kept_keys_give_the_rows_and_norms_of_a_forward_pass(model: Path, refere
                 np.testing.assert_allclose(got.weights, want.weights, rtol=1e-5, atol=1e-6)
         weights = source(queries).weights
         np.testing.assert_allclose(weights, reference[:, :, list(queries)], atol=1e-5)
+
+
+def test_kept_rows_need_nothing_beyond_the_engine_protocol(model: Path) -> None:
+    """keptrows finds our attention modules through ``Engine.attention_modules``: a wrapper
+    that is the protocol and nothing more keeps q and k, 2 layers × (4 + 2) heads × N
+    tokens × 8 dims × 4 bytes, and answers from them as the engine's own pass does; the hf
+    engine, with no module of ours, keeps nothing and records nothing."""
+    from attnviz.keptrows import capture, kept_bytes
+
+    engine = load_engine("own", str(model), "cpu")
+    tokens = engine.tokenize(TEXT)
+    bare = ProtocolOnly(engine)
+    assert kept_bytes(bare, range(LAYERS), N) == kept_bytes(engine, range(LAYERS), N) == LAYERS * 6 * N * 8 * 4
+    source = RowSource(bare, tokens, (0, 1), budget=BUDGET)
+    source(window_of(0, N))
+    assert source.kept and source.kept_size == LAYERS * 6 * N * 8 * 4
+    for measure in ("weight", "norm"):
+        want = inspect(TEXT, engine, queries=(7, 400), measure=measure)
+        np.testing.assert_allclose(source((7, 400), measure).weights, want.weights, rtol=1e-5, atol=1e-6)
+    hf = load_engine("hf", str(model), "cpu")
+    assert kept_bytes(hf, range(LAYERS), N) is None
+    with capture(hf) as caught:
+        inspect(TEXT, hf, queries=(7,))
+    assert caught.calls == [] and caught.norms is None
 
 
 _OPTIONS = [  # keys pressed in the explorer, and the CLI's options for the same reading

@@ -205,6 +205,37 @@ def test_choose_part_defaults_and_refusals(engines: dict[str, tuple[Engine, Engi
         choose_part(own_engine, None, True)
 
 
+@pytest.mark.parametrize("name", ["t5", "bart"])
+def test_each_parts_attention_modules_make_that_parts_weights(
+    name: str, engines: dict[str, tuple[Engine, Engine]], own_engine: Engine
+) -> None:
+    """``attention_modules(part)``: the modules whose calls, in order, return the weights
+    of that part's layers; none for the hf engine; a part the model lacks refused."""
+    own, hf = engines[name]
+    source, target = PAIRS[0]
+    made: dict[str, list[torch.Tensor]] = {part: [] for part in own.parts}
+    handles = [
+        m.register_forward_hook(lambda _, __, out, part=part: made[part].append(out[1]))
+        for part in own.parts
+        for _, m in own.attention_modules(part)
+    ]
+    try:
+        out = own.forward_seq2seq(own.tokenize(source), own.tokenize_target(target))
+    finally:
+        for handle in handles:
+            handle.remove()
+    want = {"encoder": out.encoder.attentions, "decoder": out.decoder.attentions, "cross": out.cross}
+    for part in own.parts:
+        assert len(own.attention_modules(part)) == own.part_shape(part).num_layers, part
+        assert len(made[part]) == len(want[part]), part
+        for layer, (a, b) in enumerate(zip(made[part], want[part], strict=True)):
+            assert torch.equal(a, b), (part, layer)
+        assert hf.attention_modules(part) == []
+    assert own.attention_modules() == own.attention_modules("encoder")
+    with pytest.raises(UsageError, match="not an encoder-decoder"):
+        own_engine.attention_modules("cross")
+
+
 def test_cross_attention_survives_json_and_npz(engines: dict[str, tuple[Engine, Engine]], tmp_path: Path) -> None:
     own, _ = engines["t5"]
     att = inspect(PAIRS[0][0], own, layers=[1], target=PAIRS[0][1], part="cross")

@@ -6,7 +6,10 @@ engines share (tokenizing, parts of an encoder-decoder, padding, provenance).
 
 Callers use this protocol and nothing else: the weights' sizes the memory estimate
 needs are ``sizes`` (numbers), the tokenizer is ``tokenizer``, the length limit is
-``max_positions``. torch is imported inside the functions.
+``max_positions``; our attention modules, for the callers that hook them (explain, the
+kept rows), are ``attention_modules``, W^O and the last hidden states for ablation
+``output_projections`` and ``final_hidden``, and what a model in memory must be set to
+while it runs is ``running``. torch is imported inside the functions.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ if TYPE_CHECKING:
 
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
-    from ..attention import Ablation
+    from ..attention import Ablation, MultiHeadAttention
 
 
 def score_terms(files: ModelFiles) -> tuple[str, ...]:
@@ -140,6 +143,27 @@ class Engine(Protocol):
         """
         ...
 
+    def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
+        """Our own attention modules (``attention.MultiHeadAttention``) of ``part`` (None:
+        the only stack, or the encoder), each with its name in the model, in layer order.
+        A module is listed once, however many layers call it (ALBERT's shared block: one
+        module, called once per layer). A forward pre-hook on one sees the inputs of each
+        of its calls, its ``request`` included (``explain``, ``keptrows``). [] for the hf
+        engine: transformers computes its attention in its own code, not in these modules.
+
+        Raises:
+            UsageError: a part the model does not have.
+        """
+        ...
+
+    def running(self) -> contextlib.AbstractContextManager[None]:
+        """Around one or more passes: what the model must be set to while they run, put
+        back afterwards. The hf engine over a model in memory (``inmemory.from_model``)
+        switches the caller's model to eager attention (sdpa and flash attention return no
+        weights) and eval mode (no dropout), and restores both; a model an engine loaded
+        itself, and our own stacks, need nothing."""
+        ...
+
 
 class EngineBase(HasShape):
     """What both engines share; a subclass sets ``model``, ``shape`` and ``max_positions``."""
@@ -240,6 +264,10 @@ class EngineBase(HasShape):
             )
         d = self.decoder_shape
         return ModelShape(d.num_layers, d.num_heads, d.num_kv_heads, causal=part == "decoder")
+
+    def running(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to set: the model runs as it is (see ``Engine.running``)."""
+        return contextlib.nullcontext()
 
     model: Any  # the torch module: the subclass's, not the protocol's
     _sizes: ModelSizes | None = None

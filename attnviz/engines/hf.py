@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
-    from ..attention import Ablation
+    from ..attention import Ablation, MultiHeadAttention
     from ..models import ModelFiles
 
 
@@ -45,7 +45,7 @@ class HFEngine(EngineBase):
     ) -> None:
         """transformers' model of the checkpoint ``files``, loaded with eager attention; or
         ``model``, a transformers base model in memory (engines/inmemory.py), used as it is:
-        the caller switches it to eager attention around each run (``inmemory.running``)."""
+        the caller switches it to eager attention around each run (``running``)."""
         super().__init__(files, device, dtype, tokenizer)
         self.in_memory = model is not None
         if model is not None:
@@ -245,6 +245,21 @@ class HFEngine(EngineBase):
 
         shape = self.part_shape(part)  # refuses a part the model does not have
         return output_projections(self.model, part or "encoder", shape.num_layers)
+
+    def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
+        """[]: transformers computes attention in its own modules, not ours."""
+        self.part_shape(part)  # refuses a part the model does not have
+        return []
+
+    def running(self) -> contextlib.AbstractContextManager[None]:
+        """A model in memory (``in_memory``): eager attention and eval mode for the block,
+        the caller's settings restored after (``hf_model.eager_for_the_call``). A model this
+        engine loaded is eager and in eval mode already: nothing."""
+        if not self.in_memory:
+            return contextlib.nullcontext()
+        from .hf_model import eager_for_the_call
+
+        return eager_for_the_call(self.model)
 
     def final_hidden(
         self,

@@ -6,9 +6,9 @@ tokenizer, as a notebook holds them after ``from_pretrained`` (no disk round tri
                                           (views of the module's weights, no copy unless a
                                           family must transpose, or another device/dtype
                                           is asked)
-    from_model(model, tokenizer, "hf")    the module itself; ``running(engine)`` switches
-                                          it to eager attention and eval mode for a run
-                                          and restores both afterwards
+    from_model(model, tokenizer, "hf")    the module itself; ``engine.running()``
+                                          switches it to eager attention and eval mode
+                                          for a run and restores both afterwards
 
 The same checks as the path loader run first (``checkpoint.validate_config`` on the
 config, ``checkpoint.check_tensors`` on the weights), and what attnviz cannot read is
@@ -18,8 +18,6 @@ never imported here: the model brought them, and its objects are duck-typed.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -193,18 +191,3 @@ def from_model(model: Any, tokenizer: Any, name: str = "own", device: str = "aut
     if getattr(base, "config", None) is None:
         raise ModelLoadError(f"{files.spec} has no base model to read attention from", hint=ACCEPTED)
     return HFEngine(files, dev, torch_dtype, model=base, tokenizer=tok)
-
-
-@contextlib.contextmanager
-def running(engine: Engine) -> Iterator[None]:
-    """Around one run of an hf engine over a model in memory: eager attention (sdpa and
-    flash attention return no weights) and eval mode (no dropout), both restored after.
-    Nothing for any other engine."""
-    model = getattr(engine, "model", None)
-    if not getattr(engine, "in_memory", False) or model is None:
-        yield
-        return
-    from .hf_model import eager_for_the_call
-
-    with eager_for_the_call(model):
-        yield

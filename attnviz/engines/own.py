@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from ..architectures.base import AttnModel, ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
-    from ..attention import Ablation
+    from ..attention import Ablation, MultiHeadAttention
     from ..models import ModelFiles
 
 
@@ -119,6 +119,14 @@ class OwnEngine(EngineBase):
             return [getattr(block, name).o_proj for block in stack.blocks]
         index = getattr(self.model, "block_index", lambda layer: layer)
         return [self.model.blocks[index(layer)].attn.o_proj for layer in range(shape.num_layers)]
+
+    def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
+        """Our modules (``norms.attention_modules``), those of ``part`` told by their names
+        (``norms.part_of``: an encoder-decoder's decoder self- and cross-attention)."""
+        from ..norms import attention_modules, part_of
+
+        self.part_shape(part)  # refuses a part the model does not have
+        return [(name, m) for name, m in attention_modules(self.model) if part_of(name) == (part or "encoder")]
 
     def final_hidden(
         self,
