@@ -39,6 +39,7 @@ MAX_PASSES = 20_000  # heads --ablate runs past this many forward passes only wi
 if TYPE_CHECKING:
     from ..corpus.scan import ScanReport
     from ..corpus.sources import CorpusText
+    from ..engines import Engine
 
 
 @app.command(epilog=example("attnviz heads --probe induction --probe-texts 20 --top 5"))
@@ -261,7 +262,7 @@ def _check_ablation(
         )
 
 
-def _corpus_means(eng: Any, items: Iterator[CorpusText], options: Any) -> tuple[Iterator[CorpusText], Any]:
+def _corpus_means(eng: Engine, items: Iterator[CorpusText], options: Any) -> tuple[Iterator[CorpusText], Any]:
     """Mean-ablation over a corpus: each head's mean output over all its tokens, from one
     unablated pass a text first (the texts are held for the second reading)."""
     from dataclasses import replace
@@ -270,7 +271,7 @@ def _corpus_means(eng: Any, items: Iterator[CorpusText], options: Any) -> tuple[
     from ..tokens import tokenize
 
     held = list(items)
-    limit = getattr(eng, "max_positions", None)
+    limit = eng.max_positions
     tokens = [item.tokens or tokenize(eng.tokenizer, item.text) for item in held]
     usable = [t for t in tokens if limit is None or len(t) <= limit]
     return iter(held), replace(options, fill=corpus_head_means(eng, usable))

@@ -169,6 +169,9 @@ class EngineBase(HasShape):
     """What both engines share; a subclass sets ``model``, ``shape`` and ``max_positions``."""
 
     name = "?"
+    # Whether a forward pass keeps every layer's full (H, S, S) weights (transformers'
+    # eager attention does; our stacks keep the asked rows): the memory estimate's input.
+    full_matrices = False
     max_positions: int | None = None
     shape: ModelShape
     # Encoder-decoders: the parts whose attention can be shown (PARTS), and the decoder's
@@ -277,7 +280,7 @@ class EngineBase(HasShape):
         """The loaded model in numbers, counted once: weight bytes and parameters, the
         widest linear layer's outputs (activations scale with it), the dtype's size."""
         if self._sizes is None:
-            self._sizes = module_sizes(self.model, self.dtype, full_matrices=self.name == "hf")
+            self._sizes = module_sizes(self.model, self.dtype, full_matrices=self.full_matrices)
         return self._sizes
 
     def _ids(self, tokens: Tokens) -> torch.Tensor:

@@ -33,6 +33,7 @@ class HFEngine(EngineBase):
     """The transformers model's own heads (eager attention, ``output_attentions=True``)."""
 
     name = "hf"
+    full_matrices = True  # eager attention returns every layer's (H, S, S)
 
     def __init__(
         self,
