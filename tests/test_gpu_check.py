@@ -81,3 +81,27 @@ def test_bundle_is_the_default_model_in_float16_where_its_package_is_missing(tmp
     assert 0 < float((a - b).abs().max()) < 5e-3  # float16 weights, computed in float32
     animal = stand_in["tokens"].index("animal")
     assert int(a[3, 1].argmax()) == int(a[5, 11].argmax()) == animal
+
+
+def test_the_8b_shape_builds_and_runs_on_the_meta_device() -> None:
+    """The GPU column's own model at its real shape (Llama-3-8B: 32 layers, 32 query heads
+    over 8 key/value heads, hidden 4096, Llama 3.1 rotary scaling), built and run on the
+    meta device: no memory, but every shape and the layer loop checked before a GPU is lent."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    config = gpu_check.LLAMA3_8B
+    model = gpu_check.build_own(config, torch.device("meta"), torch.bfloat16)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    # LlamaModel's parameters (no LM head): embeddings, 32 layers, the final norm.
+    e, f, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    kv = config["num_key_value_heads"] * config["head_dim"]
+    per_layer = e * e * 2 + e * kv * 2 + 3 * e * f + 2 * e
+    assert sum(p.numel() for p in model.parameters()) == config["vocab_size"] * e + layers * per_layer + e
+    ids = torch.zeros(1, 64, dtype=torch.long, device="meta")
+    with torch.inference_mode():
+        rows = gpu_check._run("own", model, ids, layers)
+    assert tuple(rows.shape) == (layers, config["num_attention_heads"], 1, 64)
