@@ -11,6 +11,7 @@ from attnviz.engines import load_engine
 from attnviz.errors import ModelLoadError
 
 from .helpers import EXAMPLE, save_tiny_bert
+from .tiny_models import Spec, _config, build_tiny
 
 SENTENCES = [
     EXAMPLE,
@@ -69,24 +70,32 @@ def test_tiny_random_bert_through_the_loading_path(tmp_path: Path, seed: int) ->
         assert hid <= 1e-5
 
 
-def test_tiny_bert_with_gelu_new_and_prefixed_weights(tmp_path: Path) -> None:
-    """A BertForMaskedLM checkpoint stores 'bert.'-prefixed names and an LM head we ignore."""
-    import shutil
-
-    from transformers import BertConfig, BertForMaskedLM
-
-    from attnviz.models import packaged_model_dir
-
-    torch.manual_seed(5)
-    config = BertConfig(
+# BERT's own vocabulary size (the packaged tokenizer's), gelu_new, transformers' default
+# initializer_range; 5 heads of 6 dims, 3 layers.
+GELU_NEW_BERT = Spec(
+    "bert-gelu-new",
+    "bert",
+    _config(
+        "BertConfig",
         hidden_size=30,
         num_hidden_layers=3,
         num_attention_heads=5,
         intermediate_size=40,
         hidden_act="gelu_new",
         max_position_embeddings=40,
-    )
-    BertForMaskedLM(config).save_pretrained(tmp_path)
+    ),
+    "masked",
+    "bert",
+)
+
+
+def test_tiny_bert_with_gelu_new_and_prefixed_weights(tmp_path: Path) -> None:
+    """A BertForMaskedLM checkpoint stores 'bert.'-prefixed names and an LM head we ignore."""
+    import shutil
+
+    from attnviz.models import packaged_model_dir
+
+    build_tiny(GELU_NEW_BERT, seed=5).save_pretrained(tmp_path)
     shutil.copy(packaged_model_dir() / "tokenizer.json", tmp_path)
     own = load_engine("own", str(tmp_path), "cpu")
     hf = load_engine("hf", str(tmp_path), "cpu")

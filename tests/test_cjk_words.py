@@ -19,6 +19,8 @@ from attnviz.errors import TokenNotFoundError
 from attnviz.tokens import find_word, tokenize
 from attnviz.transforms import word_groups
 
+from .tiny_models import Spec, _encoder, build_tiny
+
 ROOT = Path(__file__).resolve().parent.parent
 VOCAB = [
     *("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "council", "##men", "didn", "'", "t", "go"),
@@ -46,22 +48,16 @@ def bert_tokenizer() -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=tok, mask_token="[MASK]", **specials)
 
 
+# The suite's tiny BERT over VOCAB, at transformers' default initializer_range (0.02).
+CJK_BERT = Spec(
+    "cjk-bert", "bert", _encoder("BertConfig", vocab_size=len(VOCAB), initializer_range=0.02), "masked", "bert"
+)
+
+
 @pytest.fixture(scope="module")
 def cjk_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
-    from transformers import BertConfig, BertForMaskedLM
-
     path = tmp_path_factory.mktemp("cjk") / "bert"
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=len(VOCAB),
-        hidden_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=3,
-        intermediate_size=37,
-        max_position_embeddings=64,
-    )
-    BertForMaskedLM(config).save_pretrained(path)
+    build_tiny(CJK_BERT).save_pretrained(path)
     bert_tokenizer().save_pretrained(path)
     return path
 

@@ -18,7 +18,7 @@ from attnviz.render.glyphs import colour, colours
 from attnviz.render.terminal import shade
 
 from .helpers import one_error_line
-from .tiny_models import CORPUS, VOCAB_SIZE, build_tokenizer
+from .tiny_models import CORPUS, Spec, _llama_like, save_tiny
 
 runner = CliRunner()
 WORDS = sorted({w for s in CORPUS for w in re.findall(r"\w+", s.lower())})
@@ -134,29 +134,27 @@ def test_302_token_paragraph_fits_h_plus_12_lines_a_layer(minilm_dir: Path, tmp_
     assert f"@{best} " in line
 
 
-@pytest.fixture(scope="module")
-def long_decoder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A tiny random Llama (12 layers × 16 heads, hidden 32) with room for 4,096 positions."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    directory = tmp_path_factory.mktemp("long-llama")
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=VOCAB_SIZE,
+LONG_LLAMA = Spec(
+    "long-llama",
+    "llama",
+    _llama_like(
+        "LlamaConfig",
         hidden_size=32,
         intermediate_size=24,
         num_hidden_layers=12,
         num_attention_heads=16,
         num_key_value_heads=4,
         max_position_embeddings=4096,
-        initializer_range=0.2,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=None,
-    )
-    LlamaForCausalLM(config).save_pretrained(directory)
-    build_tokenizer("llama").save_pretrained(directory)
+    ),
+    "causal",
+    "llama",
+)
+
+
+@pytest.fixture(scope="module")
+def long_decoder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A tiny random Llama (12 layers × 16 heads, hidden 32) with room for 4,096 positions."""
+    directory = save_tiny(LONG_LLAMA, tmp_path_factory.mktemp("long-llama"))
     text = directory / "prompt.txt"
     text.write_text(_paragraph(4095, seed=1), encoding="utf-8")  # with <s>: 4,096 tokens
     return directory, text

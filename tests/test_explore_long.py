@@ -22,6 +22,7 @@ from attnviz.tui.long import ROW_WINDOW, RowSource, long_reading, values_top_key
 from attnviz.tui.views import explore_reading, head_table, strips
 
 from .helpers import ProtocolOnly, inspect
+from .tiny_models import Spec, _config, build_tiny
 
 pytestmark = pytest.mark.anyio
 
@@ -36,19 +37,35 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+# The model of _decoder below; transformers' default initializer_range (0.02).
+DECODER = Spec(
+    "long-decoder",
+    "llama",
+    _config(
+        "LlamaConfig",
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        bos_token_id=1,
+        eos_token_id=2,
+    ),
+    "causal",
+    "llama",
+)
+
+
 def _decoder(directory: Path) -> Path:
     """A tiny random Llama (2 layers, 4 query heads over 2 kv heads) and a WordPiece
     tokenizer: "w5xy" is three tokens, w5 ##x ##y, so words have pieces."""
-    import torch
     from tokenizers import Tokenizer, pre_tokenizers, processors
     from tokenizers.models import WordPiece
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS,
-                         num_attention_heads=HEADS, num_key_value_heads=2, max_position_embeddings=1024,
-                         bos_token_id=1, eos_token_id=2)  # fmt: skip
-    LlamaForCausalLM(config).save_pretrained(directory)
+    build_tiny(DECODER).save_pretrained(directory)
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "##x": 3, "##y": 4, **{f"w{i}": i + 5 for i in range(59)}}
     tok = Tokenizer(WordPiece(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()

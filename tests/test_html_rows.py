@@ -28,7 +28,7 @@ from attnviz.render.compact import key_bins
 
 from . import browser
 from .helpers import one_error_line
-from .tiny_models import SPECS_BY_NAME, build_tokenizer, save_tiny
+from .tiny_models import SPECS_BY_NAME, Spec, _llama_like, save_tiny
 
 TEXT = "the cat sat on the mat and the dog sat by the door because it was too tired"
 LONG_WORDS = ["the", "cat", "sat", "on", "the", "mat", "and", "the", "dog", "sat", "by", "the", "door"]
@@ -45,29 +45,29 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny(SPECS_BY_NAME["llama"], tmp_path_factory.mktemp("rows") / "llama")
 
 
-@pytest.fixture(scope="module")
-def wide(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Llama 3 8B's layer and head counts (32 layers, 32 query heads over 8 key/value
-    heads) at a tiny width (hidden 64), 4,096 positions: the budget's real shape."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    directory = tmp_path_factory.mktemp("rows") / "wide"
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=101,
+WIDE = Spec(
+    "wide",
+    "llama",
+    _llama_like(
+        "LlamaConfig",
         hidden_size=64,
         intermediate_size=16,
         num_hidden_layers=32,
         num_attention_heads=32,
         num_key_value_heads=8,
         max_position_embeddings=4096,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    LlamaForCausalLM(config).save_pretrained(directory)
-    build_tokenizer("llama").save_pretrained(directory)
-    return directory
+        initializer_range=0.02,  # transformers' default, not the suite's 0.2: as first built
+    ),
+    "causal",
+    "llama",
+)
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Llama 3 8B's layer and head counts (32 layers, 32 query heads over 8 key/value
+    heads) at a tiny width (hidden 64), 4,096 positions: the budget's real shape."""
+    return save_tiny(WIDE, tmp_path_factory.mktemp("rows") / "wide")
 
 
 def embedded(path: Path) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from attnviz.engines import load_engine
 from attnviz.rows import EAGER, RowRequest, attend, attention_rows, chunked_eager, fused_attention
 
 from .helpers import inspect
-from .tiny_models import SPECS, Spec, save_tiny
+from .tiny_models import SPECS, VOCAB_SIZE, Spec, _config, save_tiny
 
 TOL = 1e-5
 
@@ -170,46 +170,28 @@ def test_engine_rows_match_eager_and_transformers(spec: Spec, saved: dict[str, P
     assert len(partial.attentions) == 1 and partial.attentions[0].shape[2] == 1
 
 
-def _long(spec_name: str, model_type: str, head: str, specials: str, make: Any) -> Spec:
-    return Spec(spec_name, model_type, make, head, specials)
-
-
-def _config(cls_name: str, **kwargs: Any) -> Any:
-    def make() -> Any:
-        import transformers
-
-        return getattr(transformers, cls_name)(vocab_size=101, initializer_range=0.2, **kwargs)
-
-    return make
-
-
+# Long-input checkpoints: hidden 32, 4 heads, 2,048 positions.
+_LONG = dict(vocab_size=VOCAB_SIZE, initializer_range=0.2)
 _DEC = dict(
     hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=2048
 )
 LONG_SPECS = (
-    _long("llama-gqa", "llama", "causal", "llama", _config("LlamaConfig", num_key_value_heads=2, **_DEC)),
-    _long(
+    Spec("llama-gqa", "llama", _config("LlamaConfig", **_LONG, num_key_value_heads=2, **_DEC), "causal", "llama"),
+    Spec(
         "mistral-window",
         "mistral",
+        _config("MistralConfig", **_LONG, num_key_value_heads=2, sliding_window=300, **_DEC),
         "causal",
         "llama",
-        _config("MistralConfig", num_key_value_heads=2, sliding_window=300, **_DEC),
     ),
-    _long("gpt2", "gpt2", "causal", "gpt2", _config("GPT2Config", n_positions=2048, n_embd=32, n_layer=2, n_head=4)),
-    _long(
-        "bert",
-        "bert",
-        "masked",
-        "bert",
-        _config(
-            "BertConfig",
-            hidden_size=32,
-            intermediate_size=40,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            max_position_embeddings=2048,
-        ),
+    Spec(
+        "gpt2",
+        "gpt2",
+        _config("GPT2Config", **_LONG, n_positions=2048, n_embd=32, n_layer=2, n_head=4),
+        "causal",
+        "gpt2",
     ),
+    Spec("bert", "bert", _config("BertConfig", **_LONG, **_DEC), "masked", "bert"),
 )
 
 

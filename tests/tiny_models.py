@@ -1,5 +1,5 @@
 """Tiny, randomly initialised checkpoints of every family --engine own implements, and
-the one builder of them all (``save_tiny``).
+the one builder of them all (``save_tiny``; ``build_tiny`` for the model alone).
 
 Each is built with transformers' own config and model classes at odd sizes (hidden
 48, 3 heads, 2 layers; grouped-query models 4 query heads over 2 key/value heads),
@@ -562,8 +562,8 @@ def build_tokenizer(specials: str) -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=tok, **kwargs)
 
 
-def save_tiny(spec: Spec, directory: Path, seed: int = 0) -> Path:
-    """Build ``spec``'s model with random weights (seeded) and save it with its tokenizer.
+def build_tiny(spec: Spec, seed: int = 0) -> Any:
+    """``spec``'s model (its task-head class, eager attention) with random weights (seeded).
 
     With ``spec.perturb``, every vector (norm weights, biases, sink logits) and every norm
     weight of any shape (Cohere's (H, D) q/k norms) is moved off its 1 / 0 start, so a
@@ -582,8 +582,14 @@ def save_tiny(spec: Spec, directory: Path, seed: int = 0) -> Path:
                     param.add_(0.3 * torch.randn_like(param))
     if spec.model_type in _PERTURBED_NORMS:
         _perturb_norms(model)
+    return model
+
+
+def save_tiny(spec: Spec, directory: Path, seed: int = 0) -> Path:
+    """``build_tiny(spec, seed)`` saved in ``directory`` beside its word-level tokenizer.
+    A test that needs another tokenizer saves ``build_tiny``'s model and its own tokenizer."""
     directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory)
+    build_tiny(spec, seed).save_pretrained(directory)
     build_tokenizer(spec.specials).save_pretrained(directory)
     return directory
 
