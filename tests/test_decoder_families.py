@@ -31,7 +31,17 @@ from attnviz.engines import Engine, load_engine
 from attnviz.errors import ModelLoadError, UnsupportedArchitectureError
 
 from .helpers import inspect
-from .tiny_models import FAMILY_SPECS, MOE_SPECS, PHI3_SPEC, ROPE_SPECS, SENTENCES, SINK_SPECS, SPECS_BY_NAME, save_tiny
+from .tiny_models import (
+    FAMILY_SPECS,
+    MOE_SPECS,
+    PHI3_SPEC,
+    ROPE_SPECS,
+    SENTENCES,
+    SINK_SPECS,
+    SPECS_BY_NAME,
+    copy_with_config,
+    save_tiny,
+)
 
 TOL = 1e-5
 NEW_SPECS = (*ROPE_SPECS, *FAMILY_SPECS, *MOE_SPECS, *SINK_SPECS)
@@ -113,7 +123,7 @@ def test_dynamic_rope_grows_theta_past_max_position_embeddings(saved: dict[str, 
     equal a freshly loaded transformers model's (its rope state starts clean) and differ
     from plain RoPE's."""
     config = {**_config(saved["llama-rope-dynamic"]), "max_position_embeddings": 6}
-    directory = _copy_with_config(saved["llama-rope-dynamic"], tmp_path / "dynamic", config)
+    directory = copy_with_config(saved["llama-rope-dynamic"], tmp_path / "dynamic", config)
     ours: Any = architectures.load(directory)
     assert ours.max_positions is None  # dynamic RoPE runs past max_position_embeddings
     plain: Any = architectures.load(
@@ -203,15 +213,6 @@ def test_fused_expert_layout_loads_like_the_per_expert_one(saved: dict[str, Path
     assert _worst(architectures.load(directory), _hf(source), ids) <= TOL
 
 
-def _copy_with_config(source: Path, directory: Path, config: dict[str, Any]) -> Path:
-    directory.mkdir()
-    for item in source.iterdir():
-        if item.name != "config.json":
-            (directory / item.name).write_bytes(item.read_bytes())
-    (directory / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    return directory
-
-
 @pytest.mark.parametrize(
     ("name", "drop", "add"),
     [
@@ -274,7 +275,7 @@ def test_older_config_layouts_mean_the_same(
     name: str, drop: tuple[str, ...], add: dict[str, Any], saved: dict[str, Path], tmp_path: Path
 ) -> None:
     config = {k: v for k, v in _config(saved[name]).items() if k not in drop}
-    directory = _copy_with_config(saved[name], tmp_path / name, {**config, **add})
+    directory = copy_with_config(saved[name], tmp_path / name, {**config, **add})
     ids = _ids(SENTENCES[0], directory)
     old, new = architectures.load(directory), architectures.load(saved[name])
     assert _worst(old, _hf(directory), ids) <= TOL

@@ -7,7 +7,6 @@ against transformers (eager attention) on tiny checkpoints with every quirk swit
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from attnviz.errors import UsageError
 
 from .helpers import inspect
 from .tiny_families_a import CAUSALITY_SPECS, FAMILY_A_SPECS
-from .tiny_models import SENTENCES, SPECS, SPECS_BY_NAME, Spec, save_tiny
+from .tiny_models import SENTENCES, SPECS, SPECS_BY_NAME, Spec, copy_with_config, save_tiny
 
 TOL = 1e-5
 # One query's rows come from a one-row product, which a CPU may sum in another order than
@@ -42,13 +41,6 @@ def _saved(root: Path, spec: Spec) -> Path:
     directory = root / spec.name
     if not (directory / "config.json").is_file():
         save_tiny(spec, directory)
-    return directory
-
-
-def _with_config(source: Path, directory: Path, **change: Any) -> Path:
-    shutil.copytree(source, directory)
-    config = json.loads((source / "config.json").read_text(encoding="utf-8"))
-    (directory / "config.json").write_text(json.dumps({**config, **change}), encoding="utf-8")
     return directory
 
 
@@ -99,7 +91,7 @@ def test_compare_entropy_and_show_marks_follow_the_models_causality(name: str, r
 @pytest.fixture(scope="module")
 def dynamic(root: Path) -> Path:
     """The dynamic-RoPE Llama with max_position_embeddings 6: every test sentence runs past it."""
-    return _with_config(
+    return copy_with_config(
         _saved(root, SPECS_BY_NAME["llama-rope-dynamic"]), root / "dynamic-6", max_position_embeddings=6
     )
 
@@ -113,7 +105,7 @@ def test_hf_engine_runs_dynamic_rope_past_max_position_embeddings(dynamic: Path,
     for a, b in zip(ours.attentions, theirs.attentions, strict=True):
         assert float((a - b).abs().max()) <= TOL
     # Plain RoPE keeps its limit, in both engines.
-    plain = _with_config(_saved(root, SPECS_BY_NAME["llama"]), root / "plain-6", max_position_embeddings=6)
+    plain = copy_with_config(_saved(root, SPECS_BY_NAME["llama"]), root / "plain-6", max_position_embeddings=6)
     for name in ("own", "hf"):
         with pytest.raises(UsageError):
             load_engine(name, str(plain), "cpu").tokenize(SENTENCES[0])
@@ -399,7 +391,7 @@ def test_dynamic_rope_families_run_past_max_position_embeddings(
     """The new families with dynamic RoPE, as D3/D4 for Llama, and ALiBi Falcon (no
     position table): both engines read past max_position_embeddings (6 here), and agree
     sentence after sentence."""
-    path = _with_config(families[name], root / f"{name}-dynamic-6", max_position_embeddings=6)
+    path = copy_with_config(families[name], root / f"{name}-dynamic-6", max_position_embeddings=6)
     own, hf = load_engine("own", str(path), "cpu"), load_engine("hf", str(path), "cpu")
     assert own.max_positions is None and hf.max_positions is None
     for sentence in SENTENCES:  # 14, 12, then 7 tokens: the longest first

@@ -54,15 +54,6 @@ def _config(path: Path) -> dict[str, Any]:
     return dict(json.loads((path / "config.json").read_text(encoding="utf-8")))
 
 
-def _copy_with_config(source: Path, directory: Path, config: dict[str, Any]) -> Path:
-    directory.mkdir()
-    for item in source.iterdir():
-        if item.name != "config.json":
-            (directory / item.name).write_bytes(item.read_bytes())
-    (directory / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    return directory
-
-
 def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
     assert a.shape == b.shape, f"{tuple(a.shape)} != {tuple(b.shape)}"
     return float((a.double() - b.double()).abs().max())

@@ -15,6 +15,8 @@ kept apart so that branches adding families edit different files; all are built 
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -607,3 +609,14 @@ def _perturb_norms(model: Any) -> None:
         for name, param in model.named_parameters():
             if "norm" in name:
                 param.add_(0.3 * torch.randn_like(param))
+
+
+def copy_with_config(source: Path, directory: Path, config: dict[str, Any] | None = None, **change: Any) -> Path:
+    """A copy of the checkpoint ``source`` in ``directory`` (which must not exist) whose
+    config.json is ``config`` (default: the source's), with ``change`` on top: a limit
+    changed, or a config written as older checkpoints on the Hub have it."""
+    shutil.copytree(source, directory, ignore=shutil.ignore_patterns("config.json"))
+    if config is None:
+        config = json.loads((source / "config.json").read_text(encoding="utf-8"))
+    (directory / "config.json").write_text(json.dumps({**config, **change}), encoding="utf-8")
+    return directory
