@@ -386,10 +386,17 @@ def main() -> int:
                         help="write the default model in float16 as a package into DIR, then exit")  # fmt: skip
     args = parser.parse_args()
     if args.bundle:
-        package = bundle(Path(args.bundle))
+        from attnviz.errors import AttnvizError
+
+        try:
+            package = bundle(Path(args.bundle))
+        except (AttnvizError, OSError) as exc:
+            print(f"gpu_check: cannot write the bundle: {exc}", file=sys.stderr)
+            return 2
         size = sum(f.stat().st_size for f in package.rglob("*") if f.is_file()) / 2**20
+        where = args.bundle if Path(args.bundle).is_absolute() else f"$PWD/{args.bundle}"
         print(f"wrote {package} ({size:.1f} MiB); on the GPU machine, carrying {args.bundle}: "
-              f"PYTHONPATH=$PWD:$PWD/{args.bundle} python3 bench/gpu_check.py --out $OUT/gpu.md")  # fmt: skip
+              f"PYTHONPATH=$PWD:{where} python3 bench/gpu_check.py --out $OUT/gpu.md")  # fmt: skip
         return 0
     if args.worker:
         lengths = [int(v) for v in args.lengths.split(",")]
