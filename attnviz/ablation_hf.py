@@ -83,15 +83,13 @@ def ablating(projections: Sequence[Any], layer: int, ablation: Ablation, num_hea
     """Inside the block, layer ``layer``'s call of its W^O (``projections[layer]``) takes
     Concat(heads) (B, S, H·D) with batch element b's slice of head ``ablation.heads[b]``
     replaced by zero, or by ``ablation.fill[head]`` (mean-ablation)."""
+    from .attention import remove_heads_
 
     def hook(module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
         (concat, *rest) = args
         b, length, width = concat.shape  # (B, S, H·D)
-        d = width // num_heads
-        view = concat.clone().view(b, length, num_heads, d)  # (B, S, H, D)
-        for slot, head in enumerate(ablation.heads):
-            view[slot, :, head] = 0.0 if ablation.fill is None else ablation.fill[head].to(view)
-        return (view.view(b, length, width), *rest)
+        view = concat.clone().view(b, length, num_heads, width // num_heads)  # (B, S, H, D)
+        return (remove_heads_(view, ablation).view(b, length, width), *rest)
 
     handle = _hook_at(projections, layer, hook)
     try:

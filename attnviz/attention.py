@@ -385,13 +385,20 @@ def ablate_heads(concat: Tensor, n_heads: int, ablation: Ablation) -> Tensor:
     _, length, width = concat.shape
     b, d = len(ablation.heads), width // n_heads
     out = concat.expand(b, length, width).reshape(b, length, n_heads, d).clone()  # (B, L, H, D)
-    index = torch.arange(b, device=concat.device)
-    heads = torch.as_tensor(ablation.heads, device=concat.device)
+    return remove_heads_(out, ablation).reshape(b, length, width)  # (B, L, H·D)
+
+
+def remove_heads_(heads: Tensor, ablation: Ablation) -> Tensor:
+    """In place on the heads side by side, (B, L, H, D) with B = len(ablation.heads): copy
+    b's head ``ablation.heads[b]`` becomes 0, or ``fill[heads[b]]``, at every position.
+    ``ablate_heads`` and the hf engine's hook on W^O (``ablation_hf.ablating``) both use it."""
+    index = torch.arange(len(ablation.heads), device=heads.device)
+    which = torch.as_tensor(ablation.heads, device=heads.device)
     if ablation.fill is None:
-        out[index, :, heads] = 0.0
+        heads[index, :, which] = 0.0
     else:
-        out[index, :, heads] = ablation.fill.to(out)[heads][:, None, :]  # (B, 1, D) over every position
-    return out.reshape(b, length, width)  # (B, L, H·D)
+        heads[index, :, which] = ablation.fill.to(heads)[which][:, None, :]  # (B, 1, D) over every position
+    return heads
 
 
 class MultiHeadAttention(nn.Module):
