@@ -441,3 +441,22 @@ def test_no_library_module_names_a_command_line_flag() -> None:
         if flag.search(line) and not line.lstrip().startswith("#")
     ]
     assert offenders == []
+
+
+def test_the_explorer_takes_data_and_callables_never_an_engine() -> None:
+    """tui/ draws an ``Attention`` and calls what it is handed (built by cli/exploring.py):
+    no module of it imports an engine, the pipeline that runs one, or the mechanisms."""
+    graph = import_graph()
+    tui = {m: edges for m, edges in graph.items() if m == "attnviz.tui" or m.startswith("attnviz.tui.")}
+    assert len(tui) >= 5
+    reach = ("attnviz.engines", "attnviz.pipeline", "attnviz.nn", "attnviz.architectures", "attnviz.cli")
+    offenders = {m: sorted(e for e in edges if e.startswith(reach)) for m, edges in tui.items()}
+    assert {m: e for m, e in offenders.items() if e} == {}
+    words = re.compile(r"\bengine\s*[:.]|\bEngine\b|\bplan\(|\bread\(\w+,\s*\w*engine")
+    named = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in (ROOT / "tui").glob("*.py")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if words.search(line)
+    ]
+    assert named == []
