@@ -78,7 +78,7 @@ class _Group(TyperGroup):
         if rv == ExitCode.INTERRUPTED:
             # typer returns a bare 130 for a signal outside invoke (while it parses): the
             # one line, and SIGTERM/SIGHUP's own code (the fuzz's real processes found it).
-            from ..safeio import terminated_by
+            from ..io.safeio import terminated_by
 
             _interrupted(terminated_by() or KeyboardInterrupt())
         sys.exit(rv if isinstance(rv, int) else ExitCode.OK)
@@ -105,7 +105,7 @@ def _check_argv(argv: Sequence[str]) -> None:
     """Invalid UTF-8 on the command line (Python decodes it to lone surrogates) is bad
     input, refused before anything else runs, with the argument's position."""
     from ..errors import UsageError
-    from ..safeio import check_text
+    from ..io.safeio import check_text
 
     for i, arg in enumerate(argv, start=1):
         try:
@@ -115,7 +115,7 @@ def _check_argv(argv: Sequence[str]) -> None:
 
 
 def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
-    from ..safeio import Terminated, exit_code_for
+    from ..io.safeio import Terminated, exit_code_for
 
     fail(f"terminated by {exc.name}" if isinstance(exc, Terminated) else "interrupted", None, exit_code_for(exc))
 
@@ -137,7 +137,7 @@ def fail(message: str, hint: str | None, code: int) -> NoReturn:
     line = f"attnviz: error: {message}"
     if hint:
         line += f" (hint: {hint})"
-    from ..safeio import one_line
+    from ..io.safeio import one_line
 
     sys.stderr.write(one_line(line.replace("\n", " ")) + "\n")
     sys.stderr.flush()
@@ -160,7 +160,7 @@ def errors(debug: bool) -> Iterator[None]:
     except (typer.Exit, SystemExit):
         raise
     except Exception as exc:
-        from ..safeio import terminated_by
+        from ..io.safeio import terminated_by
 
         signalled = terminated_by()
         if signalled is not None:  # the signal surfaced as another error (inside an import)
@@ -197,7 +197,7 @@ def main() -> None:
     teardown of torch and transformers is work nobody waits for (measured: 1.30 -> 0.96 ×
     ``import torch`` for a whole ``attnviz show``, issue 8).
     """
-    from ..safeio import handle_signals
+    from ..io.safeio import handle_signals
 
     handle_signals()  # SIGTERM/SIGHUP clean up like Ctrl-C, then exit 143/129
     try:

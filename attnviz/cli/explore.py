@@ -115,7 +115,7 @@ def _run(explorer: object) -> int:
     import termios
     import threading
 
-    from ..safeio import one_line
+    from ..io.safeio import one_line
 
     app: Any = explorer
     got: list[int] = []

@@ -104,7 +104,7 @@ def estimate(
     """What a model of ``shape`` and ``sizes`` allocates to run ``num_tokens`` tokens and
     keep the weight rows of ``num_queries`` queries (None: every row) in ``layers``, and
     then to write them as each of ``writes`` (keys of ``OUTPUT_BYTES``)."""
-    from ..rows import CHUNK_ELEMENTS
+    from ..nn.rows import CHUNK_ELEMENTS
 
     size = sizes.element_size
     s, h, n = num_tokens, shape.num_heads, len(layers)

@@ -3,7 +3,7 @@ explorer holds the rows of a few query tokens at a time, from the row path, and 
 ``attnviz show`` draws for one token of a long text.
 
 Rows come in windows of ``ROW_WINDOW`` query tokens (``RowSource``). The first window's
-forward pass keeps every layer's q and k (attnviz.keptrows), so later windows, and their
+forward pass keeps every layer's q and k (attnviz.nn.keptrows), so later windows, and their
 norms, are computed from them without another pass; where they cannot be kept (another
 engine, score modifiers, over the budget) each window is a forward pass. Windows are
 fetched in a worker thread, and the neighbouring windows are fetched ahead while the user
@@ -14,7 +14,7 @@ The reading options work on rows as the CLI's do, through the same functions
 ``w`` words (``show --words``), ``s`` special tokens set aside (``--hide-special``), ``m``
 the head mean (``--heads mean``), ``o`` the norm measure (``--measure norm``). Views:
 
-- ``heads``: the compact rows of ``show`` on a long text (render.compact): per head its
+- ``heads``: the compact rows of ``show`` on a long text (render.terminal.compact): per head its
   strongest keys and a binned strip of the whole row; ``n`` names as many strongest keys
   as fit (``show --top-keys K``);
 - ``table``: the head table (metrics.head_stats needs the query's rows only);
@@ -43,9 +43,9 @@ from rich.text import Text
 from textual.strip import Strip
 
 from ..errors import UsageError
-from ..metrics import head_stats
-from ..render.compact import CompactLayer, compact_layer
+from ..measures.metrics import head_stats
 from ..render.terminal import legend
+from ..render.terminal.compact import CompactLayer, compact_layer
 from ..result import Attention
 from ..tokens import Tokens
 from ..transforms import View, apply, measure_label, select, shares, word_groups
@@ -53,7 +53,7 @@ from .views import MAX_BYTES, Cursor, _bytes, drawn_once, head_table, line_strip
 
 if TYPE_CHECKING:
     from ..engines import Engine
-    from ..keptrows import KeptRows
+    from ..nn.keptrows import KeptRows
     from ..pipeline import Selection
     from ..result import Reading
 
@@ -90,7 +90,7 @@ class RowSource:
     """
 
     def __init__(self, engine: Engine, tokens: Tokens, layers: tuple[int, ...], budget: int = MAX_BYTES) -> None:
-        from ..keptrows import kept_bytes
+        from ..nn.keptrows import kept_bytes
 
         check_rows_size(len(layers), engine.shape.num_heads, len(tokens), budget)
         self._engine, self.tokens, self.layers, self.budget = engine, tokens, layers, budget
@@ -113,7 +113,7 @@ class RowSource:
         return read(plan(self.tokens, self._engine, selection), self._engine).attention
 
     def __call__(self, queries: tuple[int, ...], measure: str = "weight") -> Attention:
-        from ..keptrows import KeptRows, capture
+        from ..nn.keptrows import KeptRows, capture
 
         asked = tuple(sorted(queries))
         kept = self._kept
@@ -422,7 +422,7 @@ def values_top_keys(att: Attention, width: int) -> int:
     """How many strongest keys fill a compact line at ``width`` beside the shortest strip
     (``n``; ``show --top-keys K`` prints the same)."""
     name_w = max(len(att.head_name(h)) for h in range(att.num_heads)) + 1
-    one_w = 8 + 1 + len(str(len(att.keys) - 1)) + 4  # "label@pos .wt" (render.compact)
+    one_w = 8 + 1 + len(str(len(att.keys) - 1)) + 4  # "label@pos .wt" (render.terminal.compact)
     return max(1, (width - name_w - 3 - 16) // (one_w + 1))
 
 
@@ -447,8 +447,8 @@ def long_reading(
         UsageError: empty text, too many tokens for the model, or one window's rows over
             ``budget`` bytes (reason "explore_size").
     """
+    from ..io.safeio import check_text
     from ..pipeline import Reading, plan
-    from ..safeio import check_text
 
     planned = plan(
         check_text(sentence) if isinstance(sentence, str) else sentence, engine, replace(selection, all_rows=True)

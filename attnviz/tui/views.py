@@ -25,9 +25,9 @@ from rich.text import Text
 from textual.strip import Strip
 
 from ..errors import UsageError
-from ..metrics import HeadStats, head_stats
-from ..render.tables import head_rows_table
+from ..measures.metrics import HeadStats, head_stats
 from ..render.terminal import legend, matrix_heatmap, token_heatmap
+from ..render.terminal.tables import head_rows_table
 from ..result import Attention
 from ..tokens import Tokens
 from ..transforms import View, measure_label
@@ -84,8 +84,8 @@ def explore_reading(engine: Engine, sentence: str | Tokens, selection: Selection
     Raises:
         UsageError: empty text, too many tokens for the model, or matrices over ``budget`` bytes.
     """
+    from ..io.safeio import check_text
     from ..pipeline import plan, read
-    from ..safeio import check_text
 
     planned = plan(
         check_text(sentence) if isinstance(sentence, str) else sentence, engine, replace(selection, all_rows=True)

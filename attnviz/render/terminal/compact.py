@@ -24,7 +24,7 @@ from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.text import Text
 
-from ..result import Attention
+from ...result import Attention
 from .glyphs import MASKED, colours, shade
 
 # The grid gives way to this view past two wrapped blocks (issue 22).

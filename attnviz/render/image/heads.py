@@ -1,6 +1,6 @@
 """``attnviz heads -o heads.png|svg|pdf``: one layers × heads panel per detector.
 
-Built like render/image.py (matplotlib object API on an Agg canvas, no pyplot, layout
+Built like render/image/ (matplotlib object API on an Agg canvas, no pyplot, layout
 computed in inches, atomic write); tests read the drawn data back from
 ``ax.images[0].get_array()``.
 
@@ -15,10 +15,10 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
-from ..corpus.scan import ScanReport
-from ..result import Provenance
-from ..shape import head_label
-from . import FigureStyle
+from ...corpus.scan import ScanReport
+from ...result import Provenance
+from ...shape import head_label
+from .. import FigureStyle
 from .layout import _char_in, _colorbar, _figure, _heatmap, _layout, _ticks, _title
 
 

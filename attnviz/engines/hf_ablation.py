@@ -26,10 +26,10 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import UnsupportedArchitectureError
+from ..errors import UnsupportedArchitectureError
 
 if TYPE_CHECKING:
-    from .attention import Ablation
+    from ..nn.attention import Ablation
 
 _LAYER = r"(\d+)"
 PATTERNS: dict[str, tuple[str, ...]] = {
@@ -83,7 +83,7 @@ def ablating(projections: Sequence[Any], layer: int, ablation: Ablation, num_hea
     """Inside the block, layer ``layer``'s call of its W^O (``projections[layer]``) takes
     Concat(heads) (B, S, H·D) with batch element b's slice of head ``ablation.heads[b]``
     replaced by zero, or by ``ablation.fill[head]`` (mean-ablation)."""
-    from .attention import remove_heads_
+    from ..nn.attention import remove_heads_
 
     def hook(module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
         (concat, *rest) = args

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
+    from ..engines import Engine
     from .ablation import Effects, Progress, Runner
-    from .engines import Engine
 
 _EMBEDDINGS = (
     "embeddings.word_embeddings.weight",
@@ -67,7 +67,7 @@ class LMHead:
         """hidden (..., E) -> (..., V) float32 logits."""
         import torch
 
-        from .architectures.base import activation
+        from ..architectures.base import activation
 
         h = hidden.float()
         if self.transform is not None:
@@ -121,7 +121,7 @@ class LMHead:
 def load_lm_head(engine: Engine, part: str | None = None) -> LMHead | None:
     """The checkpoint's LM head for the final hidden states of ``part``'s query side, or
     None (no head stored, a layout not listed above, or an encoder-decoder's encoder)."""
-    from .checkpoint import weight_files
+    from ..io.checkpoint import weight_files
 
     files = engine.files
     config = files.config

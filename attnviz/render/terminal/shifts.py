@@ -1,5 +1,5 @@
 """The summary ``attnviz compare --pairs`` ends with: one line per head, how its weight on
-the referent changes across every pair of the file (``attnviz.findings.HeadShift``)."""
+the referent changes across every pair of the file (``attnviz.measures.findings.HeadShift``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..findings import HeadShift
+from ...measures.findings import HeadShift
 
 
 def shifts_table(shifts: Sequence[HeadShift], *, color: bool = True, title: str | None = None) -> RenderableType:

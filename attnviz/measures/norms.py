@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
-from .errors import MeasureError
+from ..errors import MeasureError
+from ..nn.attention import MultiHeadAttention
 
 if TYPE_CHECKING:
-    from .architectures.seq2seq import Seq2SeqOutput
+    from ..architectures.seq2seq import Seq2SeqOutput
 
 # Per output projection: (its weight's version, the weight it was computed from, R (H, D, D)).
 _R_CACHE: weakref.WeakKeyDictionary[nn.Module, tuple[int, Tensor, Tensor]] = weakref.WeakKeyDictionary()

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..explain import Explanation
-from ..result import atomic_write, check_writable
-from .html import ASSETS, escape_html, script_json
+from ...measures.explain import Explanation
+from ...result import atomic_write, check_writable
+from . import ASSETS, escape_html, script_json
 
 FORMATS = (".html", ".htm")
 

@@ -19,7 +19,7 @@ import json
 import math
 from typing import Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 MAX_DEPTH = 64  # real configs nest 4-6 deep; tokenizer.json about 8
 MAX_NUMBER = 100  # characters of one number literal: float64 needs about 25

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import UsageError
-from .result import Attention, jsonable
-from .tokens import Tokens, is_punctuation
+from ..errors import UsageError
+from ..result import Attention, jsonable
+from ..tokens import Tokens, is_punctuation
 
 # Sort keys of ``sort_rows``; True = largest first.
 SORT_KEYS: dict[str, bool] = {

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..result import Attention, jsonable
 from .metrics import DEFAULT_EXCLUDE, PairStats, excluded
-from .result import Attention, jsonable
 
 
 @dataclass(frozen=True)

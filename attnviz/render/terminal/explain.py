@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..explain import Explanation
+from ...measures.explain import Explanation
 
 BAR = 10  # characters of a full bar
 

@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import EngineError, UsageError
-from .models import ModelFiles, resolve
-from .shape import ModelShape
+from ..errors import EngineError, UsageError
+from ..io.models import ModelFiles, resolve
+from ..shape import ModelShape
 
 if TYPE_CHECKING:
-    from .engines import Engine
+    from ..engines import Engine
 
 TOLERANCE = 1e-5
 
@@ -123,8 +123,8 @@ def compare_engines(
         not implement the model; EngineError when the engines disagree on shapes;
         the loading errors of ``load_engine``.
     """
-    from .engines import load_engine
-    from .safeio import check_text
+    from ..engines import load_engine
+    from ..io.safeio import check_text
 
     for n, text in enumerate(sentences, start=1):  # a blank one was dropped silently
         check_text(text, f"sentence {n} ({text!r})" if text else f"sentence {n}")

@@ -41,14 +41,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .errors import UsageError
+from ..errors import UsageError
 
 if TYPE_CHECKING:
     import torch
 
-    from .attention import Ablation
-    from .engines import Engine
-    from .tokens import Tokens
+    from ..engines import Engine
+    from ..nn.attention import Ablation
+    from ..tokens import Tokens
 
 MODES = ("zero", "mean")
 
@@ -246,7 +246,7 @@ def ablate_text(
     """
     import torch
 
-    from .attention import Ablation
+    from ..nn.attention import Ablation
 
     check_mode(mode)
     n, h = runner.shape.num_layers, runner.shape.num_heads
@@ -301,7 +301,7 @@ def batch_size(engine: Engine, num_tokens: int, max_memory: int | None) -> int:
     Raises:
         MemoryBudgetError: not even one ablated copy fits.
     """
-    from .engines import memory
+    from ..engines import memory
 
     est = memory.estimate(engine.shape, engine.sizes, num_tokens, (), 0)
     per = max(1, est.activations)
@@ -340,7 +340,7 @@ def token_effects(
     corpus mean of each head's output, for mean-ablation."""
     import torch
 
-    from .engines import cpu_threads_for
+    from ..engines import cpu_threads_for
 
     if rule not in QUERY_RULES:
         raise UsageError(f"unknown query rule {rule!r} (known: {', '.join(QUERY_RULES)})", reason="query_rule")

@@ -32,7 +32,7 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import FrameType, ModuleType
 
-from .errors import OutputError, UsageError
+from ..errors import OutputError, UsageError
 
 # --- signals -------------------------------------------------------------------------
 

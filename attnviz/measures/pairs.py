@@ -19,14 +19,14 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import AttnvizError, UsageError
+from ..errors import AttnvizError, UsageError
 
 if TYPE_CHECKING:
-    from .engines import Engine
+    from ..engines import Engine
+    from ..result import Attention
+    from ..select import LayerSpec
+    from ..transforms import View
     from .metrics import PairStats
-    from .result import Attention
-    from .select import LayerSpec
-    from .transforms import View
 
 COLUMNS = ("sentence_a", "sentence_b", "token", "targets")
 
@@ -50,7 +50,7 @@ def read_pairs(path: Path | str) -> list[MinimalPair]:
             ``safeio.read_lines``, or not UTF-8), has no header, a line has the wrong number
             of columns or an empty cell, or there are no pairs.
     """
-    from .safeio import read_lines
+    from ..io.safeio import read_lines
 
     path = Path(path)
     pairs: list[MinimalPair] = []
@@ -119,10 +119,10 @@ def run_pair(
         TokenNotFoundError: the token or a target is missing from sentence A or B (the
             message says which); the errors of ``pipeline.run``.
     """
+    from ..pipeline import Selection, plan, read
+    from ..select import Query
+    from ..transforms import View, shares
     from .metrics import pair_stats
-    from .pipeline import Selection, plan, read
-    from .select import Query
-    from .transforms import View, shares
 
     selection = Selection(
         queries=(Query(pair.token, occurrence),),

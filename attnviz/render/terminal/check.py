@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from ..check import CheckResult
+    from ...measures.check import CheckResult
 
 
 def _cell(diff: float, tolerance: float) -> Text:

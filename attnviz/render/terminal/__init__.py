@@ -19,9 +19,9 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from ..findings import Link, strongest_links
-from ..metrics import DEFAULT_EXCLUDE
-from ..result import Attention, Provenance
+from ...measures.findings import Link, strongest_links
+from ...measures.metrics import DEFAULT_EXCLUDE
+from ...result import Attention, Provenance
 from .compact import MAX_GRID_BLOCKS, compact_layer, grid_blocks
 from .glyphs import _SHADES, _VIRIDIS, MARK, MASKED, PAIR_RULE, colour, shade
 
@@ -320,7 +320,7 @@ def part_note(att: Attention) -> str:
 
 
 def _measure_label(att: Attention) -> str:
-    from ..transforms import measure_label
+    from ...transforms import measure_label
 
     return measure_label(att)
 
@@ -397,12 +397,12 @@ def render_show(
     """show's answer, to print: the provenance line and notes, every kept layer's
     heatmap for each query (token positions in ``att``), then a legend and, per query,
     the ``links`` strongest links that are not to ``exclude``d tokens (see
-    attnviz.findings). ``width``/``color``: ``for_console(console)``. ``effects``: per
+    attnviz.measures.findings). ``width``/``color``: ``for_console(console)``. ``effects``: per
     query, its (N_model, H) head-ablation effects (``show --ablate``), beside each head's
     row and each link.
 
     A row that would wrap into more than two blocks is drawn compact (one line per head:
-    its ``top_keys`` strongest keys and a binned strip, ``attnviz.render.compact``) unless
+    its ``top_keys`` strongest keys and a binned strip, ``attnviz.render.terminal.compact``) unless
     ``full``."""
     p = att.provenance
     parts: list[RenderableType] = [Text(provenance_line(p), style="dim")]

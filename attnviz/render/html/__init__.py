@@ -1,7 +1,7 @@
 """The interactive HTML view: one self-contained file, the weights embedded.
 
 ``html_page(att)`` returns the page as a string; ``save_html(att, path)`` writes it
-atomically. The page's JavaScript and CSS (``render/assets/``) are inlined: no CDN, no
+atomically. The page's JavaScript and CSS (``render/html/assets/``) are inlined: no CDN, no
 web font, no request to any network, so it opens offline in any current browser.
 
 What the page holds: every weight of every kept layer and head, the full token × token
@@ -49,12 +49,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
-from ..result import Attention, Provenance, atomic_write, check_writable
-from ..shape import head_label
-from ..tokens import Tokens
-from ..transforms import word_groups  # the CLI's word rule, so the page's words are its words
-from . import HTML_BUDGET_BYTES, HTML_FORMATS
+from ...errors import UsageError
+from ...result import Attention, Provenance, atomic_write, check_writable
+from ...shape import head_label
+from ...tokens import Tokens
+from ...transforms import word_groups  # the CLI's word rule, so the page's words are its words
+from .. import HTML_BUDGET_BYTES, HTML_FORMATS
 
 ASSETS = Path(__file__).with_name("assets")
 SCALE = 65535  # uint16 quantisation: the page decodes w = q / SCALE
@@ -282,7 +282,7 @@ def rollout_data(att: Attention, rolled: np.ndarray, with_norms: bool = False) -
         ValueError: ``rolled`` is not (kept layers, tokens, tokens) of ``att``, ``att`` is
             not raw weights, or the page carries norms (rollout is not defined for them).
     """
-    from ..transforms import ROLLOUT_STEP
+    from ...transforms import ROLLOUT_STEP
 
     size = len(att.tokens)
     if np.shape(rolled) != (len(att.layers), size, size):
@@ -314,7 +314,7 @@ def _norm_data(att: Attention, norms: Attention) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class PageAblation:
-    """Head-ablation effects for the page (``attnviz.ablation``), N kept layers, H heads,
+    """Head-ablation effects for the page (``attnviz.measures.ablation``), N kept layers, H heads,
     S tokens.
 
     Attributes:

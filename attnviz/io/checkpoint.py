@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelLoadError
+from ..errors import ModelLoadError
 
 # --- config fields -------------------------------------------------------------------
 
@@ -448,7 +448,7 @@ def check_tensors(named: Iterable[tuple[str, Any]], where: str) -> None:
     Raises:
         ModelLoadError: the first offending tensor, by layer.
     """
-    from .threads import ELEMENTS_PER_THREAD, limited
+    from ..nn.threads import ELEMENTS_PER_THREAD, limited
 
     tensors = list(named)
     worst: tuple[float, str, str] | None = None

@@ -82,7 +82,7 @@ class RawJSON:
         count, width = self.rows.shape
         step = max(1, _BLOCK // width)
         blocks = [(start, min(start + step, count)) for start in range(0, count, step)]
-        from .threads import ELEMENTS_PER_THREAD, choose
+        from ..nn.threads import ELEMENTS_PER_THREAD, choose
 
         workers = choose(self.rows.size, ELEMENTS_PER_THREAD // 16, len(blocks))
         spare = [self._buffer(step) for _ in range(min(len(blocks), workers + 1))]

@@ -1,4 +1,4 @@
-"""Terminal tables of per-head metrics: ``attnviz.metrics.HeadStats`` and ``PairStats``
+"""Terminal tables of per-head metrics: ``attnviz.measures.metrics.HeadStats`` and ``PairStats``
 rows in, rich renderables out (``render_compare`` is compare's counterpart of
 ``render_show``). No model, no torch.
 
@@ -15,10 +15,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..metrics import HeadStats, PairStats
-from ..result import Attention
-from ..shape import head_label
-from .terminal import part_note, provenance_line, weight_style
+from ...measures.metrics import HeadStats, PairStats
+from ...result import Attention
+from ...shape import head_label
+from . import part_note, provenance_line, weight_style
 
 
 def _num(value: float | None, digits: int = 2) -> str:

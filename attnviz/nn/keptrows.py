@@ -14,7 +14,7 @@ checked against a budget before the pass.
 
 ``capture`` records, during one pass, what each of our attention modules hands its request
 (rows.RowRequest); ``KeptRows`` answers later queries from it. The value norms of the norm
-measure (attnviz.norms, Kobayashi et al. 2020) are recorded in the same pass, so norm rows
+measure (attnviz.measures.norms, Kobayashi et al. 2020) are recorded in the same pass, so norm rows
 α·‖f(x)‖ need no pass either. What cannot be kept this way (an engine without our attention
 modules, ``Engine.attention_modules``: the hf engine; score modifiers such as soft-capping
 or sink logits, which the fused request sends to the eager function; q and k over the
@@ -40,8 +40,8 @@ from .attention import MaskLike
 from .rows import RowRequest, attention_rows
 
 if TYPE_CHECKING:
-    from .engines import Engine
-    from .result import Attention
+    from ..engines import Engine
+    from ..result import Attention
 
 
 @dataclass
@@ -99,7 +99,7 @@ def capture(engine: Engine, active: bool = True) -> Iterator[Capture]:
     only stack's, or the encoder's: ``Engine.attention_modules``) hands its request, and
     the value norms (``norms.recording``). Nothing of the pass changes; ``active=False``
     (or an engine without our modules) records nothing."""
-    from .norms import own_projections, recording
+    from ..measures.norms import own_projections, recording
 
     into = Capture()
     modules = engine.attention_modules() if active else []
@@ -138,8 +138,8 @@ class KeptRows:
     def from_capture(cls, template: Attention, caught: Capture, family: str) -> KeptRows | None:
         """The kept rows of ``caught``, or None when they would not be the pass's rows
         (a call per layer run, each a fused request without score modifiers)."""
-        from .errors import MeasureError
-        from .norms import per_layer
+        from ..errors import MeasureError
+        from ..measures.norms import per_layer
 
         run = max(template.layers) + 1
         if len(caught.calls) != run or not all(call.exact for call in caught.calls):
@@ -165,8 +165,8 @@ class KeptRows:
             ValueError: ``measure`` "norm" without recorded value norms.
             EngineError: the rows hold NaN or infinite values.
         """
-        from .checkpoint import first_nonfinite_layer
-        from .errors import EngineError
+        from ..errors import EngineError
+        from ..io.checkpoint import first_nonfinite_layer
 
         if measure == "norm" and self._norms is None:
             raise ValueError("no value norms were recorded in the pass")

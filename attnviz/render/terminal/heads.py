@@ -7,12 +7,12 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..corpus.detectors import top_heads
-from ..corpus.scan import ScanReport
-from ..result import Provenance
-from ..shape import head_label
+from ...corpus.detectors import top_heads
+from ...corpus.scan import ScanReport
+from ...result import Provenance
+from ...shape import head_label
+from . import provenance_line
 from .tables import _weight
-from .terminal import provenance_line
 
 
 def _head(layer: int, head: int, p: Provenance) -> str:

@@ -24,8 +24,8 @@ from matplotlib.colors import Colormap
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
-from ..errors import UsageError
-from . import FigureStyle
+from ...errors import UsageError
+from .. import FigureStyle
 
 MASKED = "#d0d0d0"  # light grey: not on the viridis ramp, so a masked cell never reads as a weight
 

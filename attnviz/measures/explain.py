@@ -30,15 +30,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import EngineError, UsageError
+from ..errors import EngineError, UsageError
 
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from .attention import MultiHeadAttention
-    from .engines import Engine
-    from .result import Provenance
-    from .tokens import Tokens
+    from ..engines import Engine
+    from ..nn.attention import MultiHeadAttention
+    from ..result import Provenance
+    from ..tokens import Tokens
 
 NEURON_DIMS = 8  # the largest positive and negative products shown by the neuron view
 
@@ -123,7 +123,7 @@ class Explanation:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON of ``attnviz explain --json`` (rounded by ``result.jsonable``)."""
-        from .result import jsonable
+        from ..result import jsonable
 
         labels = self.tokens.labels
         out: dict[str, Any] = {
@@ -247,10 +247,10 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
     """
     import torch
 
-    from .attention import Mask
-    from .engines import cpu_threads_for, engine_provenance
+    from ..engines import cpu_threads_for, engine_provenance
+    from ..nn.attention import Mask
+    from ..nn.rows import RowRequest
     from .norms import Projections, recording, transformed_values
-    from .rows import RowRequest
 
     modules = engine.attention_modules()  # the only stack's, or the encoder's; [] for hf
     if not modules:

@@ -16,7 +16,7 @@ On CUDA the math backend is excluded, so that no call falls back silently; shoul
 fused kernel accept one (an unusual head size, a mask layout), the call runs through
 the math kernel one block of query rows at a time, keeping the scores of one block.
 
-Shapes as in ``attnviz.attention``: q (B, H, L, D); k, v (B, G, S, D); G divides H.
+Shapes as in ``attnviz.nn.attention``: q (B, H, L, D); k, v (B, G, S, D); G divides H.
 """
 
 from __future__ import annotations

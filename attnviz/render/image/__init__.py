@@ -9,7 +9,7 @@ This module imports matplotlib at import time; only code that writes an image
 imports it (``attnviz --help`` must not pay for matplotlib).
 
 Layout is computed by hand, in inches, from the number of heads and tokens
-(render.layout): no ``tight_layout``/constrained layout, and the saved pixel size is
+(render.image.layout): no ``tight_layout``/constrained layout, and the saved pixel size is
 exactly ``figsize × dpi``.
 
 Shape legend: N layers, H heads, Q query positions, S tokens.
@@ -30,9 +30,9 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 from matplotlib.patches import Rectangle
 
-from ..errors import UsageError
-from ..result import Attention, atomic_write, check_writable
-from . import COLUMN_IN, DEFAULT_DPI, DEFAULT_FONT_PT, IMAGE_FORMATS, FigureStyle
+from ...errors import UsageError
+from ...result import Attention, atomic_write, check_writable
+from .. import COLUMN_IN, DEFAULT_DPI, DEFAULT_FONT_PT, IMAGE_FORMATS, FigureStyle
 from .layout import (
     _bin,
     _bin_all,
@@ -123,7 +123,7 @@ def _pair_rules(ax: Axes, att: Attention, cols: Sequence[int], rows: bool) -> No
 
 def _bar_label(att: Attention) -> str:
     """The colour bar's name for what a cell shows (the measure)."""
-    from ..transforms import measure_label
+    from ...transforms import measure_label
 
     label = measure_label(att)
     return "attention weight" if label == "weight" else f"{label} (Kobayashi et al. 2020)"

@@ -43,13 +43,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
-from ..result import Attention, atomic_write, check_writable
-from ..shape import head_label
-from ..tokens import Tokens
-from ..transforms import word_groups
-from . import HTML_BUDGET_BYTES, HTML_FORMATS
-from .html import (
+from ...errors import UsageError
+from ...result import Attention, atomic_write, check_writable
+from ...shape import head_label
+from ...tokens import Tokens
+from ...transforms import word_groups
+from .. import HTML_BUDGET_BYTES, HTML_FORMATS
+from . import (
     PAGE_OVERHEAD_BYTES,
     PER_TOKEN_BYTES,
     assemble,
