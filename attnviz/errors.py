@@ -47,7 +47,7 @@ class Reason(StrEnum):
     OCCURRENCE = "occurrence"  # facts: count (occurrences)
     INDEX = "index"  # facts: count (tokens)
     OVERLAP = "overlap"  # two query words share a token
-    TARGET = "target"  # a --target word not found
+    TARGET = "target"  # a target word not found
     TARGET_OCCURRENCE = "target_occurrence"
     # Layers, heads, parts, sentence pairs, encoder-decoders
     LAYER = "layer"  # LayerError's reason; facts: num_layers
