@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from attnviz.check import compare_engines  # noqa: E402
+from attnviz.measures.check import compare_engines  # noqa: E402
 from tests.tiny_families_2026 import SPECS_2026, SPECS_2026_BY_NAME, save_2026  # noqa: E402
 from tests.tiny_families_a import FAMILY_A_SPECS  # noqa: E402
 from tests.tiny_models import SPECS_BY_NAME, save_tiny  # noqa: E402

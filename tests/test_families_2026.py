@@ -5,7 +5,7 @@ switched on (tests/tiny_families_2026.py), float32 on the CPU:
 * weights and hidden states: the row path (what ``show`` runs), asked rows, the eager
   path (what ``check`` runs), a padded batch, a long input in many row blocks;
 * the norm measure against the values transformers decompresses (its ``kv_b_proj``'s
-  value rows) through its own W^O blocks, computed here apart from attnviz.norms;
+  value rows) through its own W^O blocks, computed here apart from attnviz.measures.norms;
 * head ablation against transformers with a pre-hook on ``o_proj`` zeroing the head's
   Dv columns (tests/test_ablation.py's ``Reference``);
 * explain against the q, k and v transformers hands its attention function;
@@ -128,7 +128,7 @@ def test_long_input_in_row_blocks_matches_full_matrices(
 ) -> None:
     """A 69-token input, the row path cut into blocks of a few rows (as a long input
     is), against our eager full matrices and transformers'."""
-    from attnviz import rows
+    from attnviz.nn import rows
 
     own, hf = _engines(name, saved)
     tokens = own.tokenize(LONG)
@@ -205,7 +205,7 @@ def test_cli_show_norm_measure_runs(saved: dict[str, Path]) -> None:
 def test_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[str, Path]) -> None:
     """Each head's Dv columns of o_proj's input zeroed (or set to their mean) in
     transformers, one head per pass, against attnviz's batched ablation."""
-    from attnviz.ablation import Runner, ablate_text
+    from attnviz.measures.ablation import Runner, ablate_text
 
     from .test_ablation import Reference
 
@@ -226,7 +226,7 @@ def test_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[s
 def test_explain_matches_what_transformers_scores_with(name: str, saved: dict[str, Path]) -> None:
     """explain's q, k (rope part rotated, as transformers lays it out), scale, weights and
     value norms against the q, k, v transformers hands its attention function."""
-    from attnviz.explain import explain
+    from attnviz.measures.explain import explain
 
     from .test_explain import hf_attention
 

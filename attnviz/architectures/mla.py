@@ -19,7 +19,7 @@ how each head's q, k and v are made (step 1 of ``MultiHeadAttention``), and the 
 So a head of MLA is an ordinary softmax head once decompressed: its weights are
 softmax(q_h·k_hᵀ · scale) over the keys, and its output is Σ_j α_hj · v_hj · W_h^O, with
 W_h^O the Dv rows of W^O that multiply head h. ``LatentAttention.project`` makes q, k, v in
-the (B, H, ·, D) layout of attention.py and steps 2-4 (the weights, the concatenation, W^O)
+the (B, H, ·, D) layout of nn/attention.py and steps 2-4 (the weights, the concatenation, W^O)
 are ``MultiHeadAttention``'s: the row strategies, head ablation and the norm measure apply
 unchanged. The value norms ‖f_h(x_j)‖ = ‖v_hj · W_h^O‖ read the decompressed values where
 they are made: ``v_proj`` here is W^{UV}, the value rows of transformers' ``kv_b_proj``,
@@ -52,8 +52,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention, QKTransform
 from ..errors import UnsupportedArchitectureError
+from ..nn.attention import MultiHeadAttention, QKTransform
 from .base import config_value
 from .decoder import PreNormBlock
 from .llama import LlamaConfig, LlamaDecoder, RMSNorm, SwiGLU
