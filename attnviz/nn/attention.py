@@ -466,6 +466,16 @@ class MultiHeadAttention(nn.Module):
         v = self._split(self.v_proj(value), self.n_kv_heads)  # (B, G, S, D)
         return q, k, v
 
+    # Whether ``gate_output`` scales each head's output by a gate of the query (Qwen3-Next):
+    # a key's part of the output then depends on the query, so the norm measure refuses.
+    output_gated = False
+
+    def gate_output(self, concat: Tensor, query: Tensor) -> Tensor:
+        """Between steps 3 and 4: Concat(head_1, ..., head_H) (B, L, H·Dv) as W^O reads it;
+        unchanged here. A gated family (qwen3_next.py) multiplies it by σ(its gate of
+        ``query`` (B, L, E))."""
+        return concat
+
     def forward(
         self,
         query: Tensor,
@@ -510,6 +520,7 @@ class MultiHeadAttention(nn.Module):
         # 3. Concat(head_1, ..., head_H): put the heads back side by side.
         b, _, length, dv = heads.shape  # Dv = D but in multi-head latent attention (mla.py)
         concat = heads.transpose(1, 2).reshape(b, length, self.n_heads * dv)  # (B, L, H·Dv)
+        concat = self.gate_output(concat, query)  # the identity but in gated attention (qwen3_next.py)
         ablation: Ablation | None = getattr(request, "ablation", None)
         if ablation is not None:  # head ablation (rows.RowRequest.ablation): one copy per removed head
             concat = ablate_heads(concat, self.n_heads, ablation)  # (B', L, H·D)
