@@ -40,7 +40,6 @@ import cog  # type: ignore[import-not-found]
 
 WIDTH = 100
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 
 # (pattern, replacement): regexes applied to an output before it is quoted.
 Subs = Sequence[tuple[str, str]]

@@ -28,7 +28,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
+from attnviz.example import EXAMPLE
+
 ALLOWED_EXIT_CODES = {0, 1, 2, 130}
 # explore takes over the terminal (a Textual app; tested with Pilot in test_explore.py).
 INTERACTIVE = {"explore"}

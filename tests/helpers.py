@@ -8,9 +8,7 @@ from typing import Any
 
 from attnviz.engines import Engine
 
-from .conftest import EXAMPLE
-
-__all__ = ["EXAMPLE", "PROTOCOL", "ProtocolOnly", "inspect", "one_error_line", "save_tiny_bert"]
+__all__ = ["PROTOCOL", "ProtocolOnly", "inspect", "one_error_line", "save_tiny_bert"]
 
 # The names the Engine protocol declares: its methods and properties, and its attributes.
 PROTOCOL = frozenset(n for n in vars(Engine) if not n.startswith("_")) | frozenset(Engine.__annotations__)

@@ -13,8 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 
-from .helpers import EXAMPLE, one_error_line, save_tiny_bert
+from .helpers import one_error_line, save_tiny_bert
 
 runner = CliRunner()
 

@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 
 from attnviz.cli import app
 from attnviz.engines import load_engine
+from attnviz.example import EXAMPLE
 
-from .conftest import EXAMPLE
 from .helpers import inspect
 from .tiny_models import SPECS, save_tiny
 

@@ -23,9 +23,9 @@ import torch
 
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import UsageError
+from attnviz.example import EXAMPLE
 from attnviz.measures.explain import explain
 
-from .conftest import EXAMPLE
 from .helpers import ProtocolOnly, one_error_line
 from .tiny_models import SENTENCES, SPECS, Spec, save_tiny
 

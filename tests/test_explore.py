@@ -20,11 +20,12 @@ from textual.widgets import Input
 from attnviz.cli.exploring import runner
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import UsageError
+from attnviz.example import EXAMPLE
 from attnviz.result import Attention
 from attnviz.tui.app import ExploreApp
 from attnviz.tui.views import check_size, export_name, free_path
 
-from .helpers import EXAMPLE, inspect, save_tiny_bert
+from .helpers import inspect, save_tiny_bert
 
 # Async tests run on asyncio through anyio's pytest plugin (installed with textual's deps).
 pytestmark = pytest.mark.anyio

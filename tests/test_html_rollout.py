@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 from attnviz.render.html import decode_weights
 
 from . import browser
@@ -157,9 +158,6 @@ def test_page_rollout_too_large_does_not_fall_back_to_rows(tmp_path: Path) -> No
 
 _why = browser.missing()
 needs_browser = browser.gate(_why)
-
-
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 
 
 @needs_browser

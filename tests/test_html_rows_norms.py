@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 from attnviz.render.html.rows import decode_rows
 
 from . import browser
@@ -132,9 +133,6 @@ def test_a_long_norm_page_falls_back_to_rows(tmp_path: Path) -> None:
 
 _why = browser.missing()
 needs_browser = browser.gate(_why)
-
-
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 
 
 @needs_browser

@@ -18,10 +18,10 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 from attnviz.result import Provenance
 from attnviz.shape import ModelShape
 
-from .helpers import EXAMPLE
 from .tiny_models import CORPUS, SPECS_BY_NAME, save_tiny
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,9 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 from attnviz.result import Attention
-
-from .conftest import EXAMPLE
 
 runner = CliRunner()
 COUNCIL = "The councilmen refused the demonstrators a permit because they feared violence"

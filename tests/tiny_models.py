@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnviz.example import EXAMPLE
+
 CORPUS = (
-    "The animal didn't cross the street because it was too tired.",
+    f"{EXAMPLE}.",
     "The cat sat on the mat, and the dog sat by the door.",
     "A small model can still show where each head looks.",
     "Attention weights sum to one over the keys.",
@@ -32,7 +34,7 @@ CORPUS = (
 
 # Sentences for comparing engines: repeated words, punctuation, an unknown word.
 SENTENCES = (
-    "The animal didn't cross the street because it was too tired.",
+    f"{EXAMPLE}.",
     "the cat sat on the mat and the dog sat by the door",
     "Where does each zebra head look?",
 )

@@ -37,10 +37,9 @@ from ..errors import (
     TokenNotFoundError,
     UnsupportedArchitectureError,
 )
+from ..example import EXAMPLE
 from ..version import __version__
 from . import conventions, output
-
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 
 
 class _Group(TyperGroup):
