@@ -197,7 +197,7 @@ def make_files(root: Path) -> Files:
 
     from safetensors.torch import load_file, save_file
 
-    from .tiny_models import SPECS_BY_NAME, save_tiny
+    from .builders import SPECS_BY_NAME, save_tiny
 
     root.mkdir(parents=True, exist_ok=True)
     files = Files(root=root, out=root / "out")

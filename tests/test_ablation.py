@@ -18,8 +18,8 @@ from attnviz.example import EXAMPLE
 from attnviz.io.models import resolve
 from attnviz.measures.ablation import Runner, ablate_text, batch_size, passes
 from attnviz.nn.attention import Ablation, ablate_heads
+from tests.builders import SPECS_BY_NAME, save_tiny
 from tests.helpers import ProtocolOnly
-from tests.tiny_models import SPECS_BY_NAME, save_tiny
 
 TOL = 1e-5
 

@@ -11,8 +11,8 @@ from attnviz.engines import load_engine
 from attnviz.errors import ModelLoadError
 from attnviz.example import EXAMPLE
 
+from .builders import Spec, _config, build_tiny
 from .helpers import save_tiny_bert
-from .tiny_models import Spec, _config, build_tiny
 
 SENTENCES = [
     EXAMPLE,

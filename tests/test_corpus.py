@@ -19,7 +19,7 @@ from attnviz.errors import UsageError
 from attnviz.example import EXAMPLE
 from attnviz.tokens import is_punctuation
 
-from .tiny_models import CORPUS, SPECS_BY_NAME, save_tiny
+from .builders import CORPUS, SPECS_BY_NAME, save_tiny
 
 REPO = Path(__file__).resolve().parents[1]
 PAIRS = REPO / "samples" / "minimal_pairs.tsv"

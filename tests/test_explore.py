@@ -511,7 +511,7 @@ async def test_no_color_draws_glyphs_and_no_colours(att: Attention, monkeypatch:
 
 
 async def test_causal_model_masks_later_tokens(tmp_path: Path) -> None:
-    from .tiny_models import SPECS_BY_NAME, save_tiny
+    from .builders import SPECS_BY_NAME, save_tiny
 
     engine = load_engine("own", str(save_tiny(SPECS_BY_NAME["gpt2"], tmp_path)), "cpu")
     att = inspect("the cat sat on the mat", engine)

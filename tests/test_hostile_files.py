@@ -18,8 +18,8 @@ from attnviz.errors import ModelLoadError, UsageError
 from attnviz.example import EXAMPLE
 from attnviz.io.jsonread import loads
 
+from .builders import SPECS_BY_NAME, save_tiny
 from .helpers import one_error_line
-from .tiny_models import SPECS_BY_NAME, save_tiny
 
 ENGINES = ("own", "hf")
 DEEP = "[" * 100_000 + "]" * 100_000

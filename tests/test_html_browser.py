@@ -346,7 +346,7 @@ def test_keyboard_drives_the_page(driver: Any, page: Path) -> None:
 
 
 def test_causal_grouped_query_model_masks_the_future(driver: Any, tmp_path: Path) -> None:
-    from .tiny_models import SPECS_BY_NAME, save_tiny
+    from .builders import SPECS_BY_NAME, save_tiny
 
     # A tiny Llama: causal, 4 query heads over 2 key/value heads.
     model = save_tiny(SPECS_BY_NAME["llama"], tmp_path / "llama")

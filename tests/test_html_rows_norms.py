@@ -19,8 +19,8 @@ from attnviz.example import EXAMPLE
 from attnviz.render.html.rows import decode_rows
 
 from . import browser
+from .builders import SPECS_BY_NAME, save_tiny
 from .helpers import one_error_line
-from .tiny_models import SPECS_BY_NAME, save_tiny
 
 TEXT = "the cat sat on the mat because it was tired"
 

@@ -22,7 +22,7 @@ from attnviz.example import EXAMPLE
 from attnviz.result import Provenance
 from attnviz.shape import ModelShape
 
-from .tiny_models import CORPUS, SPECS_BY_NAME, save_tiny
+from .builders import CORPUS, SPECS_BY_NAME, save_tiny
 
 REPO = Path(__file__).resolve().parents[1]
 PAIRS = REPO / "samples" / "minimal_pairs.tsv"

@@ -22,7 +22,7 @@ from attnviz.engines import Engine, load_engine
 from attnviz.example import EXAMPLE
 from attnviz.measures import norms
 
-from .tiny_models import SENTENCES, SPECS, Spec, save_tiny
+from .builders import SENTENCES, SPECS, Spec, save_tiny
 
 TOL = 1e-5
 

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from attnviz.cli import app
 from attnviz.example import EXAMPLE
 
+from .builders import SPECS_BY_NAME, save_tiny
 from .helpers import one_error_line
-from .tiny_models import SPECS_BY_NAME, save_tiny
 
 runner = CliRunner()
 SOURCE = f"{EXAMPLE}."

@@ -9,7 +9,7 @@ task-head classes people actually publish (``*ForMaskedLM``, ``*ForCausalLM``), 
 loading also has to strip their prefixes and drop their heads.
 
 The spec tables are data: this file's ``SPECS`` (and the named groups in it), issue 23's
-first half in tests/tiny_families_a.py and its second half in tests/tiny_models_b.py,
+first half in tests/builders/families_a.py and its second half in tests/builders/families_b.py,
 kept apart so that branches adding families edit different files; all are built here.
 """
 
