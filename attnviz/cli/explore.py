@@ -48,7 +48,7 @@ def explore(
     new sentence (/), export the view to PNG (e); ? lists every key, q quits.
     """
     with errors(debug):
-        from ..errors import UsageError
+        from ..errors import Reason, UsageError
 
         # Everything a user can get wrong without a model, before loading one.
         if not (sys.stdin is not None and sys.stdout is not None and sys.stdin.isatty() and sys.stdout.isatty()):
@@ -71,12 +71,12 @@ def explore(
             try:
                 first = explore_reading(eng, sentence, selection)
             except UsageError as exc:
-                if exc.facts.get("reason") != "explore_size":
+                if exc.reason is not Reason.EXPLORE_SIZE:
                     raise
                 # A long text: the rows of a few tokens at a time, drawn as compact rows.
                 first, rows = long_reading(eng, sentence, selection)
         except UsageError as exc:
-            if exc.facts.get("reason") != "explore_size":
+            if exc.reason is not Reason.EXPLORE_SIZE:
                 raise
             raise UsageError(exc.message, hint="pick layers with --layer N or A-B, or shorten the sentence") from None
         att = first.attention

@@ -26,16 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError
+from ..errors import MemoryBudgetError, UsageError
 
 if TYPE_CHECKING:
     from ..shape import ModelShape
 
 GB = 1024**3
-
-
-class MemoryBudgetError(UsageError):
-    """The forward pass would need more memory than is free (or than the budget allows)."""
 
 
 @dataclass(frozen=True)
