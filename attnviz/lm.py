@@ -173,12 +173,15 @@ def load_lm_head(engine: Engine, part: str | None = None) -> LMHead | None:
         if name is None or name == embeddings and not _saved_as_lm(config):
             return None
         bias = find("lm_head.bias")  # GPT-J, Phi
+        transform = logit_transform(config)
         return LMHead(
             "causal",
             get(name),
             bias=None if bias is None else get(bias),
             tokenizer=tokenizer,
-            **logit_transform(config),
+            scale=transform.get("scale"),
+            divisor=transform.get("divisor"),
+            softcap=transform.get("softcap"),
         )
     for prefix_dense, prefix_norm, prefix in _MASKED.values():
         dense = find(f"{prefix_dense}.weight")
