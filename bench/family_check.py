@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from attnviz.check import compare_engines  # noqa: E402
+from attnviz.measures.check import compare_engines  # noqa: E402
 from tests.tiny_families_a import FAMILY_A_SPECS  # noqa: E402
 from tests.tiny_models import SPECS_BY_NAME, save_tiny  # noqa: E402
 from tests.tiny_models_b import SPECS_B, SPECS_B_BY_NAME  # noqa: E402

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention
+from ..nn.attention import MultiHeadAttention
 from .base import config_value
 from .fields import sequence, whole
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU
