@@ -456,6 +456,16 @@ class MultiHeadAttention(nn.Module):
         # strided layout made q·kᵀ and weights·v 1.8x slower at 2,048 tokens).
         return x.view(b, t, heads, self.head_dim).transpose(1, 2).contiguous()  # (B, heads, T, D)
 
+    def project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Step 1 of ``forward``: q (B, H, L, D), k (B, G, S, D), v (B, G, S, Dv) from
+        query (B, L, E) and key, value (B, S, E). Here Dv = D and each is one linear map;
+        a family that makes its heads otherwise (mla.py's latent attention) overrides
+        this alone and keeps steps 2-4."""
+        q = self._split(self.q_proj(query), self.n_heads)  # (B, H, L, D)
+        k = self._split(self.k_proj(key), self.n_kv_heads)  # (B, G, S, D)
+        v = self._split(self.v_proj(value), self.n_kv_heads)  # (B, G, S, D)
+        return q, k, v
+
     def forward(
         self,
         query: Tensor,
@@ -487,9 +497,7 @@ class MultiHeadAttention(nn.Module):
         key = query if key is None else key
         value = key if value is None else value
         # 1. Per-head projections Q_i = Q·W_i^Q, K_i = K·W_i^K, V_i = V·W_i^V.
-        q = self._split(self.q_proj(query), self.n_heads)  # (B, H, L, D)
-        k = self._split(self.k_proj(key), self.n_kv_heads)  # (B, G, S, D)
-        v = self._split(self.v_proj(value), self.n_kv_heads)  # (B, G, S, D)
+        q, k, v = self.project(query, key, value)  # (B, H, L, D), (B, G, S, D), (B, G, S, Dv)
         if qk_transform is not None:
             q, k = qk_transform(q, k)
         # 2. head_i = softmax(Q_i K_iᵀ / √d_k) V_i, all heads at once; with grouped-query
@@ -500,8 +508,8 @@ class MultiHeadAttention(nn.Module):
             q, k, v, mask, self.scale, score_bias=score_bias, softcap=self.softcap, sinks=self.sinks
         )  # (B, H, L, D), (B, H, R, S)
         # 3. Concat(head_1, ..., head_H): put the heads back side by side.
-        b, _, length, _ = heads.shape
-        concat = heads.transpose(1, 2).reshape(b, length, self.n_heads * self.head_dim)  # (B, L, H·D)
+        b, _, length, dv = heads.shape  # Dv = D but in multi-head latent attention (mla.py)
+        concat = heads.transpose(1, 2).reshape(b, length, self.n_heads * dv)  # (B, L, H·Dv)
         ablation: Ablation | None = getattr(request, "ablation", None)
         if ablation is not None:  # head ablation (rows.RowRequest.ablation): one copy per removed head
             concat = ablate_heads(concat, self.n_heads, ablation)  # (B', L, H·D)
