@@ -12,7 +12,7 @@ import torch
 
 from attnviz.engines import load_engine
 from attnviz.errors import ModelLoadError
-from attnviz.models import resolve
+from attnviz.io.models import resolve
 from tests.tiny_families_a import FAMILY_A_SPECS
 from tests.tiny_models import SPECS, Spec, copy_with_config, save_tiny
 from tests.tiny_models_b import SPECS_B
@@ -53,7 +53,7 @@ def _hf_logits_and_hidden(path: Path, ids: list[int]) -> tuple[torch.Tensor, tor
 
 @pytest.mark.parametrize("spec", _one_per_family(), ids=lambda s: s.model_type)
 def test_lm_head_equals_causal_lm_logits(tmp_path: Path, spec: Spec) -> None:
-    from attnviz.lm import load_lm_head
+    from attnviz.measures.lm import load_lm_head
 
     path = save_tiny(spec, tmp_path / "base")
     if spec.model_type in _BITING:
@@ -69,7 +69,7 @@ def test_lm_head_equals_causal_lm_logits(tmp_path: Path, spec: Spec) -> None:
 
 def test_gemma2_softcap_default_when_the_key_is_absent(tmp_path: Path) -> None:
     """transformers' Gemma 2 caps at 30.0 when config.json lacks the key; null: no cap."""
-    from attnviz.lm import logit_transform
+    from attnviz.measures.lm import logit_transform
 
     assert logit_transform({"model_type": "gemma2"}) == {"softcap": 30.0}
     assert logit_transform({"model_type": "gemma2", "final_logit_softcapping": None}) == {"softcap": None}
@@ -82,7 +82,7 @@ def test_gemma2_softcap_default_when_the_key_is_absent(tmp_path: Path) -> None:
 )
 @pytest.mark.parametrize("value", [0, -1.0, "2"])
 def test_lm_transform_out_of_range_is_refused_naming_the_key(model_type: str, key: str, value: Any) -> None:
-    from attnviz.lm import logit_transform
+    from attnviz.measures.lm import logit_transform
 
     with pytest.raises(ModelLoadError, match=key):
         logit_transform({"model_type": model_type, key: value})

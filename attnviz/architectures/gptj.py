@@ -104,7 +104,7 @@ class GPTJDecoder(DecoderModel):
         self.max_positions = c.n_positions
         self.windows = [None] * c.n_layer
         self.tokens = nn.Embedding(c.vocab_size, c.n_embd)
-        inner = c.n_inner or 4 * c.n_embd
+        inner = 4 * c.n_embd if c.n_inner is None else c.n_inner
         self.blocks = nn.ModuleList(
             ParallelBlock(
                 MultiHeadAttention(c.n_embd, c.n_head, bias=False),
