@@ -225,8 +225,8 @@ _LOGIT_TRANSFORMS: dict[str, tuple[str, str, float | None]] = {
 def logit_transform(config: dict[str, Any]) -> dict[str, float | None]:
     """The ``LMHead`` fields (scale, divisor, softcap) of ``config``'s family, read as its
     *ForCausalLM reads them. Raises ModelLoadError for a value no head can use."""
-    from .architectures.fields import number
-    from .errors import ModelLoadError
+    from ..architectures.fields import number
+    from ..errors import ModelLoadError
 
     found = _LOGIT_TRANSFORMS.get(str(config.get("model_type")))
     if found is None:
