@@ -50,6 +50,7 @@ from torch import Tensor, nn
 from ..nn.attention import Mask, MultiHeadAttention
 from .base import ForwardOutput, LayerAblation, activation
 from .decoder import PreNormBlock
+from .fields import fraction, given, sequence, whole
 from .gemma import GemmaRMSNorm
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU, attention_options
 from .moe import SparseMoE
@@ -347,27 +348,30 @@ class Qwen3NextDecoder(LlamaDecoder):
 
 
 def build(config: dict[str, Any]) -> Qwen3NextDecoder:
-    layers = int(config["num_hidden_layers"])
-    interval = int(config.get("full_attention_interval") or 4)
+    # Absent keys read as transformers' Qwen3NextConfig defaults them (0 and [] are values).
+    layers = whole(config, "num_hidden_layers", 48)
+    interval = whole(config, "full_attention_interval", 4)
     types = tuple(
-        config.get("layer_types")
-        or ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(layers)]
+        sequence(
+            config,
+            "layer_types",
+            ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(layers)],
+        )
     )
-    heads = int(config["num_attention_heads"])
-    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
-    params = {**config}
-    if not (config.get("rope_parameters") or {}).get("partial_rotary_factor") and not config.get(
-        "partial_rotary_factor"
-    ):
-        params["partial_rotary_factor"] = 0.25  # transformers' default for Qwen3-Next
+    head_dim = whole(config, "head_dim", 256)
+    params = dict(config)
+    nested = config.get("rope_parameters")
+    if not (isinstance(nested, dict) and nested.get("partial_rotary_factor") is not None):
+        params["partial_rotary_factor"] = fraction(config, "partial_rotary_factor", 0.25)
     rope = rope_config(params, head_dim, partial_rotary=True)
-    experts = int(config.get("num_experts") or 0)
-    step = int(config.get("decoder_sparse_step") or 1)
-    dense = set(config.get("mlp_only_layers") or ())
+    experts = whole(config, "num_experts", 512, low=0)
+    step = whole(config, "decoder_sparse_step", 1)
+    dense = {int(i) for i in sequence(config, "mlp_only_layers", [])}
     sparse = tuple(i for i in range(layers) if i not in dense and experts > 0 and (i + 1) % step == 0)
-    bias = bool(config.get("attention_bias", False))
+    bias = bool(given(config, "attention_bias", False))
     base = LlamaConfig.from_dict(
         config,
+        head_dim=head_dim,
         qkv_bias=bias,
         o_bias=bias,
         mlp_bias=False,
@@ -378,16 +382,16 @@ def build(config: dict[str, Any]) -> Qwen3NextDecoder:
         Qwen3NextConfig(
             **vars(base),
             layer_types=types,
-            linear_num_key_heads=int(config["linear_num_key_heads"]),
-            linear_num_value_heads=int(config["linear_num_value_heads"]),
-            linear_key_head_dim=int(config["linear_key_head_dim"]),
-            linear_value_head_dim=int(config["linear_value_head_dim"]),
-            linear_conv_kernel_dim=int(config.get("linear_conv_kernel_dim") or 4),
+            linear_num_key_heads=whole(config, "linear_num_key_heads", 16),
+            linear_num_value_heads=whole(config, "linear_num_value_heads", 32),
+            linear_key_head_dim=whole(config, "linear_key_head_dim", 128),
+            linear_value_head_dim=whole(config, "linear_value_head_dim", 128),
+            linear_conv_kernel_dim=whole(config, "linear_conv_kernel_dim", 4),
             num_experts=experts,
-            num_experts_per_tok=int(config.get("num_experts_per_tok") or 1),
-            moe_intermediate_size=int(config.get("moe_intermediate_size") or 1),
-            shared_expert_intermediate_size=int(config.get("shared_expert_intermediate_size") or 1),
-            norm_topk_prob=bool(config.get("norm_topk_prob", True)),
+            num_experts_per_tok=whole(config, "num_experts_per_tok", 10),
+            moe_intermediate_size=whole(config, "moe_intermediate_size", 512),
+            shared_expert_intermediate_size=whole(config, "shared_expert_intermediate_size", 512),
+            norm_topk_prob=bool(given(config, "norm_topk_prob", True)),
             sparse_layers=sparse,
         )
     )
