@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from ..attention import Mask, MultiHeadAttention, QKTransform
 from ..errors import UnsupportedArchitectureError
+from ..nn.taps import tap
 from ..rows import EAGER, RowRequest
 from . import llama
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU, default_layer_types
@@ -84,9 +85,9 @@ class SandwichBlock(nn.Module):
         a, weights = self.attn(
             self.attn_norm(x), mask=mask, qk_transform=qk_transform, request=request
         )  # (B, L, E), (B, H, R, S)
-        x = x + self.post_attn_norm(a)
+        x = x + tap("attn_out", self.post_attn_norm(a))
         # 2. The MLP, likewise.
-        x = x + self.post_mlp_norm(self.mlp(self.mlp_norm(x)))
+        x = x + tap("mlp_out", self.post_mlp_norm(self.mlp(self.mlp_norm(x))))
         return x, weights
 
 

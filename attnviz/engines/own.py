@@ -3,6 +3,7 @@ it never imports transformers."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from ..architectures.seq2seq import Seq2SeqOutput
     from ..attention import Ablation, MultiHeadAttention
     from ..models import ModelFiles
+    from ..nn.taps import Taps
 
 
 class OwnEngine(EngineBase):
@@ -108,6 +110,13 @@ class OwnEngine(EngineBase):
             run = len(out.attentions)
             out.value_norms = per_layer(record.part(None), run, range(run), self.files.model_type)
         return out
+
+    def tapping(self, taps: Taps) -> contextlib.AbstractContextManager[Taps]:
+        """Our modules and layer loop apply ``taps`` (``attnviz.nn.taps``) in the passes inside."""
+        from ..nn.taps import attached
+
+        self.check_taps(taps)
+        return attached(taps)
 
     def output_projections(self, part: str | None = None) -> list[torch.nn.Module]:
         """Per layer of ``part``: its attention module's ``o_proj`` (W^O); ALBERT's one
