@@ -110,9 +110,7 @@ class Reference:
             with torch.no_grad():
                 x = torch.tensor([ids])
                 if target is not None:
-                    out = self.model(
-                        input_ids=x, decoder_input_ids=torch.tensor([target]), output_hidden_states=True
-                    )
+                    out = self.model(input_ids=x, decoder_input_ids=torch.tensor([target]), output_hidden_states=True)
                     hidden = out.encoder_hidden_states
                 else:
                     out = self.model(input_ids=x, output_hidden_states=True)
@@ -143,20 +141,26 @@ def test_recorded_taps_equal_across_engines_and_transformers(
     for name, engine in engines.items():
         taps = _all_taps(layers)
         if seq2seq:
-            taps.hooks.extend(_all_taps(engine.part_shape("decoder").num_layers, "decoder.blocks", ("attn", "cross")).hooks)
+            taps.hooks.extend(
+                _all_taps(engine.part_shape("decoder").num_layers, "decoder.blocks", ("attn", "cross")).hooks
+            )
         with engine.tapping(taps):
             if target is not None:
                 engine.forward_seq2seq(tokens, target)
             else:
                 engine.forward(tokens)
         recorded[name] = taps
-    reference, _ = Reference(path, family).run(list(tokens.ids), monkeypatch, None if target is None else list(target.ids))
+    reference, _ = Reference(path, family).run(
+        list(tokens.ids), monkeypatch, None if target is None else list(target.ids)
+    )
     own, hf = recorded["own"], recorded["hf"]
     names = [f"blocks.{n}.attn.{t}" for n in range(layers) for t in ATTENTION]
     names += [f"blocks.{n}.{t}" for n in range(layers) for t in LAYER]
     for name in names:
         torch.testing.assert_close(own[name], hf[name], atol=TOL, rtol=0, msg=lambda m, name=name: f"{name}: {m}")
-        torch.testing.assert_close(own[name], reference[name], atol=TOL, rtol=0, msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            own[name], reference[name], atol=TOL, rtol=0, msg=lambda m, name=name: f"{name}: {m}"
+        )
         assert len(own.recorded[name]) == len(hf.recorded[name]) == 1
     if seq2seq:  # the decoder's names, both engines alike
         decoder = [n for n in own.recorded if n.startswith("decoder.")]
@@ -277,9 +281,8 @@ def test_names_the_model_does_not_have_are_refused_before_the_pass(
         ("decoder.blocks.0.attn.z", "no decoder"),
         ("blocks.0.cross.z", "decoder's"),
     ):
-        with pytest.raises(UsageError, match=words):
-            with engine.tapping(Taps().record(name)):
-                pytest.fail("entered")
+        with pytest.raises(UsageError, match=words), engine.tapping(Taps().record(name)):
+            pytest.fail("entered")
 
 
 def test_names_follow_one_scheme() -> None:
