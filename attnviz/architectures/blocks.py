@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ..attention import Mask, MultiHeadAttention, QKTransform
+from ..nn.attention import Mask, MultiHeadAttention, QKTransform
+from ..nn.rows import EAGER, RowRequest
 from ..nn.taps import tap
-from ..rows import EAGER, RowRequest
 from .base import activation
 
 

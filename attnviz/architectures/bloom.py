@@ -26,9 +26,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import Mask, QKTransform
+from ..nn.attention import Mask, QKTransform
+from ..nn.rows import EAGER, RowRequest
 from ..nn.taps import tap
-from ..rows import EAGER, RowRequest
 from .alibi import AlibiAttention
 from .base import config_value
 from .blocks import split_per_head

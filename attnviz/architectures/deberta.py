@@ -34,9 +34,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import Ablation, MultiHeadAttention, ablate_heads, padding_mask, scaled_dot_product_attention
 from ..errors import UnsupportedArchitectureError
 from ..nn import taps
+from ..nn.attention import Ablation, MultiHeadAttention, ablate_heads, padding_mask, scaled_dot_product_attention
 from ..nn.taps import tap
 from .base import AttnModel, ForwardOutput, LayerAblation, activation, config_value, layer_loop
 

@@ -17,9 +17,9 @@ from collections.abc import Collection, Sequence
 
 from torch import Tensor, nn
 
-from ..attention import Mask, MultiHeadAttention, QKTransform
+from ..nn.attention import Mask, MultiHeadAttention, QKTransform
+from ..nn.rows import EAGER, RowRequest
 from ..nn.taps import tap
-from ..rows import EAGER, RowRequest
 from .base import AttnModel, ForwardOutput, LayerAblation, layer_loop
 
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ..attention import Mask, MultiHeadAttention, QKTransform
+from ..nn.attention import Mask, MultiHeadAttention, QKTransform
+from ..nn.rows import EAGER, RowRequest
 from ..nn.taps import tap
-from ..rows import EAGER, RowRequest
 from . import llama
 from .llama import LlamaConfig, LlamaDecoder, RMSNorm
 

@@ -24,9 +24,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import Mask, MultiHeadAttention, QKTransform
+from ..nn.attention import Mask, MultiHeadAttention, QKTransform
+from ..nn.rows import EAGER, RowRequest
 from ..nn.taps import tap
-from ..rows import EAGER, RowRequest
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU, attention_options
 from .qwen3 import QKNormAttention
 from .rope import rope_config

@@ -8,16 +8,16 @@ The same names as the own engine, found in transformers' models:
                           function gets them (after RoPE), the values, then calls the
                           family's own ``eager_attention_forward`` and taps the weights and
                           its output, each head's before W^O (B, Q, H, Dv)
-    out                   a forward hook on W^O (ablation_hf.PATTERNS)
+    out                   a forward hook on W^O (hf_ablation.PATTERNS)
     resid_pre/resid_post  a forward pre-hook / hook on each layer module
     attn_out              W^O's output (the attention's contribution as transformers
                           adds it) in the families without a norm or scale after it
     mlp_out / cross_out   a forward hook on the MLP module / the cross-attention's W^O
 
 Which module is which is read from the module names of the base model (``PATTERNS``),
-one pattern per layout, as ablation_hf.py does. A tap this model's layout does not map
+one pattern per layout, as hf_ablation.py does. A tap this model's layout does not map
 raises ``UnsupportedArchitectureError`` when it is attached, never a silent identity.
-This is the only module, beside ablation_hf.py, that hooks a module: an analysis never
+This is the only module, beside hf_ablation.py, that hooks a module: an analysis never
 does. torch and transformers, imported inside the functions.
 """
 
@@ -160,7 +160,7 @@ def tapping(model: Any, taps: Taps, layer_stacks: dict[str, int], model_type: st
     """
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    from ..ablation_hf import output_projections
+    from .hf_ablation import output_projections
 
     wanted = {kind_of(p) for p in taps.patterns}
     function_sites, out_sites = _Sites(), _Sites()
