@@ -15,7 +15,7 @@ import torch
 
 from attnviz.engines import load_engine
 from attnviz.errors import UsageError
-from attnviz.models import resolve
+from attnviz.io.models import resolve
 from attnviz.nn.taps import Taps, check_name, tap_name
 from tests.helpers import ProtocolOnly
 from tests.tiny_models import SPECS_BY_NAME, save_tiny
