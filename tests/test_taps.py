@@ -298,3 +298,30 @@ def test_names_follow_one_scheme() -> None:
         Taps().record("blocks.0.resid_post", heads=[0])
     with pytest.raises(KeyError, match="nothing was recorded"):
         Taps()["blocks.0.attn.z"]
+
+
+def test_the_development_guides_example_runs() -> None:
+    """docs/development.md's Taps section: its Python block, on both engines and the packaged model."""
+    import re
+
+    page = (Path(__file__).parent.parent / "docs" / "development.md").read_text(encoding="utf-8")
+    section = page.split("## Taps", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    exec(compile(code, "docs/development.md", "exec"), {})
+
+
+@pytest.mark.parametrize("engine_name", ["own", "hf"])
+def test_a_pattern_tap_sees_every_row_whatever_rows_are_kept(tiny: Callable[[str], Path], engine_name: str) -> None:
+    engine = load_engine(engine_name, resolve(str(tiny("llama"))), "cpu")
+    tokens = engine.tokenize(SENTENCE)
+    full = engine.forward(tokens).attentions  # (1, H, Q, Q) per layer
+    taps = Taps().record("blocks.*.attn.pattern")
+    with engine.tapping(taps):
+        kept = engine.forward(tokens, layers=[1], queries=[2])
+        engine.final_hidden(tokens)
+    assert kept.attentions[0].shape[2] == 1
+    torch.testing.assert_close(kept.attentions[0], full[1][:, :, [2]], atol=TOL, rtol=0)
+    for layer in (0, 1):
+        first, second = taps.recorded[f"blocks.{layer}.attn.pattern"]  # forward's, final_hidden's
+        torch.testing.assert_close(first, full[layer], atol=TOL, rtol=0)
+        torch.testing.assert_close(second, full[layer], atol=TOL, rtol=0)

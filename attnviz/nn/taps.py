@@ -8,13 +8,13 @@ here), one scheme for every family and both engines (the own engine taps its mod
 the hf engine maps the same names onto transformers' modules: engines/hf_taps.py).
 
 Names and shapes (B batch, H query heads, G key/value heads, Q query positions, S key
-positions, R weight rows computed, D head dim, Dv value head dim, E model width)::
+positions, D head dim, Dv value head dim, E model width)::
 
     blocks.N.resid_pre        (B, Q, E)   the residual stream entering layer N
     blocks.N.attn.q           (B, H, Q, D)  queries, after the position transform (RoPE)
     blocks.N.attn.k           (B, G, S, D)  keys, after the position transform
     blocks.N.attn.v           (B, G, S, Dv) values
-    blocks.N.attn.pattern     (B, H, R, S)  the weight rows the pass computes (record only)
+    blocks.N.attn.pattern     (B, H, Q, S)  the weights, every row (record only)
     blocks.N.attn.z           (B, Q, H, Dv) each head's output, before W^O
     blocks.N.attn.out         (B, Q, E)     the attention's output, after W^O (and its bias)
     blocks.N.attn_out         (B, Q, E)   what the attention sub-layer adds to the stream
@@ -28,9 +28,11 @@ An encoder-decoder's encoder is ``blocks.N...`` as above; its decoder is
 the source length) and ``decoder.blocks.N.cross_out``. ``tap_name(part, layer, what)``
 spells a name from an engine's part (None / "encoder", "decoder", "cross").
 
-``pattern`` holds the rows the pass computes: every row on the hf engine and in a pass
-asked for every row; on the own engine, only the asked queries' rows of a fused pass
-(``forward(..., queries=...)``). It can be recorded, not replaced.
+``pattern`` holds every weight row, on both engines, whatever rows the caller keeps (the own
+engine computes them all in a pass that records a pattern). It can be recorded, not
+replaced: the weights are computed beside the output, not into it. The own engine runs the
+layers up to the last one a call asks for (``forward(layers=...)``); the taps of the layers
+after it are not reached.
 
 Using taps (from Python, on any engine)::
 
@@ -218,6 +220,11 @@ class Taps:
     def patterns(self) -> list[str]:
         """The names (wildcards included) something is attached to."""
         return [hook.pattern for hook in self.hooks]
+
+    @property
+    def records_pattern(self) -> bool:
+        """Whether a ``pattern`` is recorded (the own engine then computes every weight row)."""
+        return any(kind_of(hook.pattern) in ("pattern", "*") for hook in self.hooks)
 
     def __getitem__(self, name: str) -> Tensor:
         values = self.recorded.get(name)
