@@ -39,6 +39,7 @@ from ..nn import taps
 from ..nn.attention import Ablation, MultiHeadAttention, ablate_heads, padding_mask, scaled_dot_product_attention
 from ..nn.taps import tap
 from .base import AttnModel, ForwardOutput, LayerAblation, activation, config_value, layer_loop
+from .fields import given
 
 MODEL_TYPES = ("deberta-v2",)
 PREFIXES = ("deberta.",)
@@ -102,7 +103,7 @@ class DebertaConfig:
                 f"attention_head_size={head_size} (not hidden_size / num_attention_heads) is not implemented "
                 "by the own engine"
             )
-        types = config.get("pos_att_type") or ()
+        types = given(config, "pos_att_type", ())  # "" and [] name no terms, as () does
         if isinstance(types, str):
             types = [t.strip() for t in types.lower().split("|") if t.strip()]
         norm_rel = [x.strip() for x in str(config.get("norm_rel_ebd", "none")).lower().split("|")]
@@ -134,7 +135,7 @@ class DebertaConfig:
 def score_terms(config: dict[str, Any]) -> tuple[str, ...]:
     """Which terms a DeBERTa checkpoint's attention scores sum: ("c2c", "c2p", "p2c") or fewer."""
     # Read leniently (no validation): the hf engine states the terms of any checkpoint.
-    types = config.get("pos_att_type") or ()
+    types = given(config, "pos_att_type", ())
     if isinstance(types, str):
         types = [t.strip() for t in types.lower().split("|")]
     position = tuple(t for t in ("c2p", "p2c") if t in types) if config.get("relative_attention") else ()
