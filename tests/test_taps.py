@@ -17,8 +17,8 @@ from attnviz.engines import load_engine
 from attnviz.errors import UsageError
 from attnviz.io.models import resolve
 from attnviz.nn.taps import Taps, check_name, tap_name
-from tests.helpers import ProtocolOnly
 from tests.builders import SPECS_BY_NAME, save_tiny
+from tests.helpers import ProtocolOnly
 
 TOL = 1e-5
 SENTENCE = "the cat sat on the mat and the dog sat by the door"
