@@ -481,9 +481,52 @@ def test_the_output_gate_and_the_linear_layers_matter(saved: dict[str, Path]) ->
     assert _worst(model, hf.model, ids) <= TOL  # type: ignore[attr-defined]
     for block in model.blocks:
         if isinstance(getattr(block, "attn", None), GatedAttention):
-            block.attn.gate_output = lambda concat, query: concat
+            block.attn.gate_output = lambda z, query: z
     assert _worst(model, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
     model = architectures.load(saved["qwen3_next"])
     with torch.no_grad():
         model.blocks[0].linear_attn.A_log.zero_()  # another decay in the first linear layer
     assert _worst(model, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
+
+
+# --- taps ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "layer"), [("deepseek_v3", 2), ("qwen3_next", 4)])
+def test_z_tap_is_what_transformers_o_proj_reads(name: str, layer: int, saved: dict[str, Path]) -> None:
+    """``blocks.N.attn.z`` (B, Q, H, Dv): MLA's Dv-wide heads, Qwen3-Next's gated ones,
+    each equal to the input of transformers' o_proj; v is Dv wide, q and k D wide."""
+    from attnviz.nn.taps import Taps
+
+    own, hf = _engines(name, saved)
+    tokens = own.tokenize(SENTENCES[0])
+    seen: list[torch.Tensor] = []
+    o_proj = hf.model.layers[layer].self_attn.o_proj  # type: ignore[attr-defined]
+    handle = o_proj.register_forward_pre_hook(lambda m, args: seen.append(args[0].detach()))
+    try:
+        hf.forward(tokens)
+    finally:
+        handle.remove()
+    prefix = f"blocks.{layer}.attn"
+    taps = Taps().record(f"{prefix}.z").record(f"{prefix}.q").record(f"{prefix}.v")
+    with own.tapping(taps):
+        own.forward(tokens, layers=(layer,))
+    z = taps[f"{prefix}.z"]
+    h = own.num_heads
+    assert z.shape[:3] == (1, len(tokens), h)
+    assert _diff(z.reshape(1, len(tokens), -1), seen[0]) <= TOL
+    dv = z.size(-1)
+    assert taps[f"{prefix}.v"].size(-1) == dv and taps[f"{prefix}.q"].size(-1) == own.model.blocks[layer].attn.head_dim  # type: ignore[attr-defined]
+
+
+def test_attention_taps_on_a_linear_layer_are_refused(saved: dict[str, Path]) -> None:
+    from attnviz.errors import UsageError
+    from attnviz.nn.taps import Taps
+
+    own, _ = _engines("qwen3_next", saved)
+    with pytest.raises(UsageError, match=r"layer 0 has no softmax attention \(its attention layers: 2, 4\)"):
+        own.tapping(Taps().record("blocks.0.attn.z"))
+    taps = Taps().record("blocks.0.resid_post").record("blocks.*.attn.pattern")
+    with own.tapping(taps):  # layer taps of a linear layer, and wildcards, are fine
+        own.forward(own.tokenize(SENTENCES[0]))
+    assert taps["blocks.0.resid_post"].shape[-1] == 48

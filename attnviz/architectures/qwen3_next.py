@@ -48,7 +48,8 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.attention import Mask, MultiHeadAttention
-from .base import ForwardOutput, LayerAblation, activation
+from ..nn.taps import tap
+from .base import ForwardOutput, LayerAblation, activation, layer_loop
 from .decoder import PreNormBlock
 from .fields import fraction, given, sequence, whole
 from .gemma import GemmaRMSNorm
@@ -104,8 +105,9 @@ class GatedAttention(QKNormAttention):
         d_model, width = self.q_proj.in_features, self.n_heads * self.head_dim
         self.gate_proj = nn.Linear(d_model, width, bias=self.q_proj.bias is not None)  # W^G: one gate a head dim
 
-    def gate_output(self, concat: Tensor, query: Tensor) -> Tensor:
-        return concat * torch.sigmoid(self.gate_proj(query))  # (B, L, H·D)
+    def gate_output(self, z: Tensor, query: Tensor) -> Tensor:
+        b, length, h, d = z.shape
+        return z * torch.sigmoid(self.gate_proj(query)).view(b, length, h, d)  # (B, L, H, D)
 
 
 class GatedRMSNorm(nn.Module):
@@ -268,8 +270,9 @@ class LinearBlock(nn.Module):
         self.mlp_norm, self.mlp = mlp_norm, mlp
 
     def forward(self, x: Tensor, padding: Tensor | None) -> Tensor:
-        x = x + self.linear_attn(self.attn_norm(x), padding)
-        return x + self.mlp(self.mlp_norm(x))
+        # The token mixer's output passes the layer's attn_out tap, as a softmax layer's does.
+        x = x + tap("attn_out", self.linear_attn(self.attn_norm(x), padding))
+        return x + tap("mlp_out", self.mlp(self.mlp_norm(x)))
 
 
 class Qwen3NextDecoder(LlamaDecoder):
@@ -331,16 +334,16 @@ class Qwen3NextDecoder(LlamaDecoder):
         padding = None if attention_mask is None else attention_mask.bool()  # (B, S)
         mask = Mask(causal=True, padding=padding)
         # 2. The layers: softmax ones return their asked rows, linear ones none.
-        attentions: list[Tensor] = []
         last = self.num_layers - 1 if max_layer is None else max_layer
         requests = self.row_requests(last, layers, queries, fused, ablate)
-        for layer in range(last + 1):
-            block = self.blocks[layer]
-            if layer in softmax:
-                x, weights = block(x, mask, qk, requests[layer])
-                attentions.append(weights)
-            else:
-                x = block(x, padding)
+
+        def layer(n: int, x: Tensor) -> tuple[Tensor, Tensor | None]:
+            if n in softmax:
+                return self.blocks[n](x, mask, qk, requests[n])  # (B, S, E), (B, H, R, S)
+            return self.blocks[n](x, padding), None
+
+        x, beside = layer_loop(x, last + 1, layer)
+        attentions = [weights for weights in beside if weights is not None]
         # 3. The final norm belongs to the output of the whole stack.
         if last == self.num_layers - 1:
             x = self.final_norm(x)
