@@ -36,6 +36,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "attnviz.version": STDLIB_ONLY,
     "attnviz.shape": STDLIB_ONLY,
     "attnviz.select": STDLIB_ONLY,
+    "attnviz.support": STDLIB_ONLY,
     "attnviz.engines.memory": ("torch", "rich", "typer", "matplotlib", "transformers", "textual"),
     "attnviz.pairs": ("torch", "rich", "typer", "matplotlib", "transformers", "textual"),
     "attnviz.metrics": ("torch", "rich", "typer", "matplotlib", "transformers", "textual"),

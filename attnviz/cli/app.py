@@ -176,10 +176,22 @@ _REASON_HINTS: dict[str, str] = {
     "positional_sort": "use --sort weight, entropy or sink",
     "cross_view": "drop --words/--hide-special/--rollout here, or pick --part encoder or decoder",
     "norm_rollout": "drop --rollout, or use --measure weight",
-    "norm_projections": "use --engine own, which gives the norms for every family it runs",
     "norm_split": "use --measure weight for this model",
     "unknown_measure": "use --measure weight or norm",
 }
+
+
+def _unsupported_hint(exc: AttnvizError) -> str | None:
+    """Never a hint towards an engine that refuses too: facts ``engine`` say who refused
+    ("own", the default; "hf"; "none": both), ``own`` whether the own engine runs the type."""
+    refused_by = exc.facts.get("engine", "own")
+    if refused_by == "none":
+        return exc.hint or "see attnviz check --list for the model types each engine shows"
+    if refused_by == "hf":
+        if exc.facts.get("own"):
+            return "use --engine own, which runs this model type"
+        return exc.hint or "see attnviz check --list for what each engine does with this model type"
+    return "use --engine hf, which shows transformers' own heads for this model type"
 
 
 def hint_for(exc: AttnvizError) -> str | None:
@@ -187,7 +199,7 @@ def hint_for(exc: AttnvizError) -> str | None:
     facts, reason = exc.facts, exc.facts.get("reason")
     count = int(facts.get("count") or 0)
     if isinstance(exc, UnsupportedArchitectureError):
-        return "use --engine hf, which runs any transformers model"
+        return _unsupported_hint(exc)
     if isinstance(exc, TokenNotFoundError):
         return {
             "missing": "pick a word from that list, or a raw position with --index K",
@@ -203,6 +215,10 @@ def hint_for(exc: AttnvizError) -> str | None:
         return f"fix or unset {conventions.origin_of('device')}, or pass --device cpu (or auto)"
     if isinstance(exc, DeviceError):
         return "use --device cpu (or auto)" if reason == "absent" else "use --device auto, cpu, cuda, cuda:N or mps"
+    if reason == "norm_projections":
+        if facts.get("own"):
+            return "use --engine own, which gives the norms for every family it runs"
+        return "use --measure weight: neither engine gives this model's norms"
     if reason in ("explain_layer", "explain_head"):
         flag = "--layer" if reason == "explain_layer" else "--head"
         return f"use {flag} 0..{count - 1}"
