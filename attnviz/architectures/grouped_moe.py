@@ -83,4 +83,5 @@ class GroupedMoE(nn.Module):
             slot, token = torch.where((chosen == expert).T)  # transformers' order: by slot, then token
             if token.numel():
                 out.index_add_(0, token, (mlp(flat[token]) * weights[token, slot, None]).to(out.dtype))
-        return out.reshape(b, s, e) + self.shared(x)
+        shared: Tensor = self.shared(x)  # (B, S, E)
+        return out.reshape(b, s, e) + shared
