@@ -77,8 +77,8 @@ def inspect(
     """
     from .engines import load_engine
     from .engines.memory import parse_size
+    from .io.safeio import check_text
     from .pipeline import Selection, run
-    from .safeio import check_text
     from .select import Query, parse_target
     from .transforms import View
 

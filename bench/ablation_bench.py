@@ -58,8 +58,8 @@ def throughput(runs: int) -> None:
     import torch
     from transformers import AutoModel
 
-    from attnviz.ablation import Runner, ablate_text
     from attnviz.engines import load_engine
+    from attnviz.measures.ablation import Runner, ablate_text
 
     torch.set_num_threads(1)
     engine = load_engine("own", None, "cpu")

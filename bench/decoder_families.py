@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnviz.check import compare_engines  # noqa: E402
+from attnviz.measures.check import compare_engines  # noqa: E402
 from tests.tiny_models import FAMILY_SPECS, MOE_SPECS, ROPE_SPECS, SINK_SPECS, save_tiny  # noqa: E402
 
 

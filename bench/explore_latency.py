@@ -136,11 +136,12 @@ GROUP = {"right": "token", "left": "token", "up": "layer", "down": "layer", **{k
 async def measure_long(n: int, rounds: int) -> tuple[dict[str, list[tuple[float, float]]], float]:
     import tempfile
 
+    from attnviz.cli.exploring import long_reading
     from attnviz.engines import load_engine
     from attnviz.pipeline import Selection
     from attnviz.select import Query
     from attnviz.tui.app import ExploreApp
-    from attnviz.tui.long import ROW_WINDOW, long_reading, window_of
+    from attnviz.tui.long import ROW_WINDOW, window_of
     from bench.long_context import build_model, text_of
 
     groups = ["token", "layer", "head", *(f"key {k}" for k in LONG_OPTIONS), "floor", "new window", "cold window"]

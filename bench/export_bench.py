@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from attnviz.models import resolve
+from attnviz.io.models import resolve
 
 EXAMPLE = "The animal didn't cross the street because it was too tired"
 HERE = Path(__file__).resolve().parent

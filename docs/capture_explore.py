@@ -24,8 +24,8 @@ SIZE = (104, 30)
 
 async def capture(svg: Path) -> None:
     from attnviz.engines import load_engine
-    from attnviz.tui.app import ExploreApp
     from attnviz.pipeline import Selection, run
+    from attnviz.tui.app import ExploreApp
 
     engine = load_engine("own", None, "cpu")
     att = run(EXAMPLE, engine, Selection()).attention

@@ -40,7 +40,7 @@ typer.testing._get_command = functools.cache(typer.testing._get_command)  # type
 
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
-    from attnviz.models import packaged_model_dir
+    from attnviz.io.models import packaged_model_dir
 
     return packaged_model_dir()
 

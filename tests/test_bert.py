@@ -93,7 +93,7 @@ def test_tiny_bert_with_gelu_new_and_prefixed_weights(tmp_path: Path) -> None:
     """A BertForMaskedLM checkpoint stores 'bert.'-prefixed names and an LM head we ignore."""
     import shutil
 
-    from attnviz.models import packaged_model_dir
+    from attnviz.io.models import packaged_model_dir
 
     build_tiny(GELU_NEW_BERT, seed=5).save_pretrained(tmp_path)
     shutil.copy(packaged_model_dir() / "tokenizer.json", tmp_path)

@@ -10,10 +10,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from attnviz.architectures import bert, roberta
-from attnviz.check import DEFAULT_SENTENCES, TOLERANCE, CheckResult, compare_engines
 from attnviz.cli import app
 from attnviz.errors import UsageError
-from attnviz.render.check_table import render_check, verdict
+from attnviz.measures.check import DEFAULT_SENTENCES, TOLERANCE, CheckResult, compare_engines
+from attnviz.render.terminal.check import render_check, verdict
 
 from .tiny_models import SPECS_BY_NAME, save_tiny
 

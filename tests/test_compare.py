@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
-from attnviz.models import resolve
-from attnviz.pairs import read_pairs
+from attnviz.io.models import resolve
+from attnviz.measures.pairs import read_pairs
 
 from .conftest import EXAMPLE
 

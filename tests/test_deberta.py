@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from attnviz.check import compare_engines
 from attnviz.engines import load_engine
+from attnviz.measures.check import compare_engines
 
 from .tiny_models import Spec, _encoder, save_tiny
 

@@ -23,7 +23,7 @@ import torch
 
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import UsageError
-from attnviz.explain import explain
+from attnviz.measures.explain import explain
 
 from .conftest import EXAMPLE
 from .helpers import ProtocolOnly, one_error_line

@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 from textual.widgets import Input
 
+from attnviz.cli.exploring import runner
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import UsageError
 from attnviz.result import Attention
 from attnviz.tui.app import ExploreApp
-from attnviz.tui.views import check_size, export_name, free_path, runner
+from attnviz.tui.views import check_size, export_name, free_path
 
 from .helpers import EXAMPLE, inspect, save_tiny_bert
 

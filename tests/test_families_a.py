@@ -15,10 +15,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnviz import metrics
-from attnviz.check import compare_engines
 from attnviz.engines import load_engine
 from attnviz.errors import UsageError
+from attnviz.measures import metrics
+from attnviz.measures.check import compare_engines
 
 from .helpers import inspect
 from .tiny_families_a import CAUSALITY_SPECS, FAMILY_A_SPECS
@@ -127,7 +127,7 @@ def test_hf_engine_forgets_the_grown_rotary_state_between_passes(dynamic: Path) 
 def test_hf_ablation_passes_forget_the_grown_rotary_state(dynamic: Path) -> None:
     """The passes ablation runs (``final_hidden``) start from a fresh model's rotary state
     too, so a head's ablation effect does not depend on a longer text run before it."""
-    from attnviz.attention import Ablation
+    from attnviz.nn.attention import Ablation
 
     hf = load_engine("hf", str(dynamic), "cpu")
     short, long = hf.tokenize("the cat sat on the mat"), hf.tokenize(SENTENCES[1])

@@ -21,9 +21,9 @@ import torch
 from typer.testing import CliRunner
 
 from attnviz import architectures
-from attnviz.checkpoint import validate_config
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import ModelLoadError
+from attnviz.io.checkpoint import validate_config
 
 from .tiny_models import SENTENCES, save_tiny
 from .tiny_models_b import SPECS_B, SPECS_B_BY_NAME

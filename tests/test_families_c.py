@@ -132,7 +132,7 @@ def test_padded_batch_matches_transformers(spec: Any, saved: dict[str, Path]) ->
 def test_norms_and_ablation_match_the_hf_engine(spec: Any, saved: dict[str, Path]) -> None:
     """‖f_h(x_j)‖ from our modules against transformers' v_proj and W^O (the hf engine's
     hooks); removing heads through our W^O against a pre-hook on transformers'."""
-    from attnviz.attention import Ablation
+    from attnviz.nn.attention import Ablation
 
     own, hf = _engines(spec.name, saved)
     tokens = own.tokenize(SENTENCES[0])

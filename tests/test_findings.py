@@ -1,11 +1,12 @@
-"""attnviz.findings: exclusions, strongest links, the pairs summary and its bootstrap."""
+"""attnviz.measures.findings: exclusions, strongest links, the pairs summary and its bootstrap."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from attnviz import findings, metrics, transforms
+from attnviz import transforms
+from attnviz.measures import findings, metrics
 from attnviz.result import Attention, Provenance
 from attnviz.shape import ModelShape
 from attnviz.tokens import Tokens, is_punctuation

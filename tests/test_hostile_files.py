@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from attnviz.cli import app
 from attnviz.errors import ModelLoadError, UsageError
-from attnviz.jsonread import loads
+from attnviz.io.jsonread import loads
 
 from .helpers import one_error_line
 from .tiny_models import SPECS_BY_NAME, save_tiny
@@ -247,7 +247,7 @@ def test_an_empty_vocabulary_is_refused(tiny_bert: Path, tmp_path: Path) -> None
 
 def test_a_252_byte_name_of_4_byte_characters_is_written(tmp_path: Path) -> None:
     # The temp name took the first 100 characters: 400 bytes, over 255, after the model work.
-    from attnviz.safeio import temp_stem
+    from attnviz.io.safeio import temp_stem
 
     name = "😀" * 62 + ".svg"
     assert len(name.encode()) == 252

@@ -56,7 +56,7 @@ def test_export_html_writes_one_small_page(runner: CliRunner, tmp_path: Path) ->
 
 
 def test_open_layer_follows_the_footer_or_the_flag(runner: CliRunner, tmp_path: Path) -> None:
-    from attnviz.findings import strongest_links
+    from attnviz.measures.findings import strongest_links
 
     show = json.loads(runner.invoke(app, ["show", EXAMPLE, "--token", "cross", "--json"]).stdout)
     rows = np.asarray(show["weights"])  # (N, H, S): the footer's rule, by hand on the JSON rows

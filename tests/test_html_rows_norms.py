@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
-from attnviz.render.html_rows import decode_rows
+from attnviz.render.html.rows import decode_rows
 
 from . import browser
 from .helpers import one_error_line

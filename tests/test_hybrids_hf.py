@@ -111,7 +111,7 @@ def test_a_hybrid_text_view_labels_the_true_layer(saved: dict[str, Path]) -> Non
 def test_a_hybrids_heads_ablate_under_hf(saved: dict[str, Path]) -> None:
     """Qwen3-Next's gated attention: removing a head of layer 3 through its W^O changes
     the output, and the layers without attention are left out of the effects."""
-    from attnviz.attention import Ablation
+    from attnviz.nn.attention import Ablation
 
     engine = load_engine("hf", str(saved["qwen3_next"]), "cpu")
     tokens = engine.tokenize(SENTENCES[0])
@@ -305,8 +305,8 @@ def test_text_only_gemma3n_is_accepted_and_runs_under_hf(saved: dict[str, Path])
 
 
 def test_a_per_layer_size_list_is_still_checked() -> None:
-    from attnviz.checkpoint import validate_config
     from attnviz.errors import ModelLoadError
+    from attnviz.io.checkpoint import validate_config
 
     validate_config({"num_hidden_layers": 2, "intermediate_size": [8, 16]})
     with pytest.raises(ModelLoadError, match="lists 3 sizes for 2 layers"):

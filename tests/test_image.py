@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from attnviz.engines import Engine
 from attnviz.errors import OutputError, UsageError
 from attnviz.render.image import matrix_figure, save_figure, token_figure
-from attnviz.render.layout import MASKED
+from attnviz.render.image.layout import MASKED
 from attnviz.result import Attention, Provenance
 from attnviz.shape import ModelShape
 from attnviz.tokens import Tokens

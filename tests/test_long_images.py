@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from attnviz.cli import app
 from attnviz.errors import UsageError
-from attnviz.render import COLUMN_IN, FigureStyle, image, layout
-from attnviz.render.image import matrix_figure, save_figure, token_figure
+from attnviz.render import COLUMN_IN, FigureStyle, image
+from attnviz.render.image import layout, matrix_figure, save_figure, token_figure
 from attnviz.transforms import head_aggregates, hide_special
 
 from .conftest import EXAMPLE

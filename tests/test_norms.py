@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnviz import norms
 from attnviz.engines import Engine, load_engine
+from attnviz.measures import norms
 
 from .conftest import EXAMPLE
 from .tiny_models import SENTENCES, SPECS, Spec, save_tiny

@@ -113,7 +113,7 @@ def test_a_notebook_executed_in_a_real_kernel_carries_the_page(tmp_path: Path, a
     (second,) = notebooks.outputs(nb, 2)
     assert srcdoc(second["data"]["text/html"]) == html_page(att, att.tokens.labels.index("it"), "model", 3)
     (third,) = notebooks.outputs(nb, 3)
-    # One token's raw rows: the row-mode page (render.html_rows), its rows those computed here.
+    # One token's raw rows: the row-mode page (render.html.rows), its rows those computed here.
     assert '"mode":"rows"' in srcdoc(third["data"]["text/html"]) and "Traceback" not in str(third)
     weights = np.asarray(att.weights)
     assert weights.shape == (6, 12, 15, 15)

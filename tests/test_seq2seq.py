@@ -277,7 +277,7 @@ def test_cross_attention_matrix_figure_labels_target_rows_and_source_columns(
     ids=["t5-gated-silu", "t5-gelu-32-buckets", "bart-relu"],
 )
 def test_more_variants_match_transformers_in_every_part(cls: str, extra: dict[str, Any], tmp_path: Path) -> None:
-    from attnviz.check import compare_engines
+    from attnviz.measures.check import compare_engines
 
     from .tiny_models import _BART, _T5, Spec, _seq2seq
 

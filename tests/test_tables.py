@@ -1,4 +1,4 @@
-"""attnviz.render.tables on hand-made rows: colour only when asked, fits narrow terminals."""
+"""attnviz.render.terminal.tables on hand-made rows: colour only when asked, fits narrow terminals."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 from rich.console import Console
 
-from attnviz.metrics import HeadStats, PairStats
-from attnviz.render.tables import head_rows_table, pair_rows_table
+from attnviz.measures.metrics import HeadStats, PairStats
+from attnviz.render.terminal.tables import head_rows_table, pair_rows_table
 
 ROW = HeadStats(
     layer=5,

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from attnviz import findings, transforms
+from attnviz import transforms
 from attnviz.engines import Engine
-from attnviz.render.shifts import shifts_table
+from attnviz.measures import findings
 from attnviz.render.terminal import for_console, paged, render_show, token_heatmap
+from attnviz.render.terminal.shifts import shifts_table
 from attnviz.result import Attention
 
 from .helpers import inspect

@@ -113,7 +113,7 @@ def test_one_punctuation_rule_for_compare_and_heads() -> None:
     Unicode punctuation (P*): '$', '+', '=' are symbols (S*) and count in neither
     (compare used to set '$' aside as punctuation while heads counted it as a word)."""
     from attnviz.corpus.detectors import features
-    from attnviz.metrics import excluded
+    from attnviz.measures.metrics import excluded
     from attnviz.tokens import is_punctuation
 
     labels = ["[CLS]", "it", "costs", "$", "5", ",", "+", "10", "%", "=", "«", "…", "[SEP]"]

@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import Mask, QKTransform
-from ..rows import EAGER, RowRequest
+from ..nn.attention import Mask, QKTransform
+from ..nn.rows import EAGER, RowRequest
 from .alibi import AlibiAttention
 from .base import config_value
 from .blocks import split_per_head

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention, QKTransform
+from ..nn.attention import MultiHeadAttention, QKTransform
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU, attention_options
 from .qwen3 import QKNormAttention
 from .stablelm import ParallelBlock

@@ -34,8 +34,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import Ablation, MultiHeadAttention, ablate_heads, padding_mask, scaled_dot_product_attention
 from ..errors import UnsupportedArchitectureError
+from ..nn.attention import Ablation, MultiHeadAttention, ablate_heads, padding_mask, scaled_dot_product_attention
 from .base import AttnModel, ForwardOutput, LayerAblation, activation, config_value
 
 MODEL_TYPES = ("deberta-v2",)

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention, QKTransform
+from ..nn.attention import MultiHeadAttention, QKTransform
 from .alibi import AlibiAttention
 from .base import config_value
 from .blocks import MLP, ParallelBlock, split_per_head

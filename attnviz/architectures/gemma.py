@@ -32,9 +32,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import Mask, MultiHeadAttention, QKTransform
 from ..errors import UnsupportedArchitectureError
-from ..rows import EAGER, RowRequest
+from ..nn.attention import Mask, MultiHeadAttention, QKTransform
+from ..nn.rows import EAGER, RowRequest
 from . import llama
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU, default_layer_types
 from .qwen3 import QK_NORM_RULES, qk_norm_attention

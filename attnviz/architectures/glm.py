@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import QKTransform
+from ..nn.attention import QKTransform
 from . import phi3
 from .cohere import rotate_interleaved
 from .gemma import SandwichBlock

@@ -24,7 +24,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention
+from ..nn.attention import MultiHeadAttention
 from .grouped_moe import GroupedMoE, GroupedTopkRouter
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU
 from .moe import convert as moe_convert

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention
 from ..errors import UnsupportedArchitectureError
+from ..nn.attention import MultiHeadAttention
 from .base import config_value
 from .blocks import MLP
 from .decoder import DecoderModel, PreNormBlock

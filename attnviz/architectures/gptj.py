@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention, QKTransform
+from ..nn.attention import MultiHeadAttention, QKTransform
 from .base import config_value
 from .blocks import MLP, ParallelBlock
 from .decoder import DecoderModel

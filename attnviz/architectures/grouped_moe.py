@@ -43,6 +43,7 @@ class GroupedTopkRouter(nn.Module):
         if not 1 <= top_k <= num_experts:
             raise ValueError(f"num_experts_per_tok={top_k} must be between 1 and the {num_experts} experts")
         self.weight = nn.Parameter(torch.zeros(num_experts, hidden))
+        self.e_score_correction_bias: Tensor
         self.register_buffer("e_score_correction_bias", torch.zeros(num_experts))
         self.top_k, self.groups, self.top_groups = top_k, groups, top_groups
         self.normalize, self.scaling = normalize, scaling

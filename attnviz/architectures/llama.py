@@ -32,8 +32,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention, QKTransform
 from ..errors import UnsupportedArchitectureError
+from ..nn.attention import MultiHeadAttention, QKTransform
 from .base import activation, config_value
 from .decoder import DecoderModel, PreNormBlock
 from .rope import RopeConfig, rope_config, rotary

@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention, QKTransform, padding_mask
 from ..errors import UnsupportedArchitectureError
+from ..nn.attention import MultiHeadAttention, QKTransform, padding_mask
 from .base import AttnModel, ForwardOutput, LayerAblation, activation, config_value
 from .decoder import PreNormBlock
 from .rope import RopeConfig, rotary

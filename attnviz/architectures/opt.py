@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention, QKTransform
+from ..nn.attention import MultiHeadAttention, QKTransform
 from .blocks import MLP, PostNormBlock
 from .decoder import DecoderModel, PreNormBlock
 

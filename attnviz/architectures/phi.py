@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import nn
 
-from ..attention import MultiHeadAttention
+from ..nn.attention import MultiHeadAttention
 from .blocks import MLP, ParallelBlock
 from .llama import LlamaConfig, LlamaDecoder, attention_options
 from .qwen3 import QKNormAttention

@@ -39,8 +39,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..attention import QKTransform
 from ..errors import UnsupportedArchitectureError
+from ..nn.attention import QKTransform
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
 

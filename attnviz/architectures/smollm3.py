@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ..attention import QKTransform
+from ..nn.attention import QKTransform
 from . import llama
 from .llama import LlamaConfig, LlamaDecoder
 

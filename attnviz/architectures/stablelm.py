@@ -24,8 +24,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import Mask, MultiHeadAttention, QKTransform
-from ..rows import EAGER, RowRequest
+from ..nn.attention import Mask, MultiHeadAttention, QKTransform
+from ..nn.rows import EAGER, RowRequest
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU, attention_options
 from .qwen3 import QKNormAttention
 from .rope import rope_config

@@ -21,9 +21,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint import validate_config
 from ..errors import DeviceError, ModelLoadError, UnsupportedArchitectureError, UsageError
-from ..models import ModelFiles
+from ..io.checkpoint import validate_config
+from ..io.models import ModelFiles
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

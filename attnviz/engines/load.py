@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..checkpoint import require_tokenizer, validate_checkpoint
 from ..errors import DeviceError, UnsupportedArchitectureError, UsageError
-from ..models import ModelFiles, resolve
+from ..io.checkpoint import require_tokenizer, validate_checkpoint
+from ..io.models import ModelFiles, resolve
 
 if TYPE_CHECKING:
     import torch
@@ -78,7 +78,7 @@ def load_engine(
     torch_dtype = getattr(torch, dtype)
     dev = pick_device(device)
     files = model if isinstance(model, ModelFiles) else resolve(model)
-    from ..support import refusal
+    from .support import refusal
 
     if name == "own":  # an architecture we have not written: say so before judging its files
         from ..architectures import family

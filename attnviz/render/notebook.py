@@ -119,7 +119,7 @@ def frame(
                     raise
                 # Row mode (issue 22): the pinned token's rows (its word's pieces) in every layer.
                 from ..transforms import select
-                from .html_rows import row_positions
+                from .html.rows import row_positions
 
                 pinned = query_position(att, token)
                 picked = select(att, queries=row_positions(att.tokens, [] if pinned is None else [pinned]))
@@ -150,9 +150,9 @@ def _raw_rows(att: Any) -> bool:
 def _row_page(
     att: Any, view: str, layer: int | None, token: str | int | None, options: Options | None, budget: int
 ) -> str:
-    """The row-mode page of ``att`` (``render.html_rows``), the size checked first."""
-    from .html_rows import RowPage, check_row_page
-    from .html_rows import html_page as row_page
+    """The row-mode page of ``att`` (``render.html.rows``), the size checked first."""
+    from .html.rows import RowPage, check_row_page
+    from .html.rows import html_page as row_page
 
     n_layers, heads, n_rows, n_tok = att.weights.shape
     bits = check_row_page(n_layers, heads, n_rows, n_tok, 0, budget)
@@ -206,7 +206,7 @@ def show(
 
 # --- the live widget (anywidget) ------------------------------------------------------
 
-WIDGET_JS = "widget.js"  # render/assets/: the widget's front end, shipped in the package
+WIDGET_JS = "widget.js"  # render/html/assets/: the widget's front end, shipped in the package
 
 
 def widget(run: Callable[[str], Any], text: str, *, view: str = "head", token: str = "") -> Any:
