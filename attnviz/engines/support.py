@@ -11,7 +11,7 @@ What a model type reads is transformers' own answer, the ``main_input_name`` of 
 class ``AutoModel`` builds for it, never a hand-kept list; only the block-sparse and
 state-returning attentions are named here, each with its reason.
 
-Stdlib only at import; transformers (and, for the own engine's table, torch) are
+Nothing heavy at import; transformers (and, for the own engine's table, torch) are
 imported inside the functions that read them.
 """
 
@@ -117,7 +117,7 @@ def main_input(model_type: str) -> str | None:
 
 def own_types() -> frozenset[str]:
     """The model types the own engine implements (imports torch)."""
-    from .architectures import registry
+    from ..architectures import registry
 
     return frozenset(registry())
 
