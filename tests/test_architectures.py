@@ -209,9 +209,10 @@ def test_roberta_reads_positions_past_the_padding_index(engines: dict[str, tuple
 def test_every_registered_family_is_tested() -> None:
     # Issue 23's families are tested in their own files (tests/test_families_*.py).
     from .tiny_families_2026 import SPECS_2026
+    from .tiny_families_c import SPECS_C
     from .tiny_models_b import SPECS_B
 
-    tested = (*SPECS, *FAMILY_A_SPECS, *SPECS_B, *SPECS_2026)
+    tested = (*SPECS, *FAMILY_A_SPECS, *SPECS_B, *SPECS_2026, *SPECS_C)
     assert set(supported_model_types()) == {spec.model_type for spec in tested}
 
 
