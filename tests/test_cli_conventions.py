@@ -17,8 +17,9 @@ import typer
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 
-from .helpers import EXAMPLE, one_error_line
+from .helpers import one_error_line
 
 runner = CliRunner()
 GROUP = typer.main.get_command(app)

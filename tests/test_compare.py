@@ -11,10 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 from attnviz.io.models import resolve
 from attnviz.measures.pairs import read_pairs
-
-from .conftest import EXAMPLE
 
 TIRED = EXAMPLE
 WIDE = "The animal didn't cross the street because it was too wide"

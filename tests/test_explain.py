@@ -23,11 +23,11 @@ import torch
 
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import UsageError
+from attnviz.example import EXAMPLE
 from attnviz.measures.explain import explain
 
-from .conftest import EXAMPLE
+from .builders import SENTENCES, SPECS, Spec, save_tiny
 from .helpers import ProtocolOnly, one_error_line
-from .tiny_models import SENTENCES, SPECS, Spec, save_tiny
 
 TOL = 1e-5
 EXPLAINED = [s for s in SPECS if s.model_type != "deberta-v2"]  # disentangled scores: refused

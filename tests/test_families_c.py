@@ -1,6 +1,6 @@
 """Issue 37's Llama-shaped families in the own engine (GLM-4, GLM-4.5, OLMo 3, Cohere2,
 EXAONE 4, ...), each on a tiny checkpoint with every quirk switched on
-(tests/tiny_families_c.py), float32 on the CPU, against transformers eager:
+(tests/builders/families_c.py), float32 on the CPU, against transformers eager:
 
 * the row path (``OwnEngine.forward``: fused attention with exact rows, every row and a
   few asked rows) and the eager path, weights and hidden states;
@@ -27,8 +27,8 @@ from attnviz import architectures
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import ModelLoadError
 
-from .tiny_families_c import SPECS_C, SPECS_C_BY_NAME
-from .tiny_models import SENTENCES, build_tiny, build_tokenizer
+from .builders import SENTENCES, build_tiny, build_tokenizer
+from .builders.families_c import SPECS_C, SPECS_C_BY_NAME
 
 TOL = 1e-5
 # Buffers transformers never saves away from their start that a family routes with:

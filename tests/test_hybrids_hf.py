@@ -3,7 +3,7 @@ encoder-decoder it is, refusals in one line before any crash, and hints that nev
 user to an engine that refuses too.
 
 The reference for a hybrid's layer numbers is each config's own description of its
-layers (tests/tiny_hybrids.py's ATTENTION_LAYERS, written from the configs' arguments);
+layers (tests/builders/hybrids.py's ATTENTION_LAYERS, written from the configs' arguments);
 the reference for its weights is transformers' eager model called directly.
 """
 
@@ -24,9 +24,9 @@ from attnviz.errors import LayerError, UnsupportedArchitectureError
 from attnviz.select import parse_layers
 from attnviz.shape import ModelShape
 
+from .builders import SENTENCES, VOCAB_SIZE, Spec, _config, build_tokenizer, save_tiny
+from .builders.hybrids import ATTENTION_LAYERS, HYBRID_SPECS, HYBRID_SPECS_BY_NAME
 from .helpers import one_error_line
-from .tiny_hybrids import ATTENTION_LAYERS, HYBRID_SPECS, HYBRID_SPECS_BY_NAME
-from .tiny_models import SENTENCES, VOCAB_SIZE, Spec, _config, build_tokenizer, save_tiny
 
 TOL = 1e-5
 

@@ -17,13 +17,13 @@ from matplotlib.figure import Figure
 from attnviz import transforms
 from attnviz.engines import Engine
 from attnviz.errors import UsageError
+from attnviz.example import EXAMPLE
 from attnviz.render import COLUMN_IN, FigureStyle, parse_figsize, parse_vmax
 from attnviz.render.image import matrix_figure, save_figure, token_figure
 from attnviz.result import Attention
 
 from .helpers import inspect
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 LONG = (
     "When the committee finally published its long-awaited report on the river, the fishermen who had "
     "waited for years read every page, because it described how the water had changed."

@@ -56,6 +56,7 @@ from ..errors import UnsupportedArchitectureError
 from ..nn.attention import MultiHeadAttention, QKTransform
 from .base import config_value
 from .decoder import PreNormBlock
+from .fields import number, sequence, text, whole
 from .llama import LlamaConfig, LlamaDecoder, RMSNorm, SwiGLU
 from .moe import SparseMoE
 from .moe import convert as moe_convert
@@ -301,6 +302,15 @@ def softmax_scale(config: dict[str, Any], qk_head_dim: int) -> float:
     return scale
 
 
+# transformers' class defaults of the MoE keys (a key set to null reads as absent here;
+# n_group/topk_group None in DeepSeek-V2 matter only to group_limited_greedy, where 1/all).
+_MOE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "deepseek_v2": {"n_shared_experts": 2, "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": None},
+    "deepseek_v3": {"n_shared_experts": 1, "routed_scaling_factor": 2.5, "n_group": 8, "topk_group": 4},
+    "glm4_moe_lite": {"n_shared_experts": 1, "routed_scaling_factor": 1.8, "n_group": 1, "topk_group": 1},
+}
+
+
 def build(config: dict[str, Any]) -> MLADecoder:
     model_type = str(config.get("model_type", "deepseek_v3"))
     layers = int(config["num_hidden_layers"])
@@ -322,14 +332,14 @@ def build(config: dict[str, Any]) -> MLADecoder:
             setting="partial_rotary_factor",
         )
     if model_type == "glm4_moe_lite":
-        kinds = config.get("mlp_layer_types") or ["dense"] + ["sparse"] * (layers - 1)
+        kinds = sequence(config, "mlp_layer_types", ["dense"] + ["sparse"] * (layers - 1))
         dense = tuple(i for i, kind in enumerate(kinds) if kind != "sparse")
     else:
         first = int(config_value(config, "first_k_dense_replace", default=0))
         dense = tuple(range(min(first, layers)))
     experts = int(config_value(config, "n_routed_experts", "num_local_experts", "num_experts"))
     if model_type == "deepseek_v2":
-        method = str(config.get("topk_method") or "greedy")
+        method = text(config, "topk_method", "greedy")
         if method not in ("greedy", "group_limited_greedy"):
             raise UnsupportedArchitectureError(f"topk_method={method!r} is not implemented", setting="topk_method")
         routing: dict[str, Any] = dict(
@@ -347,7 +357,9 @@ def build(config: dict[str, Any]) -> MLADecoder:
             norm_topk_prob=bool(config.get("norm_topk_prob", True)),
         )
         layout = "halves" if config.get("rope_interleave", True) is False else "pairs-to-halves"
-    groups = int(config.get("n_group") or 1)
+    # Absent keys read as transformers' config classes default them (they differ by family).
+    defaults = _MOE_DEFAULTS.get(model_type, _MOE_DEFAULTS["deepseek_v3"])
+    groups = whole(config, "n_group", defaults["n_group"])
     base = LlamaConfig.from_dict(
         config,
         num_key_value_heads=heads,
@@ -374,10 +386,10 @@ def build(config: dict[str, Any]) -> MLADecoder:
             n_routed_experts=experts,
             num_experts_per_tok=int(config["num_experts_per_tok"]),
             moe_intermediate_size=int(config["moe_intermediate_size"]),
-            n_shared_experts=int(config.get("n_shared_experts") or 0),
+            n_shared_experts=whole(config, "n_shared_experts", defaults["n_shared_experts"], low=0),
             n_group=groups,
-            topk_group=int(config.get("topk_group") or groups),
-            routed_scaling_factor=float(config.get("routed_scaling_factor") or 1.0),
+            topk_group=whole(config, "topk_group", defaults["topk_group"] or groups),
+            routed_scaling_factor=number(config, "routed_scaling_factor", defaults["routed_scaling_factor"]),
             **routing,
         )
     )

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention
 from .base import config_value
+from .fields import sequence, whole
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU
 from .qwen3 import QK_NORM_RULES, qk_norm_attention
 
@@ -121,8 +122,8 @@ def build(config: dict[str, Any]) -> MoEDecoder:
     else:
         experts = int(config_value(config, "num_experts", "num_local_experts"))
         inner = int(config["moe_intermediate_size"])
-        step = int(config.get("decoder_sparse_step") or 1)
-        dense = set(config.get("mlp_only_layers") or ())
+        step = whole(config, "decoder_sparse_step", 1)
+        dense = set(sequence(config, "mlp_only_layers", ()))
         sparse = tuple(i for i in range(layers) if i not in dense and experts > 0 and (i + 1) % step == 0)
         normalize = bool(config.get("norm_topk_prob", False))
     base = LlamaConfig.from_dict(config)

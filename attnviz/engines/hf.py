@@ -269,7 +269,7 @@ class HFEngine(EngineBase):
 
     def output_projections(self, part: str | None = None) -> list[torch.nn.Module]:
         """Per layer of ``part``: transformers' W^O, found by module name
-        (``ablation_hf.PATTERNS``)."""
+        (``hf_ablation.PATTERNS``)."""
         from .hf_ablation import output_projections
 
         shape = self.part_shape(part)  # refuses a part the model does not have

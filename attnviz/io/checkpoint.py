@@ -366,8 +366,9 @@ def estimate_min_params(config: Mapping[str, Any]) -> int | None:
         inner = min(inner)  # per layer (Gemma 3n): the smallest bounds every layer from below
     inner = inner if isinstance(inner, int) else hidden
     if config.get("model_type") == "albert":
-        groups, per_group = config.get("num_hidden_groups") or 1, config.get("inner_group_num") or 1
-        layers = min(layers, int(groups) * int(per_group))
+        groups, per_group = config.get("num_hidden_groups", 1), config.get("inner_group_num", 1)
+        if isinstance(groups, int) and isinstance(per_group, int):  # validate_config refuses 0
+            layers = min(layers, groups * per_group)
     vocab = config.get("vocab_size")
     embed = config.get("embedding_size")
     width = min(hidden, embed) if isinstance(embed, int) else hidden

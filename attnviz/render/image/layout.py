@@ -1,5 +1,5 @@
 """The layout of the image views, computed by hand in inches, and the drawing
-primitives image.py and heads_image.py share (heatmap, ticks, title, colour bar).
+primitives image/__init__.py and image/heads.py share (heatmap, ticks, title, colour bar).
 
 No ``tight_layout``/constrained layout (slow, and their result depends on the
 renderer): the panels' grid is sized from the number of heads and tokens, cells shrink

@@ -8,7 +8,7 @@ families edit different files.
 
 from __future__ import annotations
 
-from .tiny_models import VOCAB_SIZE, Spec, _config
+from . import VOCAB_SIZE, Spec, _config
 
 # Odd sizes, 4 query heads over 2 key/value heads, a head width of its own, sharp heads.
 _DEC = dict(

@@ -2,7 +2,7 @@
 which only some layers have softmax attention (the others Gated DeltaNet, Mamba or
 short convolutions), for the hf engine's true layer numbers (issue 37).
 
-Data only, built by tests/tiny_models.py's ``save_tiny``. ``ATTENTION_LAYERS`` is what
+Data only, built by tests/builders/__init__.py's ``save_tiny``. ``ATTENTION_LAYERS`` is what
 each config says in its own words (``layer_types``, ``layers_block_type``,
 ``attn_layer_indices``, ``attn_layer_period``/``offset``), written out by hand so that a
 test holds the engine to the config, not to itself.
@@ -10,7 +10,7 @@ test holds the engine to the config, not to itself.
 
 from __future__ import annotations
 
-from .tiny_models import VOCAB_SIZE, Spec, _config
+from . import VOCAB_SIZE, Spec, _config
 
 _BASE = dict(
     vocab_size=VOCAB_SIZE,
