@@ -223,10 +223,11 @@ def rope_config(
             setting=f"partial_rotary_factor={partial}",
         )
     rotary_dim = int(head_dim * partial)
-    if rotary_dim < 2 or rotary_dim % 2:
+    # An odd R rotates R + 1 dims, as transformers does (``RopeConfig.pairs``): they must fit the head.
+    if rotary_dim < 1 or rotary_dim + rotary_dim % 2 > head_dim:
         raise ValueError(
             f"partial_rotary_factor {partial} of the head dim {head_dim} gives a rotary dim of {rotary_dim}; "
-            "it must be even and at least 2"
+            f"it must be at least 1, and rounded up to even at most the head dim"
         )
     max_positions = whole(config, "max_position_embeddings", 2048)
     original = None
