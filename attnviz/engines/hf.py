@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..architectures.seq2seq import Seq2SeqOutput
     from ..io.models import ModelFiles
     from ..nn.attention import Ablation, MultiHeadAttention
+    from ..nn.taps import Taps
     from . import hf_model
 
 
@@ -266,6 +267,14 @@ class HFEngine(EngineBase):
         if norms:
             attach_seq2seq(result, record, self.files.model_type)
         return result
+
+    def tapping(self, taps: Taps) -> contextlib.AbstractContextManager[Taps]:
+        """The same taps on transformers' modules (``hf_taps``): the attention function
+        through transformers' attention interface, W^O, the MLP and layer modules by name."""
+        from .hf_taps import tapping
+
+        self.check_taps(taps)
+        return tapping(self.model, taps, self.tap_stacks(), self.files.model_type)
 
     def output_projections(self, part: str | None = None) -> list[torch.nn.Module]:
         """Per layer of ``part``: transformers' W^O, found by module name
