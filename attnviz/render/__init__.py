@@ -76,6 +76,9 @@ DEFAULT_FONT_PT = 8.0  # tick labels; titles scale with it
 COLUMN_IN = 6.3  # a one-layer figure fits this width (a paper's text column) by default
 
 
+XLABELS = ("auto", "all", "none")
+
+
 @dataclass(frozen=True)
 class FigureStyle:
     """How an image is laid out, for papers (stdlib only, so the CLI can validate it).
@@ -89,6 +92,9 @@ class FigureStyle:
             weight drawn). The bottom is always 0.
         title: draw the sentence and provenance above the panels.
         cmap: a matplotlib colormap name (checked when drawing).
+        xlabels: the token axis's labels: "auto" thins them so none overlap, always
+            keeping the query, each drawn head's strongest key and the targets; "all"
+            labels every column (they may touch); "none" draws none.
     """
 
     figsize: tuple[float, float] | None = None
@@ -97,8 +103,11 @@ class FigureStyle:
     vmax: float | str = 1.0
     title: bool = True
     cmap: str = "viridis"
+    xlabels: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.xlabels not in XLABELS:
+            raise ValueError(f"xlabels {self.xlabels!r} is not one of {', '.join(XLABELS)}")
         if self.figsize is not None:
             w, h = self.figsize
             if not (0.5 <= w <= 100 and 0.5 <= h <= 100):
