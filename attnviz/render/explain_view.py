@@ -118,9 +118,9 @@ def explain_view(
         what = {"weight": "α", "norm": "‖f(x)‖", "contribution": "α·‖f‖", "position": "α, in text order"}[sort]
         parts.append(
             Text(
-                f"{len(rows)} of {len(labels)} keys: the top {top} by {what}, and the query"
+                f"{len(rows)} of {len(labels)} keys (the top {top} by {what}, the query"
                 + (" and --key" if x.neuron is not None else "")
-                + "; --top all shows every key (--json and -o keep them all)",
+                + "): --top all shows every key; --json and -o keep them all",
                 style="dim",
             )
         )
