@@ -277,7 +277,7 @@ def render_compare(
         title = f"{word!r}: {what} on each target in sentence A and B, Δ = B − A, {shown}, largest change first"
         if sort != "delta":
             title = title.rsplit(",", 1)[0] + f", sorted by {sort}"
-        names = {w: as_written(att.tokens.text, w) for w in rows[0].a.targets} if rows else {}  # type: ignore[union-attr]
+        names = {w: as_written(att.tokens.text, w) for w in rows[0].a.targets} if rows else {}
         parts.append(pair_rows_table(rows, title=title + note, color=color, names=names, **kv))  # type: ignore[arg-type]
         return Group(*parts)
     if att.part == "cross" and kind == "token":
