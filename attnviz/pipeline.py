@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from .checkpoint import first_nonfinite_layer
 from .errors import EngineError, MeasureError, UsageError
+from .io.checkpoint import first_nonfinite_layer
 from .result import Attention, Reading
 from .select import PARTS, LayerSpec, Query, check_measure, find_targets, parse_layers, parse_target
 from .tokens import Tokens
@@ -49,7 +49,7 @@ class Selection:
         all_rows: keep every token's rows even when queries are given; the queries are
             then only located (the explorer and the HTML page start on one).
         measure: "weight", the attention weights α, or "norm", ‖α·f(x)‖ (Kobayashi et
-            al. 2020, see ``attnviz.norms``): one value norm per head and key, beside the rows.
+            al. 2020, see ``attnviz.measures.norms``): one value norm per head and key, beside the rows.
         writes: what the result is written as afterwards ("json", "json-plain" for values
             outside [0, 1], "npz"), counted in the memory estimate (``engines.memory``).
 

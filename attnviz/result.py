@@ -139,7 +139,7 @@ class Attention:
         steps: what was done to the engine's weights, in order, one label each
             (see attnviz.transforms); empty for raw per-head weights.
         measure: what ``weights`` holds: "weight", the attention weights α, or "norm",
-            ‖α_hij·f_h(x_j)‖ (Kobayashi et al. 2020, see attnviz.norms), whose rows do not
+            ‖α_hij·f_h(x_j)‖ (Kobayashi et al. 2020, see attnviz.measures.norms), whose rows do not
             sum to 1 (a row's shares are the row over its sum).
     """
 
@@ -277,14 +277,19 @@ class Attention:
         position); ``options``: ``head``, ``words``, ``hide_special``, ``mean`` (the page's
         own toggles). Needs every token's raw rows (``attnviz.inspect(text)``); otherwise,
         or past the page's size budget, the cell shows a message saying why."""
-        notebook = _notebook()
+        from .render import notebook  # lazy: the renderer imports this module (tests/test_imports.py)
+
         return notebook.show(self, view, layer, token, notebook.Options(**options) if options else None)
 
     def _repr_html_(self) -> str:
-        return str(_notebook().frame(self))
+        from .render import notebook  # lazy, as in show()
+
+        return str(notebook.frame(self))
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return dict(_notebook().show(self)._repr_mimebundle_())
+        from .render import notebook  # lazy, as in show()
+
+        return dict(notebook.show(self)._repr_mimebundle_())
 
     # --- export -------------------------------------------------------------
 
@@ -318,7 +323,7 @@ class Attention:
         weights = self.weights if query is None else self.rows(query)
         raw = None
         if raw_rows:
-            from .jsonrows import encode
+            from .io.jsonrows import encode
 
             raw = encode(weights)
         out["weights"] = jsonable(weights) if raw is None else raw
@@ -415,14 +420,6 @@ class Attention:
         )
 
 
-def _notebook() -> Any:
-    """attnviz.render.notebook, found by name when a notebook asks: renderers import this
-    module, so a static import here would close a circle (tests/test_imports.py)."""
-    import importlib
-
-    return importlib.import_module("attnviz.render.notebook")
-
-
 def _tokens_dict(tokens: Tokens) -> dict[str, Any]:
     return {
         "text": tokens.text,
@@ -458,7 +455,7 @@ def check_writable(path: Path, suffixes: tuple[str, ...] | None = None) -> Path:
         OutputError: unknown extension, missing directory, a directory in the way,
             a special filesystem, or no permission to create files there.
     """
-    from .safeio import check_output_path
+    from .io.safeio import check_output_path
 
     return check_output_path(path, suffixes)
 
@@ -471,7 +468,7 @@ def atomic_write(path: Path, data: bytes | Callable[[Path], None]) -> None:
     nothing lies beside ``path`` while it runs; its bytes are then written atomically.
     A failure or a signal leaves neither a partial file nor a damaged old one.
     """
-    from .safeio import write_atomic
+    from .io.safeio import write_atomic
 
     if not callable(data):
         write_atomic(path, data)

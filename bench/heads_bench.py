@@ -106,7 +106,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-gb", type=float, default=8.0)
     args = parser.parse_args()
-    from attnviz.models import packaged_model_dir
+    from attnviz.io.models import packaged_model_dir
 
     model_dir = str(packaged_model_dir())
     ours = [sys.executable, "-m", "attnviz", "heads", "--json", "--device", "cpu", "--batch-size", str(args.batch_size)]

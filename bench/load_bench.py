@@ -2,7 +2,7 @@
 
 A user's machine is rarely idle. With one competing process on this 2-core machine the
 default two-thread torch pool made `attnviz heads` 6.7x slower (2.1 s -> 14.0 s on 400
-texts) while the naive loop lost far less; attnviz.threads now chooses the thread count
+texts) while the naive loop lost far less; attnviz.nn.threads now chooses the thread count
 from the work and the cores free at the time. This bench measures, as whole processes:
 
     heads        attnviz heads --json CORPUS (400 generated texts, bench/heads_bench.py's)
@@ -38,7 +38,7 @@ sys.path.insert(0, str(HERE))
 
 from heads_bench import sentences  # noqa: E402
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
+from attnviz.example import EXAMPLE  # noqa: E402
 
 
 def run(cmd: list[str], busy: bool) -> tuple[float, float | None]:
@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=400)
     parser.add_argument("--only", default="", help="comma-separated subset of the command names")
     args = parser.parse_args()
-    from attnviz.models import packaged_model_dir
+    from attnviz.io.models import packaged_model_dir
 
     model_dir = str(packaged_model_dir())
     with tempfile.TemporaryDirectory() as tmp:

@@ -179,7 +179,7 @@ def module_bench(lengths: tuple[int, ...], reps: int) -> list[dict[str, Any]]:
     import torch
     from torch import nn
 
-    from attnviz.attention import MultiHeadAttention
+    from attnviz.nn.attention import MultiHeadAttention
 
     out = []
     for n in lengths:

@@ -8,7 +8,8 @@ prints the median times and the median of the paired ratios, by the calling thre
 time (with one torch thread all the work runs there; on a machine oversubscribed by other
 jobs wall time mostly measures waiting for a core) and by wall time. Target: ratio <= 1.0.
 
-With ``--baseline DIR`` (a checkout's ``attnviz/attention.py`` under DIR, e.g. from
+With ``--baseline DIR`` (a checkout's ``attnviz/nn/attention.py``, or ``attnviz/attention.py``
+before the layout move, under DIR, e.g. from
 ``git archive main attnviz | tar -x -C DIR``) that version's module is timed in the same
 reps too, and its paired ratio to today's is printed: a change measured against the code
 before it, under the same load.
@@ -30,10 +31,16 @@ HIDDEN, HEADS = 256, 8
 
 
 def baseline_class(root: str) -> Any:
-    """MultiHeadAttention from ROOT/attnviz/attention.py (torch and the stdlib only)."""
-    spec = importlib.util.spec_from_file_location("baseline_attention", Path(root) / "attnviz" / "attention.py")
+    """MultiHeadAttention from ROOT/attnviz/nn/attention.py (ROOT/attnviz/attention.py in a
+    checkout from before the layout move; torch and the stdlib only)."""
+    found = [
+        p
+        for p in (Path(root) / "attnviz" / "nn" / "attention.py", Path(root) / "attnviz" / "attention.py")
+        if p.exists()
+    ]
+    spec = importlib.util.spec_from_file_location("baseline_attention", found[0]) if found else None
     if spec is None or spec.loader is None:
-        raise SystemExit(f"no attnviz/attention.py under {root}")
+        raise SystemExit(f"no attnviz/nn/attention.py under {root}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -42,11 +49,11 @@ def baseline_class(root: str) -> Any:
 
 def pair(n: int, hidden: int = HIDDEN, heads: int = HEADS, cls: Any = None) -> tuple[Any, Any, Any]:
     """(ours, torch's, x): the two modules with the same weights, and an input (1, n, E).
-    ``cls``: our module's class (default: attnviz.attention.MultiHeadAttention)."""
+    ``cls``: our module's class (default: attnviz.nn.attention.MultiHeadAttention)."""
     import torch
     from torch import nn
 
-    from attnviz.attention import MultiHeadAttention
+    from attnviz.nn.attention import MultiHeadAttention
 
     torch.manual_seed(0)
     theirs = nn.MultiheadAttention(hidden, heads, batch_first=True).eval()
@@ -104,7 +111,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=21)
     parser.add_argument("--lengths", default="128,512,2048")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--baseline", default=None, help="a directory holding an older attnviz/attention.py")
+    parser.add_argument("--baseline", default=None, help="a directory holding an older attnviz/nn/attention.py")
     args = parser.parse_args()
     import torch
 

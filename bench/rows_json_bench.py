@@ -1,4 +1,4 @@
-"""One token's rows as JSON: attnviz.jsonrows against the plain json.dumps(tolist()) path.
+"""One token's rows as JSON: attnviz.io.jsonrows against the plain json.dumps(tolist()) path.
 
 The rows of a 32-layer, 32-head model (the Llama-3-8B shape) at --keys tokens, random
 weights normalised per row (float32); both writers produce the same numbers (checked).
@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=131072)
     parser.add_argument("--plain-keys", type=int, default=8192, help="the plain path is timed here and scaled")
     args = parser.parse_args()
-    from attnviz.jsonrows import _table, encode, write
+    from attnviz.io.jsonrows import _table, encode, write
     from attnviz.result import jsonable
 
     rng = np.random.default_rng(0)

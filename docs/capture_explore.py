@@ -16,16 +16,17 @@ import sys
 import tempfile
 from pathlib import Path
 
+from attnviz.example import EXAMPLE
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 SIZE = (104, 30)
 
 
 async def capture(svg: Path) -> None:
     from attnviz.engines import load_engine
-    from attnviz.tui.app import ExploreApp
     from attnviz.pipeline import Selection, run
+    from attnviz.tui.app import ExploreApp
 
     engine = load_engine("own", None, "cpu")
     att = run(EXAMPLE, engine, Selection()).attention

@@ -11,7 +11,6 @@ import pytest
 import typer.testing
 
 # The README's example: "it" looks back at "animal" in layer 3 head 1 and layer 5 head 11.
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 
 # Tests never touch the network: a Hub id must fail fast, not hang on a timeout.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -40,7 +39,7 @@ typer.testing._get_command = functools.cache(typer.testing._get_command)  # type
 
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
-    from attnviz.models import packaged_model_dir
+    from attnviz.io.models import packaged_model_dir
 
     return packaged_model_dir()
 

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from attnviz.ablation import Runner, ablate_text, batch_size, passes
-from attnviz.attention import Ablation, ablate_heads
 from attnviz.engines import load_engine
-from attnviz.models import resolve
-from tests.conftest import EXAMPLE
+from attnviz.example import EXAMPLE
+from attnviz.io.models import resolve
+from attnviz.measures.ablation import Runner, ablate_text, batch_size, passes
+from attnviz.nn.attention import Ablation, ablate_heads
+from tests.builders import SPECS_BY_NAME, save_tiny
 from tests.helpers import ProtocolOnly
-from tests.tiny_models import SPECS_BY_NAME, save_tiny
 
 TOL = 1e-5
 
@@ -27,7 +27,7 @@ TOL = 1e-5
 # --- the independent reference: transformers, a hook, one head per pass --------------
 
 # Per family: (part, base model, layer) -> the module transformers feeds Concat(heads).
-# Written out here from transformers' own module names, apart from attnviz.ablation_hf.
+# Written out here from transformers' own module names, apart from attnviz.engines.hf_ablation.
 Locator = Callable[[Any, str, int], Any]
 LOCATORS: dict[str, Locator] = {
     "bert": lambda m, part, i: m.encoder.layer[i].attention.output.dense,
@@ -400,7 +400,7 @@ def test_lm_numbers_match_transformers_task_heads(
 ) -> None:
     import transformers
 
-    from attnviz.lm import load_lm_head
+    from attnviz.measures.lm import load_lm_head
 
     path = _tiny(tmp_path_factory, name)
     engine = load_engine("own", resolve(str(path)), "cpu")
@@ -456,7 +456,7 @@ def test_lm_numbers_match_transformers_task_heads(
 def test_heads_ablate_means_and_sds_are_over_the_corpus_tokens(own_engine: Any, tmp_path: Path) -> None:
     import json
 
-    texts = ["The animal didn't cross the street because it was too tired.", "The cat sat on the mat."]
+    texts = [f"{EXAMPLE}.", "The cat sat on the mat."]
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(texts) + "\n")
     result = _cli("heads", str(corpus), "--ablate", "--layer", "4-5", "--json")

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from attnviz.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from attnviz.nn.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 
 
 def _ours_from_torch(mha: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -168,7 +168,7 @@ def test_blocked_softmax_is_bit_identical_to_torch(dtype: torch.dtype, shape: tu
     # The eager reference softmaxes in place, one row block at a time (no second n x n
     # tensor); it must round exactly as torch.softmax(float32).to(dtype) does, across
     # block edges (700 rows of 600 make several blocks; 2^18 + 3 keys, one row a block).
-    from attnviz.attention import _softmax_
+    from attnviz.nn.attention import _softmax_
 
     torch.manual_seed(0)
     scores = (torch.randn(shape) * 4).to(dtype)

@@ -9,9 +9,10 @@ import torch
 
 from attnviz.engines import load_engine
 from attnviz.errors import ModelLoadError
+from attnviz.example import EXAMPLE
 
-from .helpers import EXAMPLE, save_tiny_bert
-from .tiny_models import Spec, _config, build_tiny
+from .builders import Spec, _config, build_tiny
+from .helpers import save_tiny_bert
 
 SENTENCES = [
     EXAMPLE,
@@ -93,7 +94,7 @@ def test_tiny_bert_with_gelu_new_and_prefixed_weights(tmp_path: Path) -> None:
     """A BertForMaskedLM checkpoint stores 'bert.'-prefixed names and an LM head we ignore."""
     import shutil
 
-    from attnviz.models import packaged_model_dir
+    from attnviz.io.models import packaged_model_dir
 
     build_tiny(GELU_NEW_BERT, seed=5).save_pretrained(tmp_path)
     shutil.copy(packaged_model_dir() / "tokenizer.json", tmp_path)

@@ -13,8 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 
-from .helpers import EXAMPLE, one_error_line, save_tiny_bert
+from .helpers import one_error_line, save_tiny_bert
 
 runner = CliRunner()
 
@@ -254,7 +255,7 @@ def test_unexpected_errors_are_one_line_exit_1(capsys: pytest.CaptureFixture[str
 
 def test_show_on_a_grouped_query_decoder(tmp_path: Path) -> None:
     """Decoders say they are causal and mask later tokens; GQA heads name their kv group."""
-    from .tiny_models import SPECS_BY_NAME, save_tiny
+    from .builders import SPECS_BY_NAME, save_tiny
 
     save_tiny(SPECS_BY_NAME["qwen2"], tmp_path)
     result = run("show", EXAMPLE, "--token", "it", "--model", str(tmp_path), "--layer", "1")

@@ -17,8 +17,9 @@ import typer
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 
-from .helpers import EXAMPLE, one_error_line
+from .helpers import one_error_line
 
 runner = CliRunner()
 GROUP = typer.main.get_command(app)
@@ -142,7 +143,7 @@ def test_bad_values_are_refused_in_our_words(args: list[str], words: str, no_mod
 
 
 def test_a_long_library_message_is_cut_after_a_whole_sentence() -> None:
-    from attnviz.safeio import whole_sentences
+    from attnviz.io.safeio import whole_sentences
 
     hf = (
         "Cannot find an appropriate cached snapshot folder for the specified revision on the local disk and "

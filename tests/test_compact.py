@@ -13,12 +13,12 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
-from attnviz.render.compact import binned, key_bins, strongest
-from attnviz.render.glyphs import colour, colours
 from attnviz.render.terminal import shade
+from attnviz.render.terminal.compact import binned, key_bins, strongest
+from attnviz.render.terminal.glyphs import colour, colours
 
+from .builders import CORPUS, Spec, _llama_like, save_tiny
 from .helpers import one_error_line
-from .tiny_models import CORPUS, Spec, _llama_like, save_tiny
 
 runner = CliRunner()
 WORDS = sorted({w for s in CORPUS for w in re.findall(r"\w+", s.lower())})
@@ -196,8 +196,8 @@ def test_show_ablate_on_a_long_text_puts_each_heads_effect_on_its_compact_line(
     """show --ablate on a row too long for the grid: every head line of the compact view
     carries that head's effect: the library's ``ablate_text`` at the query (held to
     transformers in test_ablation.py), to the three decimals shown."""
-    from attnviz.ablation import Runner, ablate_text
     from attnviz.engines import load_engine
+    from attnviz.measures.ablation import Runner, ablate_text
 
     text = _paragraph(200, seed=3)
     path = tmp_path / "p.txt"

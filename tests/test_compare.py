@@ -12,10 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
-from attnviz.models import resolve
-from attnviz.pairs import read_pairs
-
-from .conftest import EXAMPLE
+from attnviz.example import EXAMPLE
+from attnviz.io.models import resolve
+from attnviz.measures.pairs import read_pairs
 
 TIRED = EXAMPLE
 WIDE = "The animal didn't cross the street because it was too wide"

@@ -12,8 +12,8 @@ import torch
 
 import attnviz.engines as engines
 import attnviz.engines.base
+from attnviz.example import EXAMPLE
 
-from .conftest import EXAMPLE
 from .helpers import inspect
 
 
@@ -52,7 +52,7 @@ def test_small_pass_uses_one_thread_and_restores(engine: engines.Engine, monkeyp
 def test_large_pass_keeps_the_thread_pool_when_cores_are_free(
     engine: engines.Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import attnviz.threads as threads
+    import attnviz.nn.threads as threads
 
     torch.set_num_threads(2)
     monkeypatch.setattr(attnviz.engines.base, "_ONE_THREAD_MACS", 1)
@@ -65,7 +65,7 @@ def test_large_pass_keeps_the_thread_pool_when_cores_are_free(
 def test_large_pass_on_a_busy_machine_takes_one_thread(engine: engines.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """One competing process on two cores: a two-thread pool waits at every barrier for
     a descheduled thread (measured 2.1 s -> 14.0 s for heads on 400 texts), so one thread."""
-    import attnviz.threads as threads
+    import attnviz.nn.threads as threads
 
     torch.set_num_threads(2)
     monkeypatch.setattr(attnviz.engines.base, "_ONE_THREAD_MACS", 1)

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from attnviz.check import compare_engines
 from attnviz.engines import load_engine
+from attnviz.measures.check import compare_engines
 
-from .tiny_models import Spec, _encoder, save_tiny
+from .builders import Spec, _encoder, save_tiny
 
 VARIANTS: dict[str, dict[str, Any]] = {
     # Position terms listed but relative_attention off: no c2p/p2c, yet the scale still

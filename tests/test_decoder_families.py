@@ -1,5 +1,5 @@
 """Issue 10's decoder parts, beyond the family-by-family comparison of test_architectures.py
-(which runs every tiny checkpoint of tests/tiny_models.py against transformers):
+(which runs every tiny checkpoint of tests/builders/ against transformers):
 
 * scaled RoPE: our inverse frequencies against transformers' own init functions, and
   dynamic NTK past max_position_embeddings against a freshly loaded transformers model;
@@ -25,13 +25,12 @@ from typer.testing import CliRunner
 
 from attnviz import architectures
 from attnviz.architectures.rope import RopeConfig, rope_config
-from attnviz.attention import scaled_dot_product_attention
 from attnviz.cli import hint_for
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import ModelLoadError, UnsupportedArchitectureError
+from attnviz.nn.attention import scaled_dot_product_attention
 
-from .helpers import inspect
-from .tiny_models import (
+from .builders import (
     FAMILY_SPECS,
     MOE_SPECS,
     PHI3_SPEC,
@@ -42,6 +41,7 @@ from .tiny_models import (
     copy_with_config,
     save_tiny,
 )
+from .helpers import inspect
 
 TOL = 1e-5
 NEW_SPECS = (*ROPE_SPECS, *FAMILY_SPECS, *MOE_SPECS, *SINK_SPECS)
@@ -304,7 +304,7 @@ def test_sinks_and_softcap_in_the_pure_function() -> None:
 
 
 def test_gpt_oss_rows_sum_to_one_minus_the_sink_share(saved: dict[str, Path]) -> None:
-    from attnviz import metrics
+    from attnviz.measures import metrics
 
     engines: list[Engine] = [load_engine(name, str(saved["gpt_oss"]), "cpu") for name in ("own", "hf")]
     shares = []
@@ -330,9 +330,9 @@ def test_gpt_oss_rows_sum_to_one_minus_the_sink_share(saved: dict[str, Path]) ->
 
 
 def test_views_say_the_rows_do_not_sum_to_one(saved: dict[str, Path]) -> None:
-    from attnviz import metrics
-    from attnviz.render.tables import head_rows_table
+    from attnviz.measures import metrics
     from attnviz.render.terminal import for_console, render_show
+    from attnviz.render.terminal.tables import head_rows_table
 
     engine = load_engine("own", str(saved["gpt_oss"]), "cpu")
     att = inspect(SENTENCES[0], engine, layers=[1], queries=[3])
@@ -479,7 +479,8 @@ def test_bfloat16_follows_transformers_rounding(spec: Any, saved: dict[str, Path
 def test_sink_share_is_undefined_once_rows_lose_their_raw_mass(saved: dict[str, Path]) -> None:
     """After specials are set aside, or in a max/rollout slot, 1 - the row's sum is not
     the sink's share any more: NaN there (None in compare's rows); a head mean keeps it."""
-    from attnviz import metrics, transforms
+    from attnviz import transforms
+    from attnviz.measures import metrics
 
     att = inspect(SENTENCES[0], load_engine("own", str(saved["gpt_oss"]), "cpu"), layers="all", queries=[3])
     heads = att.model_heads

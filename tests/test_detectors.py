@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnviz import metrics
 from attnviz.corpus.detectors import (
     DETECTORS,
     CorefItem,
@@ -20,6 +19,7 @@ from attnviz.corpus.detectors import (
     text_scores,
     top_heads,
 )
+from attnviz.measures import metrics
 from attnviz.tokens import is_punctuation
 
 ALL = DetectorConfig()

@@ -21,10 +21,10 @@ from typer.testing import CliRunner
 
 from attnviz.cli import app
 from attnviz.engines import load_engine
+from attnviz.example import EXAMPLE
 
-from .conftest import EXAMPLE
+from .builders import SPECS, save_tiny
 from .helpers import inspect
-from .tiny_models import SPECS, save_tiny
 
 pytestmark = pytest.mark.device
 
@@ -147,13 +147,13 @@ def test_explain_norms_and_ablation_on_the_device_match_the_cpu(device: str, dty
 
 
 def test_fused_gqa_kernel_keeps_no_score_matrix(device: str) -> None:
-    """float32 with grouped-query attention through attnviz.kernels: on CUDA the math
+    """float32 with grouped-query attention through attnviz.nn.kernels: on CUDA the math
     backend is excluded (a fallback would materialise (H, L, S)); here the peak stays far
     below one (H, L, S) float32 score tensor. On the CPU, the flash backend alone runs it."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from attnviz.attention import Mask
-    from attnviz.rows import fused_attention
+    from attnviz.nn.attention import Mask
+    from attnviz.nn.rows import fused_attention
 
     dev = torch.device(device)
     gen = torch.Generator(device="cpu").manual_seed(0)
@@ -177,8 +177,8 @@ def test_fused_gqa_kernel_keeps_no_score_matrix(device: str) -> None:
 
 
 def test_weight_check_runs_on_the_device(device: str) -> None:
-    from attnviz.checkpoint import check_tensors
     from attnviz.errors import ModelLoadError
+    from attnviz.io.checkpoint import check_tensors
 
     dev = torch.device(device)
     w = torch.randn(1000, 37, device=dev)

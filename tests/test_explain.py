@@ -22,11 +22,11 @@ import torch
 
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import UsageError
-from attnviz.explain import explain
+from attnviz.example import EXAMPLE
+from attnviz.measures.explain import explain
 
-from .conftest import EXAMPLE
+from .builders import SENTENCES, SPECS, Spec, save_tiny
 from .helpers import ProtocolOnly, one_error_line
-from .tiny_models import SENTENCES, SPECS, Spec, save_tiny
 
 TOL = 1e-5
 EXPLAINED = [s for s in SPECS if s.model_type != "deberta-v2"]  # disentangled scores: refused
@@ -235,7 +235,7 @@ def test_top_and_sort_pick_the_keys_and_the_json_keeps_every_key(shared_model: N
     rows = _key_rows(default.stdout)
     top = [data["tokens"][j] for j in sorted(range(n), key=lambda j: (-weights[j], j))[:10]]
     assert rows[:10] == top and rows[10:] == (["it"] if it not in np.argsort(-weights)[:10] else [])
-    assert f"{len(rows)} of {n} keys: the top 10 by α" in " ".join(default.stdout.split())
+    assert f"{len(rows)} of {n} keys (the top 10 by α, the query)" in " ".join(default.stdout.split())
     for sort, value in (("norm", norms), ("contribution", contrib)):
         got = _key_rows(run_cli(*base, "--top", "3", "--sort", sort).stdout)
         expect = [data["tokens"][j] for j in sorted(range(n), key=lambda j: (-value[j], j))[:3]]

@@ -1,5 +1,5 @@
 """attnviz explore on a long text: the rows of the cursor's token by the row path, drawn
-as compact rows (render.compact), checked against transformers' eager attention."""
+as compact rows (render.terminal.compact), checked against transformers' eager attention."""
 
 from __future__ import annotations
 
@@ -10,19 +10,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from attnviz.cli.exploring import RowSource, explore_reading, long_reading
 from attnviz.engines import load_engine
 from attnviz.errors import UsageError
-from attnviz.metrics import head_stats
+from attnviz.measures.metrics import head_stats
 from attnviz.pipeline import Selection, run
-from attnviz.render.compact import binned, strip_bins
 from attnviz.render.terminal import shade
+from attnviz.render.terminal.compact import binned, strip_bins
 from attnviz.transforms import View, shares
 from attnviz.tui.app import ExploreApp
-from attnviz.tui.long import ROW_WINDOW, RowSource, long_reading, values_top_keys, window_of
-from attnviz.tui.views import explore_reading, head_table, strips
+from attnviz.tui.long import ROW_WINDOW, values_top_keys, window_of
+from attnviz.tui.views import head_table, strips
 
+from .builders import Spec, _config, build_tiny
 from .helpers import ProtocolOnly, inspect
-from .tiny_models import Spec, _config, build_tiny
 
 pytestmark = pytest.mark.anyio
 
@@ -226,7 +227,7 @@ def test_kept_rows_need_nothing_beyond_the_engine_protocol(model: Path) -> None:
     that is the protocol and nothing more keeps q and k, 2 layers × (4 + 2) heads × N
     tokens × 8 dims × 4 bytes, and answers from them as the engine's own pass does; the hf
     engine, with no module of ours, keeps nothing and records nothing."""
-    from attnviz.keptrows import capture, kept_bytes
+    from attnviz.nn.keptrows import capture, kept_bytes
 
     engine = load_engine("own", str(model), "cpu")
     tokens = engine.tokenize(TEXT)
@@ -337,8 +338,8 @@ def test_the_explorers_own_segments_are_the_ones_rich_draws(model: Path, view: V
     renderable; at 40 columns the lines are wider than the screen and rich wraps them."""
     from rich.console import Group
 
-    from attnviz.render.compact import compact_layer
     from attnviz.render.terminal import legend
+    from attnviz.render.terminal.compact import compact_layer
     from attnviz.transforms import measure_label
     from attnviz.tui.long import LongViews
     from attnviz.tui.views import Cursor, line_strip, position_of

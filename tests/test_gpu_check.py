@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnviz.example import EXAMPLE
+
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "gpu_check.py"
 
 
@@ -51,7 +53,7 @@ def test_bundle_is_the_default_model_in_float16_where_its_package_is_missing(tmp
 
     from safetensors.torch import load_file
 
-    from attnviz.models import packaged_model_dir
+    from attnviz.io.models import packaged_model_dir
 
     done = subprocess.run([sys.executable, str(SCRIPT), "--bundle", str(tmp_path)], capture_output=True, text=True,
                           timeout=300)  # fmt: skip
@@ -67,10 +69,10 @@ def test_bundle_is_the_default_model_in_float16_where_its_package_is_missing(tmp
 
     repo = SCRIPT.parent.parent
     env = {**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{tmp_path}", "NO_COLOR": "1"}
-    code = "import attnviz.models as m; print(m.packaged_model_dir())"
+    code = "import attnviz.io.models as m; print(m.packaged_model_dir())"
     where = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert Path(where.stdout.strip()) == model
-    show = [sys.executable, "-m", "attnviz", "show", "The animal didn't cross the street because it was too tired",
+    show = [sys.executable, "-m", "attnviz", "show", EXAMPLE,
             "--token", "it", "--json"]  # fmt: skip
     stand_in, packaged = (
         json.loads(subprocess.run(show, capture_output=True, text=True, env=e, timeout=300, check=True).stdout)

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from attnviz.cli import app
 from attnviz.corpus.detectors import DETECTORS
 
+from .builders import CORPUS, SPECS_BY_NAME, save_tiny
 from .helpers import one_error_line
 from .test_corpus import MINILM_TEXTS
-from .tiny_models import CORPUS, SPECS_BY_NAME, save_tiny
 
 runner = CliRunner()
 
@@ -81,7 +81,7 @@ def test_image_has_one_panel_per_detector_with_the_means(tiny_bert: str, corpus:
     from attnviz.corpus.scan import Scan, ScanOptions
     from attnviz.corpus.sources import read_corpus
     from attnviz.engines import engine_provenance, load_engine
-    from attnviz.render.heads_image import heads_figure
+    from attnviz.render.image.heads import heads_figure
 
     engine = load_engine("own", tiny_bert, "cpu")
     report = Scan(engine, ScanOptions((0, 1))).run(read_corpus(corpus))
@@ -228,10 +228,10 @@ def test_ray_path_ablation_equals_the_local_scan(own_engine, local_ray) -> None:
     ablation.token_effects'."""
     from dataclasses import replace
 
-    from attnviz.ablation import corpus_head_means, token_effects
     from attnviz.corpus.distributed import RayScan
     from attnviz.corpus.scan import Scan, ScanOptions
     from attnviz.corpus.sources import CorpusText
+    from attnviz.measures.ablation import corpus_head_means, token_effects
 
     texts = [CorpusText(t, f"t:{i}") for i, t in enumerate(MINILM_TEXTS)]
     zero = ScanOptions((1, 4), batch_size=2, window=1, ablate="zero")

@@ -15,10 +15,11 @@ from typer.testing import CliRunner
 
 from attnviz.cli import app
 from attnviz.errors import ModelLoadError, UsageError
-from attnviz.jsonread import loads
+from attnviz.example import EXAMPLE
+from attnviz.io.jsonread import loads
 
+from .builders import SPECS_BY_NAME, save_tiny
 from .helpers import one_error_line
-from .tiny_models import SPECS_BY_NAME, save_tiny
 
 ENGINES = ("own", "hf")
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -247,7 +248,7 @@ def test_an_empty_vocabulary_is_refused(tiny_bert: Path, tmp_path: Path) -> None
 
 def test_a_252_byte_name_of_4_byte_characters_is_written(tmp_path: Path) -> None:
     # The temp name took the first 100 characters: 400 bytes, over 255, after the model work.
-    from attnviz.safeio import temp_stem
+    from attnviz.io.safeio import temp_stem
 
     name = "😀" * 62 + ".svg"
     assert len(name.encode()) == 252
@@ -281,7 +282,7 @@ def test_a_15_mib_text_is_refused_before_it_is_tokenized_whole(own_engine: Any) 
     # It was tokenized whole first (4.1 M tokens, 15 s, 3.1 GB), then refused.
     import time
 
-    text = "The animal didn't cross the street because it was too tired. " * 260_000
+    text = f"{EXAMPLE}. " * 260_000
     assert len(text) > 15 * 2**20
     start = time.perf_counter()
     with pytest.raises(UsageError, match=r"more than 512 tokens \(\d+ in its first [\d,]+ characters"):

@@ -18,14 +18,14 @@ from typer.testing import CliRunner
 
 from attnviz.cli import app
 from attnviz.errors import OutputError, UsageError
-from attnviz.pairs import read_pairs
+from attnviz.example import EXAMPLE
+from attnviz.io.safeio import check_text, read_lines, write_atomic
+from attnviz.io.safeio import one_line as escaped
+from attnviz.measures.pairs import read_pairs
 from attnviz.result import atomic_write, check_writable
-from attnviz.safeio import check_text, read_lines, write_atomic
-from attnviz.safeio import one_line as escaped
 
 from .helpers import one_error_line
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -136,7 +136,7 @@ def test_invalid_utf8_in_a_real_argv() -> None:
 
 def test_a_model_name_too_long_for_the_filesystem_is_bad_input(no_model: list[str]) -> None:
     from attnviz.errors import ModelNotFoundError
-    from attnviz.models import resolve
+    from attnviz.io.models import resolve
 
     with pytest.raises(ModelNotFoundError, match="as a model path: File name too long"):
         resolve("./" + "m" * 300)
@@ -144,7 +144,7 @@ def test_a_model_name_too_long_for_the_filesystem_is_bad_input(no_model: list[st
 
 def test_config_json_that_never_ends_is_refused(tmp_path: Path) -> None:
     from attnviz.errors import ModelLoadError
-    from attnviz.models import resolve
+    from attnviz.io.models import resolve
 
     (tmp_path / "config.json").symlink_to("/dev/zero")
     with pytest.raises(ModelLoadError, match="config.json is not a regular file"):
@@ -244,7 +244,7 @@ SLOW_WRITER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from attnviz.result import atomic_write
-    from attnviz.safeio import handle_signals, exit_code_for
+    from attnviz.io.safeio import handle_signals, exit_code_for
 
     handle_signals()
 
@@ -300,7 +300,7 @@ def test_the_cli_exits_143_and_129_with_one_line(tmp_path: Path, sig: int, code:
 SIGNAL_INSIDE_TORCH_INIT = textwrap.dedent(
     """
     import os, signal, sys, traceback
-    from attnviz.safeio import handle_signals
+    from attnviz.io.safeio import handle_signals
 
     handle_signals()
     inside = False
@@ -338,7 +338,7 @@ def test_signals_held_raises_the_first_signal_when_the_block_ends() -> None:
     script = textwrap.dedent(
         """
         import os, signal
-        from attnviz.safeio import handle_signals, signals_held, Terminated
+        from attnviz.io.safeio import handle_signals, signals_held, Terminated
 
         handle_signals()
         ran = []

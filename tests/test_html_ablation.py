@@ -1,6 +1,6 @@
 """The HTML page's ablation bars (issue 20: "show and the HTML page: with --ablate, each
 head's effect beside its row ... a bar in the page"): the page data holds the library's
-effects at every token (``attnviz.ablation.ablate_text``, itself held to transformers in
+effects at every token (``attnviz.measures.ablation.ablate_text``, itself held to transformers in
 test_ablation.py), ``export --ablate`` writes them, and in Chromium each head of the
 focused token gets a bar whose length is its effect."""
 
@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from attnviz.ablation import Runner, ablate_text
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
+from attnviz.measures.ablation import Runner, ablate_text
 from attnviz.render.html import PageAblation, decode_effects, page_data, save_html
 from attnviz.result import Attention
 
 from . import browser
 from .helpers import inspect, one_error_line
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 runner = CliRunner()
 
 

@@ -14,9 +14,8 @@ from typer.testing import CliRunner
 
 import attnviz.engines
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 from attnviz.render.html import decode_weights
-
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 
 
 @pytest.fixture
@@ -56,7 +55,7 @@ def test_export_html_writes_one_small_page(runner: CliRunner, tmp_path: Path) ->
 
 
 def test_open_layer_follows_the_footer_or_the_flag(runner: CliRunner, tmp_path: Path) -> None:
-    from attnviz.findings import strongest_links
+    from attnviz.measures.findings import strongest_links
 
     show = json.loads(runner.invoke(app, ["show", EXAMPLE, "--token", "cross", "--json"]).stdout)
     rows = np.asarray(show["weights"])  # (N, H, S): the footer's rule, by hand on the JSON rows

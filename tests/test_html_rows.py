@@ -23,12 +23,12 @@ from typer.testing import CliRunner
 import attnviz.pipeline
 from attnviz.cli import app
 from attnviz.engines import load_engine
-from attnviz.render import html_rows
-from attnviz.render.compact import key_bins
+from attnviz.render.html import rows as html_rows
+from attnviz.render.terminal.compact import key_bins
 
 from . import browser
+from .builders import SPECS_BY_NAME, Spec, _llama_like, save_tiny
 from .helpers import one_error_line
-from .tiny_models import SPECS_BY_NAME, Spec, _llama_like, save_tiny
 
 TEXT = "the cat sat on the mat and the dog sat by the door because it was too tired"
 LONG_WORDS = ["the", "cat", "sat", "on", "the", "mat", "and", "the", "dog", "sat", "by", "the", "door"]
@@ -281,7 +281,7 @@ def test_row_page_renders_and_reacts_to_a_click(driver: Any, llama: Path, tmp_pa
     assert driver.execute_script("return typeof window.attnviz") == "object", driver.get_log("browser")
     a = "window.attnviz"
     # The head view drew lines, the detail and the strongest links, and the keys in blocks
-    # by the terminal view's rule (render.compact.key_bins): the query, the first masked
+    # by the terminal view's rule (render.terminal.compact.key_bins): the query, the first masked
     # key and the special tokens in blocks of their own.
     own = [query, query + 1] + [i for i in range(n) if tokens.special[i]]
     assert int(driver.execute_script("return +document.getElementById('hv-canvas').dataset.bins")) == len(

@@ -1,4 +1,4 @@
-"""attnviz.jsonrows: large weight arrays spelled by numpy give the same numbers as the
+"""attnviz.io.jsonrows: large weight arrays spelled by numpy give the same numbers as the
 plain json.dumps(jsonable(...)) path, and fall back to it where they cannot."""
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ import math
 import numpy as np
 import pytest
 
-from attnviz.jsonrows import MIN_ELEMENTS, RawJSON, dumps, encode, write
+from attnviz.example import EXAMPLE
+from attnviz.io.jsonrows import MIN_ELEMENTS, RawJSON, dumps, encode, write
 from attnviz.result import jsonable
-
-from .conftest import EXAMPLE
 
 
 @pytest.mark.parametrize("shape", [(MIN_ELEMENTS,), (1, 70_001), (2, 3, 11_000), (3, 1, 2, 4, 3_000), (70_000, 1)])
@@ -83,8 +82,8 @@ def test_show_json_of_a_long_sentence_takes_the_fast_path_and_agrees(own_engine)
 def test_many_blocks_in_threads_give_the_same_text(monkeypatch: pytest.MonkeyPatch) -> None:
     """Blocks of a few rows spelled by two threads, their buffers reused as the writer
     goes: the same bytes as one thread, and the plain path's numbers."""
-    import attnviz.jsonrows as jr
-    import attnviz.threads as threads
+    import attnviz.io.jsonrows as jr
+    import attnviz.nn.threads as threads
 
     w = np.random.default_rng(2).random((3, 5, 7, 700), dtype=np.float32)
     one = encode(w)
@@ -101,7 +100,7 @@ def test_many_blocks_in_threads_give_the_same_text(monkeypatch: pytest.MonkeyPat
 def test_write_spells_the_rows_as_it_goes(monkeypatch: pytest.MonkeyPatch) -> None:
     """write() hands the stream one block of rows at a time: the largest single write is
     a block's text, not the array's (10 bytes a weight)."""
-    import attnviz.jsonrows as jr
+    import attnviz.io.jsonrows as jr
 
     w = np.random.default_rng(3).random((64, 4_096), dtype=np.float32)
     monkeypatch.setattr(jr, "_BLOCK", 8 * 4_096)  # 8 rows a block

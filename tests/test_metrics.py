@@ -1,4 +1,4 @@
-"""attnviz.metrics on hand-made rows with known answers, plus property tests."""
+"""attnviz.measures.metrics on hand-made rows with known answers, plus property tests."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attnviz import metrics
 from attnviz.errors import TokenNotFoundError, UsageError
+from attnviz.measures import metrics
 from attnviz.result import Attention, Provenance
 from attnviz.select import find_targets
 from attnviz.shape import ModelShape

@@ -8,7 +8,7 @@ import pytest
 
 from attnviz.cli import hint_for
 from attnviz.errors import ModelLoadError, ModelNotFoundError
-from attnviz.models import DEFAULT_MODEL, resolve
+from attnviz.io.models import DEFAULT_MODEL, resolve
 
 from .helpers import save_tiny_bert
 

@@ -13,12 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from attnviz.example import EXAMPLE
 from attnviz.render import notebook
 from attnviz.render.html import Options, html_page
 from attnviz.result import Attention
 
 from . import notebooks
-from .helpers import EXAMPLE, inspect
+from .helpers import inspect
 
 SRCDOC = re.compile(r'srcdoc="([^"]*)"')
 
@@ -113,7 +114,7 @@ def test_a_notebook_executed_in_a_real_kernel_carries_the_page(tmp_path: Path, a
     (second,) = notebooks.outputs(nb, 2)
     assert srcdoc(second["data"]["text/html"]) == html_page(att, att.tokens.labels.index("it"), "model", 3)
     (third,) = notebooks.outputs(nb, 3)
-    # One token's raw rows: the row-mode page (render.html_rows), its rows those computed here.
+    # One token's raw rows: the row-mode page (render.html.rows), its rows those computed here.
     assert '"mode":"rows"' in srcdoc(third["data"]["text/html"]) and "Traceback" not in str(third)
     weights = np.asarray(att.weights)
     assert weights.shape == (6, 12, 15, 15)
@@ -174,3 +175,18 @@ def test_the_widget_over_a_model_in_memory_switches_it_to_eager_per_run(minilm_d
     w.text = "The dog ran"
     assert w.labels == ["[CLS]", "the", "dog", "ran", "[SEP]"] or w.labels[2] == "dog"
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_the_norm_measure_is_refused_in_the_cell_not_drawn_as_weights(own_engine: Any) -> None:
+    """Norms are not weights: drawn on the weights' [0, 1] scale they were clipped and
+    labelled "weight". The cell says what to do instead; the page function refuses too."""
+    from attnviz.errors import UsageError
+
+    norms = inspect(EXAMPLE, own_engine, layers=[2], measure="norm")
+    assert norms.measure == "norm" and float(norms.weights.max()) > 1.0  # what clipping hid
+    for shown in (norms._repr_html_(), norms.show().html, notebook.show(norms, token="it").html):
+        assert "<iframe" not in shown and "norm measure" in htmllib.unescape(shown), shown[:300]
+    with pytest.raises(UsageError, match="norm measure"):
+        html_page(norms)
+    row = inspect(EXAMPLE, own_engine, layers=[2], queries=[10], measure="norm")
+    assert "<iframe" not in row._repr_html_() and "norm measure" in htmllib.unescape(row._repr_html_())

@@ -17,13 +17,13 @@ from matplotlib.figure import Figure
 from attnviz import transforms
 from attnviz.engines import Engine
 from attnviz.errors import UsageError
+from attnviz.example import EXAMPLE
 from attnviz.render import COLUMN_IN, FigureStyle, parse_figsize, parse_vmax
 from attnviz.render.image import matrix_figure, save_figure, token_figure
 from attnviz.result import Attention
 
 from .helpers import inspect
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 LONG = (
     "When the committee finally published its long-awaited report on the river, the fishermen who had "
     "waited for years read every page, because it described how the water had changed."
@@ -224,7 +224,7 @@ def test_thinning_keeps_the_chosen_then_the_strongest_then_fills_the_gaps() -> N
     """Hand-worked: 12 cells of 0.06 in at 8 pt (a label needs 3 cells with air, 2 without)."""
     from matplotlib.figure import Figure as Fig
 
-    from attnviz.render.layout import _ticks
+    from attnviz.render.image.layout import _ticks
 
     def kept(**kw: object) -> list[int]:
         ax = Fig().add_subplot()

@@ -2,7 +2,7 @@
 against transformers' eager weights.
 
 The fused path computes each layer's output with torch's fused kernel and the asked
-query rows' weights beside it (attnviz.rows.attend). Here it is held to the eager
+query rows' weights beside it (attnviz.nn.rows.attend). Here it is held to the eager
 function (``scaled_dot_product_attention``) on random tensors, block boundaries
 included, and to transformers on tiny models of every family at up to 2,048 tokens.
 """
@@ -15,14 +15,15 @@ from typing import Any
 import pytest
 import torch
 
-import attnviz.rows
-from attnviz import architectures, attention
-from attnviz.attention import Mask, MultiHeadAttention, scaled_dot_product_attention
+import attnviz.nn.rows
+from attnviz import architectures
 from attnviz.engines import load_engine
-from attnviz.rows import EAGER, RowRequest, attend, attention_rows, chunked_eager, fused_attention
+from attnviz.nn import attention
+from attnviz.nn.attention import Mask, MultiHeadAttention, scaled_dot_product_attention
+from attnviz.nn.rows import EAGER, RowRequest, attend, attention_rows, chunked_eager, fused_attention
 
+from .builders import SPECS, VOCAB_SIZE, Spec, _config, save_tiny
 from .helpers import inspect
-from .tiny_models import SPECS, VOCAB_SIZE, Spec, _config, save_tiny
 
 TOL = 1e-5
 
@@ -57,7 +58,7 @@ def test_rows_and_output_equal_the_eager_function(
     mask_name: str, h: int, g: int, block: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if block is not None:
-        monkeypatch.setattr(attnviz.rows, "CHUNK_ELEMENTS", block * 2 * h)
+        monkeypatch.setattr(attnviz.nn.rows, "CHUNK_ELEMENTS", block * 2 * h)
     torch.manual_seed(h + g)
     b, s, d = 2, 37, 8
     q, k, v = torch.randn(b, h, s, d) * 2, torch.randn(b, g, s, d) * 2, torch.randn(b, g, s, d)
@@ -114,8 +115,8 @@ def test_a_modifier_sends_the_fused_request_to_the_chunked_eager_function(monkey
         seen.append(softcap)
         return eager(q, k, v, mask, scale)
 
-    monkeypatch.setattr(attnviz.rows, "scaled_dot_product_attention", with_cap)
-    monkeypatch.setattr(attnviz.rows, "CHUNK_ELEMENTS", 2 * 10 * 4)  # blocks of 4 rows
+    monkeypatch.setattr(attnviz.nn.rows, "scaled_dot_product_attention", with_cap)
+    monkeypatch.setattr(attnviz.nn.rows, "CHUNK_ELEMENTS", 2 * 10 * 4)  # blocks of 4 rows
     torch.manual_seed(3)
     q, k, v = torch.randn(1, 2, 10, 4), torch.randn(1, 2, 10, 4), torch.randn(1, 2, 10, 4)
     out, rows = attend(q, k, v, Mask(causal=True), None, RowRequest((9,), fused=True), softcap=30.0)

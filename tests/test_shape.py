@@ -23,7 +23,7 @@ def test_kv_group_is_the_grouping_multi_head_attention_computes_with() -> None:
     pattern each query head reproduces."""
     import torch
 
-    from attnviz.attention import MultiHeadAttention
+    from attnviz.nn.attention import MultiHeadAttention
 
     heads, kv_heads, d = 12, 3, 4
     torch.manual_seed(0)

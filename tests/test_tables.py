@@ -1,4 +1,4 @@
-"""attnviz.render.tables on hand-made rows: colour only when asked, fits narrow terminals."""
+"""attnviz.render.terminal.tables on hand-made rows: colour only when asked, fits narrow terminals."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 from rich.console import Console
 
-from attnviz.metrics import HeadStats, PairStats
-from attnviz.render.tables import head_rows_table, pair_rows_table
+from attnviz.measures.metrics import HeadStats, PairStats
+from attnviz.render.terminal.tables import head_rows_table, pair_rows_table
 
 ROW = HeadStats(
     layer=5,
@@ -63,7 +63,7 @@ def test_narrow_terminal_stacks_or_drops_top_lists() -> None:
 
 
 def test_pair_headers_say_the_word_as_the_sentence_writes_it() -> None:
-    from attnviz.render.tables import as_written
+    from attnviz.render.terminal.tables import as_written
 
     text = "Anna thanked Maria because she had received a gift"
     assert as_written(text, "anna") == "Anna" and as_written(text, "maria:1") == "Maria:1"

@@ -12,15 +12,16 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from attnviz import findings, transforms
+from attnviz import transforms
 from attnviz.engines import Engine
-from attnviz.render.shifts import shifts_table
+from attnviz.example import EXAMPLE
+from attnviz.measures import findings
 from attnviz.render.terminal import for_console, paged, render_show, token_heatmap
+from attnviz.render.terminal.shifts import shifts_table
 from attnviz.result import Attention
 
 from .helpers import inspect
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 LONG_WORDS = "The internationalization committee's extraordinarily comprehensive recommendations were ignored"
 
 

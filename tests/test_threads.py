@@ -1,4 +1,4 @@
-"""attnviz.threads: the thread count from the work and the free cores, and the weight
+"""attnviz.nn.threads: the thread count from the work and the free cores, and the weight
 check's one-reduction NaN/Inf test against ``isfinite`` element by element."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from attnviz import threads
-from attnviz.checkpoint import _all_finite, check_tensors
 from attnviz.errors import ModelLoadError
+from attnviz.io.checkpoint import _all_finite, check_tensors
+from attnviz.nn import threads
 
 
 @pytest.fixture(autouse=True)

@@ -6,9 +6,8 @@ import pytest
 
 from attnviz.cli import hint_for
 from attnviz.errors import TokenNotFoundError, UsageError
+from attnviz.example import EXAMPLE
 from attnviz.tokens import Tokens, check_index, find_word, load_tokenizer, tokenize, word_occurrences
-
-from .helpers import EXAMPLE
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +112,7 @@ def test_one_punctuation_rule_for_compare_and_heads() -> None:
     Unicode punctuation (P*): '$', '+', '=' are symbols (S*) and count in neither
     (compare used to set '$' aside as punctuation while heads counted it as a word)."""
     from attnviz.corpus.detectors import features
-    from attnviz.metrics import excluded
+    from attnviz.measures.metrics import excluded
     from attnviz.tokens import is_punctuation
 
     labels = ["[CLS]", "it", "costs", "$", "5", ",", "+", "10", "%", "=", "«", "…", "[SEP]"]

@@ -1,4 +1,4 @@
-"""Our own transformer stacks, one module per family, all built on ``attnviz.attention``.
+"""Our own transformer stacks, one module per family, all built on ``attnviz.nn.attention``.
 
 A family module provides:
     MODEL_TYPES  config.json ``model_type`` values it reads
@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import UnsupportedArchitectureError
-from ..models import read_config, read_weights
+from ..io.models import read_config, read_weights
 from .base import AttnModel, ForwardOutput, load_into, rename
 
 __all__ = ["AttnModel", "ForwardOutput", "build_from", "load", "registry", "supported_model_types"]
@@ -92,13 +92,14 @@ def build_from(
     with torch.device("meta"), _skip_init():
         try:
             model: AttnModel = module.build(config)
-        except (TypeError, ValueError, KeyError) as exc:
+        except (TypeError, ValueError, KeyError, ArithmeticError) as exc:
+            # ArithmeticError: a divisor of 0 or a size too large that no check above caught.
             from ..errors import ModelLoadError
 
             reason = f"lacks {exc}" if isinstance(exc, KeyError) else str(exc)
             raise ModelLoadError(f"{where}/config.json: {reason}", hint="the config is invalid") from exc
     tensors = rename(tensors, module.RULES, module.PREFIXES)
-    from ..checkpoint import check_tensors
+    from ..io.checkpoint import check_tensors
 
     if torch.device(device).type != "cpu":
         # On the device before the check: there it is one reduction per tensor at the

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..attention import Attend, MaskLike, MultiHeadAttention, QKTransform, eager_attention
+from ..nn.attention import Attend, MaskLike, MultiHeadAttention, QKTransform, eager_attention
 
 
 def alibi_slopes(num_heads: int, device: Any = None) -> Tensor:

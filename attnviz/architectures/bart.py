@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention
+from ..nn.attention import MultiHeadAttention
 from .base import activation, config_value
 from .seq2seq import EncoderDecoder, Seq2SeqBlock, Stack
 

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import Ablation
 from ..errors import ModelLoadError, UnsupportedArchitectureError
-from ..rows import RowRequest
+from ..nn.attention import Ablation
+from ..nn.rows import RowRequest
 from ..shape import ModelShape
 
 # Head ablation in one layer of a pass: (layer, which heads, with what).
@@ -33,7 +33,7 @@ class ForwardOutput:
         hidden_states: (B, S, E) output of the last layer computed.
         attentions: one (B, H, R, S) tensor per layer computed, first layer first: the
             rows asked for (R = S for every row), or none (R = 0) in a layer not asked for.
-        value_norms: with the norm measure (``attnviz.norms``), one (B, H, S) tensor per
+        value_norms: with the norm measure (``attnviz.measures.norms``), one (B, H, S) tensor per
             entry of ``attentions``: ‖f_h(x_j)‖ of every head and key; None otherwise.
     """
 

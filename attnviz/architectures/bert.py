@@ -1,4 +1,4 @@
-"""BERT-family encoder (BERT, MiniLM, ...) built on ``attnviz.attention``, and the
+"""BERT-family encoder (BERT, MiniLM, ...) built on ``attnviz.nn.attention``, and the
 pieces every BERT-like family reuses (RoBERTa, XLM-R, DistilBERT, ALBERT, ELECTRA).
 
 Post-LayerNorm blocks, as in the original paper:
@@ -28,9 +28,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import Mask, MultiHeadAttention
 from ..errors import UnsupportedArchitectureError
-from ..rows import EAGER, RowRequest
+from ..nn.attention import Mask, MultiHeadAttention
+from ..nn.rows import EAGER, RowRequest
 from .base import AttnModel, ForwardOutput, LayerAblation, activation
 
 MODEL_TYPES = ("bert",)

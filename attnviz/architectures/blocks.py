@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ..attention import Mask, MultiHeadAttention, QKTransform
-from ..rows import EAGER, RowRequest
+from ..nn.attention import Mask, MultiHeadAttention, QKTransform
+from ..nn.rows import EAGER, RowRequest
 from .base import activation
 
 

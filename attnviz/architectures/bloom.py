@@ -26,12 +26,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import Mask, QKTransform
-from ..rows import EAGER, RowRequest
+from ..nn.attention import Mask, QKTransform
+from ..nn.rows import EAGER, RowRequest
 from .alibi import AlibiAttention
 from .base import config_value
 from .blocks import split_per_head
 from .decoder import DecoderModel
+from .fields import number
 
 MODEL_TYPES = ("bloom",)
 PREFIXES = ("transformer.",)
@@ -57,7 +58,7 @@ class BloomConfig:
             hidden_size=int(config_value(config, "hidden_size", "n_embed")),
             n_layer=int(config_value(config, "n_layer", "num_hidden_layers")),
             n_head=int(config_value(config, "n_head", "num_attention_heads")),
-            layer_norm_epsilon=float(config.get("layer_norm_epsilon") or 1e-5),
+            layer_norm_epsilon=number(config, "layer_norm_epsilon", 1e-5, above=0.0),
             apply_residual_connection_post_layernorm=bool(config.get("apply_residual_connection_post_layernorm")),
         )
 

@@ -34,9 +34,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import Ablation, MultiHeadAttention, ablate_heads, padding_mask, scaled_dot_product_attention
 from ..errors import UnsupportedArchitectureError
+from ..nn.attention import Ablation, MultiHeadAttention, ablate_heads, padding_mask, scaled_dot_product_attention
 from .base import AttnModel, ForwardOutput, LayerAblation, activation, config_value
+from .fields import given
 
 MODEL_TYPES = ("deberta-v2",)
 PREFIXES = ("deberta.",)
@@ -100,7 +101,7 @@ class DebertaConfig:
                 f"attention_head_size={head_size} (not hidden_size / num_attention_heads) is not implemented "
                 "by the own engine"
             )
-        types = config.get("pos_att_type") or ()
+        types = given(config, "pos_att_type", ())  # "" and [] name no terms, as () does
         if isinstance(types, str):
             types = [t.strip() for t in types.lower().split("|") if t.strip()]
         norm_rel = [x.strip() for x in str(config.get("norm_rel_ebd", "none")).lower().split("|")]
@@ -132,7 +133,7 @@ class DebertaConfig:
 def score_terms(config: dict[str, Any]) -> tuple[str, ...]:
     """Which terms a DeBERTa checkpoint's attention scores sum: ("c2c", "c2p", "p2c") or fewer."""
     # Read leniently (no validation): the hf engine states the terms of any checkpoint.
-    types = config.get("pos_att_type") or ()
+    types = given(config, "pos_att_type", ())
     if isinstance(types, str):
         types = [t.strip() for t in types.lower().split("|")]
     position = tuple(t for t in ("c2p", "p2c") if t in types) if config.get("relative_attention") else ()

@@ -17,8 +17,8 @@ from collections.abc import Collection, Sequence
 
 from torch import Tensor, nn
 
-from ..attention import Mask, MultiHeadAttention, QKTransform
-from ..rows import EAGER, RowRequest
+from ..nn.attention import Mask, MultiHeadAttention, QKTransform
+from ..nn.rows import EAGER, RowRequest
 from .base import AttnModel, ForwardOutput, LayerAblation
 
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ..attention import Mask, MultiHeadAttention, QKTransform
-from ..rows import EAGER, RowRequest
+from ..nn.attention import Mask, MultiHeadAttention, QKTransform
+from ..nn.rows import EAGER, RowRequest
 from . import llama
 from .llama import LlamaConfig, LlamaDecoder
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention
+from ..nn.attention import MultiHeadAttention
 from .llama import LlamaConfig, RMSNorm
 from .moe import RULES as MOE_RULES
 from .moe import MoEConfig, MoEDecoder

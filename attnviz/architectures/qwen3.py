@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ..attention import Attend, MaskLike, MultiHeadAttention, QKTransform, eager_attention
+from ..nn.attention import Attend, MaskLike, MultiHeadAttention, QKTransform, eager_attention
 from . import llama
 from .llama import LlamaConfig, LlamaDecoder, RMSNorm, attention_options
 

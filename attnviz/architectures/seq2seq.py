@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from ..attention import Ablation, MultiHeadAttention, causal_mask, padding_mask
-from ..rows import EAGER, RowRequest
+from ..nn.attention import Ablation, MultiHeadAttention, causal_mask, padding_mask
+from ..nn.rows import EAGER, RowRequest
 from ..select import PARTS
 from ..shape import ModelShape
 from .base import AttnModel, ForwardOutput, LayerAblation
@@ -43,7 +43,7 @@ class Seq2SeqOutput:
             final hidden states (B, L, E) (transformers' ``last_hidden_state``).
         cross: the decoder's cross-attention (B, H, L, S) per layer: target token -> source token.
         cross_value_norms: with the norm measure, (B, H, S) per layer: the value norms of
-            the source tokens as each cross-attention sees them (``attnviz.norms``).
+            the source tokens as each cross-attention sees them (``attnviz.measures.norms``).
     """
 
     encoder: ForwardOutput

@@ -24,8 +24,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import Mask, MultiHeadAttention, QKTransform
-from ..rows import EAGER, RowRequest
+from ..nn.attention import Mask, MultiHeadAttention, QKTransform
+from ..nn.rows import EAGER, RowRequest
+from .fields import number
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU, attention_options
 from .qwen3 import QKNormAttention
 from .rope import rope_config
@@ -108,7 +109,7 @@ def build(config: dict[str, Any]) -> StableLmDecoder:
         qkv_bias=bool(config.get("use_qkv_bias", False)),
         o_bias=False,
         mlp_bias=False,
-        rms_norm_eps=float(config.get("layer_norm_eps") or 1e-5),  # the LayerNorms' eps
+        rms_norm_eps=number(config, "layer_norm_eps", 1e-5, above=0.0),  # the LayerNorms' eps
         ropes=(rope_config(config, head_dim, partial_rotary=True),) * layers,
     )
     return StableLmDecoder(

@@ -28,8 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention
 from ..errors import UnsupportedArchitectureError
+from ..nn.attention import MultiHeadAttention
 from .base import activation, config_value
 from .llama import RMSNorm
 from .seq2seq import EncoderDecoder, Seq2SeqBlock, Stack

@@ -16,9 +16,9 @@ import typer
 from .common import stderr_console
 
 if TYPE_CHECKING:
-    from ..ablation import Effects
     from ..engines import Engine
-    from ..metrics import HeadStats
+    from ..measures.ablation import Effects
+    from ..measures.metrics import HeadStats
     from ..pipeline import Plan
 
 
@@ -89,9 +89,9 @@ def ablate_reading(
 ) -> Effects:
     """The effects of removing each head of ``layers`` of the planned part, for its first
     query (``planned.queries[0]``), with the LM numbers where the checkpoint has an LM head."""
-    from ..ablation import Runner, ablate_text, batch_size
     from ..engines import cpu_threads_for
-    from ..lm import load_lm_head
+    from ..measures.ablation import Runner, ablate_text, batch_size
+    from ..measures.lm import load_lm_head
 
     runner = Runner(eng, planned.tokens, planned.part, planned.target)
     queries = planned.queries[0] if planned.queries else ()

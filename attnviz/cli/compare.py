@@ -47,7 +47,7 @@ from .options import (
 
 if TYPE_CHECKING:
     from ..engines import Engine
-    from ..pairs import MinimalPair, PairOptions
+    from ..measures.pairs import MinimalPair, PairOptions
     from ..result import Attention
 
 PAIRS_LIMIT = 5  # heads shown per pair with --pairs, unless --limit says otherwise
@@ -151,12 +151,12 @@ def compare(
     """
     with errors(debug):
         from ..errors import UsageError
-        from ..metrics import check_sort, head_stats, parse_exclude, sort_rows
-        from ..pairs import MinimalPair, PairOptions, read_pairs, run_pair
+        from ..io.safeio import check_text
+        from ..measures.metrics import check_sort, head_stats, parse_exclude, sort_rows
+        from ..measures.pairs import MinimalPair, PairOptions, read_pairs, run_pair
         from ..pipeline import Selection, plan, read
-        from ..render.tables import render_compare
         from ..render.terminal import for_console, paged
-        from ..safeio import check_text
+        from ..render.terminal.tables import render_compare
         from ..transforms import shares
 
         targets = tuple(target or ())
@@ -323,12 +323,12 @@ def _compare_pairs(
     """Every pair of a file through one loaded engine, then the summary across pairs."""
     from rich.text import Text
 
-    from ..findings import pair_shifts, toward_referent
-    from ..metrics import sort_rows
-    from ..pairs import run_pairs
-    from ..render.shifts import shifts_table
-    from ..render.tables import render_compare
+    from ..measures.findings import pair_shifts, toward_referent
+    from ..measures.metrics import sort_rows
+    from ..measures.pairs import run_pairs
     from ..render.terminal import for_console, paged, uses_colour
+    from ..render.terminal.shifts import shifts_table
+    from ..render.terminal.tables import render_compare
 
     console = stdout_console()
     everything: list[dict[str, object]] = []

@@ -31,7 +31,7 @@ from .options import (
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-    from ..models import ModelFiles
+    from ..io.models import ModelFiles
     from ..select import Query
 
 
@@ -144,7 +144,7 @@ def explain(
         tokens = eng.tokenize(text)
         positions = query.resolve(tokens)
         key_at = key_query.resolve(tokens, "the sentence")[0] if key_query is not None else None
-        from ..explain import explain as run_explain
+        from ..measures.explain import explain as run_explain
 
         x = run_explain(eng, tokens, positions[0], layer, head, key_at)
         note = None
@@ -152,7 +152,7 @@ def explain(
             word = " ".join(tokens.labels[i] for i in positions)
             note = f"{word!r} covers {len(positions)} tokens: explaining the first"
         if output is not None:
-            from ..render.explain_page import save_explain_page
+            from ..render.html.explain import save_explain_page
 
             save_explain_page(x, output)
         if json_out:
@@ -162,8 +162,8 @@ def explain(
 
             emit(json.dumps(out, ensure_ascii=False), json=True)
         else:
-            from ..render.explain_view import explain_view
             from ..render.terminal import paged
+            from ..render.terminal.explain import explain_view
 
             console = stdout_console()
             with paged(console, not no_pager):
@@ -178,12 +178,12 @@ def _precheck(
     """The layer, head and words checked from the checkpoint's config and tokenizer: a
     mistake here costs no model load. Returns the files and the tokenizer (the engine's)."""
     from ..architectures import family
-    from ..checkpoint import config_layers
     from ..engines import score_terms
     from ..errors import UnsupportedArchitectureError, UsageError
-    from ..explain import check_family, check_head
-    from ..models import resolve
-    from ..safeio import check_text
+    from ..io.checkpoint import config_layers
+    from ..io.models import resolve
+    from ..io.safeio import check_text
+    from ..measures.explain import check_family, check_head
     from ..tokens import load_tokenizer, tokenize
 
     check_text(text)

@@ -48,7 +48,7 @@ def explore(
     new sentence (/), export the view to PNG (e); ? lists every key, q quits.
     """
     with errors(debug):
-        from ..errors import UsageError
+        from ..errors import Reason, UsageError
 
         # Everything a user can get wrong without a model, before loading one.
         if not (sys.stdin is not None and sys.stdout is not None and sys.stdin.isatty() and sys.stdout.isatty()):
@@ -63,8 +63,7 @@ def explore(
 
         from ..pipeline import Selection
         from ..tui.app import ExploreApp
-        from ..tui.long import long_reading
-        from ..tui.views import explore_reading, runner
+        from .exploring import explore_reading, long_reading, runner
 
         selection = Selection(queries=() if query is None else (query,), layers=layer)
         rows = None
@@ -72,12 +71,12 @@ def explore(
             try:
                 first = explore_reading(eng, sentence, selection)
             except UsageError as exc:
-                if exc.facts.get("reason") != "explore_size":
+                if exc.reason is not Reason.EXPLORE_SIZE:
                     raise
                 # A long text: the rows of a few tokens at a time, drawn as compact rows.
                 first, rows = long_reading(eng, sentence, selection)
         except UsageError as exc:
-            if exc.facts.get("reason") != "explore_size":
+            if exc.reason is not Reason.EXPLORE_SIZE:
                 raise
             raise UsageError(exc.message, hint="pick layers with --layer N or A-B, or shorten the sentence") from None
         att = first.attention
@@ -115,7 +114,7 @@ def _run(explorer: object) -> int:
     import termios
     import threading
 
-    from ..safeio import one_line
+    from ..io.safeio import one_line
 
     app: Any = explorer
     got: list[int] = []

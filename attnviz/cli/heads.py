@@ -189,12 +189,12 @@ def heads(
         provenance = engine_provenance(eng)
         _notes(report, eng)
         if report.texts == 0 and report.partial:
-            from ..safeio import terminated_by
+            from ..io.safeio import terminated_by
 
             raise terminated_by() or KeyboardInterrupt()  # SIGTERM/SIGHUP keep their exit code
         if output is not None:
-            from ..render.heads_image import heads_figure
             from ..render.image import save_figure
+            from ..render.image.heads import heads_figure
 
             missing = save_figure(heads_figure(report, provenance, measure=measure.value), output, dpi)
         if json_out:
@@ -208,15 +208,15 @@ def heads(
 
             emit(report_csv(report), nl=False)
         else:
-            from ..render.heads_table import heads_table
             from ..render.terminal import uses_colour
+            from ..render.terminal.heads import heads_table
 
             console = stdout_console()
             console.print(heads_table(report, provenance, top=top, color=uses_colour(console), measure=measure.value))
         if output is not None and not (json_out or csv_out):
             wrote(output, missing)
         if report.partial:
-            from ..safeio import terminated_by
+            from ..io.safeio import terminated_by
 
             signalled = terminated_by()  # SIGTERM and SIGHUP end 143 and 129, Ctrl-C 130
             how = f"terminated by {signalled.name}" if signalled else "interrupted"
@@ -237,10 +237,10 @@ def _check_ablation(
 ) -> None:
     """--ablate's checks before any model work: the query rule, no --pairs, and the corpus's
     forward passes (from config.json and the corpus's line count) within --max-passes."""
-    from ..ablation import QUERY_RULES, corpus_passes
     from ..architectures.base import config_value
     from ..corpus.sources import count_lines
-    from ..models import resolve
+    from ..io.models import resolve
+    from ..measures.ablation import QUERY_RULES, corpus_passes
 
     if rule not in QUERY_RULES:
         raise UsageError(f"unknown query rule {rule!r}", hint="use --query-rule all or --query-rule last")
@@ -267,7 +267,7 @@ def _corpus_means(eng: Engine, items: Iterator[CorpusText], options: Any) -> tup
     unablated pass a text first (the texts are held for the second reading)."""
     from dataclasses import replace
 
-    from ..ablation import corpus_head_means
+    from ..measures.ablation import corpus_head_means
     from ..tokens import tokenize
 
     held = list(items)

@@ -193,7 +193,7 @@ class StdoutBytes:
 
 def emit_json_rows(document: Any) -> None:
     """A document holding ``jsonrows.RawJSON`` arrays to standard output (``jsonrows.write``)."""
-    from ..jsonrows import write
+    from ..io.jsonrows import write
 
     write(document, StdoutBytes())
 

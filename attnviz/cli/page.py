@@ -108,7 +108,7 @@ def write_page(
     given): ``write_row_page``. An encoder-decoder's ``part`` "encoder" (the source) or
     "decoder" (the self-attention of ``target``, the decoder text)."""
     from ..errors import UsageError
-    from ..findings import strongest_links
+    from ..measures.findings import strongest_links
     from ..pipeline import Selection, plan, read
     from ..render.html import Options, PageAblation, ablation_bytes, check_page_size, save_html
     from ..transforms import View
@@ -192,8 +192,8 @@ def write_page(
 def _page_effects(eng: Engine, planned: Plan, layers: Sequence[int], max_memory: int | None, mode: str) -> np.ndarray:
     """(N_kept, H, S): the effect of removing each head of the page's layers at every token
     (the same passes give every position's final hidden state). Ctrl-C writes no page."""
-    from ..ablation import Runner, ablate_text, batch_size
     from ..engines import cpu_threads_for
+    from ..measures.ablation import Runner, ablate_text, batch_size
     from .ablating import delayed_progress
 
     runner = Runner(eng, planned.tokens)
@@ -222,10 +222,10 @@ def write_row_page(
     matrices of ``matrix_layers``. Every size is checked before the forward pass.
     ``fallback``: the full page was too large (said on stderr once the rows fit)."""
     from ..errors import UsageError
-    from ..findings import strongest_links
+    from ..measures.findings import strongest_links
     from ..pipeline import forward
     from ..render.html import Options
-    from ..render.html_rows import RowPage, check_row_page, row_positions, save_html
+    from ..render.html.rows import RowPage, check_row_page, row_positions, save_html
 
     if measure == "norm" and matrix_layers:
         raise UsageError(

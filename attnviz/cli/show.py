@@ -209,7 +209,7 @@ def show(
 
             console = stdout_console()
             if full:
-                from ..render.compact import full_grid_lines
+                from ..render.terminal.compact import full_grid_lines
 
                 shown = len(picked) if picked else att.model_heads
                 count = full_grid_lines(att, positions, console.width, values, shown + att.num_heads - att.model_heads)
@@ -243,8 +243,8 @@ def _ablate(
 ) -> dict[int, Any]:
     """Per query position in ``att``: the (N, H) effects of removing each head of the shown
     layers (NaN elsewhere), averaged over the query's tokens."""
-    from ..ablation import Runner, ablate_text, batch_size
     from ..engines import cpu_threads_for
+    from ..measures.ablation import Runner, ablate_text, batch_size
     from .ablating import delayed_progress
 
     runner = Runner(eng, planned.tokens, planned.part, planned.target)

@@ -47,7 +47,7 @@ class ScanOptions:
     truncate: bool = False
     config: DetectorConfig = field(default_factory=DetectorConfig)
     window: int = 8  # batches held and sorted by length (padding waste vs memory)
-    # "norm": detectors read each row's norm shares ‖α·f(x)‖ / row sum (attnviz.norms).
+    # "norm": detectors read each row's norm shares ‖α·f(x)‖ / row sum (attnviz.measures.norms).
     measure: str = "weight"
     # Head ablation instead of the detectors (heads --ablate): "zero" or "mean"; the
     # queries ("all" real tokens or the "last"); mean-ablation's corpus means (N, H, D).
@@ -192,7 +192,7 @@ def score_batch(
     With ``options.ablate``: each text's head-ablation effects at its query tokens, one
     sample per token (``ablation.token_effects``)."""
     if options.ablate is not None:
-        from ..ablation import token_effects
+        from ..measures.ablation import token_effects
 
         acc = HeadAccumulator.empty(options.accumulated, options.layers, engine.shape.num_heads)
         for p in batch:
@@ -202,7 +202,7 @@ def score_batch(
     import torch
 
     if options.measure == "norm":
-        from ..norms import norm_shares
+        from ..measures.norms import norm_shares
 
         out = engine.forward_batch([p.tokens for p in batch], max_layer=max(options.layers), norms=True)
         assert out.value_norms is not None  # asked for

@@ -159,7 +159,7 @@ def read_corpus(source: str, fmt: str = "auto") -> Iterator[CorpusText]:
 
 
 def _json_object(line: str, name: str, number: int) -> dict[str, Any]:
-    from ..jsonread import loads
+    from ..io.jsonread import loads
 
     record = loads(line, f"{name}:{number}:", hint="one JSON object per line")  # bounded: depth, numbers
     if not isinstance(record, dict):
@@ -187,7 +187,7 @@ def count_lines(source: str) -> int | None:
 
 
 def read_coref(source: str) -> Iterator[CorpusText]:
-    """Coreference examples from a minimal-pairs TSV (``attnviz.pairs``: sentence A's
+    """Coreference examples from a minimal-pairs TSV (``attnviz.measures.pairs``: sentence A's
     referent is the first target, sentence B's the second, the targets are the candidates)
     or a JSONL file of ``{"text", "pronoun", "referent", "candidates"}``.
 
@@ -195,7 +195,7 @@ def read_coref(source: str) -> Iterator[CorpusText]:
         UsageError: as ``read_corpus``, or a record without its fields.
     """
     if Path(source).suffix.lower() not in (*_JSONL_SUFFIXES, ".json"):
-        from ..pairs import read_pairs
+        from ..measures.pairs import read_pairs
 
         for pair in read_pairs(source):
             where = f"{source}:{pair.line}"

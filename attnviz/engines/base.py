@@ -1,7 +1,7 @@
 """The Engine protocol: everything a caller may ask of a loaded model, and what both
 engines share (tokenizing, parts of an encoder-decoder, padding, provenance).
 
-    own  our transformer stacks (attnviz.architectures on attnviz.attention): own.py
+    own  our transformer stacks (attnviz.architectures on attnviz.nn.attention): own.py
     hf   the transformers model itself, with eager attention: hf.py
 
 Callers use this protocol and nothing else: the weights' sizes the memory estimate
@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ModelLoadError, UsageError
-from ..models import ModelFiles
+from ..io.models import ModelFiles
 from ..result import Provenance
 from ..shape import HasShape, ModelShape
 from ..tokens import Tokens, check_ids, load_tokenizer, tokenize, tokenize_pair
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
-    from ..attention import Ablation, MultiHeadAttention
+    from ..nn.attention import Ablation, MultiHeadAttention
 
 
 def score_terms(files: ModelFiles) -> tuple[str, ...]:
@@ -100,7 +100,7 @@ class Engine(Protocol):
         """One forward pass (an encoder-decoder's encoder alone). ``attentions[i]``
         (1, H, R, S) holds layer ``layers[i]``'s weight rows of ``queries`` (default:
         every layer, every row); with ``norms``, ``value_norms[i]`` (1, H, S) its value
-        norms (``attnviz.norms``)."""
+        norms (``attnviz.measures.norms``)."""
         ...
 
     def forward_seq2seq(self, tokens: Tokens, target: Tokens, norms: bool = False) -> Seq2SeqOutput: ...
@@ -331,7 +331,7 @@ def decoder_start_id(files: ModelFiles, target_ids: Sequence[int] = ()) -> int:
     Raises:
         ModelLoadError: the checkpoint names no start token and its family has no rule.
     """
-    from ..jsonread import loads
+    from ..io.jsonread import loads
 
     config = files.config
     start = config.get("decoder_start_token_id")
@@ -386,7 +386,7 @@ def engine_provenance(engine: Engine) -> Provenance:
 
 # Multiply-adds per thread of a CPU forward pass: below it one thread (a sentence through
 # MiniLM, ~0.3 G, takes ~15 ms on one core, while the default pool on a machine whose other
-# cores are busy was measured to spin for up to 0.5 s); see attnviz.threads.
+# cores are busy was measured to spin for up to 0.5 s); see attnviz.nn.threads.
 _ONE_THREAD_MACS = 2_000_000_000
 
 
@@ -394,7 +394,7 @@ _ONE_THREAD_MACS = 2_000_000_000
 def cpu_threads_for(engine: Engine, num_tokens: int) -> Iterator[None]:
     """Run a CPU forward pass of ``num_tokens`` on the threads its work (parameters ×
     tokens) and the cores free now call for (``threads.limited``); other devices as they are."""
-    from ..threads import limited
+    from ..nn.threads import limited
 
     params = engine.sizes.parameters
     if engine.device.type != "cpu" or not params:

@@ -12,8 +12,8 @@ import warnings
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint import check_tensors
 from ..errors import EngineError, ModelLoadError
+from ..io.checkpoint import check_tensors
 from ..select import PARTS
 from ..shape import ModelShape
 from ..tokens import Tokens
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
-    from ..attention import Ablation, MultiHeadAttention
-    from ..models import ModelFiles
+    from ..io.models import ModelFiles
+    from ..nn.attention import Ablation, MultiHeadAttention
 
 
 class HFEngine(EngineBase):
@@ -148,7 +148,7 @@ class HFEngine(EngineBase):
         transformers' value projections (``norms.hf_projections``)."""
         import torch
 
-        from ..norms import per_layer, recording
+        from ..measures.norms import per_layer, recording
 
         ids = self._ids(tokens)
         self._rotary.restore()  # each pass as a freshly loaded model's
@@ -175,7 +175,7 @@ class HFEngine(EngineBase):
             MeasureError: none we can read (facts: reason "norm_projections").
         """
         from ..errors import MeasureError
-        from ..norms import NoProjections, hf_projections
+        from ..measures.norms import NoProjections, hf_projections
 
         decoder = self.decoder_shape.num_heads if self.decoder_shape is not None else self.num_heads
         try:
@@ -196,7 +196,7 @@ class HFEngine(EngineBase):
         encoder-decoder's encoder alone)."""
         import torch
 
-        from ..norms import per_layer, recording
+        from ..measures.norms import per_layer, recording
 
         ids, mask = self._padded(batch)
         self._rotary.restore()
@@ -215,7 +215,7 @@ class HFEngine(EngineBase):
         import torch
 
         from ..architectures.seq2seq import Seq2SeqOutput
-        from ..norms import attach_seq2seq, recording
+        from ..measures.norms import attach_seq2seq, recording
 
         self.part_shape("cross")  # refuses a model with one stack
         ids, decoder_ids = self._ids(tokens), self._ids(target)
@@ -241,8 +241,8 @@ class HFEngine(EngineBase):
 
     def output_projections(self, part: str | None = None) -> list[torch.nn.Module]:
         """Per layer of ``part``: transformers' W^O, found by module name
-        (``ablation_hf.PATTERNS``)."""
-        from ..ablation_hf import output_projections
+        (``hf_ablation.PATTERNS``)."""
+        from .hf_ablation import output_projections
 
         shape = self.part_shape(part)  # refuses a part the model does not have
         return output_projections(self.model, part or "encoder", shape.num_layers)
@@ -275,7 +275,7 @@ class HFEngine(EngineBase):
         (``output_projections``); an encoder-decoder's encoder alone without ``target``."""
         import torch
 
-        from ..ablation_hf import ablating
+        from .hf_ablation import ablating
 
         if target is not None:
             self.part_shape("cross")  # refuses a model with one stack

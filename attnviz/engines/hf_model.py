@@ -42,8 +42,9 @@ def is_causal(model: Any, device: Any) -> bool:
 
     from ..errors import EngineError
 
-    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
-    ids = torch.arange(PROBE_TOKENS, device=device)[None] % max(vocab, 1)  # (1, T)
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    vocab = vocab if isinstance(vocab, int) and vocab >= 1 else 1  # a probe of token 0 where unknown
+    ids = torch.arange(PROBE_TOKENS, device=device)[None] % vocab  # (1, T)
     state = RotaryState(model)
     with torch.inference_mode():
         out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)

@@ -21,9 +21,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint import validate_config
 from ..errors import DeviceError, ModelLoadError, UnsupportedArchitectureError, UsageError
-from ..models import ModelFiles
+from ..io.checkpoint import validate_config
+from ..io.models import ModelFiles
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -70,7 +70,8 @@ def model_files(model: Any) -> ModelFiles:
     class and the checkpoint it came from. The path is that checkpoint's directory when
     it still exists (generation_config.json is read from it), else a placeholder."""
     config = model.config.to_dict()
-    source = str(getattr(model.config, "_name_or_path", "") or config.get("_name_or_path") or "")
+    named = getattr(model.config, "_name_or_path", None)
+    source = named if isinstance(named, str) else str(config.get("_name_or_path", ""))
     spec = f"{type(model).__name__} in memory" + (f" ({source})" if source else "")
     if not isinstance(config.get("model_type"), str) or not config["model_type"]:
         raise _refuse(f"a {type(model).__name__} whose config has no model_type")

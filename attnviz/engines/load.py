@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..checkpoint import require_tokenizer, validate_checkpoint
 from ..errors import DeviceError, UsageError
-from ..models import ModelFiles, resolve
+from ..io.checkpoint import require_tokenizer, validate_checkpoint
+from ..io.models import ModelFiles, resolve
 
 if TYPE_CHECKING:
     import torch

@@ -26,16 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError
+from ..errors import MemoryBudgetError, UsageError
 
 if TYPE_CHECKING:
     from ..shape import ModelShape
 
 GB = 1024**3
-
-
-class MemoryBudgetError(UsageError):
-    """The forward pass would need more memory than is free (or than the budget allows)."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +104,7 @@ def estimate(
     """What a model of ``shape`` and ``sizes`` allocates to run ``num_tokens`` tokens and
     keep the weight rows of ``num_queries`` queries (None: every row) in ``layers``, and
     then to write them as each of ``writes`` (keys of ``OUTPUT_BYTES``)."""
-    from ..rows import CHUNK_ELEMENTS
+    from ..nn.rows import CHUNK_ELEMENTS
 
     size = sizes.element_size
     s, h, n = num_tokens, shape.num_heads, len(layers)

@@ -1,4 +1,4 @@
-"""The own engine: our from-scratch stacks (attnviz.architectures on attnviz.attention);
+"""The own engine: our from-scratch stacks (attnviz.architectures on attnviz.nn.attention);
 it never imports transformers."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ if TYPE_CHECKING:
 
     from ..architectures.base import AttnModel, ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
-    from ..attention import Ablation, MultiHeadAttention
-    from ..models import ModelFiles
+    from ..io.models import ModelFiles
+    from ..nn.attention import Ablation, MultiHeadAttention
 
 
 class OwnEngine(EngineBase):
-    """Our from-scratch stacks: attnviz.architectures on attnviz.attention."""
+    """Our from-scratch stacks: attnviz.architectures on attnviz.nn.attention."""
 
     name = "own"
 
@@ -57,10 +57,10 @@ class OwnEngine(EngineBase):
     ) -> ForwardOutput:
         """Fused attention in every layer; exact weights only for ``queries`` of ``layers``,
         and no layer after the last one asked for. (An encoder-decoder's encoder alone.)
-        ``norms``: the value norms of ``layers`` too (``attnviz.norms``)."""
+        ``norms``: the value norms of ``layers`` too (``attnviz.measures.norms``)."""
         import torch
 
-        from ..norms import per_layer, recording
+        from ..measures.norms import per_layer, recording
 
         chosen = tuple(range(self.num_layers)) if layers is None else tuple(layers)
         kwargs: dict[str, Any] = {}
@@ -81,7 +81,7 @@ class OwnEngine(EngineBase):
         import torch
 
         from ..architectures.seq2seq import EncoderDecoder
-        from ..norms import attach_seq2seq, recording
+        from ..measures.norms import attach_seq2seq, recording
 
         self.part_shape("cross")  # refuses a model with one stack
         assert isinstance(self.model, EncoderDecoder)  # part_shape checked it
@@ -99,7 +99,7 @@ class OwnEngine(EngineBase):
         ignored. ``norms``: the value norms (B, H, S) of every layer run too."""
         import torch
 
-        from ..norms import per_layer, recording
+        from ..measures.norms import per_layer, recording
 
         ids, mask = self._padded(batch)
         with torch.inference_mode(), recording(self.model, active=norms) as record:
@@ -123,7 +123,7 @@ class OwnEngine(EngineBase):
     def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
         """Our modules (``norms.attention_modules``), those of ``part`` told by their names
         (``norms.part_of``: an encoder-decoder's decoder self- and cross-attention)."""
-        from ..norms import attention_modules, part_of
+        from ..measures.norms import attention_modules, part_of
 
         self.part_shape(part)  # refuses a part the model does not have
         return [(name, m) for name, m in attention_modules(self.model) if part_of(name) == (part or "encoder")]

@@ -40,6 +40,15 @@ def page_problem(att: Any) -> str | None:
     The page computes its reading options itself from raw per-token matrices, so it needs
     every token's row and the engine's weights as they came (no option applied).
     """
+    measure = getattr(att, "measure", "weight")
+    if measure != "weight":
+        # Drawn as weights, norms (not on [0, 1]) were clipped and labelled "weight".
+        return (
+            f"this Attention holds the {measure} measure, not attention weights, and the interactive view "
+            "draws norms only beside the weights they come from: compute the view with "
+            "attnviz.inspect(text) (the weights), or export a page with both (attnviz export TEXT -o page.html "
+            "--measure norm)"
+        )
     n_tok = len(att.tokens)
     if tuple(att.queries) != tuple(range(n_tok)):
         return (
@@ -119,7 +128,7 @@ def frame(
                     raise
                 # Row mode (issue 22): the pinned token's rows (its word's pieces) in every layer.
                 from ..transforms import select
-                from .html_rows import row_positions
+                from .html.rows import row_positions
 
                 pinned = query_position(att, token)
                 picked = select(att, queries=row_positions(att.tokens, [] if pinned is None else [pinned]))
@@ -150,9 +159,9 @@ def _raw_rows(att: Any) -> bool:
 def _row_page(
     att: Any, view: str, layer: int | None, token: str | int | None, options: Options | None, budget: int
 ) -> str:
-    """The row-mode page of ``att`` (``render.html_rows``), the size checked first."""
-    from .html_rows import RowPage, check_row_page
-    from .html_rows import html_page as row_page
+    """The row-mode page of ``att`` (``render.html.rows``), the size checked first."""
+    from .html.rows import RowPage, check_row_page
+    from .html.rows import html_page as row_page
 
     n_layers, heads, n_rows, n_tok = att.weights.shape
     bits = check_row_page(n_layers, heads, n_rows, n_tok, 0, budget)
@@ -206,7 +215,7 @@ def show(
 
 # --- the live widget (anywidget) ------------------------------------------------------
 
-WIDGET_JS = "widget.js"  # render/assets/: the widget's front end, shipped in the package
+WIDGET_JS = "widget.js"  # render/html/assets/: the widget's front end, shipped in the package
 
 
 def widget(run: Callable[[str], Any], text: str, *, view: str = "head", token: str = "") -> Any:

@@ -19,7 +19,7 @@ DrawnViews (``v`` cycles, ``1``-``3`` pick):
 - ``heads``: the token heatmap of ``attnviz show``: heads × tokens for the query token
   in one layer (render.terminal.token_heatmap), the selected head marked;
 - ``table``: one line per head of the layer with where the token attends (top 3,
-  entropy, sink, self, prev, next, distance: metrics.head_stats, render.tables);
+  entropy, sink, self, prev, next, distance: metrics.head_stats, render.terminal.tables);
 - ``matrix``: the full query × key matrix of the selected head (render.terminal.matrix_heatmap).
 
 A long text (its full matrices over the budget) comes with ``rows`` and is drawn from rows
@@ -86,7 +86,7 @@ class ExploreApp(App[None]):
         run_norms: ``run`` in the norm measure (key ``o``); None: no ``o`` on a short text.
         rows: a long text: ``att`` holds the rows of some query tokens only and ``rows``
             computes those of others (raw positions; ``rows(queries, measure)``, a
-            ``long.RowSource``); the views then work on rows (``long.LongViews``).
+            ``attnviz.cli.exploring.RowSource``); the views then work on rows (``long.LongViews``).
     """
 
     TITLE = "attnviz explore"

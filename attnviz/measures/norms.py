@@ -1,0 +1,324 @@
+"""What a head takes, not only where it looks: the norm-based measure of Kobayashi et al.
+
+Kobayashi, Kuribayashi, Yokoi and Inui (2020, "Attention is Not Only a Weight: Analyzing
+Transformers with Vector Norms", EMNLP) rewrite multi-head attention's output at query i as
+a sum over heads h and keys j of one vector each:
+
+    y_i = Σ_h Σ_j α_hij · f_h(x_j) + b^O,      f_h(x) = (x·W_h^V + b_h^V) · W_h^O
+
+where W_h^O is the block of W^O's rows that multiplies head h's output (the output bias b^O
+belongs to no head). The measure they show is the norm of each term, ‖α_hij · f_h(x_j)‖,
+and since α is a non-negative scalar it is α_hij · ‖f_h(x_j)‖: one (H, S) array of value
+norms per layer beside the weights, never an (S, S) one. A large weight on a vector of tiny
+norm (BERT's [CLS]/[SEP] sinks) contributes little to the output.
+
+Grouped-query attention: head h reads key/value head g = h // (H/G), so f_h uses that
+shared value with head h's own W_h^O block.
+
+The value norms are read where every family makes them: a forward hook on each attention
+module's ``v_proj`` (the values as the layer uses them, computed once) turns them into
+norms on the spot, so no family's block loop changes (``recording``). torch + stdlib only.
+
+Shape legend: B batch, H query heads, G key/value heads, S keys, D head dim, E model width.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import MeasureError
+from ..nn.attention import MultiHeadAttention
+
+if TYPE_CHECKING:
+    from ..architectures.seq2seq import Seq2SeqOutput
+
+# Per output projection: (its weight's version, the weight it was computed from, R (H, D, D)).
+_R_CACHE: weakref.WeakKeyDictionary[nn.Module, tuple[int, Tensor, Tensor]] = weakref.WeakKeyDictionary()
+
+
+def output_blocks(o_weight: Tensor, n_heads: int) -> Tensor:
+    """W^O split into the blocks that multiply each head's output.
+
+    Args:
+        o_weight: (E, H·D), an ``nn.Linear``'s weight (y = x·Wᵀ), so W^O = o_weightᵀ.
+
+    Returns:
+        (H, D, E): ``[h]`` is W_h^O, rows h·D..(h+1)·D of W^O.
+    """
+    e, width = o_weight.shape
+    if width % n_heads:
+        raise ValueError(f"W^O has {width} input columns, not a multiple of {n_heads} heads")
+    return o_weight.t().reshape(n_heads, width // n_heads, e)  # (H, D, E)
+
+
+def transformed_values(v: Tensor, o_weight: Tensor, n_heads: int) -> Tensor:
+    """f_h(x_j) = v_{g(h), j} · W_h^O for every head and key, written out (the readable
+    reference; ``value_norms`` gets their norms without these (B, H, S, E) vectors).
+
+    Args:
+        v: (B, G, S, D) the values x_j·W_g^V + b_g^V as the layer uses them.
+        o_weight: (E, H·D) the output projection's weight.
+
+    Returns:
+        (B, H, S, E) in float32.
+    """
+    b, g, s, d = v.shape
+    blocks = output_blocks(o_weight.detach(), n_heads).float()  # (H, D, E)
+    per_head = v.float().repeat_interleave(n_heads // g, dim=1)  # (B, H, S, D)
+    return per_head @ blocks[None]  # (B, H, S, E)
+
+
+def _triangles(o_proj: nn.Module, n_heads: int) -> Tensor:
+    """R_h (H, D, D) with W_h^Oᵀ = Q_h·R_h (QR, Q_h with orthonormal columns), so that
+    ‖v·W_h^O‖ = ‖v·R_hᵀ·Q_hᵀ‖ = ‖v·R_hᵀ‖: a D×D product per key, not D×E. Computed in
+    float64 once per weight (cached while the weight is unchanged)."""
+    weight = o_proj.weight
+    if not isinstance(weight, Tensor):
+        raise TypeError(f"the output projection's weight is a {type(weight).__name__}, not a tensor")
+    cached = _R_CACHE.get(o_proj)
+    if cached is not None and cached[0] == weight._version and cached[1] is weight:
+        return cached[2]
+    blocks = output_blocks(weight.detach(), n_heads)  # (H, D, E)
+    high = torch.float32 if weight.device.type == "mps" else torch.float64  # MPS has no float64
+    r = torch.linalg.qr(blocks.to(high).transpose(1, 2), mode="r").R.float()  # (H, D, D)
+    _R_CACHE[o_proj] = (weight._version, weight, r)
+    return r
+
+
+def value_norms(v: Tensor, o_proj: nn.Module, n_heads: int) -> Tensor:
+    """‖f_h(x_j)‖ for every head h and key j (Kobayashi et al. 2020).
+
+    Args:
+        v: (B, G, S, D) the values as the layer uses them.
+        o_proj: the output projection (an ``nn.Linear`` whose weight is (E, H·D)).
+
+    Returns:
+        (B, H, S) float32.
+    """
+    b, g, s, d = v.shape
+    r = _triangles(o_proj, n_heads).to(v.device)  # (H, D, D)
+    grouped = r.view(g, n_heads // g, d, d)  # (G, H/G, D, D)
+    # v_{g,j} · R_hᵀ for the H/G query heads of each key/value head, without copying v.
+    mixed = v.float()[:, :, None] @ grouped.transpose(-1, -2)[None]  # (B, G, H/G, S, D)
+    return torch.linalg.vector_norm(mixed, dim=-1).reshape(b, n_heads, s)  # (B, H, S)
+
+
+def norm_rows(weights: Tensor, norms: Tensor) -> Tensor:
+    """‖α_hij · f_h(x_j)‖ = α_hij · ‖f_h(x_j)‖ (α ≥ 0): weights (B, H, R, S) and value norms
+    (B, H, S) -> (B, H, R, S). The rows do not sum to 1."""
+    return weights.float() * norms.float()[:, :, None, :]
+
+
+def norm_shares(weights: Tensor, norms: Tensor) -> Tensor:
+    """Each row of ``norm_rows`` over its sum: (B, H, R, S) shares of 0..1 summing to 1
+    (an all-zero row, a padding query's, stays zero). What corpus detectors read."""
+    rows = norm_rows(weights, norms)  # (B, H, R, S)
+    total = rows.sum(-1, keepdim=True)
+    return torch.where(total > 0, rows / total.clamp_min(torch.finfo(rows.dtype).tiny), torch.zeros_like(rows))
+
+
+@dataclass
+class Recording:
+    """Each attention call's value norms, in call order, while a recording is active.
+
+    Attributes:
+        calls: (module name, part, (B, H, S) value norms) per call: part "encoder" for a
+            model with one stack, else "encoder", "decoder" (self-attention) or "cross".
+        values: with ``keep_values``, the (B, G, S, D) values of each call, for
+            ``transformed_values`` (tests and ``explain``).
+    """
+
+    calls: list[tuple[str, str, Tensor]] = field(default_factory=list)
+    values: list[Tensor] = field(default_factory=list)
+
+    def part(self, part: str | None) -> list[Tensor]:
+        """The value norms of one attention, one per layer run (None: the only stack)."""
+        return [norms for _, p, norms in self.calls if p == (part or "encoder")]
+
+    def part_values(self, part: str | None) -> list[Tensor]:
+        """As ``part``, the values (with ``keep_values``)."""
+        return [v for (_, p, _), v in zip(self.calls, self.values, strict=True) if p == (part or "encoder")]
+
+    def names(self, part: str | None) -> list[str]:
+        """As ``part``, the attention modules' names."""
+        return [name for name, p, _ in self.calls if p == (part or "encoder")]
+
+
+def part_of(name: str) -> str:
+    """Which attention one of our modules computes, from its name: "cross", "decoder" or
+    "encoder" (any stack with one kind of attention)."""
+    if name.rsplit(".", 1)[-1] == "cross":
+        return "cross"
+    return "decoder" if name.startswith("decoder.") else "encoder"
+
+
+def attention_modules(model: nn.Module) -> list[tuple[str, MultiHeadAttention]]:
+    """The model's attention modules by name (a shared block, ALBERT's, is one module)."""
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)]
+
+
+@dataclass(frozen=True)
+class Projections:
+    """One attention module's value projection and W^O, wherever a model keeps them.
+
+    Attributes:
+        name: the attention's name (for messages and ``Recording.calls``).
+        part: "encoder", "decoder" or "cross".
+        v_proj: an ``nn.Linear`` giving (B, S, G·D) values.
+        o_proj: an ``nn.Linear`` whose weight is (E, H·D).
+        n_heads: H.
+    """
+
+    name: str
+    part: str
+    v_proj: nn.Module
+    o_proj: nn.Linear
+    n_heads: int
+
+    def split(self, out: Tensor) -> Tensor:
+        """(B, S, G·D) -> (B, G, S, D)."""
+        d = self.o_proj.in_features // self.n_heads
+        b, s, _ = out.shape
+        return out.view(b, s, -1, d).transpose(1, 2)  # (B, G, S, D)
+
+
+def own_projections(modules: Iterable[tuple[str, MultiHeadAttention]]) -> list[Projections]:
+    """Our attention modules by name (``attention_modules``, ``Engine.attention_modules``),
+    each with its part."""
+    return [Projections(name, part_of(name), m.v_proj, m.o_proj, m.n_heads) for name, m in modules]
+
+
+@contextmanager
+def recording(
+    model: nn.Module | None,
+    keep_values: bool = False,
+    projections: list[Projections] | None = None,
+    active: bool = True,
+) -> Iterator[Recording]:
+    """Record the value norms of every attention call of ``model`` inside the block.
+
+    A forward hook on each attention's value projection reads the values where the layer
+    makes them ((B, S, G·D), split as the module splits them), so the norms cost a (D, D)
+    product per key and head, and nothing of the forward pass changes. ``projections``
+    default to our own modules of ``model`` (``own_projections``); the hf engine passes
+    transformers', and a caller with our modules from ``Engine.attention_modules`` theirs
+    (``model`` None). ``active=False`` records nothing (the weight measure), so callers
+    need one code path.
+
+    Raises:
+        ValueError: neither a model nor projections.
+    """
+    if projections is not None:
+        chosen = projections if active else []
+    elif model is not None:
+        chosen = own_projections(attention_modules(model)) if active else []
+    else:
+        raise ValueError("recording needs a model or its projections")
+    record = Recording()
+    handles = []
+    for p in chosen:
+
+        def hook(_: nn.Module, __: object, out: Tensor, p: Projections = p) -> None:
+            v = p.split(out)  # (B, G, S, D)
+            record.calls.append((p.name, p.part, value_norms(v, p.o_proj, p.n_heads)))
+            if keep_values:
+                record.values.append(v.detach())
+
+        handles.append(p.v_proj.register_forward_hook(hook))
+    try:
+        yield record
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def per_layer(calls: list[Tensor], layers_run: int, layers: Iterable[int], family: str) -> list[Tensor]:
+    """The value norms of ``layers`` from one part's recorded calls (one per layer run).
+
+    Raises:
+        MeasureError: the calls do not match the layers: the family computes an attention
+            that does not go through a value projection and W^O (facts: reason "norm_split").
+    """
+    if len(calls) != layers_run:
+        raise MeasureError(
+            f"the norm measure needs each head's share of the attention output, and the {family!r} "
+            f"attention gave {len(calls)} value projections for {layers_run} layers: its output does not split by head",
+            hint="show the weights (measure weight) for this model",
+            reason="norm_split",
+            measure="norm",
+        )
+    return [calls[layer] for layer in layers]
+
+
+def attach_seq2seq(out: Seq2SeqOutput, record: Recording, family: str) -> None:
+    """Put each part's recorded value norms into an encoder-decoder's output."""
+    out.encoder.value_norms = per_layer(
+        record.part("encoder"), len(out.encoder.attentions), range(len(out.encoder.attentions)), family
+    )
+    out.decoder.value_norms = per_layer(
+        record.part("decoder"), len(out.decoder.attentions), range(len(out.decoder.attentions)), family
+    )
+    out.cross_value_norms = per_layer(record.part("cross"), len(out.cross), range(len(out.cross)), family)
+
+
+# transformers' W^O modules -> the value projection beside them, family by family. A family
+# whose values come out of a fused q/k/v projection (GPT-2's c_attn, Phi-3's qkv_proj,
+# ModernBERT's Wqkv) has none here, and the hf engine refuses norms for it.
+_HF_SIBLINGS = (
+    ("attention.output.dense", ("attention.self.value", "attention.self.value_proj")),  # BERT-likes, DeBERTa
+    ("attention.out_lin", ("attention.v_lin",)),  # DistilBERT
+    ("attention.dense", ("attention.value",)),  # ALBERT
+    ("self_attn.o_proj", ("self_attn.v_proj",)),  # Llama-likes
+    ("SelfAttention.o", ("SelfAttention.v",)),  # T5
+    ("EncDecAttention.o", ("EncDecAttention.v",)),
+    ("self_attn.out_proj", ("self_attn.v_proj",)),  # BART
+    ("encoder_attn.out_proj", ("encoder_attn.v_proj",)),
+)
+
+
+# transformers' names of fused q/k/v projections (GPT-2, Phi-3, ModernBERT, GPT-NeoX, Falcon).
+_FUSED = ("c_attn", "qkv_proj", "Wqkv", "query_key_value")
+
+
+class NoProjections(ValueError):
+    """transformers' model keeps no separate value projection and W^O we can read."""
+
+
+def hf_projections(model: nn.Module, heads: dict[str, int]) -> list[Projections]:
+    """transformers' value projections and W^O, per attention module.
+
+    Args:
+        heads: H per part ("encoder", "decoder", "cross").
+
+    Raises:
+        NoProjections: an attention whose value projection is fused with q and k, or none
+            found at all; its message names the module.
+    """
+    modules = dict(model.named_modules())
+    fused = next((n for n in modules if n.rsplit(".", 1)[-1] in _FUSED), None)
+    if fused is not None:
+        raise NoProjections(f"{fused} computes q, k and v in one fused projection")
+    found: list[Projections] = []
+    for name, module in modules.items():
+        for o_suffix, v_suffixes in _HF_SIBLINGS:
+            if not name.endswith(o_suffix) or (name != o_suffix and not name.endswith("." + o_suffix)):
+                continue
+            base = name[: -len(o_suffix)]
+            v = next((modules[base + s] for s in v_suffixes if base + s in modules), None)
+            if not isinstance(v, nn.Linear) or not isinstance(module, nn.Linear):
+                raise NoProjections(f"{name} has no separate value projection beside it")
+            part = "cross" if o_suffix.startswith(("EncDec", "encoder_attn")) else "encoder"
+            if part == "encoder" and name.startswith("decoder."):
+                part = "decoder"
+            found.append(Projections(name, part, v, module, heads[part]))
+            break
+    if not found:
+        raise NoProjections("no attention output projection with a separate value projection beside it")
+    return found
