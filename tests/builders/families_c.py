@@ -67,4 +67,56 @@ SPECS_C: tuple[Spec, ...] = (
         perturb=True,
     ),
 )
+SPECS_C += (
+    Spec(
+        "olmo3",
+        "olmo3",
+        _config(
+            "Olmo3Config",
+            **_DEC,
+            num_hidden_layers=4,
+            attention_bias=True,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"],
+            rope_parameters={
+                "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 5000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+            },
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "cohere2",
+        "cohere2",
+        _config(
+            "Cohere2Config",
+            **_DEC,
+            num_hidden_layers=4,
+            attention_bias=True,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "exaone4",
+        "exaone4",
+        _config(
+            "Exaone4Config",
+            **_DEC,
+            num_hidden_layers=4,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
 SPECS_C_BY_NAME = {spec.name: spec for spec in SPECS_C}
