@@ -530,3 +530,24 @@ def test_attention_taps_on_a_linear_layer_are_refused(saved: dict[str, Path]) ->
     with own.tapping(taps):  # layer taps of a linear layer, and wildcards, are fine
         own.forward(own.tokenize(SENTENCES[0]))
     assert taps["blocks.0.resid_post"].shape[-1] == 48
+
+
+def test_cli_hybrid_layers_by_model_number_on_both_engines(saved: dict[str, Path]) -> None:
+    """``show`` lists the softmax layers under their model numbers, the same weights as
+    ``--engine hf``; ``--layer`` on a linear layer is one line, exit 2, naming them."""
+    from attnviz.cli import app
+
+    path = str(saved["qwen3_next"])
+    shown = {}
+    for engine in ("own", "hf"):
+        args = ["show", SENTENCES[0], "--model", path, "--engine", engine, "--token", "it", "--json"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        shown[engine] = json.loads(result.stdout)
+        assert shown[engine]["layers"] == [2, 4] and shown[engine]["provenance"]["attention_layers"] == [2, 4]
+    a, b = torch.tensor(shown["own"]["weights"]), torch.tensor(shown["hf"]["weights"])
+    assert a.shape == b.shape and _diff(a, b) <= TOL
+    result = CliRunner().invoke(app, ["show", SENTENCES[0], "--model", path, "--token", "it", "--layer", "3"])
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "layer 3 has no softmax attention" in lines[0] and "2, 4" in lines[0]
