@@ -138,3 +138,20 @@ def test_bad_companions_are_one_clear_error(minilm: tuple[Any, Any], tmp_path: P
         attnviz.inspect(TEXT, model=model, tokenizer=tokenizer, engine="hf", dtype="bfloat16")
     with pytest.raises(AttnvizError):  # every refusal is an AttnvizError, never a traceback of torch's
         attnviz.inspect(TEXT, model=model, tokenizer=tokenizer, engine="neither")
+
+
+def test_threads_sharing_one_model_under_the_hf_engine_all_succeed(minilm: tuple[Any, Any]) -> None:
+    """The switch to eager attention and back is per model and was not locked: a thread
+    restoring sdpa under another's forward pass left it without weights."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model, tokenizer = minilm
+    ref = attnviz.inspect(TEXT, model=model, tokenizer=tokenizer, engine="hf", layers=[0, 1], device="cpu")
+
+    def one(_: int) -> float:
+        got = attnviz.inspect(TEXT, model=model, tokenizer=tokenizer, engine="hf", layers=[0, 1], device="cpu")
+        return same(got, ref)
+
+    with ThreadPoolExecutor(4) as pool:
+        assert max(pool.map(one, range(12))) <= 1e-6
+    assert model.config._attn_implementation != "eager"  # the caller's setting, restored
