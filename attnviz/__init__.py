@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import AttnvizError, ExitCode, UsageError
+from .example import EXAMPLE
 from .version import __version__
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ def inspect(
 
 
 def widget(
-    text: str = "The animal didn't cross the street because it was too tired",
+    text: str = EXAMPLE,
     *,
     model: str | Any = None,
     tokenizer: Any = None,

@@ -119,6 +119,7 @@ class Reason(StrEnum):
     SIZE = "size"
     # The Python API's argument checks
     TYPE = "type"
+    TAP = "tap"  # a tap name for a layer or part the model does not have (Engine.tapping)
 
 
 class AttnvizError(Exception):

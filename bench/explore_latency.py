@@ -56,9 +56,10 @@ import sys
 import time
 from pathlib import Path
 
+from attnviz.example import EXAMPLE
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 OTHER = "The trophy doesn't fit in the brown suitcase because it is too big"
 MOVES = ["right", "left", "up", "down", "right_square_bracket", "left_square_bracket", "v", "n"]
 SIZE = (120, 40)

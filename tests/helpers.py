@@ -8,9 +8,7 @@ from typing import Any
 
 from attnviz.engines import Engine
 
-from .conftest import EXAMPLE
-
-__all__ = ["EXAMPLE", "PROTOCOL", "ProtocolOnly", "inspect", "one_error_line", "save_tiny_bert"]
+__all__ = ["PROTOCOL", "ProtocolOnly", "inspect", "one_error_line", "save_tiny_bert"]
 
 # The names the Engine protocol declares: its methods and properties, and its attributes.
 PROTOCOL = frozenset(n for n in vars(Engine) if not n.startswith("_")) | frozenset(Engine.__annotations__)
@@ -65,7 +63,7 @@ def inspect(
 
 def save_tiny_bert(path: Path, seed: int = 0) -> Path:
     """A randomly initialised BERT (hidden 48, 3 heads, 2 layers) with its own tokenizer."""
-    from .tiny_models import SPECS_BY_NAME, save_tiny
+    from .builders import SPECS_BY_NAME, save_tiny
 
     return save_tiny(SPECS_BY_NAME["bert"], path, seed=seed)
 

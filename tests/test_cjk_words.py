@@ -19,7 +19,7 @@ from attnviz.errors import TokenNotFoundError
 from attnviz.tokens import find_word, tokenize
 from attnviz.transforms import word_groups
 
-from .tiny_models import Spec, _encoder, build_tiny
+from .builders import Spec, _encoder, build_tiny
 
 ROOT = Path(__file__).resolve().parent.parent
 VOCAB = [

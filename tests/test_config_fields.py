@@ -13,9 +13,9 @@ import torch
 from attnviz import architectures
 from attnviz.architectures.fields import fraction, given, number, sequence, text, whole
 from attnviz.errors import ModelLoadError
-from tests.tiny_families_a import SPECS_A_BY_NAME
-from tests.tiny_models import SPECS_BY_NAME, copy_with_config, save_tiny
-from tests.tiny_models_b import SPECS_B_BY_NAME
+from tests.builders import SPECS_BY_NAME, copy_with_config, save_tiny
+from tests.builders.families_a import SPECS_A_BY_NAME
+from tests.builders.families_b import SPECS_B_BY_NAME
 
 ALL = {**SPECS_BY_NAME, **SPECS_B_BY_NAME, **SPECS_A_BY_NAME}
 

@@ -22,8 +22,8 @@ from attnviz.tui.app import ExploreApp
 from attnviz.tui.long import ROW_WINDOW, values_top_keys, window_of
 from attnviz.tui.views import head_table, strips
 
+from .builders import Spec, _config, build_tiny
 from .helpers import ProtocolOnly, inspect
-from .tiny_models import Spec, _config, build_tiny
 
 pytestmark = pytest.mark.anyio
 

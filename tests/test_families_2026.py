@@ -1,6 +1,6 @@
 """Issue 37 in the own engine: multi-head latent attention (DeepSeek-V2, DeepSeek-V3,
 GLM-4.7-Flash), each against transformers eager on a tiny checkpoint with every quirk
-switched on (tests/tiny_families_2026.py), float32 on the CPU:
+switched on (tests/builders/families_2026.py), float32 on the CPU:
 
 * weights and hidden states: the row path (what ``show`` runs), asked rows, the eager
   path (what ``check`` runs), a padded batch, a long input in many row blocks;
@@ -28,8 +28,8 @@ from attnviz import architectures
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import ModelLoadError
 
-from .tiny_families_2026 import SPECS_2026, SPECS_2026_BY_NAME, YARN, save_2026
-from .tiny_models import SENTENCES
+from .builders import SENTENCES
+from .builders.families_2026 import SPECS_2026, SPECS_2026_BY_NAME, YARN, save_2026
 
 TOL = 1e-5
 MLA = tuple(spec for spec in SPECS_2026 if spec.model_type in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite"))

@@ -460,3 +460,36 @@ def test_the_explorer_takes_data_and_callables_never_an_engine() -> None:
         if words.search(line)
     ]
     assert named == []
+
+
+# --- the layout ---------------------------------------------------------------------------
+
+REPO = ROOT.parent
+
+
+def test_the_example_sentence_is_defined_once() -> None:
+    """attnviz/example.py holds it; code elsewhere imports ``EXAMPLE`` (a docstring's
+    example may quote it)."""
+    sentence = "The animal didn't cross the street because it was too tired"
+    offenders = []
+    for folder in ("attnviz", "tests", "bench", "docs"):
+        for path in (REPO / folder).rglob("*.py"):
+            if path == ROOT / "example.py" or path == Path(__file__):
+                continue
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if sentence in line and not line.lstrip().startswith((">>>", "#")):
+                    offenders.append(f"{path.relative_to(REPO)}:{n}")
+    assert offenders == []
+
+
+def test_the_tiny_checkpoint_builders_live_in_tests_builders() -> None:
+    assert (REPO / "tests" / "builders" / "__init__.py").is_file()
+    assert sorted(p.name for p in (REPO / "tests").glob("tiny_*.py")) == []
+
+
+def test_the_package_root_keeps_the_face_and_the_pipeline_data() -> None:
+    """The mechanisms (nn/), the measures and analyses (measures/) and the file I/O (io/)
+    live in their sub-packages; the root holds at most 14 modules."""
+    root = sorted(p.stem for p in ROOT.glob("*.py"))
+    assert len(root) <= 14, root
+    assert {"attention", "norms", "checkpoint", "explain", "ablation"}.isdisjoint(root)

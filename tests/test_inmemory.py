@@ -13,9 +13,9 @@ import pytest
 
 import attnviz
 from attnviz.errors import AttnvizError, DeviceError, UnsupportedArchitectureError, UsageError
+from attnviz.example import EXAMPLE
 
-from .helpers import EXAMPLE
-from .tiny_models import SPECS_BY_NAME, save_tiny
+from .builders import SPECS_BY_NAME, save_tiny
 
 TEXT = "the cat sat on the mat because it was tired"
 

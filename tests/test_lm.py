@@ -13,9 +13,9 @@ import torch
 from attnviz.engines import load_engine
 from attnviz.errors import ModelLoadError
 from attnviz.io.models import resolve
-from tests.tiny_families_a import FAMILY_A_SPECS
-from tests.tiny_models import SPECS, Spec, copy_with_config, save_tiny
-from tests.tiny_models_b import SPECS_B
+from tests.builders import SPECS, Spec, copy_with_config, save_tiny
+from tests.builders.families_a import FAMILY_A_SPECS
+from tests.builders.families_b import SPECS_B
 
 
 def _one_per_family() -> list[Spec]:

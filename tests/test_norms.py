@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from attnviz.engines import Engine, load_engine
+from attnviz.example import EXAMPLE
 from attnviz.measures import norms
 
-from .conftest import EXAMPLE
-from .tiny_models import SENTENCES, SPECS, Spec, save_tiny
+from .builders import SENTENCES, SPECS, Spec, save_tiny
 
 TOL = 1e-5
 

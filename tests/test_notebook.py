@@ -13,12 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from attnviz.example import EXAMPLE
 from attnviz.render import notebook
 from attnviz.render.html import Options, html_page
 from attnviz.result import Attention
 
 from . import notebooks
-from .helpers import EXAMPLE, inspect
+from .helpers import inspect
 
 SRCDOC = re.compile(r'srcdoc="([^"]*)"')
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import AttnvizError, DeviceError, ModelLoadError, ModelNotFoundError, Reason
+from ..example import EXAMPLE
 from . import conventions
-
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 
 Hint = str | Callable[[AttnvizError], str | None]
 

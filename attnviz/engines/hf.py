@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..architectures.seq2seq import Seq2SeqOutput
     from ..io.models import ModelFiles
     from ..nn.attention import Ablation, MultiHeadAttention
+    from ..nn.taps import Taps
 
 
 class HFEngine(EngineBase):
@@ -239,9 +240,17 @@ class HFEngine(EngineBase):
             attach_seq2seq(result, record, self.files.model_type)
         return result
 
+    def tapping(self, taps: Taps) -> contextlib.AbstractContextManager[Taps]:
+        """The same taps on transformers' modules (``hf_taps``): the attention function
+        through transformers' attention interface, W^O, the MLP and layer modules by name."""
+        from .hf_taps import tapping
+
+        self.check_taps(taps)
+        return tapping(self.model, taps, self.tap_stacks(), self.files.model_type)
+
     def output_projections(self, part: str | None = None) -> list[torch.nn.Module]:
         """Per layer of ``part``: transformers' W^O, found by module name
-        (``ablation_hf.PATTERNS``)."""
+        (``hf_ablation.PATTERNS``)."""
         from .hf_ablation import output_projections
 
         shape = self.part_shape(part)  # refuses a part the model does not have

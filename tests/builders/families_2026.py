@@ -1,7 +1,7 @@
 """Tiny random checkpoints of issue 37's own-engine families (multi-head latent attention:
 DeepSeek-V2, DeepSeek-V3, GLM-4.7-Flash), every quirk their configs offer switched on.
 
-Data only, built by tests/tiny_models.py's ``build_tiny`` (transformers' config and
+Data only, built by tests/builders' ``build_tiny`` (transformers' config and
 task-head classes, odd sizes); ``save_2026`` also moves the buffers ``build_tiny`` leaves
 at zero (DeepSeek-V3's e_score_correction_bias) so that a router ignoring them shows.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .tiny_models import VOCAB_SIZE, Spec, _config, build_tiny, build_tokenizer
+from . import VOCAB_SIZE, Spec, _config, build_tiny, build_tokenizer
 
 _DEC = dict(vocab_size=VOCAB_SIZE, max_position_embeddings=64, initializer_range=0.2, bos_token_id=1, eos_token_id=2)
 
