@@ -206,8 +206,8 @@ def test_the_own_engine_refuses_a_config_edited_after_loading(tmp_path: Path, na
 
 
 def _one_spec_per_family() -> list[Any]:
-    from .tiny_families_a import FAMILY_A_SPECS
-    from .tiny_models_b import SPECS_B
+    from .builders.families_a import FAMILY_A_SPECS
+    from .builders.families_b import SPECS_B
 
     seen: dict[str, Any] = {}
     for spec in (*SPECS_BY_NAME.values(), *SPECS_B, *FAMILY_A_SPECS):
