@@ -119,7 +119,8 @@ class Engine(Protocol):
         self, batch: Sequence[Tokens], max_layer: int | None = None, norms: bool = False
     ) -> ForwardOutput:
         """One pass over right-padded texts: full (B, H, S, S) weights of layers 0..max_layer
-        (and, ``norms``, their (B, H, S) value norms)."""
+        (and, ``norms``, their (B, H, S) value norms); a hybrid's, of its attention layers
+        among those (``shape.layers``), in order."""
         ...
 
     def output_projections(self, part: str | None = None) -> list[torch.nn.Module]:
@@ -370,7 +371,8 @@ class EngineBase(HasShape):
 def decoder_start_id(files: ModelFiles, target_ids: Sequence[int] = ()) -> int:
     """The token an encoder-decoder's decoder starts from, as its training shifted the labels:
     ``decoder_start_token_id`` of config.json or generation_config.json; for T5 without
-    one, the pad token (T5's convention); for mBART, the target's last token (its language
+    one, the pad token (T5's convention); for T5Gemma, its decoder config's
+    ``bos_token_id`` (what its ``_shift_right`` starts from); for mBART, the target's last token (its language
     code: mBART's ``shift_tokens_right`` wraps it around).
 
     Raises:
@@ -384,6 +386,9 @@ def decoder_start_id(files: ModelFiles, target_ids: Sequence[int] = ()) -> int:
     if start is None and generation.is_file():
         with contextlib.suppress(OSError, ValueError, AttributeError, UsageError):
             start = loads(generation.read_bytes(), str(generation)).get("decoder_start_token_id")
+    decoder = config.get("decoder")
+    if start is None and files.model_type == "t5gemma" and isinstance(decoder, dict):
+        start = decoder.get("bos_token_id")  # transformers' T5Gemma._shift_right
     if start is None and files.model_type in ("t5", "mt5", "umt5"):
         start = config.get("pad_token_id", 0)
     if start is None and files.model_type == "mbart" and target_ids:
