@@ -96,3 +96,26 @@ def test_an_xdg_config_home_stat_refuses_is_no_config_file(tmp_path: Path) -> No
     )
     assert probe.returncode == 0 and "Traceback" not in probe.stderr, probe.stderr[-2000:]
     assert Path(probe.stdout.strip()).is_dir()  # a private directory instead
+
+
+@pytest.mark.parametrize("flag", ["--show-completion", "--install-completion"])
+@pytest.mark.parametrize("detected", [None, "sh"])
+def test_completion_without_a_detectable_shell_names_the_explicit_form(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: str, detected: str | None
+) -> None:
+    import shellingham
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    def detect() -> tuple[str, str]:
+        if detected is None:
+            raise shellingham.ShellDetectionFailure()
+        return detected, f"/bin/{detected}"
+
+    monkeypatch.setattr(shellingham, "detect_shell", detect)
+    monkeypatch.setenv("HOME", str(tmp_path))  # nothing installed in the real home, whatever happens
+    result = CliRunner().invoke(app, [flag], env={"XDG_CONFIG_HOME": str(tmp_path)})
+    assert result.exit_code == 2, result.output
+    assert "_ATTNVIZ_COMPLETE=source_bash attnviz" in result.output and "not supported" not in result.output
+    assert not list(tmp_path.rglob("*attnviz*"))  # nothing written
