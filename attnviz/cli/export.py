@@ -339,7 +339,7 @@ def export(
         chosen = choose_part(eng, part.value if part else None, target is not None)
         shape = eng.part_shape(chosen)
         check_heads(picked, shape.num_heads)
-        spec = layer if layer is not None or view is ExportView.token else str(shape.num_layers // 2)
+        spec = layer if layer is not None or view is ExportView.token else str(shape.layers[len(shape.layers) // 2])
         selection = Selection(
             queries=() if query is None else (query,),
             layers=spec,

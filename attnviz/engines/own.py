@@ -3,6 +3,7 @@ it never imports transformers."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from ..architectures.seq2seq import Seq2SeqOutput
     from ..io.models import ModelFiles
     from ..nn.attention import Ablation, MultiHeadAttention
+    from ..nn.taps import Taps
 
 
 class OwnEngine(EngineBase):
@@ -69,7 +71,11 @@ class OwnEngine(EngineBase):
             # A sentence pair, into a model with token-type embeddings (else ignored, as transformers does).
             kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
         with torch.inference_mode(), recording(self.model, active=norms) as record:
-            out = self.model(self._ids(tokens), max_layer=max(chosen), layers=set(chosen), queries=queries, **kwargs)
+            every = _pattern_tapped()  # a pattern tap sees every row of every layer, as on the hf engine
+            rows, asked = (None, None) if every else (queries, set(chosen))
+            out = self.model(self._ids(tokens), max_layer=max(chosen), layers=asked, queries=rows, **kwargs)
+        if rows is None and queries is not None:
+            out.attentions = [weights[:, :, list(queries)] for weights in out.attentions]  # (B, H, R, S)
         if norms:
             out.value_norms = per_layer(record.part(None), len(out.attentions), chosen, self.files.model_type)
         out.attentions = [out.attentions[layer] for layer in chosen]
@@ -108,6 +114,13 @@ class OwnEngine(EngineBase):
             run = len(out.attentions)
             out.value_norms = per_layer(record.part(None), run, range(run), self.files.model_type)
         return out
+
+    def tapping(self, taps: Taps) -> contextlib.AbstractContextManager[Taps]:
+        """Our modules and layer loop apply ``taps`` (``attnviz.nn.taps``) in the passes inside."""
+        from ..nn.taps import attached
+
+        self.check_taps(taps)
+        return attached(taps)
 
     def output_projections(self, part: str | None = None) -> list[torch.nn.Module]:
         """Per layer of ``part``: its attention module's ``o_proj`` (W^O); ALBERT's one
@@ -149,4 +162,15 @@ class OwnEngine(EngineBase):
                 out = self.model.forward_seq2seq(inputs["input_ids"], self._ids(target), ablate=at)
                 return out.decoder.hidden_states
             ids = inputs.pop("input_ids")
-            return self.model(ids, layers=(), queries=(), fused=True, ablate=ablate, **inputs).hidden_states
+            # No weights kept, but where a pattern tap asks for them: every row, as on the hf engine.
+            rows = None if _pattern_tapped() else ()
+            return self.model(ids, layers=rows, queries=rows, fused=True, ablate=ablate, **inputs).hidden_states
+
+
+def _pattern_tapped() -> bool:
+    """Whether the running pass records a ``pattern`` (nn/taps.py): its layers then compute
+    every weight row, whatever rows the caller keeps."""
+    from ..nn.taps import active
+
+    site = active()
+    return site is not None and site.taps.records_pattern

@@ -250,7 +250,8 @@ def ablate_text(
 
     check_mode(mode)
     n, h = runner.shape.num_layers, runner.shape.num_heads
-    plan = passes(n, h, batch or h, layers)
+    # A hybrid's layers without attention have no heads to ablate: their rows stay NaN.
+    plan = passes(n, h, batch or h, runner.shape.layers if layers is None else layers)
     if mode == "mean" and fill is None:
         fill = runner.head_means()  # (N, H, D)
     clean = runner.hidden()  # (1, Q, E)

@@ -38,6 +38,8 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from . import taps
+
 # (q, k) -> (q, k): applied to the projected, split heads before the dot product.
 # This is where rotary position embeddings enter (Llama-family models).
 QKTransform = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
@@ -420,6 +422,10 @@ class MultiHeadAttention(nn.Module):
     (``o_proj`` is W^O).
     """
 
+    # This module's name in its layer's taps: blocks.N.attn.z; a decoder's cross-attention
+    # is "cross" (nn/taps.py).
+    tap_role = "attn"
+
     def __init__(
         self,
         d_model: int,
@@ -500,6 +506,9 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.project(query, key, value)  # (B, H, L, D), (B, G, S, D), (B, G, S, Dv)
         if qk_transform is not None:
             q, k = qk_transform(q, k)
+        site = taps.active()  # None unless a pass attached taps (nn/taps.py)
+        if site is not None:
+            q, k, v = site(f"{self.tap_role}.q", q), site(f"{self.tap_role}.k", k), site(f"{self.tap_role}.v", v)
         # 2. head_i = softmax(Q_i K_iᵀ / √d_k) V_i, all heads at once; with grouped-query
         #    attention each key/value head serves H/G query heads (``repeat_kv``). Score
         #    modifiers (a position bias, soft-capping, sinks) send a fused request to the
@@ -508,10 +517,14 @@ class MultiHeadAttention(nn.Module):
             q, k, v, mask, self.scale, score_bias=score_bias, softcap=self.softcap, sinks=self.sinks
         )  # (B, H, L, D), (B, H, R, S)
         # 3. Concat(head_1, ..., head_H): put the heads back side by side.
-        b, _, length, dv = heads.shape  # Dv = D but in multi-head latent attention (mla.py)
-        concat = heads.transpose(1, 2).reshape(b, length, self.n_heads * dv)  # (B, L, H·Dv)
+        z = heads.transpose(1, 2)  # (B, L, H, Dv); Dv = D but in multi-head latent attention (mla.py)
+        if site is not None:
+            weights, z = site(f"{self.tap_role}.pattern", weights), site(f"{self.tap_role}.z", z)
+        b, length, _, dv = z.shape
+        concat = z.reshape(b, length, self.n_heads * dv)  # (B, L, H·Dv)
         ablation: Ablation | None = getattr(request, "ablation", None)
         if ablation is not None:  # head ablation (rows.RowRequest.ablation): one copy per removed head
             concat = ablate_heads(concat, self.n_heads, ablation)  # (B', L, H·D)
         # 4. ·W^O.
-        return self.o_proj(concat), weights
+        out = self.o_proj(concat)  # (B, L, E)
+        return (out if site is None else site(f"{self.tap_role}.out", out)), weights
