@@ -215,7 +215,22 @@ class Projections:
 
 def own_projections(modules: Iterable[tuple[str, MultiHeadAttention]]) -> list[Projections]:
     """Our attention modules by name (``attention_modules``, ``Engine.attention_modules``),
-    each with its part."""
+    each with its part.
+
+    Raises:
+        MeasureError: a gated attention (``MultiHeadAttention.output_gated``, Qwen3-Next),
+            whose heads' outputs are scaled by a gate of the query after the softmax: a
+            key's term α·f(x_j) then depends on the query, and has no norm of its own.
+    """
+    modules = list(modules)
+    gated = [name for name, m in modules if m.output_gated]
+    if gated:
+        raise MeasureError(
+            f"the attention of {gated[0]} gates each head's output by the query after the softmax, "
+            "so a key's part of the output depends on the query: it has no value norm of its own",
+            reason="norm_split",
+            measure="norm",
+        )
     return [Projections(name, part_of(name), m.v_proj, m.o_proj, m.n_heads) for name, m in modules]
 
 
