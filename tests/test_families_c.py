@@ -185,6 +185,13 @@ QUIRKS: list[tuple[str, dict[str, Any]]] = [
     ("cohere2", {"attention_bias": False}),
     ("exaone4", {"sliding_window": None, "layer_types": ["full_attention"] * 4}),  # rotary on every layer
     ("exaone4", {"sliding_window": 2}),
+    ("ministral3", {"rope_parameters": None}),  # transformers' own default: another rope, no temperature
+    ("ministral3", {"sliding_window": None}),
+    ("seed_oss", {"attention_out_bias": False}),
+    ("arcee", {"hidden_act": "relu"}),
+    ("apertus", {"model_type": "arcee", "hidden_act": "relu2"}),
+    ("ernie4_5", {"use_bias": False}),
+    ("hunyuan_v1_dense", {"rope_parameters": {"rope_type": "default", "rope_theta": 1000.0}}),
 ]
 
 

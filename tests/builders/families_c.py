@@ -119,4 +119,76 @@ SPECS_C += (
         perturb=True,
     ),
 )
+SPECS_C += (
+    Spec(
+        "ministral3",
+        "ministral3",
+        _config(
+            "Ministral3Config",
+            **_DEC,
+            num_hidden_layers=2,
+            sliding_window=5,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 1000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 4,  # past 4 tokens the queries are scaled
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "mscale_all_dim": 1.0,
+                "mscale": 1.0,
+                "llama_4_scaling_beta": 0.5,
+            },
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "seed_oss",
+        "seed_oss",
+        _config("SeedOssConfig", **_DEC, num_hidden_layers=2, attention_out_bias=True, mlp_bias=True),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "arcee",
+        "arcee",
+        _config("ArceeConfig", **_DEC, num_hidden_layers=2, attention_bias=True, mlp_bias=True),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "apertus",
+        "apertus",
+        _config("ApertusConfig", **_DEC, num_hidden_layers=2, attention_bias=True),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "ernie4_5",
+        "ernie4_5",
+        _config("Ernie4_5Config", **_DEC, num_hidden_layers=2, use_bias=True),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "hunyuan_v1_dense",
+        "hunyuan_v1_dense",
+        _config(
+            "HunYuanDenseV1Config",
+            **_DEC,
+            num_hidden_layers=2,
+            attention_bias=True,
+            rope_parameters={"rope_type": "dynamic", "rope_theta": 1000.0, "alpha": 3.0, "factor": 1.0},
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
 SPECS_C_BY_NAME = {spec.name: spec for spec in SPECS_C}
