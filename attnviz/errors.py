@@ -89,6 +89,7 @@ class Reason(StrEnum):
     # Models, engines, devices, memory
     ARCHITECTURE = "architecture"  # UnsupportedArchitectureError's reason
     MODEL_OBJECT = "model_object"  # a Python object that is no model attnviz reads
+    OWN_MODEL = "own_model"  # a model in memory the own engine would misread (hooks, an edited config)
     DEFAULT_MISSING = "default_missing"  # the packaged model is not installed
     OFFLINE = "offline"
     TOKENIZER = "tokenizer"

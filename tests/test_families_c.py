@@ -178,6 +178,20 @@ QUIRKS: list[tuple[str, dict[str, Any]]] = [
     ("glm4_moe", {"n_group": 1, "topk_group": 1}),
     ("glm4_moe", {"norm_topk_prob": False}),
     ("glm4_moe", {"first_k_dense_replace": 0}),
+    ("olmo3", {"layer_types": ["full_attention"] * 4}),
+    ("olmo3", {"rope_parameters": None, "rope_theta": 5000.0}),
+    ("cohere2", {"layer_types": ["sliding_attention"] * 4}),  # rotary on every layer
+    ("cohere2", {"sliding_window": 64}),
+    ("cohere2", {"attention_bias": False}),
+    ("exaone4", {"sliding_window": None, "layer_types": ["full_attention"] * 4}),  # rotary on every layer
+    ("exaone4", {"sliding_window": 2}),
+    ("ministral3", {"rope_parameters": None}),  # transformers' own default: another rope, no temperature
+    ("ministral3", {"sliding_window": None}),
+    ("seed_oss", {"attention_out_bias": False}),
+    ("arcee", {"hidden_act": "relu"}),
+    ("apertus", {"model_type": "arcee", "hidden_act": "relu2"}),
+    ("ernie4_5", {"use_bias": False}),
+    ("hunyuan_v1_dense", {"rope_parameters": {"rope_type": "default", "rope_theta": 1000.0}}),
 ]
 
 

@@ -54,10 +54,20 @@ class AttnModel(nn.Module):
     max_positions: int | None
     # Learned per-head sink logits: the weights of a row sum to 1 - the sink's share.
     attention_sinks: bool = False
+    # A hybrid's layers with softmax attention, by model layer number (() = every layer);
+    # its forward returns weights for these alone (``ModelShape.attention_layers``).
+    attention_layers: tuple[int, ...] = ()
 
     @property
     def shape(self) -> ModelShape:
-        return ModelShape(self.num_layers, self.num_heads, self.num_kv_heads, self.causal, self.attention_sinks)
+        return ModelShape(
+            self.num_layers,
+            self.num_heads,
+            self.num_kv_heads,
+            self.causal,
+            self.attention_sinks,
+            attention_layers=self.attention_layers,
+        )
 
     def forward(  # pragma: no cover - interface
         self,
@@ -137,6 +147,7 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu_pytorch_tanh": lambda x: nn.functional.gelu(x, approximate="tanh"),
     "gelu_fast": lambda x: 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x))),
     "relu": nn.functional.relu,
+    "relu2": lambda x: torch.square(nn.functional.relu(x)),  # Nemotron's, Arcee's: ReLU squared
     "silu": nn.functional.silu,
     "swish": nn.functional.silu,
 }

@@ -311,12 +311,21 @@ class EngineBase(HasShape):
         Raises:
             UsageError: one that does not (reason "tap").
         """
-        from ..nn.taps import check_names
+        from ..nn.taps import attention_layer, check_names
 
         try:
             check_names(taps, self.tap_stacks())
         except ValueError as exc:
             raise UsageError(f"{self.files.spec}: {exc}", reason="tap") from None
+        if self.shape.hybrid:  # a hybrid's layers without softmax attention have no attention taps
+            for pattern in taps.patterns:
+                layer = attention_layer(pattern)
+                if layer is not None and layer not in self.shape.layers:
+                    raise UsageError(
+                        f"{self.files.spec}: {pattern!r}: layer {layer} has no softmax attention "
+                        f"(its attention layers: {', '.join(map(str, self.shape.layers))})",
+                        reason="tap",
+                    )
 
     model: Any  # the torch module: the subclass's, not the protocol's
     _sizes: ModelSizes | None = None
