@@ -143,7 +143,7 @@ def explain(
         eng = load_engine("own", files, device, dtype.value, tokenizer=tokenizer)
         tokens = eng.tokenize(text)
         positions = query.resolve(tokens)
-        key_at = key_query.resolve(tokens, "the sentence")[0] if key_query is not None else None
+        key_at = key_query.resolve(tokens)[0] if key_query is not None else None
         from ..measures.explain import explain as run_explain
 
         x = run_explain(eng, tokens, positions[0], layer, head, key_at)
@@ -207,5 +207,5 @@ def _precheck(
     tokens = tokenize(tokenizer, text, None)
     query.resolve(tokens)
     if key is not None:
-        key.resolve(tokens, "the sentence")
+        key.resolve(tokens)
     return files, tokenizer
