@@ -266,3 +266,56 @@ def test_result_document_is_json_and_labels_what_was_patched(tiny: Callable[[str
     assert np.allclose(np.array(doc["effect"], dtype=float), result.effect)
     ranked = result.ranked()
     assert [abs(r[2]) for r in ranked] == sorted((abs(r[2]) for r in ranked), reverse=True)
+
+
+# --- the command and the Python face --------------------------------------------------------
+
+
+def test_cli_json_equals_the_python_result_and_files_are_written(tmp_path: Path, tiny: Callable[[str], Path]) -> None:
+    import attnviz
+    from tests.helpers import in_process
+
+    path = str(tiny("gpt2"))
+    args = ("the cat sat by the door", "the dog sat by the door", "--answer", "mat", "--wrong", "door")
+    png, npz = tmp_path / "p.png", tmp_path / "p.npz"
+    done = in_process("patch", *args, "--model", path, "--json", "-o", str(png), "--npz", str(npz))
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    result = attnviz.patch(args[0], args[1], answer="mat", wrong="door", model=path)
+    assert doc == json.loads(json.dumps(result.to_dict()))
+    assert doc["metric"] == "logit-diff" and doc["metric_label"] == "logit(mat) − logit(door)"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    saved = np.load(npz)
+    np.testing.assert_array_equal(saved["effect"], result.effect)
+    text = in_process("patch", *args, "--model", path, "--no-pager", "--top", "3", env={"NO_COLOR": "1"})
+    assert text.returncode == 0
+    flat = " ".join(text.stdout.split())  # rich wraps the labels at the terminal's width
+    assert "denoise (corrupted run ← clean z)" in flat and "top 3 heads" in flat
+    best = result.ranked(1)[0]
+    assert f"1 L{best[0]}.H{best[1]}" in flat
+
+
+def test_cli_refusals_are_one_line_exit_2_before_model_work(tmp_path: Path, tiny: Callable[[str], Path]) -> None:
+    from tests.helpers import in_process, one_error_line
+
+    path = str(tiny("gpt2"))
+
+    class Result:
+        def __init__(self, done: Any) -> None:
+            self.exit_code, self.stdout, self.stderr = done.returncode, done.stdout, done.stderr
+            self.output = done.stdout + done.stderr
+
+    cases = [
+        (("the cat sat", "the cat sat by the", "--model", path), "share no tokens at their end"),
+        (("the cat sat", "the dog sat", "--model", path, "--wrong", "mat"), "--wrong goes with --answer"),
+        (("the cat sat", "the dog sat", "--model", path, "--metric", "prob"), "needs --answer"),
+        (("the cat sat", "the dog sat", "--model", path, "-o", str(tmp_path / "x.gif")), "gif"),
+        (("the cat sat", "the dog sat", "--answer", "tired", "--metric", "prob"), "causal language-model head"),
+    ]
+    for args, words in cases:
+        line = one_error_line(Result(in_process("patch", *args)), 2)
+        assert words in line, line
+    # both tokenizations are printed, with the hint
+    line = one_error_line(Result(in_process("patch", "the cat sat", "the cat sat by the", "--model", path)), 2)
+    assert "the cat sat |" in line and "hint:" in line
+    assert not list(tmp_path.iterdir())

@@ -106,8 +106,13 @@ class Alignment:
         """One line: the differing span of each prompt."""
         a, b = self.clean_span
         c, d = self.corrupted_span
-        first, second = " ".join(self.clean[a:b]), " ".join(self.corrupted[c:d])
-        return f"clean [{first}] at {a}..{b - 1} vs corrupted [{second}] at {c}..{d - 1}"
+
+        def span(labels: tuple[str, ...], start: int, end: int) -> str:
+            if end <= start:
+                return f"[] (nothing) before position {start}"
+            return f"[{' '.join(labels[start:end])}] at {start}" + (f"..{end - 1}" if end - start > 1 else "")
+
+        return f"clean {span(self.clean, a, b)} vs corrupted {span(self.corrupted, c, d)}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -515,3 +520,86 @@ def _write(
         return value
 
     return write
+
+
+# --- from text to a result (the CLI and the Python face) ---------------------------------
+
+
+def choose_metric(name: str | None, answer: str | None, wrong: str | None, has_lm: bool) -> str:
+    """The metric asked for, or the default: logit-diff with an answer and a wrong token,
+    prob with an answer alone, kl with a causal LM head, else hidden.
+
+    Raises:
+        UsageError: (reason "patch_answer") a wrong token without an answer.
+    """
+    if wrong is not None and answer is None:
+        raise UsageError("a wrong token goes with an answer token", reason="patch_answer")
+    if name is not None:
+        if name not in METRICS:
+            raise UsageError(f"unknown metric {name!r} (known: {', '.join(METRICS)})", reason="patch_metric")
+        return name
+    if answer is not None:
+        return "logit-diff" if wrong is not None else "prob"
+    return "kl" if has_lm else "hidden"
+
+
+def patch_texts(
+    engine: Engine,
+    clean: str,
+    corrupted: str,
+    *,
+    answer: str | None = None,
+    wrong: str | None = None,
+    metric: str | None = None,
+    direction: str = "denoise",
+    position: Any = None,
+    layers: Sequence[int] | None = None,
+    batch: int | None = None,
+    progress: Progress | None = None,
+) -> PatchResult:
+    """``patch_heads`` from two texts: tokenized, aligned (before any model work past the
+    LM head's lookup), the metric and its answer tokens resolved.
+
+    Args:
+        position: the scored token of the clean text: a ``select.Query`` (its word's
+            last piece), an int position, or None (the last matched non-special token).
+    """
+    from ..select import Query
+    from .lm import load_lm_head
+
+    if direction not in DIRECTIONS:
+        raise UsageError(f"unknown direction {direction!r} (known: {', '.join(DIRECTIONS)})", reason="patch_metric")
+    clean_tokens, corrupted_tokens = engine.tokenize(clean), engine.tokenize(corrupted)
+    align(clean_tokens.ids, corrupted_tokens.ids, clean_tokens.labels, corrupted_tokens.labels)  # refuse early
+    at = position.resolve(clean_tokens, "the clean text")[-1] if isinstance(position, Query) else position
+    lm = None if engine.parts else load_lm_head(engine)
+    if lm is not None and lm.kind != "causal":
+        lm = None  # a masked LM predicts a masked token: not this metric's next token
+    name = choose_metric(metric, answer, wrong, lm is not None)
+    a = answer_id(engine.tokenizer, answer) if answer is not None else (None, None)
+    w = answer_id(engine.tokenizer, wrong) if wrong is not None else (None, None)
+    m = Metric(name, a[0], w[0], a[1], w[1])
+    return patch_heads(
+        engine,
+        clean_tokens,
+        corrupted_tokens,
+        m,
+        position=at,
+        direction=direction,
+        layers=layers,
+        batch=batch,
+        lm=lm,
+        progress=progress,
+    )
+
+
+def save_npz(result: PatchResult, path: Any) -> None:
+    """Write ``result``'s arrays and labels to ``path`` (.npz), atomically."""
+    import io
+
+    from ..result import atomic_write
+
+    arrays: dict[str, Any] = result.to_npz()
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    atomic_write(path, buffer.getvalue())
