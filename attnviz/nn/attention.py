@@ -342,67 +342,6 @@ class Attend(Protocol):
     ) -> tuple[Tensor, Tensor]: ...
 
 
-@dataclass(frozen=True)
-class Ablation:
-    """Heads whose output is removed before W^O, one head per batch element made.
-
-    The layer's input has batch 1 (the unablated stream); its output has batch
-    ``len(heads)``: element b is that one output with head ``heads[b]``'s slice of
-    Concat(head_1, ..., head_H) replaced by zero, or by ``fill[heads[b]]`` (the head's
-    mean output, mean-ablation). Residual sums broadcast the batch-1 stream against
-    it, so every later layer runs once per ablated head, in one batched pass.
-    A request (``rows.RowRequest``) carries it to the layer as ``ablation``.
-
-    Attributes:
-        heads: query heads in 0..H-1, one per batch element.
-        fill: None (zero-ablation) or (H, D): each head's replacement vector.
-    """
-
-    heads: tuple[int, ...]
-    fill: Tensor | None = None
-
-    def __post_init__(self) -> None:
-        if not self.heads or min(self.heads) < 0:
-            raise ValueError(f"an ablation needs heads in 0..H-1, not {self.heads}")
-        if self.fill is not None and self.fill.dim() != 2:
-            raise ValueError(f"fill must be (H, D), not {tuple(self.fill.shape)}")
-
-
-def ablate_heads(concat: Tensor, n_heads: int, ablation: Ablation) -> Tensor:
-    """Concat(head_1, ..., head_H) with one head removed per new batch element.
-
-    Args:
-        concat: (1, L, H·D), the heads side by side, before W^O.
-        n_heads: H.
-        ablation: which head each of the B = len(heads) copies loses, and with what.
-
-    Returns:
-        (B, L, H·D): copy b equals ``concat`` except head ``heads[b]``'s D columns, which
-        hold 0 or ``fill[heads[b]]`` at every position.
-    """
-    if concat.size(0) != 1:
-        raise ValueError(f"an ablated layer takes the batch-1 unablated stream, not batch {concat.size(0)}")
-    if max(ablation.heads) >= n_heads:
-        raise ValueError(f"head {max(ablation.heads)} is out of range for {n_heads} heads")
-    _, length, width = concat.shape
-    b, d = len(ablation.heads), width // n_heads
-    out = concat.expand(b, length, width).reshape(b, length, n_heads, d).clone()  # (B, L, H, D)
-    return remove_heads_(out, ablation).reshape(b, length, width)  # (B, L, H·D)
-
-
-def remove_heads_(heads: Tensor, ablation: Ablation) -> Tensor:
-    """In place on the heads side by side, (B, L, H, D) with B = len(ablation.heads): copy
-    b's head ``ablation.heads[b]`` becomes 0, or ``fill[heads[b]]``, at every position.
-    ``ablate_heads`` and the hf engine's hook on W^O (``ablation_hf.ablating``) both use it."""
-    index = torch.arange(len(ablation.heads), device=heads.device)
-    which = torch.as_tensor(ablation.heads, device=heads.device)
-    if ablation.fill is None:
-        heads[index, :, which] = 0.0
-    else:
-        heads[index, :, which] = ablation.fill.to(heads)[which][:, None, :]  # (B, 1, D) over every position
-    return heads
-
-
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with per-head projections, returning (output, weights).
 
@@ -522,9 +461,6 @@ class MultiHeadAttention(nn.Module):
             weights, z = site(f"{self.tap_role}.pattern", weights), site(f"{self.tap_role}.z", z)
         b, length, _, dv = z.shape
         concat = z.reshape(b, length, self.n_heads * dv)  # (B, L, H·Dv)
-        ablation: Ablation | None = getattr(request, "ablation", None)
-        if ablation is not None:  # head ablation (rows.RowRequest.ablation): one copy per removed head
-            concat = ablate_heads(concat, self.n_heads, ablation)  # (B', L, H·D)
         # 4. ·W^O.
         out = self.o_proj(concat)  # (B, L, E)
         return (out if site is None else site(f"{self.tap_role}.out", out)), weights

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .attention import Ablation, Mask, MaskLike, eager_attention, repeat_kv, scaled_dot_product_attention
+from .attention import Mask, MaskLike, eager_attention, repeat_kv, scaled_dot_product_attention
 
 # Weight elements computed per block of query rows: 2^24 float32 = 64 MiB, whatever the
 # length. Measured on CPU: larger blocks are no faster, smaller ones add call overhead.
@@ -48,12 +48,10 @@ class RowRequest:
             (L, S) matrices); () = none (a layer nobody looks at).
         fused: True: the output from torch's fused kernel, the weights computed exactly
             beside it (``attention_rows``); False: everything by the eager reference.
-        ablation: heads the layer removes before W^O (``attention.Ablation``), or None.
     """
 
     queries: tuple[int, ...] | None = None
     fused: bool = False
-    ablation: Ablation | None = None
 
     def __call__(
         self, q: Tensor, k: Tensor, v: Tensor, mask: MaskLike, scale: float | None, **modifiers: Any
