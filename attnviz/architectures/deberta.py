@@ -22,7 +22,7 @@ padded positions zeroed. DeBERTa-v2 xlarge/xxlarge add a convolution beside laye
 
 The disentangled terms need q and k inside the attention, so this family computes its
 per-head q, k, v itself and hands the sum of the position terms to
-``attention.scaled_dot_product_attention`` as its additive bias. torch only.
+``attention.softmax_attention`` as its additive bias. torch only.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from ..errors import UnsupportedArchitectureError
 from ..nn import taps
-from ..nn.attention import MultiHeadAttention, padding_mask, scaled_dot_product_attention
+from ..nn.attention import MultiHeadAttention, padding_mask, softmax_attention
 from ..nn.taps import tap
 from .base import AttnModel, ForwardOutput, activation, config_value, layer_loop
 from .fields import given
@@ -227,9 +227,7 @@ class DisentangledAttention(MultiHeadAttention):
             q, k, v = site("attn.q", q), site("attn.k", k), site("attn.v", v)
         # 3. softmax(q·(k/scale)ᵀ + bias)·v: k is divided first, as transformers does, so
         #    the scores round alike.
-        heads, weights = scaled_dot_product_attention(
-            q, k / scale, v, mask, 1.0, score_bias=bias
-        )  # (B, H, L, D), (B, H, L, L)
+        heads, weights = softmax_attention(q, k / scale, v, mask, 1.0, score_bias=bias)  # (B, H, L, D), (B, H, L, L)
         z = heads.transpose(1, 2)  # (B, L, H, D)
         if site is not None:
             weights, z = site("attn.pattern", weights), site("attn.z", z)

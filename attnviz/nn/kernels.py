@@ -103,13 +103,13 @@ def _blocked_math(
     q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: bool, scale: float | None, gqa: bool
 ) -> Tensor:
     """The math kernel over blocks of query rows: one block's (B, H, l, S) scores at a time."""
+    from .rows import blocks  # (rows.py imports this module inside its functions)
+
     b, h, length, _ = q.shape
     keys = k.size(2)
     out = q.new_empty(b, h, length, v.size(-1))  # (B, H, L, Dv)
-    size = max(1, FALLBACK_ELEMENTS // max(1, b * h * keys))
     f = torch.nn.functional.scaled_dot_product_attention
-    for start in range(0, length, size):
-        stop = min(start + size, length)
+    for start, stop in blocks(length, b * h * keys, FALLBACK_ELEMENTS):
         mask = None
         if attn_mask is not None:
             mask = attn_mask if attn_mask.dim() < 2 or attn_mask.size(-2) == 1 else attn_mask[..., start:stop, :]
