@@ -50,10 +50,20 @@ class AttnModel(nn.Module):
     max_positions: int | None
     # Learned per-head sink logits: the weights of a row sum to 1 - the sink's share.
     attention_sinks: bool = False
+    # A hybrid's layers with softmax attention, by model layer number (() = every layer);
+    # its forward returns weights for these alone (``ModelShape.attention_layers``).
+    attention_layers: tuple[int, ...] = ()
 
     @property
     def shape(self) -> ModelShape:
-        return ModelShape(self.num_layers, self.num_heads, self.num_kv_heads, self.causal, self.attention_sinks)
+        return ModelShape(
+            self.num_layers,
+            self.num_heads,
+            self.num_kv_heads,
+            self.causal,
+            self.attention_sinks,
+            attention_layers=self.attention_layers,
+        )
 
     def forward(  # pragma: no cover - interface
         self,

@@ -215,7 +215,7 @@ class EncoderDecoder(AttnModel):
         fused: bool = True,
     ) -> ForwardOutput:
         """The encoder alone: input_ids (B, S), attention_mask (B, S) of 1/0; ``layers``,
-        ``queries``, ``fused`` and ``ablate`` as ``AttnModel.forward`` says."""
+        ``queries`` and ``fused`` as ``AttnModel.forward`` says."""
         x = self.embed(input_ids, "encoder")  # (B, S, E)
         bias = self.position_bias("encoder", input_ids.size(1), x)
         last = len(self.encoder.blocks) - 1 if max_layer is None else max_layer

@@ -118,7 +118,8 @@ class Engine(Protocol):
         self, batch: Sequence[Tokens], max_layer: int | None = None, norms: bool = False
     ) -> ForwardOutput:
         """One pass over right-padded texts: full (B, H, S, S) weights of layers 0..max_layer
-        (and, ``norms``, their (B, H, S) value norms)."""
+        (and, ``norms``, their (B, H, S) value norms); a hybrid's, of its attention layers
+        among those (``shape.layers``), in order."""
         ...
 
     def final_hidden(
@@ -295,12 +296,21 @@ class EngineBase(HasShape):
         Raises:
             UsageError: one that does not (reason "tap").
         """
-        from ..nn.taps import check_names
+        from ..nn.taps import attention_layer, check_names
 
         try:
             check_names(taps, self.tap_stacks())
         except ValueError as exc:
             raise UsageError(f"{self.files.spec}: {exc}", reason="tap") from None
+        if self.shape.hybrid:  # a hybrid's layers without softmax attention have no attention taps
+            for pattern in taps.patterns:
+                layer = attention_layer(pattern)
+                if layer is not None and layer not in self.shape.layers:
+                    raise UsageError(
+                        f"{self.files.spec}: {pattern!r}: layer {layer} has no softmax attention "
+                        f"(its attention layers: {', '.join(map(str, self.shape.layers))})",
+                        reason="tap",
+                    )
 
     model: Any  # the torch module: the subclass's, not the protocol's
     _sizes: ModelSizes | None = None
@@ -355,7 +365,8 @@ class EngineBase(HasShape):
 def decoder_start_id(files: ModelFiles, target_ids: Sequence[int] = ()) -> int:
     """The token an encoder-decoder's decoder starts from, as its training shifted the labels:
     ``decoder_start_token_id`` of config.json or generation_config.json; for T5 without
-    one, the pad token (T5's convention); for mBART, the target's last token (its language
+    one, the pad token (T5's convention); for T5Gemma, its decoder config's
+    ``bos_token_id`` (what its ``_shift_right`` starts from); for mBART, the target's last token (its language
     code: mBART's ``shift_tokens_right`` wraps it around).
 
     Raises:
@@ -369,6 +380,9 @@ def decoder_start_id(files: ModelFiles, target_ids: Sequence[int] = ()) -> int:
     if start is None and generation.is_file():
         with contextlib.suppress(OSError, ValueError, AttributeError, UsageError):
             start = loads(generation.read_bytes(), str(generation)).get("decoder_start_token_id")
+    decoder = config.get("decoder")
+    if start is None and files.model_type == "t5gemma" and isinstance(decoder, dict):
+        start = decoder.get("bos_token_id")  # transformers' T5Gemma._shift_right
     if start is None and files.model_type in ("t5", "mt5", "umt5"):
         start = config.get("pad_token_id", 0)
     if start is None and files.model_type == "mbart" and target_ids:

@@ -29,7 +29,7 @@ import contextlib
 import contextvars
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UnsupportedArchitectureError
@@ -62,8 +62,12 @@ W_O: dict[str, tuple[str, ...]] = {
 _ALBERT = "encoder.albert_layer_groups.0.albert_layers.0.attention.dense"
 
 
-def output_projections(model: Any, part: str, num_layers: int) -> list[Any]:
-    """Per layer 0..num_layers-1 of ``part``: the module whose input is Concat(heads).
+def output_projections(
+    model: Any, part: str, num_layers: int, attention_layers: Sequence[int] | None = None
+) -> list[Any]:
+    """Per layer 0..num_layers-1 of ``part``: the module whose input is Concat(heads);
+    None for the layers of a hybrid that have no attention (``attention_layers``: those
+    that do; None = every layer).
 
     Raises:
         UnsupportedArchitectureError: this model's layout is not in W_O.
@@ -71,17 +75,19 @@ def output_projections(model: Any, part: str, num_layers: int) -> list[Any]:
     modules = dict(model.named_modules())
     if part == "encoder" and _ALBERT in modules and getattr(model.config, "num_hidden_groups", 1) == 1:
         return [modules[_ALBERT]] * num_layers
+    wanted = list(range(num_layers)) if attention_layers is None else sorted(attention_layers)
     for pattern in W_O[part]:
         found: dict[int, Any] = {}
         for name, module in modules.items():
             match = re.fullmatch(pattern, name)
             if match:
                 found[int(match.group(1))] = module
-        if sorted(found) == list(range(num_layers)):
-            return [found[layer] for layer in range(num_layers)]
+        if sorted(found) == wanted:
+            return [found.get(layer) for layer in range(num_layers)]
+    # One stack's attention is "self-attention"; "encoder" only where there is a decoder.
+    what = f"{part} attention" if getattr(model.config, "is_encoder_decoder", False) else "self-attention"
     raise UnsupportedArchitectureError(
-        f"the hf engine cannot find the output projections of {type(model).__name__}'s {part} attention "
-        "to tap its heads",
+        f"the hf engine cannot find the output projections (W^O) of {type(model).__name__}'s {what} to tap its heads",
         model_type=str(getattr(model.config, "model_type", "?")),
     )
 
@@ -130,8 +136,12 @@ PATTERNS: dict[tuple[str, str], tuple[str, ...]] = {
 _OTHER_SUBLAYERS = frozenset({"gemma2", "gemma3_text", "gemma3", "olmo2", "granite", "granitemoe", "bloom"})
 
 
-def _modules(model: Any, part: str, role: str, num_layers: int) -> list[Any] | None:
-    """Per layer 0..num_layers-1 of ``part``: the ``role`` module; None when no pattern fits."""
+def _modules(
+    model: Any, part: str, role: str, num_layers: int, present: Sequence[int] | None = None
+) -> list[Any] | None:
+    """Per layer 0..num_layers-1 of ``part``: the ``role`` module (None in a layer not in
+    ``present``, a hybrid's layer without attention); None when no pattern fits."""
+    wanted = list(range(num_layers)) if present is None else sorted(present)
     modules = dict(model.named_modules())
     for pattern in PATTERNS.get((part, role), ()):
         found: dict[int, Any] = {}
@@ -139,8 +149,8 @@ def _modules(model: Any, part: str, role: str, num_layers: int) -> list[Any] | N
             match = re.fullmatch(pattern, name)
             if match:
                 found[int(match.group(1))] = module
-        if sorted(found) == list(range(num_layers)):
-            return [found[layer] for layer in range(num_layers)]
+        if sorted(found) == wanted:
+            return [found.get(layer) for layer in range(num_layers)]
     return None
 
 
@@ -197,7 +207,12 @@ def _with_first(output: Any, value: Any) -> Any:
 
 @contextlib.contextmanager
 def tapping(
-    model: Any, taps: Taps, layer_stacks: dict[str, int], heads: dict[str, int], model_type: str
+    model: Any,
+    taps: Taps,
+    layer_stacks: dict[str, int],
+    heads: dict[str, int],
+    model_type: str,
+    attention_layers: Sequence[int] | None = None,
 ) -> Iterator[Taps]:
     """Inside the block, passes through ``model`` (a transformers base model) apply ``taps``.
 
@@ -206,6 +221,8 @@ def tapping(
             plus "decoder.blocks" for a decoder (whose cross-attention is
             decoder.blocks.N.cross...).
         heads: query heads per name stack, as ``layer_stacks``.
+        attention_layers: a hybrid's layers with attention (None: every layer); the
+            others have no attention taps.
 
     Raises:
         UnsupportedArchitectureError: a tap attached that this model's layout does not map.
@@ -238,19 +255,23 @@ def tapping(
             # q, k, v, pattern, z: in the attention function
             if wanted & {"q", "k", "v", "pattern", "*"}:
                 for _, role, which in roles:
-                    found = need(_modules(model, which, "attention", layers), "its attention", which)
-                    _check_function(found[0], model_type)
+                    hybrid = attention_layers if stack == "blocks" else None
+                    found = need(_modules(model, which, "attention", layers, hybrid), "its attention", which)
+                    _check_function(next(m for m in found if m is not None), model_type)
                     for n, module in enumerate(found):
-                        function_sites.add(module, f"{stack}.{n}.{role}")
+                        if module is not None:
+                            function_sites.add(module, f"{stack}.{n}.{role}")
             # out (and attn_out, cross_out: the same values where the family adds W^O's output as it is)
             if wanted & {"z", "out", "attn_out", "cross_out", "*"}:
                 for _, role, which in roles:
-                    projections = output_projections(model, which, layers)
+                    hybrid = attention_layers if stack == "blocks" else None
+                    projections = output_projections(model, which, layers, hybrid)
                     z_sites = _Sites()
                     for n, module in enumerate(projections):
-                        out_sites.add(module, f"{stack}.{n}")
-                        z_sites.add(module, f"{stack}.{n}.{role}.z")
-                    for module in {id(m): m for m in projections}.values():
+                        if module is not None:
+                            out_sites.add(module, f"{stack}.{n}")
+                            z_sites.add(module, f"{stack}.{n}.{role}.z")
+                    for module in {id(m): m for m in projections if m is not None}.values():
                         handles.append(module.register_forward_pre_hook(_z_hook(taps, z_sites, heads[stack])))
                         handles.append(module.register_forward_hook(_out_hook(taps, out_sites, role, model_type)))
             if wanted & {"mlp_out", "*"}:

@@ -64,7 +64,13 @@ class OwnEngine(EngineBase):
 
         from ..measures.norms import per_layer, recording
 
-        chosen = tuple(range(self.num_layers)) if layers is None else tuple(layers)
+        # Layers by model number; a hybrid returns weights for its attention layers alone,
+        # the i-th of them in slot i (``ModelShape.attention_layers``).
+        chosen = self.shape.layers if layers is None else tuple(layers)
+        slot = {layer: i for i, layer in enumerate(self.shape.layers)}
+        missing = [layer for layer in chosen if layer not in slot]
+        if missing:
+            raise ValueError(f"layers {missing} have no softmax attention (attention layers: {self.shape.layers})")
         kwargs: dict[str, Any] = {}
         types = getattr(self.model, "type_vocab_size", None)
         if any(tokens.type_ids) and types:
@@ -73,12 +79,15 @@ class OwnEngine(EngineBase):
         with torch.inference_mode(), recording(self.model, active=norms) as record:
             every = _pattern_tapped()  # a pattern tap sees every row of every layer, as on the hf engine
             rows, asked = (None, None) if every else (queries, set(chosen))
-            out = self.model(self._ids(tokens), max_layer=max(chosen), layers=asked, queries=rows, **kwargs)
+            # Every layer when every layer is asked for (a hybrid's last ones may have no attention).
+            last = None if layers is None else max(chosen)
+            out = self.model(self._ids(tokens), max_layer=last, layers=asked, queries=rows, **kwargs)
         if rows is None and queries is not None:
             out.attentions = [weights[:, :, list(queries)] for weights in out.attentions]  # (B, H, R, S)
+        picked = [slot[layer] for layer in chosen]
         if norms:
-            out.value_norms = per_layer(record.part(None), len(out.attentions), chosen, self.files.model_type)
-        out.attentions = [out.attentions[layer] for layer in chosen]
+            out.value_norms = per_layer(record.part(None), len(out.attentions), picked, self.files.model_type)
+        out.attentions = [out.attentions[i] for i in picked]
         return out
 
     def forward_seq2seq(self, tokens: Tokens, target: Tokens, norms: bool = False) -> Seq2SeqOutput:

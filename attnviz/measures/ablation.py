@@ -289,8 +289,10 @@ class Runner:
         taps = Taps().record(self._z("*"))
         with self.engine.tapping(taps):
             self.hidden()
-        n = self.shape.num_layers
-        return torch.stack([taps[self._z(layer)][0].double().mean(0) for layer in range(n)])  # (N, H, D)
+        means = {layer: taps[self._z(layer)][0].double().mean(0) for layer in self.shape.layers}  # (H, D) each
+        # A hybrid's layers without attention have no heads: zeros, never used (no pass ablates them).
+        none = torch.zeros_like(next(iter(means.values())))
+        return torch.stack([means.get(layer, none) for layer in range(self.shape.num_layers)])  # (N, H, D)
 
 
 def ablate_text(
@@ -320,7 +322,8 @@ def ablate_text(
 
     check_mode(mode)
     n, h = runner.shape.num_layers, runner.shape.num_heads
-    plan = passes(n, h, batch or h, layers)
+    # A hybrid's layers without attention have no heads to ablate: their rows stay NaN.
+    plan = passes(n, h, batch or h, runner.shape.layers if layers is None else layers)
     if mode == "mean" and fill is None:
         fill = runner.head_means()  # (N, H, D)
     clean = runner.hidden()  # (1, Q, E)

@@ -301,6 +301,16 @@ class MultiHeadAttention(nn.Module):
         v = self._split(self.v_proj(value), self.n_kv_heads)  # (B, G, S, D)
         return q, k, v
 
+    # Whether ``gate_output`` scales each head's output by a gate of the query (Qwen3-Next):
+    # a key's part of the output then depends on the query, so the norm measure refuses.
+    output_gated = False
+
+    def gate_output(self, z: Tensor, query: Tensor) -> Tensor:
+        """Between steps 2 and 3: each head's output z (B, L, H, Dv) as W^O reads it (the
+        ``z`` tap sees it after this); unchanged here. A gated family (qwen3_next.py)
+        multiplies it by σ(its gate of ``query`` (B, L, E))."""
+        return z
+
     def forward(
         self,
         query: Tensor,
@@ -347,6 +357,7 @@ class MultiHeadAttention(nn.Module):
         )  # (B, H, L, D), (B, H, R, S)
         # 3. Concat(head_1, ..., head_H): put the heads back side by side.
         z = heads.transpose(1, 2)  # (B, L, H, Dv); Dv = D but in multi-head latent attention (mla.py)
+        z = self.gate_output(z, query)  # the identity but in gated attention (qwen3_next.py)
         if site is not None:
             weights, z = site(f"{self.tap_role}.pattern", weights), site(f"{self.tap_role}.z", z)
         b, length, _, dv = z.shape

@@ -119,6 +119,15 @@ def check_name(name: str) -> None:
         )
 
 
+def attention_layer(name: str) -> int | None:
+    """The layer number of a self-attention tap of the one stack or the encoder
+    (``blocks.N.attn.*``); None for any other name or a wildcard layer."""
+    match = _NAME.fullmatch(name)
+    if match is None or match["role"] != "attn" or match["layer"] == "*" or name.startswith("decoder."):
+        return None
+    return int(match["layer"])
+
+
 def check_names(taps: Taps, stacks: dict[str, int]) -> None:
     """Raise ValueError unless every name attached to ``taps`` names a layer the model has.
 
