@@ -267,7 +267,8 @@ def test_blocked_softmax_is_bit_identical_to_torch(dtype: torch.dtype, shape: tu
     # The cache-blocked eager steps softmax each block in place (no second n x n tensor);
     # they must round exactly as torch.softmax(float32).to(dtype) does, across block edges
     # (700 rows of 600 make several blocks; 2^18 + 3 keys, one row a block).
-    from attnviz.nn.rows import BLOCK_ELEMENTS, _softmax_block_, blocks
+    from attnviz.nn.kernels import blocks
+    from attnviz.nn.rows import BLOCK_ELEMENTS, _softmax_block_
 
     torch.manual_seed(0)
     scores = (torch.randn(shape) * 4).to(dtype)

@@ -23,7 +23,7 @@ construction.
 
 Shape legend as in attention.py: B batch, H query heads, G key/value heads, L query
 length, S key length, D head dim. Masks: boolean, True = may attend. Every loop over
-blocks of rows or heads takes its ranges from one helper, ``blocks``. torch + stdlib only.
+blocks of rows or heads takes its ranges from one helper, ``kernels.blocks``. torch + stdlib only.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from .attention import Mask, MaskLike, repeat_kv, softmax_attention
+from .kernels import blocks
 
 # Weight elements computed per block of query rows: 2^24 float32 = 64 MiB, whatever the
 # length. Measured on CPU: larger blocks are no faster, smaller ones add call overhead.
@@ -74,14 +75,6 @@ def _mask_rows(mask: MaskLike, index: Tensor, length: int) -> Tensor | None:
     if mask.dim() < 2 or mask.size(-2) == 1:
         return mask  # the same row for every query (a padding mask)
     return mask[..., index.to(mask.device), :]
-
-
-def blocks(count: int, size: int, elements: int) -> list[tuple[int, int]]:
-    """[start, stop) ranges over ``count`` items of ``size`` elements each (query rows, heads),
-    as many items a range as ``elements`` hold, at least one: the one block helper of every
-    row-blocking loop (here, the cache-blocked eager steps, and kernels.py's fallback)."""
-    step = max(1, elements // max(1, size))
-    return [(start, min(start + step, count)) for start in range(0, count, step)]
 
 
 def _row_blocks(length: int, heads: int, keys: int) -> list[tuple[int, int]]:
