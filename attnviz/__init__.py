@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import AttnvizError, ExitCode, Reason, UsageError
+from .example import EXAMPLE
 from .version import __version__
 
 if TYPE_CHECKING:
@@ -173,7 +174,7 @@ def _ablation_mode(ablate: bool | str, queries: Sequence[object], rollout: bool)
 
 
 def widget(
-    text: str = "The animal didn't cross the street because it was too tired",
+    text: str = EXAMPLE,
     *,
     model: str | Any = None,
     tokenizer: Any = None,

@@ -425,7 +425,7 @@ def scan(
         raise UsageError(f"unknown probe {probe!r} (known: {', '.join(PROBES)})")
     eng, budget = _load(None, model, engine, device, dtype, max_memory)
     options = ScanOptions(
-        layers=parse_layers("all" if layers is None else layers, eng.num_layers),
+        layers=parse_layers("all" if layers is None else layers, eng.num_layers, eng.shape.attention_layers),
         batch_size=batch_size,
         truncate=truncate,
         config=DetectorConfig(local_k=local_k),

@@ -51,6 +51,9 @@ class Reason(StrEnum):
     TARGET_OCCURRENCE = "target_occurrence"
     # Layers, heads, parts, sentence pairs, encoder-decoders
     LAYER = "layer"  # LayerError's reason; facts: num_layers
+    ROLLOUT_HYBRID = "rollout_hybrid"  # rollout over a hybrid's layers without attention
+    NO_ATTENTION_LAYER = "no_attention_layer"  # a layer transformers returned no weights for
+    LAYER_NUMBERS = "layer_numbers"  # weights that could not be traced to model layers
     HEAD = "head"  # facts: num_heads
     PART = "part"
     UNKNOWN_PART = "unknown_part"
@@ -87,6 +90,7 @@ class Reason(StrEnum):
     # Models, engines, devices, memory
     ARCHITECTURE = "architecture"  # UnsupportedArchitectureError's reason
     MODEL_OBJECT = "model_object"  # a Python object that is no model attnviz reads
+    OWN_MODEL = "own_model"  # a model in memory the own engine would misread (hooks, an edited config)
     DEFAULT_MISSING = "default_missing"  # the packaged model is not installed
     OFFLINE = "offline"
     TOKENIZER = "tokenizer"
@@ -119,6 +123,7 @@ class Reason(StrEnum):
     SIZE = "size"
     # The Python API's argument checks
     TYPE = "type"
+    TAP = "tap"  # a tap name for a layer or part the model does not have (Engine.tapping)
 
 
 class AttnvizError(Exception):

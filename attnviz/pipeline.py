@@ -197,7 +197,13 @@ def plan(
     if target_tokens is not None:
         where = "the decoder text"
     shape = engine.part_shape(part)
-    layers = parse_layers(selection.layers, shape.num_layers)
+    layers = parse_layers(selection.layers, shape.num_layers, shape.attention_layers)
+    if selection.view.needs_full and shape.hybrid:
+        raise UsageError(
+            "rollout multiplies the attention of every layer in turn, and this hybrid model's layers "
+            f"{', '.join(str(n) for n in range(shape.num_layers) if n not in shape.layers)} have none to multiply",
+            reason="rollout_hybrid",
+        )
     check_heads(selection.heads, shape.num_heads)
     groups = tuple(q.resolve(query_tokens, where) for q in selection.queries)
     if selection.view.words:  # a query on a piece of a word is that whole word under words

@@ -94,14 +94,20 @@ class Provenance(HasShape):
     def to_dict(self) -> dict[str, Any]:
         """Flat: the shape's fields sit beside the others (the JSON schema of ``provenance``)."""
         out = {k: v for k, v in asdict(self).items() if k != "shape"}
-        out.update(asdict(self.shape))
+        shape = asdict(self.shape)
+        shape["attention_layers"] = list(self.shape.layers)  # every layer's number, or a hybrid's few
+        out.update(shape)
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Provenance:
         # attention_sinks is optional: files written before it existed had none.
-        keys = ("num_layers", "num_heads", "num_kv_heads", "causal", "attention_sinks")
-        shape = ModelShape(**{k: data[k] for k in keys if k in data})
+        keys = ("num_layers", "num_heads", "num_kv_heads", "causal", "attention_sinks", "attention_layers")
+        given: dict[str, Any] = {k: data[k] for k in keys if k in data}
+        if "attention_layers" in given:  # absent in files written before hybrids: every layer
+            layers = tuple(given["attention_layers"])
+            given["attention_layers"] = () if layers == tuple(range(int(given["num_layers"]))) else layers
+        shape = ModelShape(**given)
         rest = {k: v for k, v in data.items() if k not in keys}
         rest["score_terms"] = tuple(rest.get("score_terms", ()))
         return cls(shape=shape, **rest)

@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from startup_bench import time_commands  # noqa: E402
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
+from attnviz.example import EXAMPLE  # noqa: E402
+
 COMMANDS = {
     "compare": ["attnviz", "compare", EXAMPLE, "--token", "it", "--no-pager", "--device", "cpu"],
     "compare --ablate": ["attnviz", "compare", EXAMPLE, "--token", "it", "--ablate", "--no-pager", "--device", "cpu"],

@@ -1,6 +1,6 @@
 """How close --engine own comes to transformers on every decoder family of issue 10.
 
-Saves each tiny random checkpoint of tests/tiny_models.py (rotary scalings, Qwen3, OLMo 2,
+Saves each tiny random checkpoint of tests/builders/ (rotary scalings, Qwen3, OLMo 2,
 Phi-3, Gemma 1/2/3, Mixtral, Qwen3-MoE, GPT-OSS; odd sizes, every quirk on, norms and
 biases perturbed) into a temporary directory and runs ``attnviz check``'s comparison on
 its four default sentences, float32 on the CPU. Prints one Markdown row per checkpoint:
@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from attnviz.measures.check import compare_engines  # noqa: E402
-from tests.tiny_models import FAMILY_SPECS, MOE_SPECS, ROPE_SPECS, SINK_SPECS, save_tiny  # noqa: E402
+from tests.builders import FAMILY_SPECS, MOE_SPECS, ROPE_SPECS, SINK_SPECS, save_tiny  # noqa: E402
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """How far one token's attention rows move when the model runs in bfloat16 or float16.
 
-Every family of tests/tiny_models.py (random weights, saved and loaded through
+Every family of tests/builders/ (random weights, saved and loaded through
 attnviz's real path), one 20-word sentence, the last token's rows in every layer:
 the largest absolute difference from transformers' float32 eager weights, for
 --engine own (rows softmaxed in float32) and for transformers itself in that dtype.
@@ -23,7 +23,7 @@ def main() -> None:
     import torch
 
     from attnviz.engines import load_engine
-    from tests.tiny_models import SPECS, save_tiny
+    from tests.builders import SPECS, save_tiny
 
     worst: dict[tuple[str, str], float] = {}
     print(f"{'family':>14} {'dtype':>9} {'own':>9} {'hf':>9}")

@@ -56,9 +56,10 @@ import sys
 import time
 from pathlib import Path
 
+from attnviz.example import EXAMPLE
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 OTHER = "The trophy doesn't fit in the brown suitcase because it is too big"
 MOVES = ["right", "left", "up", "down", "right_square_bracket", "left_square_bracket", "v", "n"]
 SIZE = (120, 40)
@@ -136,11 +137,12 @@ GROUP = {"right": "token", "left": "token", "up": "layer", "down": "layer", **{k
 async def measure_long(n: int, rounds: int) -> tuple[dict[str, list[tuple[float, float]]], float]:
     import tempfile
 
+    from attnviz.cli.exploring import long_reading
     from attnviz.engines import load_engine
     from attnviz.pipeline import Selection
     from attnviz.select import Query
     from attnviz.tui.app import ExploreApp
-    from attnviz.tui.long import ROW_WINDOW, long_reading, window_of
+    from attnviz.tui.long import ROW_WINDOW, window_of
     from bench.long_context import build_model, text_of
 
     groups = ["token", "layer", "head", *(f"key {k}" for k in LONG_OPTIONS), "floor", "new window", "cold window"]

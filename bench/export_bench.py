@@ -29,9 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from attnviz.example import EXAMPLE
 from attnviz.io.models import resolve
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 HERE = Path(__file__).resolve().parent
 
 

@@ -38,7 +38,8 @@ from tests import browser  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from long_context import VOCAB, build_model  # noqa: E402
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
+from attnviz.example import EXAMPLE  # noqa: E402
+
 FILLER = "The committee published its long report on the river, and the fishermen read every page because it changed."
 
 # Two animation frames after the work: the drawing has reached the screen.

@@ -38,7 +38,7 @@ sys.path.insert(0, str(HERE))
 
 from heads_bench import sentences  # noqa: E402
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
+from attnviz.example import EXAMPLE  # noqa: E402
 
 
 def run(cmd: list[str], busy: bool) -> tuple[float, float | None]:

@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModel, AutoTokenizer  # noqa: E402
 
-SENTENCE = "The animal didn't cross the street because it was too tired"
+from attnviz.example import EXAMPLE as SENTENCE  # noqa: E402
 
 
 def main(model_dir: str, out: str) -> None:

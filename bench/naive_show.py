@@ -14,7 +14,7 @@ import sys
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-SENTENCE = "The animal didn't cross the street because it was too tired"
+from attnviz.example import EXAMPLE as SENTENCE
 
 
 def main(model_dir: str) -> None:

@@ -32,8 +32,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from long_context import build_model, text_of  # noqa: E402
 
+from attnviz.example import EXAMPLE  # noqa: E402
+
 GB = 1024**3
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 
 
 def _rss_gb() -> float:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from startup_bench import time_commands  # bench/ is on sys.path: this script's folder
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
+from attnviz.example import EXAMPLE
+
 ATTNVIZ = str(Path(sys.executable).with_name("attnviz"))
 READING = ["--words", "--hide-special", "--heads", "mean,max", "--rollout"]
 

@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
+from attnviz.example import EXAMPLE
+
 ATTNVIZ = str(Path(sys.executable).with_name("attnviz"))
 
 COMMANDS = {

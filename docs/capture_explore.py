@@ -16,9 +16,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from attnviz.example import EXAMPLE
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 SIZE = (104, 30)
 
 

@@ -38,9 +38,10 @@ from typing import Any
 
 import cog  # type: ignore[import-not-found]
 
+from attnviz.example import EXAMPLE  # noqa: F401  (the pages say cogutil.EXAMPLE)
+
 WIDTH = 100
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 
 # (pattern, replacement): regexes applied to an output before it is quoted.
 Subs = Sequence[tuple[str, str]]
@@ -222,7 +223,7 @@ _models: Path | None = None
 
 def models_dir() -> Path:
     """The directory the docs' checkpoints are built in: a cache keyed by what builds them
-    (tests/tiny_models.py, this file, torch and transformers versions), so a second cog run
+    (tests/builders/, this file, torch and transformers versions), so a second cog run
     builds nothing; ``ATTNVIZ_DOCS_CACHE=0`` builds in a temporary directory instead."""
     global _models
     if _models is None:
@@ -234,7 +235,7 @@ def models_dir() -> Path:
             from importlib.metadata import version
 
             key = hashlib.sha256()
-            for file in (ROOT / "tests" / "tiny_models.py", Path(__file__)):
+            for file in (*sorted((ROOT / "tests" / "builders").glob("*.py")), Path(__file__)):
                 key.update(file.read_bytes())
             key.update(f"{version('torch')} {version('transformers')}".encode())
             base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
@@ -252,13 +253,13 @@ def _quiet_transformers() -> None:
 
 
 def tiny(name: str) -> str:
-    """tests/tiny_models.py's ``name`` checkpoint (seed 0), built once; its directory name
+    """tests/builders/'s ``name`` checkpoint (seed 0), built once; its directory name
     (``tiny-NAME``, "_" as "-") under ``models_dir()``."""
     folder = models_dir() / f"tiny-{name.replace('_', '-')}"
     if not folder.exists():
         if str(ROOT) not in sys.path:
             sys.path.insert(0, str(ROOT))
-        from tests.tiny_models import SPECS_BY_NAME, save_tiny
+        from tests.builders import SPECS_BY_NAME, save_tiny
 
         _quiet_transformers()
         # Built beside, then renamed: an interrupted build never looks finished.

@@ -11,7 +11,6 @@ import pytest
 import typer.testing
 
 # The README's example: "it" looks back at "animal" in layer 3 head 1 and layer 5 head 11.
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 
 # Tests never touch the network: a Hub id must fail fast, not hang on a timeout.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -57,6 +56,31 @@ def hf_engine():
     from attnviz.engines import load_engine
 
     return load_engine("hf", None, "cpu")
+
+
+_ENGINES: dict[tuple[str, str], object] = {}
+
+
+@pytest.fixture
+def shared_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process CLI runs load the packaged model once per worker, as the session's
+    ``own_engine``/``hf_engine`` do: ``load_engine`` for the packaged model on the CPU in
+    float32 returns the one engine of its kind (engines keep no state between runs: an
+    ablation or a tap changes activations, never weights); any other call loads as usual.
+    Loading it again per test was 0.1-0.2 s (own) and 1-2.6 s (hf) a call."""
+    import attnviz.engines
+
+    real = attnviz.engines.load_engine
+
+    def load(name: str = "own", model: object = None, device: str = "auto", dtype: str = "float32", **kw: object):
+        if model is not None or kw.get("tokenizer") is not None or dtype != "float32" or device not in ("auto", "cpu"):
+            return real(name, model, device, dtype, **kw)  # type: ignore[arg-type]
+        key = (name, device)
+        if key not in _ENGINES:
+            _ENGINES[key] = real(name, None, device, dtype)
+        return _ENGINES[key]
+
+    monkeypatch.setattr(attnviz.engines, "load_engine", load)
 
 
 @pytest.fixture

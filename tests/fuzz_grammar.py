@@ -28,7 +28,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
+from attnviz.example import EXAMPLE
+
 ALLOWED_EXIT_CODES = {0, 1, 2, 130}
 # explore takes over the terminal (a Textual app; tested with Pilot in test_explore.py).
 INTERACTIVE = {"explore"}
@@ -196,7 +197,7 @@ def make_files(root: Path) -> Files:
 
     from safetensors.torch import load_file, save_file
 
-    from .tiny_models import SPECS_BY_NAME, save_tiny
+    from .builders import SPECS_BY_NAME, save_tiny
 
     root.mkdir(parents=True, exist_ok=True)
     files = Files(root=root, out=root / "out")

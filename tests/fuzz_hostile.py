@@ -25,7 +25,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from .fuzz_grammar import EXAMPLE, Files, Outcome, run_case
+from attnviz.example import EXAMPLE
+
+from .fuzz_grammar import Files, Outcome, run_case
 
 TARGETS = ("corpus", "coref", "config", "tokenizer", "tokenizer_config", "header", "index")
 BOM = b"\xef\xbb\xbf"

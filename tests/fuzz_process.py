@@ -30,7 +30,7 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from .fuzz_grammar import EXAMPLE
+from attnviz.example import EXAMPLE
 
 ROOT = Path(__file__).resolve().parent.parent
 SIGNAL_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}

@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from attnviz.engines import load_engine
+from attnviz.example import EXAMPLE
 from attnviz.io.models import resolve
 from attnviz.measures.ablation import Runner, ablate_text, batch_size, passes
 from attnviz.nn.attention import Ablation, ablate_heads
-from tests.conftest import EXAMPLE
+from tests.builders import SPECS_BY_NAME, save_tiny
 from tests.helpers import ProtocolOnly
-from tests.tiny_models import SPECS_BY_NAME, save_tiny
 
 TOL = 1e-5
 
@@ -456,7 +456,7 @@ def test_lm_numbers_match_transformers_task_heads(
 def test_heads_ablate_means_and_sds_are_over_the_corpus_tokens(own_engine: Any, tmp_path: Path) -> None:
     import json
 
-    texts = ["The animal didn't cross the street because it was too tired.", "The cat sat on the mat."]
+    texts = [f"{EXAMPLE}.", "The cat sat on the mat."]
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(texts) + "\n")
     result = _cli("heads", str(corpus), "--ablate", "--layer", "4-5", "--json")

@@ -1,6 +1,6 @@
 """--engine own against transformers, family by family, on tiny saved checkpoints.
 
-Each family's checkpoint is built once per module (tests/tiny_models.py), loaded
+Each family's checkpoint is built once per module (tests/builders/), loaded
 through attnviz's own loading code and through transformers (eager attention), and
 the two must agree on every layer's per-head weights and on the final hidden states.
 """
@@ -20,9 +20,9 @@ from attnviz.cli import hint_for
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import UnsupportedArchitectureError
 
+from .builders import SENTENCES, SPECS, Spec, build_tokenizer, save_tiny
+from .builders.families_a import FAMILY_A_SPECS
 from .helpers import inspect
-from .tiny_families_a import FAMILY_A_SPECS
-from .tiny_models import SENTENCES, SPECS, Spec, build_tokenizer, save_tiny
 
 TOL = 1e-5
 
@@ -208,9 +208,12 @@ def test_roberta_reads_positions_past_the_padding_index(engines: dict[str, tuple
 
 def test_every_registered_family_is_tested() -> None:
     # Issue 23's families are tested in their own files (tests/test_families_*.py).
-    from .tiny_models_b import SPECS_B
+    from .builders.families_2026 import SPECS_2026
+    from .builders.families_b import SPECS_B
+    from .builders.families_c import SPECS_C
 
-    assert set(supported_model_types()) == {spec.model_type for spec in (*SPECS, *FAMILY_A_SPECS, *SPECS_B)}
+    tested = (*SPECS, *FAMILY_A_SPECS, *SPECS_B, *SPECS_2026, *SPECS_C)
+    assert set(supported_model_types()) == {spec.model_type for spec in tested}
 
 
 def _config_only_checkpoint(directory: Path, config: dict[str, Any]) -> Path:

@@ -9,9 +9,10 @@ import torch
 
 from attnviz.engines import load_engine
 from attnviz.errors import ModelLoadError
+from attnviz.example import EXAMPLE
 
-from .helpers import EXAMPLE, save_tiny_bert
-from .tiny_models import Spec, _config, build_tiny
+from .builders import Spec, _config, build_tiny
+from .helpers import save_tiny_bert
 
 SENTENCES = [
     EXAMPLE,

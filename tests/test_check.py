@@ -15,7 +15,7 @@ from attnviz.errors import UsageError
 from attnviz.measures.check import DEFAULT_SENTENCES, TOLERANCE, CheckResult, compare_engines
 from attnviz.render.terminal.check import render_check, verdict
 
-from .tiny_models import SPECS_BY_NAME, save_tiny
+from .builders import SPECS_BY_NAME, save_tiny
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +101,7 @@ def test_cli_check_exits_1_when_weights_differ(tiny: dict[str, Path], monkeypatc
 def test_cli_check_on_an_unsupported_model_raises_our_error(tmp_path: Path) -> None:
     from transformers import XLNetConfig
 
-    from .tiny_models import build_tokenizer
+    from .builders import build_tokenizer
 
     XLNetConfig(vocab_size=101, d_model=48, n_layer=1, n_head=2).save_pretrained(tmp_path)  # no own stack for XLNet
     build_tokenizer("roberta").save_pretrained(tmp_path)

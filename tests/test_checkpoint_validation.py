@@ -22,7 +22,7 @@ from attnviz.cli import app
 from attnviz.errors import EngineError, ModelLoadError
 from attnviz.io.checkpoint import estimate_min_params, first_nonfinite_layer, read_safetensors_header, validate_config
 
-from .tiny_models import SPECS_BY_NAME, save_tiny
+from .builders import SPECS_BY_NAME, save_tiny
 
 ENGINES = ("own", "hf")
 

@@ -17,8 +17,8 @@ from attnviz.render.terminal import shade
 from attnviz.render.terminal.compact import binned, key_bins, strongest
 from attnviz.render.terminal.glyphs import colour, colours
 
+from .builders import CORPUS, Spec, _llama_like, save_tiny
 from .helpers import one_error_line
-from .tiny_models import CORPUS, Spec, _llama_like, save_tiny
 
 runner = CliRunner()
 WORDS = sorted({w for s in CORPUS for w in re.findall(r"\w+", s.lower())})

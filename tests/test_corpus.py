@@ -16,14 +16,15 @@ from attnviz.corpus.detectors import DETECTORS, top_heads
 from attnviz.corpus.scan import Scan, ScanOptions
 from attnviz.corpus.sources import CorpusText, count_lines, induction_probe, read_coref, read_corpus
 from attnviz.errors import UsageError
+from attnviz.example import EXAMPLE
 from attnviz.tokens import is_punctuation
 
-from .tiny_models import CORPUS, SPECS_BY_NAME, save_tiny
+from .builders import CORPUS, SPECS_BY_NAME, save_tiny
 
 REPO = Path(__file__).resolve().parents[1]
 PAIRS = REPO / "samples" / "minimal_pairs.tsv"
 MINILM_TEXTS = [
-    "The animal didn't cross the street because it was too tired.",
+    f"{EXAMPLE}.",
     "The cat sat on the mat, and the dog sat by the door.",
     "A small model can still show where each head looks!",
     "Paris is the capital of France; Paris is also a city of light.",

@@ -12,8 +12,8 @@ import torch
 
 import attnviz.engines as engines
 import attnviz.engines.base
+from attnviz.example import EXAMPLE
 
-from .conftest import EXAMPLE
 from .helpers import inspect
 
 

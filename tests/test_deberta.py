@@ -11,7 +11,7 @@ import pytest
 from attnviz.engines import load_engine
 from attnviz.measures.check import compare_engines
 
-from .tiny_models import Spec, _encoder, save_tiny
+from .builders import Spec, _encoder, save_tiny
 
 VARIANTS: dict[str, dict[str, Any]] = {
     # Position terms listed but relative_attention off: no c2p/p2c, yet the scale still

@@ -1,5 +1,5 @@
 """Issue 10's decoder parts, beyond the family-by-family comparison of test_architectures.py
-(which runs every tiny checkpoint of tests/tiny_models.py against transformers):
+(which runs every tiny checkpoint of tests/builders/ against transformers):
 
 * scaled RoPE: our inverse frequencies against transformers' own init functions, and
   dynamic NTK past max_position_embeddings against a freshly loaded transformers model;
@@ -30,8 +30,7 @@ from attnviz.engines import Engine, load_engine
 from attnviz.errors import ModelLoadError, UnsupportedArchitectureError
 from attnviz.nn.attention import scaled_dot_product_attention
 
-from .helpers import inspect
-from .tiny_models import (
+from .builders import (
     FAMILY_SPECS,
     MOE_SPECS,
     PHI3_SPEC,
@@ -42,6 +41,7 @@ from .tiny_models import (
     copy_with_config,
     save_tiny,
 )
+from .helpers import inspect
 
 TOL = 1e-5
 NEW_SPECS = (*ROPE_SPECS, *FAMILY_SPECS, *MOE_SPECS, *SINK_SPECS)

@@ -21,10 +21,10 @@ from typer.testing import CliRunner
 
 from attnviz.cli import app
 from attnviz.engines import load_engine
+from attnviz.example import EXAMPLE
 
-from .conftest import EXAMPLE
+from .builders import SPECS, save_tiny
 from .helpers import inspect
-from .tiny_models import SPECS, save_tiny
 
 pytestmark = pytest.mark.device
 

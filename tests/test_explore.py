@@ -17,13 +17,15 @@ import numpy as np
 import pytest
 from textual.widgets import Input
 
+from attnviz.cli.exploring import runner
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import UsageError
+from attnviz.example import EXAMPLE
 from attnviz.result import Attention
 from attnviz.tui.app import ExploreApp
-from attnviz.tui.views import check_size, export_name, free_path, runner
+from attnviz.tui.views import check_size, export_name, free_path
 
-from .helpers import EXAMPLE, inspect, save_tiny_bert
+from .helpers import inspect, save_tiny_bert
 
 # Async tests run on asyncio through anyio's pytest plugin (installed with textual's deps).
 pytestmark = pytest.mark.anyio
@@ -509,7 +511,7 @@ async def test_no_color_draws_glyphs_and_no_colours(att: Attention, monkeypatch:
 
 
 async def test_causal_model_masks_later_tokens(tmp_path: Path) -> None:
-    from .tiny_models import SPECS_BY_NAME, save_tiny
+    from .builders import SPECS_BY_NAME, save_tiny
 
     engine = load_engine("own", str(save_tiny(SPECS_BY_NAME["gpt2"], tmp_path)), "cpu")
     att = inspect("the cat sat on the mat", engine)

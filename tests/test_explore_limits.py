@@ -18,14 +18,15 @@ import pytest
 from textual import events
 from textual.widgets import Input
 
+from attnviz.cli.exploring import runner
 from attnviz.engines import Engine
+from attnviz.example import EXAMPLE
 from attnviz.result import Attention
 from attnviz.transforms import View
 from attnviz.tui.app import ExploreApp
-from attnviz.tui.views import runner
 from attnviz.tui.widgets import MAX_SENTENCE, TOO_LONG
 
-from .helpers import EXAMPLE, inspect, save_tiny_bert
+from .helpers import inspect, save_tiny_bert
 from .test_explore import SIZE, press, screen, settle
 
 pytestmark = pytest.mark.anyio

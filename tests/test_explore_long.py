@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from attnviz.cli.exploring import RowSource, explore_reading, long_reading
 from attnviz.engines import load_engine
 from attnviz.errors import UsageError
 from attnviz.measures.metrics import head_stats
@@ -18,11 +19,11 @@ from attnviz.render.terminal import shade
 from attnviz.render.terminal.compact import binned, strip_bins
 from attnviz.transforms import View, shares
 from attnviz.tui.app import ExploreApp
-from attnviz.tui.long import ROW_WINDOW, RowSource, long_reading, values_top_keys, window_of
-from attnviz.tui.views import explore_reading, head_table, strips
+from attnviz.tui.long import ROW_WINDOW, values_top_keys, window_of
+from attnviz.tui.views import head_table, strips
 
+from .builders import Spec, _config, build_tiny
 from .helpers import ProtocolOnly, inspect
-from .tiny_models import Spec, _config, build_tiny
 
 pytestmark = pytest.mark.anyio
 

@@ -7,11 +7,12 @@ import pytest
 
 from attnviz.engines import Engine
 from attnviz.errors import UsageError
+from attnviz.example import EXAMPLE
 from attnviz.result import Attention
 from attnviz.tui.state import Session
 from attnviz.tui.views import VIEWS, Cursor
 
-from .helpers import EXAMPLE, inspect
+from .helpers import inspect
 
 
 @pytest.fixture(scope="module")

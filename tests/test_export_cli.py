@@ -15,9 +15,8 @@ from matplotlib.figure import Figure
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 from attnviz.result import Attention
-
-from .conftest import EXAMPLE
 
 
 @pytest.fixture

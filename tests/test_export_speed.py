@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import EXAMPLE
+from attnviz.example import EXAMPLE
 
 
 def run(code: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,7 +1,7 @@
 """Issue 23, first half: the hf engine's defects D1, D3, D4, and the own-engine stacks of
 GPT-NeoX, GPT-Neo, OPT, GPT-J, Phi, BLOOM, Falcon (Falcon-RW's ALiBi too) and GPT-BigCode
 against transformers (eager attention) on tiny checkpoints with every quirk switched on
-(tests/tiny_families_a.py).
+(tests/builders/families_a.py).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from attnviz.errors import UsageError
 from attnviz.measures import metrics
 from attnviz.measures.check import compare_engines
 
+from .builders import SENTENCES, SPECS, SPECS_BY_NAME, Spec, copy_with_config, save_tiny
+from .builders.families_a import CAUSALITY_SPECS, FAMILY_A_SPECS
 from .helpers import inspect
-from .tiny_families_a import CAUSALITY_SPECS, FAMILY_A_SPECS
-from .tiny_models import SENTENCES, SPECS, SPECS_BY_NAME, Spec, copy_with_config, save_tiny
 
 TOL = 1e-5
 # One query's rows come from a one-row product, which a CPU may sum in another order than

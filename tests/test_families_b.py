@@ -1,7 +1,7 @@
 """Issue 23, second half (families-b): defect D2 and the own-engine stacks of OLMo 1,
 OLMoE, CamemBERT, MPNet, StableLM, Granite, Cohere, Starcoder2, SmolLM3, Qwen2-MoE,
 Marian and Pegasus, each against transformers eager on a tiny checkpoint with every
-quirk switched on (tests/tiny_models_b.py), float32 on the CPU:
+quirk switched on (tests/builders/families_b.py), float32 on the CPU:
 
 * the row path (``OwnEngine.forward``, what ``show`` runs: fused attention with exact
   rows, for every row and for a few asked rows) and the eager path (what ``check``
@@ -25,8 +25,8 @@ from attnviz.engines import Engine, load_engine
 from attnviz.errors import ModelLoadError
 from attnviz.io.checkpoint import validate_config
 
-from .tiny_models import SENTENCES, save_tiny
-from .tiny_models_b import SPECS_B, SPECS_B_BY_NAME
+from .builders import SENTENCES, save_tiny
+from .builders.families_b import SPECS_B, SPECS_B_BY_NAME
 
 TOL = 1e-5
 ONE_STACK = tuple(spec for spec in SPECS_B if spec.head != "seq2seq")

@@ -6,12 +6,11 @@ import numpy as np
 import pytest
 
 from attnviz import transforms
+from attnviz.example import EXAMPLE
 from attnviz.measures import findings, metrics
 from attnviz.result import Attention, Provenance
 from attnviz.shape import ModelShape
 from attnviz.tokens import Tokens, is_punctuation
-
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 
 # 0:[CLS] 1:the 2:cat 3:sat 4:, 5:then 6:it 7:ran 8:[SEP]
 CAT = Tokens(

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnviz.example import EXAMPLE
+
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "gpu_check.py"
 
 
@@ -70,7 +72,7 @@ def test_bundle_is_the_default_model_in_float16_where_its_package_is_missing(tmp
     code = "import attnviz.io.models as m; print(m.packaged_model_dir())"
     where = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert Path(where.stdout.strip()) == model
-    show = [sys.executable, "-m", "attnviz", "show", "The animal didn't cross the street because it was too tired",
+    show = [sys.executable, "-m", "attnviz", "show", EXAMPLE,
             "--token", "it", "--json"]  # fmt: skip
     stand_in, packaged = (
         json.loads(subprocess.run(show, capture_output=True, text=True, env=e, timeout=300, check=True).stdout)

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from attnviz.cli import app
 from attnviz.corpus.detectors import DETECTORS
 
+from .builders import CORPUS, SPECS_BY_NAME, save_tiny
 from .helpers import one_error_line
 from .test_corpus import MINILM_TEXTS
-from .tiny_models import CORPUS, SPECS_BY_NAME, save_tiny
 
 runner = CliRunner()
 

@@ -15,10 +15,11 @@ from typer.testing import CliRunner
 
 from attnviz.cli import app
 from attnviz.errors import ModelLoadError, UsageError
+from attnviz.example import EXAMPLE
 from attnviz.io.jsonread import loads
 
+from .builders import SPECS_BY_NAME, save_tiny
 from .helpers import one_error_line
-from .tiny_models import SPECS_BY_NAME, save_tiny
 
 ENGINES = ("own", "hf")
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -281,7 +282,7 @@ def test_a_15_mib_text_is_refused_before_it_is_tokenized_whole(own_engine: Any) 
     # It was tokenized whole first (4.1 M tokens, 15 s, 3.1 GB), then refused.
     import time
 
-    text = "The animal didn't cross the street because it was too tired. " * 260_000
+    text = f"{EXAMPLE}. " * 260_000
     assert len(text) > 15 * 2**20
     start = time.perf_counter()
     with pytest.raises(UsageError, match=r"more than 512 tokens \(\d+ in its first [\d,]+ characters"):

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from attnviz.cli import app
 from attnviz.errors import OutputError, UsageError
+from attnviz.example import EXAMPLE
 from attnviz.io.safeio import check_text, read_lines, write_atomic
 from attnviz.io.safeio import one_line as escaped
 from attnviz.measures.pairs import read_pairs
@@ -25,7 +26,6 @@ from attnviz.result import atomic_write, check_writable
 
 from .helpers import one_error_line
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 ROOT = Path(__file__).resolve().parent.parent
 
 

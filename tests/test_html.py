@@ -14,6 +14,7 @@ import pytest
 
 from attnviz.engines import Engine
 from attnviz.errors import OutputError, UsageError
+from attnviz.example import EXAMPLE
 from attnviz.render import HTML_BUDGET_BYTES
 from attnviz.render.html import (
     SCALE,
@@ -31,7 +32,6 @@ from attnviz.tokens import Tokens
 
 from .helpers import inspect
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 COUNCIL = "The councilmen refused the demonstrators a permit because they feared violence."
 
 

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 from attnviz.measures.ablation import Runner, ablate_text
 from attnviz.render.html import PageAblation, decode_effects, page_data, save_html
 from attnviz.result import Attention
@@ -23,7 +24,6 @@ from attnviz.result import Attention
 from . import browser
 from .helpers import inspect, one_error_line
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 runner = CliRunner()
 
 

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 from attnviz.engines import load_engine
+from attnviz.example import EXAMPLE
 from attnviz.render.html import decode_weights, page_data, save_html, word_groups
 from attnviz.result import Attention
 
 from . import browser
 from .helpers import inspect
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 COUNCIL = "The councilmen refused the demonstrators a permit because they feared violence."
 MIN_LEFT = 0.01  # the page's threshold for an empty row once special tokens are hidden
 
@@ -346,7 +346,7 @@ def test_keyboard_drives_the_page(driver: Any, page: Path) -> None:
 
 
 def test_causal_grouped_query_model_masks_the_future(driver: Any, tmp_path: Path) -> None:
-    from .tiny_models import SPECS_BY_NAME, save_tiny
+    from .builders import SPECS_BY_NAME, save_tiny
 
     # A tiny Llama: causal, 4 query heads over 2 key/value heads.
     model = save_tiny(SPECS_BY_NAME["llama"], tmp_path / "llama")

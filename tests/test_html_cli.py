@@ -14,9 +14,8 @@ from typer.testing import CliRunner
 
 import attnviz.engines
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 from attnviz.render.html import decode_weights
-
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 
 
 @pytest.fixture

@@ -15,11 +15,12 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 from attnviz.render.html import decode_weights
 
 from . import browser
+from .builders import SPECS_BY_NAME, save_tiny
 from .helpers import one_error_line
-from .tiny_models import SPECS_BY_NAME, save_tiny
 
 TEXT = "the cat sat on the mat because it was tired"
 # uint16: each stored value within 0.5 / 65535 of the float32 one, plus float32 rounding.
@@ -157,9 +158,6 @@ def test_page_rollout_too_large_does_not_fall_back_to_rows(tmp_path: Path) -> No
 
 _why = browser.missing()
 needs_browser = browser.gate(_why)
-
-
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 
 
 @needs_browser

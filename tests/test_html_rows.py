@@ -27,8 +27,8 @@ from attnviz.render.html import rows as html_rows
 from attnviz.render.terminal.compact import key_bins
 
 from . import browser
+from .builders import SPECS_BY_NAME, Spec, _llama_like, save_tiny
 from .helpers import one_error_line
-from .tiny_models import SPECS_BY_NAME, Spec, _llama_like, save_tiny
 
 TEXT = "the cat sat on the mat and the dog sat by the door because it was too tired"
 LONG_WORDS = ["the", "cat", "sat", "on", "the", "mat", "and", "the", "dog", "sat", "by", "the", "door"]

@@ -15,11 +15,12 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 from attnviz.render.html.rows import decode_rows
 
 from . import browser
+from .builders import SPECS_BY_NAME, save_tiny
 from .helpers import one_error_line
-from .tiny_models import SPECS_BY_NAME, save_tiny
 
 TEXT = "the cat sat on the mat because it was tired"
 
@@ -132,9 +133,6 @@ def test_a_long_norm_page_falls_back_to_rows(tmp_path: Path) -> None:
 
 _why = browser.missing()
 needs_browser = browser.gate(_why)
-
-
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 
 
 @needs_browser

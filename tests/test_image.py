@@ -15,13 +15,13 @@ from matplotlib.figure import Figure
 
 from attnviz.engines import Engine
 from attnviz.errors import OutputError, UsageError
+from attnviz.example import EXAMPLE
 from attnviz.render.image import matrix_figure, save_figure, token_figure
 from attnviz.render.image.layout import MASKED
 from attnviz.result import Attention, Provenance
 from attnviz.shape import ModelShape
 from attnviz.tokens import Tokens
 
-from .conftest import EXAMPLE
 from .helpers import inspect
 
 LONG = (

@@ -41,6 +41,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "attnviz.nn": STDLIB_ONLY,
     "attnviz.measures": STDLIB_ONLY,
     "attnviz.io": STDLIB_ONLY,
+    "attnviz.engines.support": ("rich", "matplotlib", "typer", "transformers", "torch", "textual"),
     "attnviz.engines.memory": ("torch", "rich", "typer", "matplotlib", "transformers", "textual"),
     "attnviz.measures.pairs": ("torch", "rich", "typer", "matplotlib", "transformers", "textual"),
     "attnviz.measures.metrics": ("torch", "rich", "typer", "matplotlib", "transformers", "textual"),
@@ -441,3 +442,55 @@ def test_no_library_module_names_a_command_line_flag() -> None:
         if flag.search(line) and not line.lstrip().startswith("#")
     ]
     assert offenders == []
+
+
+def test_the_explorer_takes_data_and_callables_never_an_engine() -> None:
+    """tui/ draws an ``Attention`` and calls what it is handed (built by cli/exploring.py):
+    no module of it imports an engine, the pipeline that runs one, or the mechanisms."""
+    graph = import_graph()
+    tui = {m: edges for m, edges in graph.items() if m == "attnviz.tui" or m.startswith("attnviz.tui.")}
+    assert len(tui) >= 5
+    reach = ("attnviz.engines", "attnviz.pipeline", "attnviz.nn", "attnviz.architectures", "attnviz.cli")
+    offenders = {m: sorted(e for e in edges if e.startswith(reach)) for m, edges in tui.items()}
+    assert {m: e for m, e in offenders.items() if e} == {}
+    words = re.compile(r"\bengine\s*[:.]|\bEngine\b|\bplan\(|\bread\(\w+,\s*\w*engine")
+    named = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in (ROOT / "tui").glob("*.py")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if words.search(line)
+    ]
+    assert named == []
+
+
+# --- the layout ---------------------------------------------------------------------------
+
+REPO = ROOT.parent
+
+
+def test_the_example_sentence_is_defined_once() -> None:
+    """attnviz/example.py holds it; code elsewhere imports ``EXAMPLE`` (a docstring's
+    example may quote it)."""
+    sentence = "The animal didn't cross the street because it was too tired"
+    offenders = []
+    for folder in ("attnviz", "tests", "bench", "docs"):
+        for path in (REPO / folder).rglob("*.py"):
+            if path == ROOT / "example.py" or path == Path(__file__):
+                continue
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if sentence in line and not line.lstrip().startswith((">>>", "#")):
+                    offenders.append(f"{path.relative_to(REPO)}:{n}")
+    assert offenders == []
+
+
+def test_the_tiny_checkpoint_builders_live_in_tests_builders() -> None:
+    assert (REPO / "tests" / "builders" / "__init__.py").is_file()
+    assert sorted(p.name for p in (REPO / "tests").glob("tiny_*.py")) == []
+
+
+def test_the_package_root_keeps_the_face_and_the_pipeline_data() -> None:
+    """The mechanisms (nn/), the measures and analyses (measures/) and the file I/O (io/)
+    live in their sub-packages; the root holds at most 14 modules."""
+    root = sorted(p.stem for p in ROOT.glob("*.py"))
+    assert len(root) <= 14, root
+    assert {"attention", "norms", "checkpoint", "explain", "ablation"}.isdisjoint(root)

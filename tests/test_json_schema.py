@@ -18,11 +18,11 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 from attnviz.result import Provenance
 from attnviz.shape import ModelShape
 
-from .helpers import EXAMPLE
-from .tiny_models import CORPUS, SPECS_BY_NAME, save_tiny
+from .builders import CORPUS, SPECS_BY_NAME, save_tiny
 
 REPO = Path(__file__).resolve().parents[1]
 PAIRS = REPO / "samples" / "minimal_pairs.tsv"

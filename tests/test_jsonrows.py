@@ -10,10 +10,9 @@ import math
 import numpy as np
 import pytest
 
+from attnviz.example import EXAMPLE
 from attnviz.io.jsonrows import MIN_ELEMENTS, RawJSON, dumps, encode, write
 from attnviz.result import jsonable
-
-from .conftest import EXAMPLE
 
 
 @pytest.mark.parametrize("shape", [(MIN_ELEMENTS,), (1, 70_001), (2, 3, 11_000), (3, 1, 2, 4, 3_000), (70_000, 1)])

@@ -12,9 +12,10 @@ from typer.testing import CliRunner
 from attnviz import transforms
 from attnviz.cli import app
 from attnviz.engines import Engine
+from attnviz.example import EXAMPLE
 from attnviz.result import Attention
 
-from .helpers import EXAMPLE, inspect
+from .helpers import inspect
 
 runner = CliRunner()
 

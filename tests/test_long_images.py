@@ -14,13 +14,13 @@ from typer.testing import CliRunner
 
 from attnviz.cli import app
 from attnviz.errors import UsageError
+from attnviz.example import EXAMPLE
 from attnviz.render import COLUMN_IN, FigureStyle, image
 from attnviz.render.image import layout, matrix_figure, save_figure, token_figure
 from attnviz.transforms import head_aggregates, hide_special
 
-from .conftest import EXAMPLE
+from .builders import CORPUS, Spec, _encoder, save_tiny
 from .test_image import _synthetic, _text, panels
-from .tiny_models import CORPUS, Spec, _encoder, save_tiny
 
 
 def test_a_long_matrix_is_binned_keys_summed_and_queries_averaged() -> None:

@@ -54,8 +54,8 @@ from typer.testing import CliRunner  # noqa: E402
 
 from attnviz.cli import app  # noqa: E402
 
+from .builders import SPECS_BY_NAME, save_tiny  # noqa: E402
 from .helpers import one_error_line  # noqa: E402
-from .tiny_models import SPECS_BY_NAME, save_tiny  # noqa: E402
 
 runner = CliRunner()
 

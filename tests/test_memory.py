@@ -10,8 +10,8 @@ from attnviz.engines import load_engine, memory
 from attnviz.engines.memory import MemoryBudgetError, MemoryEstimate
 from attnviz.errors import UsageError
 
+from .builders import SPECS_BY_NAME, save_tiny
 from .helpers import inspect
-from .tiny_models import SPECS_BY_NAME, save_tiny
 
 
 @pytest.fixture(scope="module")

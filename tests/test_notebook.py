@@ -13,12 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from attnviz.example import EXAMPLE
 from attnviz.render import notebook
 from attnviz.render.html import Options, html_page
 from attnviz.result import Attention
 
 from . import notebooks
-from .helpers import EXAMPLE, inspect
+from .helpers import inspect
 
 SRCDOC = re.compile(r'srcdoc="([^"]*)"')
 
@@ -174,3 +175,18 @@ def test_the_widget_over_a_model_in_memory_switches_it_to_eager_per_run(minilm_d
     w.text = "The dog ran"
     assert w.labels == ["[CLS]", "the", "dog", "ran", "[SEP]"] or w.labels[2] == "dog"
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_the_norm_measure_is_refused_in_the_cell_not_drawn_as_weights(own_engine: Any) -> None:
+    """Norms are not weights: drawn on the weights' [0, 1] scale they were clipped and
+    labelled "weight". The cell says what to do instead; the page function refuses too."""
+    from attnviz.errors import UsageError
+
+    norms = inspect(EXAMPLE, own_engine, layers=[2], measure="norm")
+    assert norms.measure == "norm" and float(norms.weights.max()) > 1.0  # what clipping hid
+    for shown in (norms._repr_html_(), norms.show().html, notebook.show(norms, token="it").html):
+        assert "<iframe" not in shown and "norm measure" in htmllib.unescape(shown), shown[:300]
+    with pytest.raises(UsageError, match="norm measure"):
+        html_page(norms)
+    row = inspect(EXAMPLE, own_engine, layers=[2], queries=[10], measure="norm")
+    assert "<iframe" not in row._repr_html_() and "norm measure" in htmllib.unescape(row._repr_html_())

@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
+from attnviz.example import EXAMPLE
+
 from . import browser, notebooks
-from .helpers import EXAMPLE
 
 _why = browser.missing() or notebooks.missing()
 pytestmark = browser.gate(_why, "the notebook browser tests", "no headless browser or notebook tools")

@@ -14,9 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 from attnviz.result import Attention
-
-from .conftest import EXAMPLE
 
 runner = CliRunner()
 COUNCIL = "The councilmen refused the demonstrators a permit because they feared violence"
@@ -170,7 +169,7 @@ def test_python_api_reads_the_same_way() -> None:
 def test_causal_model_stays_causal(tmp_path: Path) -> None:
     """A tiny Llama (BOS is special): rollout, head max and specials set aside never put
     weight on a later token, and the rollout matches a direct product of the raw rows."""
-    from .tiny_models import SPECS_BY_NAME, save_tiny
+    from .builders import SPECS_BY_NAME, save_tiny
 
     path = save_tiny(SPECS_BY_NAME["llama"], tmp_path / "llama")
     sentence = "the cat sat on the mat"

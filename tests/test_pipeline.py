@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from attnviz.errors import UsageError
+from attnviz.example import EXAMPLE
 from attnviz.pipeline import Selection, plan, read, run
 from attnviz.select import Query
 from attnviz.transforms import View, apply, positions_in
 
-from .helpers import EXAMPLE, inspect
+from .helpers import inspect
 
 
 def test_selection_resolves_everything_at_once(own_engine: Any) -> None:

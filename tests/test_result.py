@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from attnviz.errors import OutputError, UsageError
+from attnviz.example import EXAMPLE
 from attnviz.result import Attention, atomic_write, check_writable
 
-from .helpers import EXAMPLE, inspect
+from .helpers import inspect
 
 
 @pytest.fixture(scope="module")

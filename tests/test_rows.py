@@ -22,8 +22,8 @@ from attnviz.nn import attention
 from attnviz.nn.attention import Mask, MultiHeadAttention, scaled_dot_product_attention
 from attnviz.nn.rows import EAGER, RowRequest, attend, attention_rows, chunked_eager, fused_attention
 
+from .builders import SPECS, VOCAB_SIZE, Spec, _config, save_tiny
 from .helpers import inspect
-from .tiny_models import SPECS, VOCAB_SIZE, Spec, _config, save_tiny
 
 TOL = 1e-5
 

@@ -15,8 +15,8 @@ from attnviz.errors import UsageError
 from attnviz.result import Attention
 from attnviz.tokens import PAIR_SEPARATOR, find_word
 
+from .builders import SPECS, Spec, save_tiny
 from .helpers import inspect
-from .tiny_models import SPECS, Spec, save_tiny
 
 TOL = 1e-5
 FIRST, SECOND = "The cat sat on the mat.", "It was too tired to move."

@@ -20,8 +20,8 @@ from attnviz.errors import UsageError
 from attnviz.pipeline import choose_part
 from attnviz.result import Attention
 
+from .builders import SENTENCES, SPECS, save_tiny
 from .helpers import inspect
-from .tiny_models import SENTENCES, SPECS, save_tiny
 
 TOL = 1e-5
 SEQ2SEQ = tuple(spec for spec in SPECS if spec.head == "seq2seq")
@@ -279,7 +279,7 @@ def test_cross_attention_matrix_figure_labels_target_rows_and_source_columns(
 def test_more_variants_match_transformers_in_every_part(cls: str, extra: dict[str, Any], tmp_path: Path) -> None:
     from attnviz.measures.check import compare_engines
 
-    from .tiny_models import _BART, _T5, Spec, _seq2seq
+    from .builders import _BART, _T5, Spec, _seq2seq
 
     base = _T5 if cls == "T5Config" else _BART
     spec = Spec(

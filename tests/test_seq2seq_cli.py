@@ -11,12 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from attnviz.cli import app
+from attnviz.example import EXAMPLE
 
-from .helpers import EXAMPLE, one_error_line
-from .tiny_models import SPECS_BY_NAME, save_tiny
+from .builders import SPECS_BY_NAME, save_tiny
+from .helpers import one_error_line
 
 runner = CliRunner()
-SOURCE = "The animal didn't cross the street because it was too tired."
+SOURCE = f"{EXAMPLE}."
 TARGET = "the cat sat on the mat"
 
 

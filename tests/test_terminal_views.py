@@ -14,6 +14,7 @@ from rich.console import Console
 
 from attnviz import transforms
 from attnviz.engines import Engine
+from attnviz.example import EXAMPLE
 from attnviz.measures import findings
 from attnviz.render.terminal import for_console, paged, render_show, token_heatmap
 from attnviz.render.terminal.shifts import shifts_table
@@ -21,7 +22,6 @@ from attnviz.result import Attention
 
 from .helpers import inspect
 
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 LONG_WORDS = "The internationalization committee's extraordinarily comprehensive recommendations were ignored"
 
 

@@ -6,9 +6,8 @@ import pytest
 
 from attnviz.cli import hint_for
 from attnviz.errors import TokenNotFoundError, UsageError
+from attnviz.example import EXAMPLE
 from attnviz.tokens import Tokens, check_index, find_word, load_tokenizer, tokenize, word_occurrences
-
-from .helpers import EXAMPLE
 
 
 @pytest.fixture(scope="module")

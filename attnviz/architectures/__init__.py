@@ -92,7 +92,8 @@ def build_from(
     with torch.device("meta"), _skip_init():
         try:
             model: AttnModel = module.build(config)
-        except (TypeError, ValueError, KeyError) as exc:
+        except (TypeError, ValueError, KeyError, ArithmeticError) as exc:
+            # ArithmeticError: a divisor of 0 or a size too large that no check above caught.
             from ..errors import ModelLoadError
 
             reason = f"lacks {exc}" if isinstance(exc, KeyError) else str(exc)

@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import UnsupportedArchitectureError
 from .bert import RULES as BERT_RULES
 from .bert import BertConfig, BertEncoder
+from .fields import whole
 
 MODEL_TYPES = ("albert",)
 PREFIXES = ("albert.",)
@@ -32,13 +33,13 @@ class AlbertEncoder(BertEncoder):
 
 
 def build(config: dict[str, Any]) -> AlbertEncoder:
-    inner = int(config.get("inner_group_num", 1) or 1)
+    inner = whole(config, "inner_group_num", 1)
     if inner != 1:
         # Several distinct layers per group would make a "layer" run several attentions.
         raise UnsupportedArchitectureError(
             f"ALBERT with inner_group_num={inner} is not implemented by the own engine (only 1)"
         )
-    groups = int(config.get("num_hidden_groups", 1) or 1)
+    groups = whole(config, "num_hidden_groups", 1)
     layers = int(config.get("num_hidden_layers", 12))
     if not 1 <= groups <= layers:
         raise ValueError(f"num_hidden_groups={groups} must be between 1 and num_hidden_layers={layers}")

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ModelLoadError, UnsupportedArchitectureError
+from ..nn import taps
 from ..nn.attention import Ablation
 from ..nn.rows import RowRequest
 from ..shape import ModelShape
@@ -53,10 +54,20 @@ class AttnModel(nn.Module):
     max_positions: int | None
     # Learned per-head sink logits: the weights of a row sum to 1 - the sink's share.
     attention_sinks: bool = False
+    # A hybrid's layers with softmax attention, by model layer number (() = every layer);
+    # its forward returns weights for these alone (``ModelShape.attention_layers``).
+    attention_layers: tuple[int, ...] = ()
 
     @property
     def shape(self) -> ModelShape:
-        return ModelShape(self.num_layers, self.num_heads, self.num_kv_heads, self.causal, self.attention_sinks)
+        return ModelShape(
+            self.num_layers,
+            self.num_heads,
+            self.num_kv_heads,
+            self.causal,
+            self.attention_sinks,
+            attention_layers=self.attention_layers,
+        )
 
     def forward(  # pragma: no cover - interface
         self,
@@ -97,6 +108,29 @@ class AttnModel(nn.Module):
                 raise ValueError(f"cannot ablate layer {layer}: the pass runs layers 0..{last}")
             out[layer] = replace(out[layer], ablation=ablation)
         return out
+
+
+def layer_loop(
+    x: Tensor, count: int, layer: Callable[[int, Tensor], tuple[Tensor, Any]], prefix: str = "blocks"
+) -> tuple[Tensor, list[Any]]:
+    """The layer loop of every stack: layers 0..count-1 in turn, each ``layer(n, x)`` ->
+    (its output (B, L, E), what it returns beside it: its weights). Here, and nowhere else,
+    the residual stream passes the taps ``{prefix}.N.resid_pre`` and ``.resid_post``
+    (nn/taps.py), and each layer's attention and blocks learn their taps' prefix.
+
+    Returns the last output and the list of what the layers returned beside it."""
+    site = taps.active()  # None unless a pass attached taps
+    beside: list[Any] = []
+    for n in range(count):
+        if site is not None:
+            site.layer = f"{prefix}.{n}"
+            x = site("resid_pre", x)
+        x, extra = layer(n, x)
+        if site is not None:
+            site.layer = f"{prefix}.{n}"  # a layer may run a stack of its own (an encoder inside)
+            x = site("resid_post", x)
+        beside.append(extra)
+    return x, beside
 
 
 # --- activations ---------------------------------------------------------------

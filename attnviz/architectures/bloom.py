@@ -28,10 +28,12 @@ from torch import Tensor, nn
 
 from ..nn.attention import Mask, QKTransform
 from ..nn.rows import EAGER, RowRequest
+from ..nn.taps import tap
 from .alibi import AlibiAttention
 from .base import config_value
 from .blocks import split_per_head
 from .decoder import DecoderModel
+from .fields import number
 
 MODEL_TYPES = ("bloom",)
 PREFIXES = ("transformer.",)
@@ -57,7 +59,7 @@ class BloomConfig:
             hidden_size=int(config_value(config, "hidden_size", "n_embed")),
             n_layer=int(config_value(config, "n_layer", "num_hidden_layers")),
             n_head=int(config_value(config, "n_head", "num_attention_heads")),
-            layer_norm_epsilon=float(config.get("layer_norm_epsilon") or 1e-5),
+            layer_norm_epsilon=number(config, "layer_norm_epsilon", 1e-5, above=0.0),
             apply_residual_connection_post_layernorm=bool(config.get("apply_residual_connection_post_layernorm")),
         )
 
@@ -93,10 +95,10 @@ class BloomBlock(nn.Module):
         # 1. Attention on the normed input; the residual is the input, or its norm.
         h = self.attn_norm(x)  # (B, S, E)
         a, weights = self.attn(h, mask=mask, qk_transform=qk_transform, request=request)  # (B, S, E), (B, H, R, S)
-        a = (h if self.post_norm_residual else x) + a
+        a = (h if self.post_norm_residual else x) + tap("attn_out", a)
         # 2. The MLP likewise.
         g = self.mlp_norm(a)
-        return (g if self.post_norm_residual else a) + self.mlp(g), weights
+        return (g if self.post_norm_residual else a) + tap("mlp_out", self.mlp(g)), weights
 
 
 class BloomDecoder(DecoderModel):

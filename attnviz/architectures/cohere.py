@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, QKTransform
+from .fields import number, whole
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU, attention_options
 from .qwen3 import QKNormAttention
 from .stablelm import ParallelBlock
@@ -113,9 +114,9 @@ def build(config: dict[str, Any]) -> CohereDecoder:
     hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
     base = LlamaConfig.from_dict(
         config,
-        head_dim=int(config.get("head_dim") or hidden // heads),
+        head_dim=whole(config, "head_dim", hidden // heads),
         mlp_bias=False,
-        rms_norm_eps=float(config.get("layer_norm_eps") or 1e-5),  # the LayerNorms' eps
+        rms_norm_eps=number(config, "layer_norm_eps", 1e-5, above=0.0),  # the LayerNorms' eps
     )
     return CohereDecoder(CohereConfig(**vars(base), qk_norm=bool(config.get("use_qk_norm", False))))
 

@@ -35,8 +35,11 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import UnsupportedArchitectureError
+from ..nn import taps
 from ..nn.attention import Ablation, MultiHeadAttention, ablate_heads, padding_mask, scaled_dot_product_attention
-from .base import AttnModel, ForwardOutput, LayerAblation, activation, config_value
+from ..nn.taps import tap
+from .base import AttnModel, ForwardOutput, LayerAblation, activation, config_value, layer_loop
+from .fields import given
 
 MODEL_TYPES = ("deberta-v2",)
 PREFIXES = ("deberta.",)
@@ -100,7 +103,7 @@ class DebertaConfig:
                 f"attention_head_size={head_size} (not hidden_size / num_attention_heads) is not implemented "
                 "by the own engine"
             )
-        types = config.get("pos_att_type") or ()
+        types = given(config, "pos_att_type", ())  # "" and [] name no terms, as () does
         if isinstance(types, str):
             types = [t.strip() for t in types.lower().split("|") if t.strip()]
         norm_rel = [x.strip() for x in str(config.get("norm_rel_ebd", "none")).lower().split("|")]
@@ -132,7 +135,7 @@ class DebertaConfig:
 def score_terms(config: dict[str, Any]) -> tuple[str, ...]:
     """Which terms a DeBERTa checkpoint's attention scores sum: ("c2c", "c2p", "p2c") or fewer."""
     # Read leniently (no validation): the hf engine states the terms of any checkpoint.
-    types = config.get("pos_att_type") or ()
+    types = given(config, "pos_att_type", ())
     if isinstance(types, str):
         types = [t.strip() for t in types.lower().split("|")]
     position = tuple(t for t in ("c2p", "p2c") if t in types) if config.get("relative_attention") else ()
@@ -221,15 +224,22 @@ class DisentangledAttention(MultiHeadAttention):
                 flipped = torch.clamp(-positions + self.span, 0, 2 * self.span - 1)  # (L, L)
                 gathered = torch.gather(k @ pq.transpose(-1, -2), -1, flipped.expand(b, self.n_heads, length, length))
                 bias = bias + gathered.transpose(-1, -2) / scale  # (B, H, L, L)
+        site = taps.active()  # None unless a pass attached taps (nn/taps.py)
+        if site is not None:
+            q, k, v = site("attn.q", q), site("attn.k", k), site("attn.v", v)
         # 3. softmax(q·(k/scale)ᵀ + bias)·v: k is divided first, as transformers does, so
         #    the scores round alike.
         heads, weights = scaled_dot_product_attention(
             q, k / scale, v, mask, 1.0, score_bias=bias
         )  # (B, H, L, D), (B, H, L, L)
-        concat = heads.transpose(1, 2).reshape(b, length, self.n_heads * self.head_dim)  # (B, L, H·D)
+        z = heads.transpose(1, 2)  # (B, L, H, D)
+        if site is not None:
+            weights, z = site("attn.pattern", weights), site("attn.z", z)
+        concat = z.reshape(z.size(0), length, self.n_heads * self.head_dim)  # (B, L, H·D)
         if ablation is not None:
             concat = ablate_heads(concat, self.n_heads, ablation)  # (B', L, H·D)
-        return self.o_proj(concat), weights
+        out = self.o_proj(concat)  # (B, L, E)
+        return (out if site is None else site("attn.out", out)), weights
 
 
 class Block(nn.Module):
@@ -253,8 +263,8 @@ class Block(nn.Module):
         ablation: Ablation | None = None,
     ) -> tuple[Tensor, Tensor]:
         a, weights = self.attn.forward_disentangled(x, mask, positions, rel, ablation)  # (B, S, E), (B, H, S, S)
-        x = self.attn_norm(a + x)
-        x = self.ffn_norm(self.ffn_out(self.act(self.ffn_in(x))) + x)
+        x = self.attn_norm(tap("attn_out", a) + x)
+        x = self.ffn_norm(tap("mlp_out", self.ffn_out(self.act(self.ffn_in(x)))) + x)
         return x, weights
 
 
@@ -331,15 +341,16 @@ class Deberta(AttnModel):
             rel = self.rel.weight if self.rel_norm is None else self.rel_norm(self.rel.weight)  # (2·span, E)
         mask = padding_mask(real)  # (B, 1, 1, S)
         # 3. The layers (and the convolution beside layer 0).
-        attentions: list[Tensor] = []
         last = self.num_layers - 1 if max_layer is None else max_layer
-        for layer in range(last + 1):
-            ablation = ablate[1] if ablate is not None and ablate[0] == layer else None
-            out, weights = self.blocks[layer](x, mask, positions, rel, ablation)
-            if layer == 0 and self.conv is not None:
+
+        def layer(n: int, x: Tensor) -> tuple[Tensor, Tensor]:
+            ablation = ablate[1] if ablate is not None and ablate[0] == n else None
+            out, weights = self.blocks[n](x, mask, positions, rel, ablation)
+            if n == 0 and self.conv is not None:
                 out = self.conv(x, out, real)
-            x = out
-            attentions.append(weights if queries is None else weights[:, :, list(queries)])  # (B, H, R, S)
+            return out, weights if queries is None else weights[:, :, list(queries)]  # (B, H, R, S)
+
+        x, attentions = layer_loop(x, last + 1, layer)
         return ForwardOutput(hidden_states=x, attentions=attentions)
 
 

@@ -46,6 +46,7 @@ from .alibi import AlibiAttention
 from .base import config_value
 from .blocks import MLP, ParallelBlock, split_per_head
 from .decoder import PreNormBlock
+from .fields import number, text, whole
 from .llama import LlamaConfig, LlamaDecoder, attention_options
 from .rope import rope_config
 
@@ -63,7 +64,7 @@ def layout(config: dict[str, Any]) -> tuple[str, int, int, int]:
     hidden = int(config_value(config, "hidden_size", "n_embed"))
     if hidden % heads:
         raise ValueError(f"hidden_size={hidden} is not divisible by num_attention_heads={heads}")
-    kv = int(config.get("num_kv_heads") or heads)
+    kv = whole(config, "num_kv_heads", heads)
     if config.get("new_decoder_architecture"):
         if not config.get("parallel_attn", True):
             raise ValueError("new_decoder_architecture needs parallel_attn (transformers has no other block for it)")
@@ -80,9 +81,9 @@ def layout(config: dict[str, Any]) -> tuple[str, int, int, int]:
 class FalconDecoder(LlamaDecoder):
     def __init__(self, c: LlamaConfig, config: dict[str, Any]) -> None:
         self.kind = layout(config)[0]
-        self.layer_norm_epsilon = float(config.get("layer_norm_epsilon") or 1e-5)
+        self.layer_norm_epsilon = number(config, "layer_norm_epsilon", 1e-5, above=0.0)
         self.parallel = bool(config.get("parallel_attn", True))
-        self.two_norms = self.kind == "new" and int(config.get("num_ln_in_parallel_attn") or 2) == 2
+        self.two_norms = self.kind == "new" and whole(config, "num_ln_in_parallel_attn", 2) == 2
         self.alibi = bool(config.get("alibi"))
         super().__init__(c)
         if self.alibi:
@@ -123,13 +124,13 @@ def build(config: dict[str, Any]) -> FalconDecoder:
     hidden = heads * head_dim
     layers = int(config_value(config, "num_hidden_layers", "n_layer"))
     bias = bool(config.get("bias", False))
-    inner = int(config.get("ffn_hidden_size") or 4 * hidden)
+    inner = whole(config, "ffn_hidden_size", 4 * hidden)
     names = {"hidden_size": hidden, "num_attention_heads": heads, "num_hidden_layers": layers}
     c = LlamaConfig.from_dict(
         {**config, **names, "intermediate_size": inner},
         num_key_value_heads=kv,
         head_dim=head_dim,
-        hidden_act=str(config.get("activation") or "gelu"),
+        hidden_act=text(config, "activation", "gelu"),
         qkv_bias=bias,
         o_bias=bias,
         ropes=(rope_config(config, head_dim),) * layers,

@@ -35,7 +35,9 @@ from torch import Tensor, nn
 from ..errors import UnsupportedArchitectureError
 from ..nn.attention import Mask, MultiHeadAttention, QKTransform
 from ..nn.rows import EAGER, RowRequest
+from ..nn.taps import tap
 from . import llama
+from .fields import given, number, sequence, text, whole
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU, default_layer_types
 from .qwen3 import QK_NORM_RULES, qk_norm_attention
 from .rope import rope_config
@@ -84,9 +86,9 @@ class SandwichBlock(nn.Module):
         a, weights = self.attn(
             self.attn_norm(x), mask=mask, qk_transform=qk_transform, request=request
         )  # (B, L, E), (B, H, R, S)
-        x = x + self.post_attn_norm(a)
+        x = x + tap("attn_out", self.post_attn_norm(a))
         # 2. The MLP, likewise.
-        x = x + self.post_mlp_norm(self.mlp(self.mlp_norm(x)))
+        x = x + tap("mlp_out", self.post_mlp_norm(self.mlp(self.mlp_norm(x))))
         return x, weights
 
 
@@ -128,14 +130,16 @@ def gemma3_rope_parameters(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Gemma 3's rope parameters per layer type, as transformers 5 fills them in: the
     nested ``rope_parameters`` it writes, or the older layout (``rope_theta`` and
     ``rope_scaling`` for the global layers, ``rope_local_base_freq`` for the local ones)."""
-    given = config.get("rope_parameters")
-    nested = {k: dict(v) for k, v in given.items() if isinstance(v, Mapping)} if isinstance(given, Mapping) else {}
-    full = nested.get("full_attention") or {"rope_type": "default"}
+    saved = config.get("rope_parameters")
+    nested = {k: dict(v) for k, v in saved.items() if isinstance(v, Mapping)} if isinstance(saved, Mapping) else {}
+    # An entry absent or empty ({}) is plain RoPE, as transformers' Gemma 3 config fills it in.
+    plain: dict[str, Any] = {"rope_type": "default"}
+    full = nested["full_attention"] if nested.get("full_attention") else dict(plain)
     if isinstance(config.get("rope_scaling"), Mapping):
         full.update(config["rope_scaling"])
-    full.setdefault("rope_theta", config.get("rope_theta") or 1_000_000.0)
-    sliding = nested.get("sliding_attention") or {"rope_type": "default"}
-    sliding.setdefault("rope_theta", config.get("rope_local_base_freq") or 10_000.0)
+    full.setdefault("rope_theta", given(config, "rope_theta", 1_000_000.0))
+    sliding = nested["sliding_attention"] if nested.get("sliding_attention") else dict(plain)
+    sliding.setdefault("rope_theta", given(config, "rope_local_base_freq", 10_000.0))
     return {"full_attention": full, "sliding_attention": sliding}
 
 
@@ -148,20 +152,25 @@ def build(config: dict[str, Any]) -> GemmaDecoder:
             setting="use_bidirectional_attention",
         )
     heads = int(config["num_attention_heads"])
-    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    head_dim = whole(config, "head_dim", int(config["hidden_size"]) // heads)
     layers = int(config["num_hidden_layers"])
-    act = config.get("hidden_act") if generation == 1 else config.get("hidden_activation")
-    fields: dict[str, Any] = {"hidden_act": str(act or config.get("hidden_act") or "gelu_pytorch_tanh")}
+    act = text(config, "hidden_act", "gelu_pytorch_tanh")
+    if generation > 1:  # Gemma 2 and 3 read hidden_activation (older configs: hidden_act)
+        act = text(config, "hidden_activation", act)
+    fields: dict[str, Any] = {"hidden_act": act}
     if generation >= 2:
-        scalar = config.get("query_pre_attn_scalar")
-        fields["scale"] = float(scalar) ** -0.5 if scalar is not None else None
+        # An absent key is transformers' class default (256), not "unset".
+        fields["scale"] = number(config, "query_pre_attn_scalar", 256, above=0.0) ** -0.5
     if generation == 2:
         # Gemma 3 configs carry attn_logit_softcapping too, but transformers' Gemma 3
         # attention never applies it (measured: applying it differs by 0.1); nor do we.
-        softcap = config.get("attn_logit_softcapping")
-        fields["softcap"] = float(softcap) if softcap is not None else None
+        # c·tanh(s/c): absent is transformers' default cap of 50.0, null is no cap, 0 divides by 0.
+        if "attn_logit_softcapping" not in config:
+            fields["softcap"] = 50.0
+        elif config["attn_logit_softcapping"] is not None:
+            fields["softcap"] = number(config, "attn_logit_softcapping", 50.0, above=0.0)
     if generation == 3:
-        types = config.get("layer_types") or default_layer_types(config, model_type, layers)
+        types = sequence(config, "layer_types", default_layer_types(config, model_type, layers))
         per_type = {**config, "rope_parameters": gemma3_rope_parameters(config)}
         fields["ropes"] = tuple(rope_config(per_type, head_dim, layer_type=kind) for kind in types)
     base = LlamaConfig.from_dict(config, **fields)

@@ -75,7 +75,7 @@ class GPT2Config:
 class MLP(nn.Module):
     def __init__(self, c: GPT2Config) -> None:
         super().__init__()
-        inner = c.n_inner or 4 * c.n_embd
+        inner = 4 * c.n_embd if c.n_inner is None else c.n_inner
         self.fc_in = nn.Linear(c.n_embd, inner)
         self.fc_out = nn.Linear(inner, c.n_embd)
         self.act = activation(c.activation_function)

@@ -30,6 +30,7 @@ from ..nn.attention import MultiHeadAttention
 from .base import config_value
 from .blocks import MLP, split_per_head
 from .decoder import DecoderModel, PreNormBlock
+from .fields import number, text
 
 MODEL_TYPES = ("gpt_bigcode",)
 PREFIXES = ("transformer.",)
@@ -67,8 +68,8 @@ class BigCodeConfig:
             n_positions=int(config_value(config, "n_positions", "max_position_embeddings", default=1024)),
             multi_query=bool(config.get("multi_query", True)),
             n_inner=config.get("n_inner"),
-            activation_function=str(config.get("activation_function") or "gelu_pytorch_tanh"),
-            layer_norm_epsilon=float(config.get("layer_norm_epsilon") or 1e-5),
+            activation_function=text(config, "activation_function", "gelu_pytorch_tanh"),
+            layer_norm_epsilon=number(config, "layer_norm_epsilon", 1e-5, above=0.0),
             scale_attn_weights=bool(config.get("scale_attn_weights", True)),
         )
 
@@ -97,7 +98,7 @@ class BigCodeDecoder(DecoderModel):
             PreNormBlock(
                 attn=MultiHeadAttention(c.n_embd, c.n_head, n_kv_heads=c.kv_heads, scale=scale),
                 attn_norm=nn.LayerNorm(c.n_embd, eps=c.layer_norm_epsilon),
-                mlp=MLP(c.n_embd, c.n_inner or 4 * c.n_embd, c.activation_function),
+                mlp=MLP(c.n_embd, 4 * c.n_embd if c.n_inner is None else c.n_inner, c.activation_function),
                 mlp_norm=nn.LayerNorm(c.n_embd, eps=c.layer_norm_epsilon),
             )
             for _ in range(c.n_layer)

@@ -29,6 +29,7 @@ from ..nn.attention import MultiHeadAttention
 from .base import config_value
 from .blocks import MLP
 from .decoder import DecoderModel, PreNormBlock
+from .fields import number, sequence, text, whole
 
 MODEL_TYPES = ("gpt_neo",)
 PREFIXES = ("transformer.",)
@@ -39,7 +40,10 @@ def attention_layers(config: dict[str, Any]) -> tuple[str, ...]:
     layers = config.get("attention_layers")
     if not layers:
         layers = [
-            kind for pattern, repeat in config.get("attention_types") or [] for _ in range(repeat) for kind in pattern
+            kind
+            for pattern, repeat in sequence(config, "attention_types", [])
+            for _ in range(repeat)
+            for kind in pattern
         ]
     return tuple(str(kind) for kind in layers)
 
@@ -78,12 +82,12 @@ class GPTNeoConfig:
             hidden_size=int(config["hidden_size"]),
             num_layers=int(config_value(config, "num_layers", "num_hidden_layers")),
             num_heads=int(config_value(config, "num_heads", "num_attention_heads")),
-            max_position_embeddings=int(config.get("max_position_embeddings") or 2048),
+            max_position_embeddings=whole(config, "max_position_embeddings", 2048),
             layer_kinds=attention_layers(config),
-            window_size=int(config.get("window_size") or 256),
-            intermediate_size=config.get("intermediate_size"),
-            activation_function=str(config.get("activation_function") or "gelu_new"),
-            layer_norm_epsilon=float(config.get("layer_norm_epsilon") or 1e-5),
+            window_size=whole(config, "window_size", 256),
+            intermediate_size=whole(config, "intermediate_size", 4 * int(config["hidden_size"])),
+            activation_function=text(config, "activation_function", "gelu_new"),
+            layer_norm_epsilon=number(config, "layer_norm_epsilon", 1e-5, above=0.0),
         )
 
 
@@ -98,7 +102,7 @@ class GPTNeoDecoder(DecoderModel):
         self.windows = [c.window_size if kind == "local" else None for kind in c.layer_kinds]
         self.tokens = nn.Embedding(c.vocab_size, c.hidden_size)
         self.positions = nn.Embedding(c.max_position_embeddings, c.hidden_size)
-        inner = c.intermediate_size or 4 * c.hidden_size
+        inner = 4 * c.hidden_size if c.intermediate_size is None else c.intermediate_size
         self.blocks = nn.ModuleList(
             PreNormBlock(
                 # scale 1.0: GPT-Neo never divides q·kᵀ by √D.

@@ -30,6 +30,7 @@ from ..nn.attention import MultiHeadAttention, QKTransform
 from .base import config_value
 from .blocks import MLP, ParallelBlock
 from .decoder import DecoderModel
+from .fields import number, text
 
 MODEL_TYPES = ("gptj",)
 PREFIXES = ("transformer.",)
@@ -69,8 +70,8 @@ class GPTJConfig:
             # transformers without rotary_dim would rotate E dims of a D-dim head (and fail).
             rotary_dim=int(rotary) if rotary is not None else embd,
             n_inner=config.get("n_inner"),
-            activation_function=str(config.get("activation_function") or "gelu_new"),
-            layer_norm_epsilon=float(config.get("layer_norm_epsilon") or 1e-5),
+            activation_function=text(config, "activation_function", "gelu_new"),
+            layer_norm_epsilon=number(config, "layer_norm_epsilon", 1e-5, above=0.0),
         )
 
 
@@ -103,7 +104,7 @@ class GPTJDecoder(DecoderModel):
         self.max_positions = c.n_positions
         self.windows = [None] * c.n_layer
         self.tokens = nn.Embedding(c.vocab_size, c.n_embd)
-        inner = c.n_inner or 4 * c.n_embd
+        inner = 4 * c.n_embd if c.n_inner is None else c.n_inner
         self.blocks = nn.ModuleList(
             ParallelBlock(
                 MultiHeadAttention(c.n_embd, c.n_head, bias=False),

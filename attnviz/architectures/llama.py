@@ -36,6 +36,7 @@ from ..errors import UnsupportedArchitectureError
 from ..nn.attention import MultiHeadAttention, QKTransform
 from .base import activation, config_value
 from .decoder import DecoderModel, PreNormBlock
+from .fields import sequence, whole
 from .rope import RopeConfig, rope_config, rotary
 
 MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -143,13 +144,14 @@ def sliding_windows(config: dict[str, Any], model_type: str, layers: int) -> tup
         if not config.get("use_sliding_window") or window is None:
             return (None,) * layers
         first = int(config.get("max_window_layers", 28))
-        types = config.get("layer_types") or [
-            "sliding_attention" if i >= first else "full_attention" for i in range(layers)
-        ]
+        types = sequence(
+            config, "layer_types", ["sliding_attention" if i >= first else "full_attention" for i in range(layers)]
+        )
         return _windows_of(types, window, model_type, layers)
-    types = config.get("layer_types")
     if model_type in ("gemma2", "gemma3_text", "gpt_oss"):
-        return _windows_of(types or default_layer_types(config, model_type, layers), window, model_type, layers)
+        types = sequence(config, "layer_types", default_layer_types(config, model_type, layers))
+        return _windows_of(types, window, model_type, layers)
+    types = sequence(config, "layer_types", ())
     if types and any(kind != "full_attention" for kind in types):
         raise UnsupportedArchitectureError(
             f"layer_types other than full_attention are not implemented for {model_type!r} by the own engine",
@@ -160,7 +162,7 @@ def sliding_windows(config: dict[str, Any], model_type: str, layers: int) -> tup
 
 def default_layer_types(config: dict[str, Any], model_type: str, layers: int) -> list[str]:
     """``layer_types`` as transformers fills it in for configs that lack it (older ones)."""
-    period = int(config.get("sliding_window_pattern") or 6) if model_type == "gemma3_text" else 2
+    period = whole(config, "sliding_window_pattern", 6) if model_type == "gemma3_text" else 2
     return ["sliding_attention" if (i + 1) % period else "full_attention" for i in range(layers)]
 
 

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from .bart import RULES as BART_RULES
 from .bart import BartConfig, _stack
+from .fields import text, whole
 from .seq2seq import EncoderDecoder
 
 MODEL_TYPES = ("marian", "pegasus")
@@ -82,11 +83,11 @@ def build(config: dict[str, Any]) -> SinusoidalSeq2Seq:
     c = dataclasses.replace(
         BartConfig.from_dict(config),
         scale_embedding=bool(config.get("scale_embedding", True)),
-        activation_function=str(config.get("activation_function") or ("swish" if model_type == "marian" else "gelu")),
+        activation_function=text(config, "activation_function", "swish" if model_type == "marian" else "gelu"),
         pre_norm=model_type == "pegasus",
     )
     shared = model_type == "pegasus" or bool(config.get("share_encoder_decoder_embeddings", True))
-    decoder_vocab = None if shared else int(config.get("decoder_vocab_size") or c.vocab_size)
+    decoder_vocab = None if shared else whole(config, "decoder_vocab_size", c.vocab_size)
     return SinusoidalSeq2Seq(c, decoder_vocab)
 
 

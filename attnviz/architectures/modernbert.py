@@ -28,8 +28,9 @@ from torch import Tensor, nn
 
 from ..errors import UnsupportedArchitectureError
 from ..nn.attention import MultiHeadAttention, QKTransform, padding_mask
-from .base import AttnModel, ForwardOutput, LayerAblation, activation, config_value
+from .base import AttnModel, ForwardOutput, LayerAblation, activation, config_value, layer_loop
 from .decoder import PreNormBlock
+from .fields import given, number, sequence, whole
 from .rope import RopeConfig, rotary
 
 MODEL_TYPES = ("modernbert",)
@@ -76,8 +77,8 @@ class ModernBertConfig:
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> ModernBertConfig:
         layers = int(config["num_hidden_layers"])
-        every = int(config_value(config, "global_attn_every_n_layers", default=3))
-        types = config.get("layer_types") or [LOCAL if i % every else GLOBAL for i in range(layers)]
+        every = whole(config, "global_attn_every_n_layers", 3)
+        types = sequence(config, "layer_types", [LOCAL if i % every else GLOBAL for i in range(layers)])
         return cls(
             vocab_size=int(config["vocab_size"]),
             hidden_size=int(config["hidden_size"]),
@@ -86,7 +87,7 @@ class ModernBertConfig:
             num_attention_heads=int(config["num_attention_heads"]),
             max_position_embeddings=int(config_value(config, "max_position_embeddings", default=8192)),
             layer_types=tuple(types),
-            window=int(config_value(config, "local_attention", default=128)) // 2,
+            window=whole(config, "local_attention", 128, low=2) // 2,
             global_theta=_theta(config, GLOBAL, "global_rope_theta", 160_000.0),
             local_theta=_theta(config, LOCAL, "local_rope_theta", 10_000.0),
             hidden_activation=str(config_value(config, "hidden_activation", default="gelu")),
@@ -100,14 +101,14 @@ class ModernBertConfig:
 def _theta(config: dict[str, Any], layer_type: str, old_key: str, default: float) -> float:
     """RoPE θ of one layer type: transformers 5 writes ``rope_parameters: {layer_type:
     {rope_type, rope_theta}}``; older configs ``global_rope_theta`` / ``local_rope_theta``."""
-    params = (config.get("rope_parameters") or {}).get(layer_type) or {}
+    params: dict[str, Any] = given(given(config, "rope_parameters", {}), layer_type, {})
     rope_type = params.get("rope_type", "default")
     if rope_type != "default":
         raise UnsupportedArchitectureError(
             f"rope_parameters.{layer_type}.rope_type={rope_type!r} is not implemented by the own engine "
             "(only plain RoPE)"
         )
-    return float(params.get("rope_theta") or config.get(old_key) or default)
+    return number(params, "rope_theta", given(config, old_key, default), above=0.0)
 
 
 def _norm(c: ModernBertConfig) -> nn.LayerNorm:
@@ -179,13 +180,12 @@ class ModernBert(AttnModel):
         pad = everything if attention_mask is None else padding_mask(attention_mask)  # (B, 1, 1, S)
         masks = {GLOBAL: pad, LOCAL: pad & near[None, None]}  # (B, 1, 1, S), (B, 1, L, S)
         # 3. The layers.
-        attentions: list[Tensor] = []
         last = self.num_layers - 1 if max_layer is None else max_layer
         requests = self.row_requests(last, layers, queries, fused, ablate)
-        for layer in range(last + 1):
-            kind = c.layer_types[layer]
-            x, weights = self.blocks[layer](x, masks[kind], rope[kind], requests[layer])
-            attentions.append(weights)
+        kinds = c.layer_types
+        x, attentions = layer_loop(
+            x, last + 1, lambda n, x: self.blocks[n](x, masks[kinds[n]], rope[kinds[n]], requests[n])
+        )
         if last == self.num_layers - 1:
             x = self.final_norm(x)
         return ForwardOutput(hidden_states=x, attentions=attentions)

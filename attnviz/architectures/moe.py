@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention
 from .base import config_value
+from .fields import sequence, whole
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU
 from .qwen3 import QK_NORM_RULES, qk_norm_attention
 
@@ -52,14 +53,20 @@ class SparseMoE(nn.Module):
         # (Qwen3-MoE); Mixtral keeps them in float32 and casts each weighted output instead.
         self.top_k, self.normalize, self.cast = top_k, normalize, cast
 
-    def forward(self, x: Tensor) -> Tensor:
-        b, s, e = x.shape
-        flat = x.reshape(-1, e)  # (T, E), T = B·S tokens
-        # 1. Route: the k most probable experts per token, and their weights.
+    def route(self, flat: Tensor) -> tuple[Tensor, Tensor]:
+        """The k most probable experts of each token (T, E): their weights (T, k) and
+        indices (T, k). (DeepSeek's routers override this: mla.py.)"""
         probs = torch.softmax(self.router(flat).float(), dim=-1)  # (T, X)
         top, chosen = torch.topk(probs, self.top_k, dim=-1)  # (T, k), (T, k)
         if self.normalize:
             top = top / top.sum(dim=-1, keepdim=True)
+        return top, chosen
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, s, e = x.shape
+        flat = x.reshape(-1, e)  # (T, E), T = B·S tokens
+        # 1. Route: the k most probable experts per token, and their weights.
+        top, chosen = self.route(flat)  # (T, k), (T, k)
         if self.cast:
             top = top.to(flat.dtype)
         # 2. Each expert on its tokens, weighted, added in ascending expert order.
@@ -115,8 +122,8 @@ def build(config: dict[str, Any]) -> MoEDecoder:
     else:
         experts = int(config_value(config, "num_experts", "num_local_experts"))
         inner = int(config["moe_intermediate_size"])
-        step = int(config.get("decoder_sparse_step") or 1)
-        dense = set(config.get("mlp_only_layers") or ())
+        step = whole(config, "decoder_sparse_step", 1)
+        dense = set(sequence(config, "mlp_only_layers", ()))
         sparse = tuple(i for i in range(layers) if i not in dense and experts > 0 and (i + 1) % step == 0)
         normalize = bool(config.get("norm_topk_prob", False))
     base = LlamaConfig.from_dict(config)

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from .bert import BertConfig, BertEncoder
+from .fields import whole
 from .roberta import RobertaEmbeddings
 from .t5 import relative_position_bucket
 
@@ -54,7 +55,7 @@ class MPNetEncoder(BertEncoder):
 
 def build(config: dict[str, Any]) -> MPNetEncoder:
     c = BertConfig.from_dict(config, type_vocab_size=0, pad_token_id=PADDING_IDX)
-    return MPNetEncoder(c, int(config.get("relative_attention_num_buckets") or NUM_BUCKETS))
+    return MPNetEncoder(c, whole(config, "relative_attention_num_buckets", NUM_BUCKETS))
 
 
 RULES = (

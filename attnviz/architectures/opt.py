@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from ..nn.attention import MultiHeadAttention, QKTransform
 from .blocks import MLP, PostNormBlock
 from .decoder import DecoderModel, PreNormBlock
+from .fields import text, whole
 
 MODEL_TYPES = ("opt",)
 PREFIXES = ("model.decoder.", "decoder.")
@@ -67,11 +68,11 @@ class OPTConfig:
             num_hidden_layers=int(config["num_hidden_layers"]),
             num_attention_heads=int(config["num_attention_heads"]),
             ffn_dim=int(config["ffn_dim"]),
-            max_position_embeddings=int(config.get("max_position_embeddings") or 2048),
-            word_embed_proj_dim=int(config.get("word_embed_proj_dim") or hidden),
+            max_position_embeddings=whole(config, "max_position_embeddings", 2048),
+            word_embed_proj_dim=whole(config, "word_embed_proj_dim", hidden),
             do_layer_norm_before=bool(config.get("do_layer_norm_before", True)),
             remove_final_layer_norm=bool(config.get("_remove_final_layer_norm", False)),
-            activation_function=str(config.get("activation_function") or "relu"),
+            activation_function=text(config, "activation_function", "relu"),
             enable_bias=bool(config.get("enable_bias", True)),
             layer_norm_elementwise_affine=bool(config.get("layer_norm_elementwise_affine", True)),
         )

@@ -24,6 +24,7 @@ from torch import nn
 
 from ..nn.attention import MultiHeadAttention
 from .blocks import MLP, ParallelBlock
+from .fields import number, text, whole
 from .llama import LlamaConfig, LlamaDecoder, attention_options
 from .qwen3 import QKNormAttention
 from .rope import rope_config, rope_parameters
@@ -66,18 +67,18 @@ def build(config: dict[str, Any]) -> PhiDecoder:
     params.setdefault("partial_rotary_factor", config.get("partial_rotary_factor", 0.5))
     config = {**config, "rope_parameters": params}
     heads, hidden = int(config["num_attention_heads"]), int(config["hidden_size"])
-    head_dim = int(config.get("head_dim") or hidden // heads)
+    head_dim = whole(config, "head_dim", hidden // heads)
     layers = int(config["num_hidden_layers"])
     c = LlamaConfig.from_dict(
         config,
         head_dim=head_dim,
-        hidden_act=str(config.get("hidden_act") or "gelu_new"),
+        hidden_act=text(config, "hidden_act", "gelu_new"),
         qkv_bias=True,
         o_bias=True,
         ropes=(rope_config(config, head_dim, partial_rotary=True),) * layers,
         windows=(None,) * layers,
     )
-    eps = float(config.get("layer_norm_eps") or 1e-5)
+    eps = number(config, "layer_norm_eps", 1e-5, above=0.0)
     return PhiDecoder(c, eps, qk_layernorm=bool(config.get("qk_layernorm", False)))
 
 

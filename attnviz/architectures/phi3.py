@@ -18,6 +18,7 @@ from typing import Any
 from torch import Tensor
 
 from . import llama
+from .fields import whole
 from .llama import LlamaConfig, LlamaDecoder
 from .rope import rope_config
 
@@ -27,7 +28,7 @@ PREFIXES = llama.PREFIXES
 
 def build(config: dict[str, Any]) -> LlamaDecoder:
     heads = int(config["num_attention_heads"])
-    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    head_dim = whole(config, "head_dim", int(config["hidden_size"]) // heads)
     rope = rope_config(config, head_dim, partial_rotary=True, aliases={"su": "longrope", "yarn": "longrope"})
     layers = int(config["num_hidden_layers"])
     return LlamaDecoder(LlamaConfig.from_dict(config, ropes=(rope,) * layers, qkv_bias=False, o_bias=False))
@@ -43,8 +44,8 @@ RULES = (
 def convert(tensors: dict[str, Tensor], config: dict[str, Any]) -> dict[str, Tensor]:
     """Split the fused qkv_proj into q/k/v and gate_up_proj into gate/up."""
     heads = int(config["num_attention_heads"])
-    kv_heads = int(config.get("num_key_value_heads") or heads)
-    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    kv_heads = whole(config, "num_key_value_heads", heads)
+    head_dim = whole(config, "head_dim", int(config["hidden_size"]) // heads)
     sizes = [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim]
     out: dict[str, Tensor] = {}
     for name, tensor in tensors.items():

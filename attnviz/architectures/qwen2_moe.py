@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .fields import sequence, whole
 from .llama import LlamaConfig, SwiGLU
 from .moe import RULES as MOE_RULES
 from .moe import MoEConfig, MoEDecoder, SparseMoE
@@ -71,22 +72,24 @@ def _windows(config: dict[str, Any], layers: int) -> tuple[int | None, ...]:
     window = config.get("sliding_window")
     on = bool(config.get("use_sliding_window"))
     first = int(config.get("max_window_layers", 28))
-    types = config.get("layer_types") or [
-        "sliding_attention" if (i + 1) % 2 and i < first and on else "full_attention" for i in range(layers)
-    ]
+    types = sequence(
+        config,
+        "layer_types",
+        ["sliding_attention" if (i + 1) % 2 and i < first and on else "full_attention" for i in range(layers)],
+    )
     if len(types) != layers or any(kind not in ("full_attention", "sliding_attention") for kind in types):
         raise ValueError(f"layer_types {types} must name full or sliding attention for each of {layers} layers")
-    if "sliding_attention" in types and not window:
+    if "sliding_attention" in types and (window is None or window < 1):
         raise ValueError(f"sliding_attention layers need a sliding_window of at least 1, not {window}")
-    size = int(window or 0)
+    size = 0 if window is None else int(window)
     return tuple(size if kind == "sliding_attention" else None for kind in types)
 
 
 def build(config: dict[str, Any]) -> Qwen2MoeDecoder:
     layers = int(config["num_hidden_layers"])
     experts = int(config["num_experts"])
-    step = int(config.get("decoder_sparse_step") or 1)
-    dense = set(config.get("mlp_only_layers") or ())
+    step = whole(config, "decoder_sparse_step", 1)
+    dense = set(sequence(config, "mlp_only_layers", ()))
     sparse = tuple(i for i in range(layers) if i not in dense and experts > 0 and (i + 1) % step == 0)
     bias = bool(config.get("qkv_bias", True))
     base = LlamaConfig.from_dict(config, qkv_bias=bias, o_bias=False, mlp_bias=False, windows=_windows(config, layers))

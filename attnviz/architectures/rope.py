@@ -41,6 +41,7 @@ from torch import Tensor
 
 from ..errors import UnsupportedArchitectureError
 from ..nn.attention import QKTransform
+from .fields import fraction, given, number, whole
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
 
@@ -51,7 +52,8 @@ class RopeConfig:
 
     Attributes:
         rotary_dim: R, the leading dims of each head that rotate (D, or less with a
-            ``partial_rotary_factor``); the rest pass through unchanged.
+            ``partial_rotary_factor``; an odd R rotates R + 1, see ``pairs``); the rest
+            pass through unchanged.
         max_position_embeddings: M, the model's context length (dynamic and longrope
             compare the input length with it or with ``original_max_position_embeddings``).
     """
@@ -80,8 +82,13 @@ class RopeConfig:
                 f"(it implements: {', '.join(ROPE_TYPES)})",
                 setting=f"rope_type={self.rope_type}",
             )
-        if self.rotary_dim < 2 or self.rotary_dim % 2:
-            raise ValueError(f"rotary dim {self.rotary_dim} must be even and at least 2")
+        if self.rotary_dim < 1:
+            raise ValueError(f"rotary dim {self.rotary_dim} must be at least 1")
+        if self.rope_type == "dynamic" and self.rotary_dim == 2:
+            # dynamic grows θ by a power of R/(R-2).
+            raise ValueError("rope_type 'dynamic' needs a rotary dim above 2 (it divides by R - 2)")
+        if self.rope_type == "yarn" and self.theta == 1.0:
+            raise ValueError("rope_theta is 1; rope_type 'yarn' divides by ln(rope_theta)")
         needs: dict[str, tuple[str, ...]] = {
             "linear": ("factor",),
             "dynamic": ("factor",),
@@ -94,10 +101,15 @@ class RopeConfig:
                 raise ValueError(f"rope_parameters with rope_type {self.rope_type!r} lack {name!r}")
         for name in ("short_factor", "long_factor"):
             values = getattr(self, name)
-            if values is not None and len(values) != self.rotary_dim // 2:
-                raise ValueError(
-                    f"rope_parameters.{name} has {len(values)} entries, rotary dim/2 is {self.rotary_dim // 2}"
-                )
+            if values is not None and len(values) != self.pairs:
+                raise ValueError(f"rope_parameters.{name} has {len(values)} entries, not one per pair: {self.pairs}")
+
+    @property
+    def pairs(self) -> int:
+        """How many (i, i + R'/2) pairs rotate: ⌈R/2⌉. An odd R (Phi-3 at 0.75 × head_dim
+        10 = 7) rotates R + 1 dims, as transformers does: its frequencies are
+        θ^(-2i/R) for i < ⌈R/2⌉, and it rotates as many dims as cos/sin are wide."""
+        return (self.rotary_dim + 1) // 2
 
     def frequencies(self, length: int) -> tuple[Tensor, float]:
         """inv_freq (R/2,) in float32 on the CPU, and the factor on cos/sin, for an input of ``length`` tokens."""
@@ -155,7 +167,9 @@ def rope_parameters(config: Mapping[str, Any], layer_type: str | None = None) ->
     dict per layer type, Gemma 3); older configs have top-level ``rope_theta`` and
     ``rope_scaling: {type, factor, ...}``.
     """
-    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    params: Any = config.get("rope_parameters")
+    if not params:  # absent, null or {}: transformers 5 then reads the older rope_scaling
+        params = given(config, "rope_scaling", {})
     if not isinstance(params, Mapping):
         raise ValueError(f"rope_parameters is {params!r}, not a mapping")
     nested = any(isinstance(v, Mapping) for v in params.values())
@@ -166,7 +180,9 @@ def rope_parameters(config: Mapping[str, Any], layer_type: str | None = None) ->
                 f"for model_type {config.get('model_type')!r} by the own engine",
                 setting="rope_parameters",
             )
-        params = params.get(layer_type) or {}
+        params = given(params, layer_type, {})
+        if not isinstance(params, Mapping):
+            raise ValueError(f"rope_parameters.{layer_type} is {params!r}, not a mapping")
     return dict(params)
 
 
@@ -196,23 +212,41 @@ def rope_config(
     params = rope_parameters(config, layer_type)
     rope_type = str(params.get("rope_type", params.get("type", "default")))
     rope_type = (aliases or {}).get(rope_type, rope_type)
-    theta = float(params.get("rope_theta") or config.get("rope_theta") or default_theta)
-    partial = float(params.get("partial_rotary_factor") or config.get("partial_rotary_factor") or 1.0)
+    # A key inside rope_parameters wins over the top-level one; either may be absent or
+    # null (unset), but a 0 is a 0 and is checked, never read as "unset".
+    theta = number(params, "rope_theta", given(config, "rope_theta", default_theta), above=0.0)
+    partial = fraction(params, "partial_rotary_factor", given(config, "partial_rotary_factor", 1.0))
     if partial != 1.0 and not partial_rotary:
         raise UnsupportedArchitectureError(
             f"partial_rotary_factor={partial} is not implemented for model_type {config.get('model_type')!r} "
             "by the own engine",
             setting=f"partial_rotary_factor={partial}",
         )
-    max_positions = int(config.get("max_position_embeddings") or 2048)
+    rotary_dim = int(head_dim * partial)
+    # An odd R rotates R + 1 dims, as transformers does (``RopeConfig.pairs``): they must fit the head.
+    if rotary_dim < 1 or rotary_dim + rotary_dim % 2 > head_dim:
+        raise ValueError(
+            f"partial_rotary_factor {partial} of the head dim {head_dim} gives a rotary dim of {rotary_dim}; "
+            f"it must be at least 1, and rounded up to even at most the head dim"
+        )
+    max_positions = whole(config, "max_position_embeddings", 2048)
     original = None
     if rope_type in ("llama3", "yarn", "longrope"):
         # transformers gives a top-level original_max_position_embeddings (Phi-3 saves one)
         # priority over the one inside rope_parameters.
-        original = int(
-            config.get("original_max_position_embeddings")
-            or params.get("original_max_position_embeddings")
-            or max_positions
+        inner = whole(
+            params, "original_max_position_embeddings", max_positions, low=2 if rope_type == "longrope" else 1
+        )
+        original = whole(config, "original_max_position_embeddings", inner, low=2 if rope_type == "longrope" else 1)
+    for key in ("factor", "low_freq_factor", "high_freq_factor", "attention_factor"):
+        if params.get(key) is not None:
+            # Each is a divisor or a scale of cos/sin: 0 or below gives inf or a dead rotation.
+            number(params, key, 1.0, above=0.0, name=f"rope_parameters.{key}")
+    low, high = params.get("low_freq_factor"), params.get("high_freq_factor")
+    if rope_type == "llama3" and low is not None and high is not None and float(high) <= float(low):
+        raise ValueError(
+            f"rope_parameters.high_freq_factor {high} must be above low_freq_factor {low} "
+            "(llama3 divides by their difference)"
         )
 
     def opt(name: str) -> float | None:
@@ -226,7 +260,7 @@ def rope_config(
     return RopeConfig(
         rope_type=rope_type,
         theta=theta,
-        rotary_dim=int(head_dim * partial),
+        rotary_dim=rotary_dim,
         max_position_embeddings=max_positions,
         factor=opt("factor"),
         original_max_position_embeddings=original,
@@ -288,8 +322,9 @@ def _yarn(rope: RopeConfig, length: int) -> tuple[Tensor, float]:
             attention_factor = float(_yarn_mscale(factor, rope.mscale) / _yarn_mscale(factor, rope.mscale_all_dim))
         else:
             attention_factor = _yarn_mscale(factor)
-    beta_fast = rope.beta_fast or 32
-    beta_slow = rope.beta_slow or 1
+    # transformers reads a 0 here as unset (``get("beta_fast") or 32``): the same, on purpose.
+    beta_fast = 32.0 if not rope.beta_fast else rope.beta_fast
+    beta_slow = 1.0 if not rope.beta_slow else rope.beta_slow
 
     def correction_dim(rotations: float) -> float:
         # The dim whose wavelength makes ``rotations`` turns over the original context.

@@ -27,9 +27,10 @@ from torch import Tensor, nn
 
 from ..nn.attention import Ablation, MultiHeadAttention, causal_mask, padding_mask
 from ..nn.rows import EAGER, RowRequest
+from ..nn.taps import tap
 from ..select import PARTS
 from ..shape import ModelShape
-from .base import AttnModel, ForwardOutput, LayerAblation
+from .base import AttnModel, ForwardOutput, LayerAblation, layer_loop
 
 
 @dataclass
@@ -82,6 +83,8 @@ class Seq2SeqBlock(nn.Module):
         self.pre_norm = pre_norm
         self.attn, self.attn_norm = attn, attn_norm
         self.cross, self.cross_norm = cross, cross_norm
+        if cross is not None:
+            cross.tap_role = "cross"  # its taps: decoder.blocks.N.cross.z, ...
         self.mlp, self.mlp_norm = mlp, mlp_norm
 
     def _residual(self, x: Tensor, norm: nn.Module, out: Tensor) -> Tensor:
@@ -107,16 +110,16 @@ class Seq2SeqBlock(nn.Module):
         # 1. Self-attention (with the family's position bias, if any).
         h = self.attn_norm(x) if self.pre_norm else x
         a, weights = self.attn(h, mask=mask, request=request, score_bias=bias)  # (B, L, E), (B, H, R, L)
-        x = self._residual(x, self.attn_norm, a)
+        x = self._residual(x, self.attn_norm, tap("attn_out", a))
         # 2. Cross-attention: queries from the decoder, keys and values from the encoder.
         cross_weights = None
         if self.cross is not None and self.cross_norm is not None and memory is not None:
             h = self.cross_norm(x) if self.pre_norm else x
             a, cross_weights = self.cross(h, memory, mask=memory_mask, request=cross_request)  # (B, L, E), (B, H, L, S)
-            x = self._residual(x, self.cross_norm, a)
+            x = self._residual(x, self.cross_norm, tap("cross_out", a))
         # 3. The MLP.
         h = self.mlp_norm(x) if self.pre_norm else x
-        x = self._residual(x, self.mlp_norm, self.mlp(h))
+        x = self._residual(x, self.mlp_norm, tap("mlp_out", self.mlp(h)))
         return x, weights, cross_weights
 
 
@@ -154,16 +157,18 @@ class Stack(nn.Module):
             mask = future if mask is None else mask & future  # (B, 1, L, L)
         cross_mask = None if memory_mask is None else padding_mask(memory_mask)  # (B, 1, 1, S)
         # 2. The layers.
-        attentions: list[Tensor] = []
-        crosses: list[Tensor] = []
         last = len(self.blocks) - 1 if max_layer is None else max_layer
-        for layer in range(last + 1):
-            request = EAGER if requests is None else requests[layer]
-            cross_request = EAGER if cross_requests is None else cross_requests[layer]
-            x, weights, cross = self.blocks[layer](x, mask, bias, memory, cross_mask, request, cross_request)
-            attentions.append(weights)
-            if cross is not None:
-                crosses.append(cross)
+
+        def layer(n: int, x: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor | None]]:
+            request = EAGER if requests is None else requests[n]
+            cross_request = EAGER if cross_requests is None else cross_requests[n]
+            x, weights, cross = self.blocks[n](x, mask, bias, memory, cross_mask, request, cross_request)
+            return x, (weights, cross)
+
+        # The decoder's taps are decoder.blocks.N...; the encoder's, as a one-stack model's, blocks.N...
+        x, beside = layer_loop(x, last + 1, layer, "decoder.blocks" if self.causal else "blocks")
+        attentions = [weights for weights, _ in beside]
+        crosses = [cross for _, cross in beside if cross is not None]
         # 3. The final norm belongs to the output of the whole stack.
         if self.final_norm is not None and last == len(self.blocks) - 1:
             x = self.final_norm(x)

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from ..nn.attention import QKTransform
 from . import llama
+from .fields import whole
 from .llama import LlamaConfig, LlamaDecoder
 
 MODEL_TYPES = ("smollm3",)
@@ -51,7 +52,7 @@ class SmolLM3Decoder(LlamaDecoder):
 
 def build(config: dict[str, Any]) -> SmolLM3Decoder:
     layers = int(config["num_hidden_layers"])
-    interval = int(config.get("no_rope_layer_interval") or 4)
+    interval = whole(config, "no_rope_layer_interval", 4)
     marks = config.get("no_rope_layers")
     if marks is None:
         marks = [int((layer + 1) % interval != 0) for layer in range(layers)]

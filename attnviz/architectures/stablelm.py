@@ -26,6 +26,8 @@ from torch import Tensor, nn
 
 from ..nn.attention import Mask, MultiHeadAttention, QKTransform
 from ..nn.rows import EAGER, RowRequest
+from ..nn.taps import tap
+from .fields import number
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU, attention_options
 from .qwen3 import QKNormAttention
 from .rope import rope_config
@@ -55,7 +57,7 @@ class ParallelBlock(nn.Module):
         h = self.attn_norm(x)  # (B, L, E)
         # 2. Attention and MLP side by side, summed in transformers' order.
         a, weights = self.attn(h, mask=mask, qk_transform=qk_transform, request=request)  # (B, L, E), (B, H, R, S)
-        return x + a + self.mlp(h), weights
+        return x + tap("attn_out", a) + tap("mlp_out", self.mlp(h)), weights
 
 
 class PerHeadLayerNorm(nn.Module):
@@ -108,7 +110,7 @@ def build(config: dict[str, Any]) -> StableLmDecoder:
         qkv_bias=bool(config.get("use_qkv_bias", False)),
         o_bias=False,
         mlp_bias=False,
-        rms_norm_eps=float(config.get("layer_norm_eps") or 1e-5),  # the LayerNorms' eps
+        rms_norm_eps=number(config, "layer_norm_eps", 1e-5, above=0.0),  # the LayerNorms' eps
         ropes=(rope_config(config, head_dim, partial_rotary=True),) * layers,
     )
     return StableLmDecoder(

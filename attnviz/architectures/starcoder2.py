@@ -17,6 +17,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from .base import activation
+from .fields import number, text
 from .llama import LlamaConfig, LlamaDecoder
 
 MODEL_TYPES = ("starcoder2",)
@@ -53,8 +54,8 @@ def build(config: dict[str, Any]) -> Starcoder2Decoder:
             qkv_bias=bias,
             o_bias=bias,
             mlp_bias=bias,
-            rms_norm_eps=float(config.get("norm_epsilon") or 1e-5),  # the LayerNorms' eps
-            hidden_act=str(config.get("hidden_act") or "gelu_pytorch_tanh"),
+            rms_norm_eps=number(config, "norm_epsilon", 1e-5, above=0.0),  # the LayerNorms' eps
+            hidden_act=text(config, "hidden_act", "gelu_pytorch_tanh"),
             windows=(None if window is None else int(window),) * layers,
         )
     )

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ..render import EXPLAIN_TOP as DEFAULT_TOP
 from .app import EXAMPLE, app, errors
 from .common import query_from, read_input, stdout_console, wrote
 from .conventions import example
@@ -28,6 +30,30 @@ from .options import (
 
 if TYPE_CHECKING:
     pass
+
+
+class ExplainSort(str, Enum):
+    """``explain --sort``: the order of the keys' table (render.explain_view.SORTS)."""
+
+    weight = "weight"
+    norm = "norm"
+    contribution = "contribution"
+    position = "position"
+
+
+def _top(spec: str) -> int | None:
+    """--top K (a whole number from 1) or all (None)."""
+    from ..errors import UsageError
+
+    if spec.strip().lower() == "all":
+        return None
+    try:
+        k = int(spec)
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise UsageError(f"--top takes a whole number from 1, or all, not {spec!r}", hint="e.g. --top 20, or --top all")
+    return k
 
 
 @app.command(epilog=example(f'attnviz explain "{EXAMPLE}" --token it --layer 3 --head 1 --key animal'))
@@ -52,6 +78,23 @@ def explain(
             show_default=False,
         ),
     ] = None,
+    top: Annotated[
+        str,
+        typer.Option(
+            "--top",
+            metavar="K|all",
+            help="Keys in the table: the top K by --sort (the query and --key always), or all. "
+            "--json and -o hold every key.",
+        ),
+    ] = str(DEFAULT_TOP),
+    sort: Annotated[
+        ExplainSort,
+        typer.Option(
+            "--sort",
+            help="Which keys come first: weight (α), norm (‖f(x)‖), contribution (α·‖f(x)‖), largest first; "
+            "position: the top by α in text order.",
+        ),
+    ] = ExplainSort.weight,
     model: ModelOpt = None,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = DType.float32,
@@ -83,6 +126,7 @@ def explain(
             raise UsageError("explain shows one head", hint="give --layer L and --head H, e.g. --layer 3 --head 1")
         if output is not None:
             check_writable(output, (".html", ".htm"))
+        shown = _top(top)
         query = query_from(token, occurrence, index)
         assert query is not None  # required
         key_query = None
@@ -111,6 +155,6 @@ def explain(
 
             console = stdout_console()
             with paged(console, not no_pager):
-                console.print(explain_view(x, note))
+                console.print(explain_view(x, note, shown, sort.value))
         if output is not None:
             wrote(output)

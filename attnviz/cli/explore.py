@@ -63,8 +63,7 @@ def explore(
 
         from ..pipeline import Selection
         from ..tui.app import ExploreApp
-        from ..tui.long import long_reading
-        from ..tui.views import explore_reading, runner
+        from .exploring import explore_reading, long_reading, runner
 
         selection = Selection(queries=() if query is None else (query,), layers=layer)
         rows = None

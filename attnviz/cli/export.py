@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -85,6 +86,33 @@ VmaxOpt = Annotated[
 ]
 CmapOpt = Annotated[str, typer.Option("--cmap", metavar="NAME", help="A matplotlib colormap, e.g. viridis, magma.")]
 NoTitleOpt = Annotated[bool, typer.Option("--no-title", help="No sentence or provenance line above the panels.")]
+
+
+class XLabels(str, Enum):
+    """``--xlabels``: which token labels an image draws (render.FigureStyle.xlabels)."""
+
+    auto = "auto"
+    all = "all"
+    none = "none"
+
+
+XlabelsOpt = Annotated[
+    XLabels,
+    typer.Option(
+        "--xlabels",
+        help="Token labels: auto thins them so none overlap, always naming the token, each drawn head's "
+        "strongest key and the --target words; all names every token; none names none.",
+    ),
+]
+MarkOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--target",
+        metavar="WORD[:N]",
+        help="Image: a word whose label is always drawn (repeatable; WORD:N for the N-th occurrence).",
+        show_default=False,
+    ),
+]
 IndexesOpt = Annotated[
     list[int] | None,
     typer.Option(
@@ -114,8 +142,8 @@ MatrixLayerOpt = Annotated[
 @app.command(epilog=example(f'attnviz export "{EXAMPLE}" --token it -o it.png'))
 @grouped(
     layout="sentence file output token occurrence index view layer words hide_special no_renorm heads rollout "
-    "measure layers_mean ablate ablate_with open_layer rows matrix_layer figsize fontsize vmax cmap no_title dpi "
-    "model engine device dtype max_memory target_text target_file part pair debug"
+    "measure layers_mean ablate ablate_with open_layer rows matrix_layer figsize fontsize vmax cmap no_title "
+    "xlabels mark dpi model engine device dtype max_memory target_text target_file part pair debug"
 )
 def export(
     *,
@@ -136,6 +164,8 @@ def export(
     vmax: VmaxOpt = "1",
     cmap: CmapOpt = "viridis",
     no_title: NoTitleOpt = False,
+    xlabels: XlabelsOpt = XLabels.auto,
+    mark: MarkOpt = None,
     dpi: DpiOpt = DEFAULT_DPI,
     model: ModelChoice,
     second: TextPair,
@@ -171,7 +201,7 @@ def export(
         query = queries[0] if queries else None
         target = second.decoder_text()
         html = output.suffix.lower() in HTML_FORMATS
-        _check(html, open_layer, rows, matrix_layer, ablation.ablate, target, len(queries), reading)
+        _check(html, view, open_layer, rows, matrix_layer, ablation.ablate, target, queries, reading, xlabels, mark)
         if html:
             _page(
                 text,
@@ -189,23 +219,9 @@ def export(
                 target,
             )
             return
-        _image(
-            text,
-            output,
-            query,
-            view,
-            layer,
-            reading,
-            figsize,
-            fontsize,
-            vmax,
-            cmap,
-            no_title,
-            dpi,
-            model,
-            second,
-            target,
-        )
+        figure = {"figsize": figsize, "fontsize": fontsize, "vmax": vmax, "cmap": cmap, "no_title": no_title}
+        figure["xlabels"] = xlabels.value
+        _image(text, output, query, view, layer, reading, figure, tuple(mark or ()), dpi, model, second, target)
 
 
 def _image(
@@ -215,11 +231,8 @@ def _image(
     view: ExportView,
     layer: str | None,
     reading: Reading,
-    figsize: str | None,
-    fontsize: float,
-    vmax: str,
-    cmap: str,
-    no_title: bool,
+    figure: dict[str, Any],
+    mark: tuple[str, ...],
     dpi: int,
     model: ModelChoice,
     second: TextPair,
@@ -236,7 +249,7 @@ def _image(
             hint="add --token WORD (or --index K), or use --view matrix for whole matrices",
         )
     reading_view, picked = reading.view()
-    style = _style(figsize, fontsize, vmax, cmap, no_title, picked)
+    style = _style(**figure, heads=picked)
     limit = model.budget()
     sentence = text.read()
     eng = model.load(sentence)
@@ -244,10 +257,11 @@ def _image(
     chosen = choose_part(eng, second.part_name, target is not None)
     shape = eng.part_shape(chosen)
     check_heads(picked, shape.num_heads)
-    spec = layer if layer is not None or view is ExportView.token else str(shape.num_layers // 2)
+    spec = layer if layer is not None or view is ExportView.token else str(shape.layers[len(shape.layers) // 2])
     selection = Selection(
         queries=() if query is None else (query,),
         layers=spec,
+        targets=mark,
         part=chosen,
         view=reading_view,
         heads=picked,
@@ -263,8 +277,9 @@ def _image(
         )
     got = read(planned, eng, max_memory=limit)
     att = shares(got.attention)  # the norm measure's rows drawn as shares of 0..1
+    marked = tuple(p for positions in got.targets.values() for p in positions)
     if view is ExportView.token:
-        write_token_image(att, got.queries[:1], output, dpi, style)
+        write_token_image(att, got.queries[:1], output, dpi, style, marked)
         return
     import_matplotlib_for_cli()  # before render.image imports matplotlib the slow way
     from ..render.image import matrix_figure, save_figure
@@ -276,13 +291,16 @@ def _image(
 
 def _check(
     html: bool,
+    view: ExportView,
     open_layer: int | None,
     rows: bool,
     matrix_layer: list[int] | None,
     ablate: bool,
     target: str | None,
-    queries: int,
+    queries: list[Query],
     reading: Reading,
+    xlabels: XLabels,
+    mark: list[str] | None,
 ) -> None:
     """export's options against the output's kind and each other, before any model work."""
     from ..errors import UsageError
@@ -307,7 +325,14 @@ def _check(
             "the page's ablation bars are for one text's self-attention",
             hint="drop --ablate, or see a decoder's effects with attnviz compare --ablate",
         )
-    if queries > 1 and not html:
+    if html and (mark or xlabels is not XLabels.auto):
+        raise UsageError(
+            f"{'--target' if mark else '--xlabels'} sets an image's token labels; the page names every token",
+            hint="write .png, .svg or .pdf, or drop it",
+        )
+    if mark and view is ExportView.matrix:
+        raise UsageError("--target names keys in the token view's labels", hint="drop --target, or drop --view matrix")
+    if len(queries) > 1 and not html:
         raise UsageError("an image draws one token", hint="give one --token/--index, or write .html for several")
     if html and matrix_layer and reading.measure_name == "norm":
         raise UsageError(
@@ -379,7 +404,13 @@ def _page(
 
 
 def _style(
-    figsize: str | None, fontsize: float, vmax: str, cmap: str, no_title: bool, heads: tuple[int, ...] | None
+    figsize: str | None,
+    fontsize: float,
+    vmax: str,
+    cmap: str,
+    no_title: bool,
+    heads: tuple[int, ...] | None,
+    xlabels: str = "auto",
 ) -> FigureStyle:
     """The figure options as a ``FigureStyle``, checked before any model work."""
     from ..errors import UsageError
@@ -387,13 +418,23 @@ def _style(
     try:
         size = parse_figsize(figsize) if figsize is not None else None
         return FigureStyle(
-            figsize=size, fontsize=fontsize, heads=heads, vmax=parse_vmax(vmax), title=not no_title, cmap=cmap
+            figsize=size,
+            fontsize=fontsize,
+            heads=heads,
+            vmax=parse_vmax(vmax),
+            title=not no_title,
+            cmap=cmap,
+            xlabels=xlabels,
         )
     except ValueError as exc:
-        raise UsageError(str(exc), hint="see attnviz export --help for --figsize, --fontsize and --vmax") from None
+        raise UsageError(
+            str(exc), hint="see attnviz export --help for --figsize, --fontsize, --vmax and --xlabels"
+        ) from None
 
 
-def token_image(att: Attention, queries: Sequence[int], dpi: int, style: FigureStyle | None = None) -> Figure:
+def token_image(
+    att: Attention, queries: Sequence[int], dpi: int, style: FigureStyle | None = None, targets: Sequence[int] = ()
+) -> Figure:
     """The token view of ``queries[0]`` (a split word: the mean of its pieces' rows),
     checked against the pixel budget at ``dpi`` (nothing is drawn yet)."""
     import_matplotlib_for_cli()  # before render.image imports matplotlib the slow way
@@ -402,16 +443,22 @@ def token_image(att: Attention, queries: Sequence[int], dpi: int, style: FigureS
     if len(queries) > 1:
         # One figure per token would multiply files.
         sys.stderr.write(f"note: the image shows the first of {len(queries)} tokens; export the others one by one\n")
-    fig = token_figure(att, queries[0], style=style)
+    fig = token_figure(att, queries[0], style=style, targets=targets)
     check_pixels(fig, dpi)
     return fig
 
 
 def write_token_image(
-    att: Attention, queries: Sequence[int], path: Path, dpi: int, style: FigureStyle | None = None
+    att: Attention,
+    queries: Sequence[int],
+    path: Path,
+    dpi: int,
+    style: FigureStyle | None = None,
+    targets: Sequence[int] = (),
 ) -> None:
-    """Write the token view of ``queries[0]`` to ``path``."""
-    figure = token_image(att, queries, dpi, style)  # first: it imports matplotlib the CLI's way
+    """Write the token view of ``queries[0]`` to ``path`` (``targets``: key positions
+    whose labels are always drawn)."""
+    figure = token_image(att, queries, dpi, style, targets)  # first: it imports matplotlib the CLI's way
     from ..render.image import save_figure
 
     missing = save_figure(figure, path, dpi)

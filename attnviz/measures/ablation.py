@@ -219,7 +219,9 @@ class Runner:
         def hook(module: Any, args: tuple[Any, ...]) -> None:
             seen.setdefault(id(module), []).append(args[0].detach()[0].double().mean(0))  # (H·D,)
 
-        handles = [m.register_forward_pre_hook(hook) for m in {id(m): m for m in modules}.values()]
+        # A hybrid's layers without attention have no W^O (None): no heads, no means.
+        present = {id(m): m for m in modules if m is not None}
+        handles = [m.register_forward_pre_hook(hook) for m in present.values()]
         try:
             self.hidden()
         finally:
@@ -227,7 +229,11 @@ class Runner:
                 handle.remove()
         calls: dict[int, int] = {}
         means = []
+        width = next(iter(seen.values()))[0].numel() if seen else self.shape.num_heads
         for module in modules:  # a shared block (ALBERT) is called once per layer, in order
+            if module is None:
+                means.append(torch.zeros(width, dtype=torch.float64))
+                continue
             k = calls.get(id(module), 0)
             calls[id(module)] = k + 1
             means.append(seen[id(module)][k])
@@ -264,7 +270,8 @@ def ablate_text(
 
     check_mode(mode)
     n, h = runner.shape.num_layers, runner.shape.num_heads
-    plan = passes(n, h, batch or h, layers)
+    # A hybrid's layers without attention have no heads to ablate: their rows stay NaN.
+    plan = passes(n, h, batch or h, runner.shape.layers if layers is None else layers)
     if mode == "mean" and fill is None:
         fill = runner.head_means()  # (N, H, D)
     clean = runner.hidden()  # (1, Q, E)

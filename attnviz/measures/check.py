@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EngineError, UsageError
+from ..example import EXAMPLE
 from ..io.models import ModelFiles, resolve
 from ..shape import ModelShape
 
@@ -24,7 +25,7 @@ TOLERANCE = 1e-5
 # Varied on purpose: a pronoun with a distant antecedent, punctuation and numbers,
 # repeated words, a grammatical nonsense sentence.
 DEFAULT_SENTENCES: tuple[str, ...] = (
-    "The animal didn't cross the street because it was too tired.",
+    f"{EXAMPLE}.",
     "In 1969, Apollo 11 landed on the Moon; about 600 million people watched it live.",
     "She gave him the book, and he read the book twice before giving it back.",
     "Colorless green ideas sleep furiously.",

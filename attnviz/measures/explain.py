@@ -263,7 +263,10 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
     check_head(engine.num_layers, engine.shape.num_heads, layer, head)
     # 1. The forward pass up to the layer, the module's inputs caught on the way (on the
     # threads its work calls for, as show's pass: the whole pool on a busy machine spins).
-    with _caught(modules, layer) as caught, cpu_threads_for(engine, len(tokens)):
+    # The modules are called once per layer with attention: a hybrid's layer N is the call
+    # of its place among the attention layers (``ModelShape.layers``).
+    call = engine.shape.layers.index(layer) if layer in engine.shape.layers else -1
+    with _caught(modules, call) as caught, cpu_threads_for(engine, len(tokens)):
         engine.forward(tokens, (layer,), (query,))
     if "module" not in caught:
         raise UsageError(
@@ -272,6 +275,12 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
             reason="explain_family",
         )
     m = caught["module"]
+    if m.output_gated:
+        raise UsageError(
+            f"the {engine.files.model_type!r} attention of layer {layer} gates each head's output by the query "
+            "after the softmax; explain decomposes outputs that are the weights times the values",
+            reason="explain_family",
+        )
     bound = inspect.signature(m.forward).bind(*caught["args"], **caught["kwargs"])
     bound.apply_defaults()
     args = dict(bound.arguments)

@@ -4,8 +4,12 @@
 Checkpoints saved from ``*ForCausalLM`` or ``*ForMaskedLM`` carry the head beside the
 base model (tied heads reuse the token embeddings, which are then not stored twice):
 
-    causal   logits = h · W_U^T                       lm_head.weight, or the embeddings
-                                                      (Gemma 2: soft-capped, c·tanh(z/c))
+    causal   logits = t(h · W_U^T + b_U)              lm_head.weight (.bias: GPT-J, Phi), or the
+                                                      embeddings; t the family's transform:
+             Cohere     z · logit_scale               (default 0.0625)
+             Granite    z / logits_scaling            (default 1.0)
+             Gemma 2/3  c·tanh(z/c), c = final_logit_softcapping (Gemma 2's default 30.0,
+                        Gemma 3's none; null: none)
     masked   logits = LN(act(h · W_T^T + b_T)) · W_U^T + b_U
              BERT     cls.predictions.transform.{dense,LayerNorm}, cls.predictions.{decoder,bias}
              RoBERTa  lm_head.{dense,layer_norm,decoder,bias}
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
 _EMBEDDINGS = (
     "embeddings.word_embeddings.weight",
     "transformer.wte.weight",
+    "transformer.word_embeddings.weight",  # BLOOM, Falcon
     "wte.weight",
     "model.embed_tokens.weight",
     "embed_tokens.weight",
@@ -49,7 +54,9 @@ class LMHead:
         unembed: (V, E) W_U; bias: (V,) or None.
         transform: masked LMs' (dense weight (E, E), dense bias (E,), LN weight, LN bias), or None.
         act, eps: the transform's activation name and LayerNorm epsilon.
-        softcap: final logit soft-capping (Gemma 2), or None.
+        scale: the logits' multiplier (Cohere's logit_scale), or None.
+        divisor: the logits' divisor (Granite's logits_scaling), or None.
+        softcap: final logit soft-capping (Gemma 2 and 3), or None.
         tokenizer: for the top token's text; mask_id: a masked LM's mask token.
     """
 
@@ -60,6 +67,8 @@ class LMHead:
     act: str = "gelu"
     eps: float = 1e-12
     softcap: float | None = None
+    scale: float | None = None
+    divisor: float | None = None
     tokenizer: Any = None
     mask_id: int | None = None
 
@@ -77,6 +86,11 @@ class LMHead:
         out = h @ self.unembed.float().T  # (..., V)
         if self.bias is not None:
             out = out + self.bias.float()
+        # In the order and form of each *ForCausalLM (a multiply is not a divide by 1/x).
+        if self.scale is not None:
+            out = out * self.scale
+        if self.divisor is not None:
+            out = out / self.divisor
         if self.softcap is not None:
             out = torch.tanh(out / self.softcap) * self.softcap
         return out
@@ -153,11 +167,22 @@ def load_lm_head(engine: Engine, part: str | None = None) -> LMHead | None:
     embeddings = next((n for n in names if n.endswith(_EMBEDDINGS)), None)
     tokenizer = engine.tokenizer
     if engine.shape.causal:
-        name = find("lm_head.weight") or (embeddings if config.get("tie_word_embeddings", True) else None)
-        if name is None or "lm_head.weight" not in names and not _saved_as_lm(config):
+        name = find("lm_head.weight", "embed_out.weight")  # embed_out: GPT-NeoX
+        if name is None and config.get("tie_word_embeddings", True):
+            name = embeddings
+        if name is None or name == embeddings and not _saved_as_lm(config):
             return None
-        cap = config.get("final_logit_softcapping")
-        return LMHead("causal", get(name), softcap=float(cap) if cap else None, tokenizer=tokenizer)
+        bias = find("lm_head.bias")  # GPT-J, Phi
+        transform = logit_transform(config)
+        return LMHead(
+            "causal",
+            get(name),
+            bias=None if bias is None else get(bias),
+            tokenizer=tokenizer,
+            scale=transform.get("scale"),
+            divisor=transform.get("divisor"),
+            softcap=transform.get("softcap"),
+        )
     for prefix_dense, prefix_norm, prefix in _MASKED.values():
         dense = find(f"{prefix_dense}.weight")
         if dense is None:
@@ -186,6 +211,40 @@ def load_lm_head(engine: Engine, part: str | None = None) -> LMHead | None:
     return None
 
 
+# Each family's transform of the head's output: (config key, LMHead field, the default of
+# transformers' config class when the key is absent). A null value means "none" for the
+# soft-caps (transformers tests ``is not None``); 0 is refused (a divisor or a dead head).
+_LOGIT_TRANSFORMS: dict[str, tuple[str, str, float | None]] = {
+    "cohere": ("logit_scale", "scale", 0.0625),
+    "granite": ("logits_scaling", "divisor", 1.0),
+    "gemma2": ("final_logit_softcapping", "softcap", 30.0),
+    "gemma3_text": ("final_logit_softcapping", "softcap", None),
+}
+
+
+def logit_transform(config: dict[str, Any]) -> dict[str, float | None]:
+    """The ``LMHead`` fields (scale, divisor, softcap) of ``config``'s family, read as its
+    *ForCausalLM reads them. Raises ModelLoadError for a value no head can use."""
+    from ..architectures.fields import number
+    from ..errors import ModelLoadError
+
+    found = _LOGIT_TRANSFORMS.get(str(config.get("model_type")))
+    if found is None:
+        return {}
+    key, field, default = found
+    if key not in config:
+        return {field: default}
+    if config[key] is None:
+        if field != "softcap":
+            raise ModelLoadError(f"config.json: {key} is null", hint=f"{key} must be a number")
+        return {field: None}
+    try:
+        return {field: number(config, key, 1.0, above=0.0)}
+    except ValueError as exc:
+        raise ModelLoadError(f"config.json: {exc}", hint="config.json is corrupt or hand-edited wrongly") from None
+
+
 def _saved_as_lm(config: dict[str, Any]) -> bool:
     """Saved from a *ForCausalLM class (so tied embeddings are its head, not just a base model's)."""
-    return any(str(a).endswith(("ForCausalLM", "LMHeadModel")) for a in config.get("architectures") or ())
+    saved = config.get("architectures")
+    return isinstance(saved, list) and any(str(a).endswith(("ForCausalLM", "LMHeadModel")) for a in saved)

@@ -38,6 +38,8 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from . import taps
+
 # (q, k) -> (q, k): applied to the projected, split heads before the dot product.
 # This is where rotary position embeddings enter (Llama-family models).
 QKTransform = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
@@ -420,6 +422,10 @@ class MultiHeadAttention(nn.Module):
     (``o_proj`` is W^O).
     """
 
+    # This module's name in its layer's taps: blocks.N.attn.z; a decoder's cross-attention
+    # is "cross" (nn/taps.py).
+    tap_role = "attn"
+
     def __init__(
         self,
         d_model: int,
@@ -456,6 +462,26 @@ class MultiHeadAttention(nn.Module):
         # strided layout made q·kᵀ and weights·v 1.8x slower at 2,048 tokens).
         return x.view(b, t, heads, self.head_dim).transpose(1, 2).contiguous()  # (B, heads, T, D)
 
+    def project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Step 1 of ``forward``: q (B, H, L, D), k (B, G, S, D), v (B, G, S, Dv) from
+        query (B, L, E) and key, value (B, S, E). Here Dv = D and each is one linear map;
+        a family that makes its heads otherwise (mla.py's latent attention) overrides
+        this alone and keeps steps 2-4."""
+        q = self._split(self.q_proj(query), self.n_heads)  # (B, H, L, D)
+        k = self._split(self.k_proj(key), self.n_kv_heads)  # (B, G, S, D)
+        v = self._split(self.v_proj(value), self.n_kv_heads)  # (B, G, S, D)
+        return q, k, v
+
+    # Whether ``gate_output`` scales each head's output by a gate of the query (Qwen3-Next):
+    # a key's part of the output then depends on the query, so the norm measure refuses.
+    output_gated = False
+
+    def gate_output(self, z: Tensor, query: Tensor) -> Tensor:
+        """Between steps 2 and 3: each head's output z (B, L, H, Dv) as W^O reads it (the
+        ``z`` tap sees it after this); unchanged here. A gated family (qwen3_next.py)
+        multiplies it by σ(its gate of ``query`` (B, L, E))."""
+        return z
+
     def forward(
         self,
         query: Tensor,
@@ -487,11 +513,12 @@ class MultiHeadAttention(nn.Module):
         key = query if key is None else key
         value = key if value is None else value
         # 1. Per-head projections Q_i = Q·W_i^Q, K_i = K·W_i^K, V_i = V·W_i^V.
-        q = self._split(self.q_proj(query), self.n_heads)  # (B, H, L, D)
-        k = self._split(self.k_proj(key), self.n_kv_heads)  # (B, G, S, D)
-        v = self._split(self.v_proj(value), self.n_kv_heads)  # (B, G, S, D)
+        q, k, v = self.project(query, key, value)  # (B, H, L, D), (B, G, S, D), (B, G, S, Dv)
         if qk_transform is not None:
             q, k = qk_transform(q, k)
+        site = taps.active()  # None unless a pass attached taps (nn/taps.py)
+        if site is not None:
+            q, k, v = site(f"{self.tap_role}.q", q), site(f"{self.tap_role}.k", k), site(f"{self.tap_role}.v", v)
         # 2. head_i = softmax(Q_i K_iᵀ / √d_k) V_i, all heads at once; with grouped-query
         #    attention each key/value head serves H/G query heads (``repeat_kv``). Score
         #    modifiers (a position bias, soft-capping, sinks) send a fused request to the
@@ -500,10 +527,15 @@ class MultiHeadAttention(nn.Module):
             q, k, v, mask, self.scale, score_bias=score_bias, softcap=self.softcap, sinks=self.sinks
         )  # (B, H, L, D), (B, H, R, S)
         # 3. Concat(head_1, ..., head_H): put the heads back side by side.
-        b, _, length, _ = heads.shape
-        concat = heads.transpose(1, 2).reshape(b, length, self.n_heads * self.head_dim)  # (B, L, H·D)
+        z = heads.transpose(1, 2)  # (B, L, H, Dv); Dv = D but in multi-head latent attention (mla.py)
+        z = self.gate_output(z, query)  # the identity but in gated attention (qwen3_next.py)
+        if site is not None:
+            weights, z = site(f"{self.tap_role}.pattern", weights), site(f"{self.tap_role}.z", z)
+        b, length, _, dv = z.shape
+        concat = z.reshape(b, length, self.n_heads * dv)  # (B, L, H·Dv)
         ablation: Ablation | None = getattr(request, "ablation", None)
         if ablation is not None:  # head ablation (rows.RowRequest.ablation): one copy per removed head
             concat = ablate_heads(concat, self.n_heads, ablation)  # (B', L, H·D)
         # 4. ·W^O.
-        return self.o_proj(concat), weights
+        out = self.o_proj(concat)  # (B, L, E)
+        return (out if site is None else site(f"{self.tap_role}.out", out)), weights

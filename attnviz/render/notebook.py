@@ -40,6 +40,15 @@ def page_problem(att: Any) -> str | None:
     The page computes its reading options itself from raw per-token matrices, so it needs
     every token's row and the engine's weights as they came (no option applied).
     """
+    measure = getattr(att, "measure", "weight")
+    if measure != "weight":
+        # Drawn as weights, norms (not on [0, 1]) were clipped and labelled "weight".
+        return (
+            f"this Attention holds the {measure} measure, not attention weights, and the interactive view "
+            "draws norms only beside the weights they come from: compute the view with "
+            "attnviz.inspect(text) (the weights), or export a page with both (attnviz export TEXT -o page.html "
+            "--measure norm)"
+        )
     n_tok = len(att.tokens)
     if tuple(att.queries) != tuple(range(n_tok)):
         return (

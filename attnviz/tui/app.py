@@ -86,7 +86,7 @@ class ExploreApp(App[None]):
         run_norms: ``run`` in the norm measure (key ``o``); None: no ``o`` on a short text.
         rows: a long text: ``att`` holds the rows of some query tokens only and ``rows``
             computes those of others (raw positions; ``rows(queries, measure)``, a
-            ``long.RowSource``); the views then work on rows (``long.LongViews``).
+            ``attnviz.cli.exploring.RowSource``); the views then work on rows (``long.LongViews``).
     """
 
     TITLE = "attnviz explore"

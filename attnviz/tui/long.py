@@ -2,12 +2,12 @@
 explorer holds the rows of a few query tokens at a time, from the row path, and draws what
 ``attnviz show`` draws for one token of a long text.
 
-Rows come in windows of ``ROW_WINDOW`` query tokens (``RowSource``). The first window's
-forward pass keeps every layer's q and k (attnviz.nn.keptrows), so later windows, and their
-norms, are computed from them without another pass; where they cannot be kept (another
-engine, score modifiers, over the budget) each window is a forward pass. Windows are
-fetched in a worker thread, and the neighbouring windows are fetched ahead while the user
-reads.
+Rows come in windows of ``ROW_WINDOW`` query tokens from a callable the explorer is handed
+(``attnviz.cli.exploring.RowSource``; never an engine). Its first window's forward pass
+keeps every layer's q and k (attnviz.nn.keptrows), so later windows, and their norms, are
+computed from them without another pass; where they cannot be kept (another engine, score
+modifiers, over the budget) each window is a forward pass. Windows are fetched in a worker
+thread, and the neighbouring windows are fetched ahead while the user reads.
 
 The reading options work on rows as the CLI's do, through the same functions
 (``transforms.apply`` on the rows of the cursor's word, then ``shares`` for the norms):
@@ -47,15 +47,11 @@ from ..measures.metrics import head_stats
 from ..render.terminal import legend
 from ..render.terminal.compact import CompactLayer, compact_layer
 from ..result import Attention
-from ..tokens import Tokens
 from ..transforms import View, apply, measure_label, select, shares, word_groups
 from .views import MAX_BYTES, Cursor, _bytes, drawn_once, head_table, line_strip, strips
 
 if TYPE_CHECKING:
-    from ..engines import Engine
-    from ..nn.keptrows import KeptRows
-    from ..pipeline import Selection
-    from ..result import Reading
+    pass
 
 ROW_WINDOW = 8  # query tokens whose rows one fetch computes: the token keys then hit the cache
 LONG_VIEWS = ("heads", "table")  # the views that work on rows; v cycles over these
@@ -78,64 +74,6 @@ def check_rows_size(num_layers: int, num_heads: int, num_tokens: int, budget: in
             hint="explore fewer layers or a shorter text",
             reason="explore_size",
         )
-
-
-class RowSource:
-    """The raw rows of some query tokens of ``tokens`` (raw positions), every layer of
-    ``layers`` and every head, by the row path; call it as ``rows(queries, measure)``.
-
-    The first call is a forward pass that also keeps q and k (``keptrows``) when they fit
-    half of ``budget``; later calls are then answered from them (``kept``), else each is
-    a forward pass.
-    """
-
-    def __init__(self, engine: Engine, tokens: Tokens, layers: tuple[int, ...], budget: int = MAX_BYTES) -> None:
-        from ..nn.keptrows import kept_bytes
-
-        check_rows_size(len(layers), engine.shape.num_heads, len(tokens), budget)
-        self._engine, self.tokens, self.layers, self.budget = engine, tokens, layers, budget
-        size = kept_bytes(engine, range(max(layers) + 1), len(tokens))
-        self._try_keep = size is not None and size <= budget // 2
-        self.kept_size = size if self._try_keep and size is not None else 0
-        self._kept: KeptRows | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def kept(self) -> bool:
-        """Whether rows are answered from kept q and k (no forward pass)."""
-        return self._kept is not None
-
-    def _read(self, queries: tuple[int, ...], measure: str) -> Attention:
-        from ..pipeline import Selection, plan, read
-        from ..select import Query
-
-        selection = Selection(queries=tuple(Query(index=q) for q in queries), layers=self.layers, measure=measure)
-        return read(plan(self.tokens, self._engine, selection), self._engine).attention
-
-    def __call__(self, queries: tuple[int, ...], measure: str = "weight") -> Attention:
-        from ..nn.keptrows import KeptRows, capture
-
-        asked = tuple(sorted(queries))
-        kept = self._kept
-        if kept is not None and (measure == "weight" or kept.has_norms):
-            return kept.rows(asked, measure)
-        with self._lock:  # one capture pass at a time
-            keep = self._try_keep and self._kept is None and measure == "weight"
-            with capture(self._engine, active=keep) as caught:
-                att = self._read(asked, measure)
-            if keep:
-                self._kept = KeptRows.from_capture(att, caught, self._engine.files.model_type)
-                self._try_keep = False
-                if self._kept is None:
-                    self.kept_size = 0
-        return att
-
-
-def row_runner(
-    engine: Engine, tokens: Tokens, layers: tuple[int, ...], budget: int = MAX_BYTES
-) -> Callable[..., Attention]:
-    """The rows of some query tokens of ``tokens`` (``RowSource``)."""
-    return RowSource(engine, tokens, layers, budget)
 
 
 def window_of(query: int, num_tokens: int) -> tuple[int, ...]:
@@ -221,8 +159,8 @@ class _Windows:
 class LongViews:
     """The views of a long text read with ``reading`` and ``measure``, drawn from rows.
 
-    ``first``: the raw rows of at least one window; ``rows``: a ``RowSource`` (or any
-    ``rows(queries, measure)``). ``att`` is the text as the views see it (words merged
+    ``first``: the raw rows of at least one window; ``rows``: any ``rows(queries, measure)``
+    (``attnviz.cli.exploring.RowSource``). ``att`` is the text as the views see it (words merged
     when ``reading.words``: its tokens are then words), for the cursor and the status line.
     ``with_options`` gives the views of other options over the same computed windows.
     """
@@ -435,28 +373,3 @@ def matrix_refusal(att: Attention, budget: int = MAX_BYTES) -> str:
         f"{ROW_WINDOW} tokens at a time (the full matrices of {n:,} tokens would take {_bytes(size)}, "
         f"over the explorer's {_bytes(budget)}); for a matrix, attnviz export's matrix view of a shorter text"
     )
-
-
-def long_reading(
-    engine: Engine, sentence: str | Tokens, selection: Selection, budget: int = MAX_BYTES
-) -> tuple[Reading, RowSource]:
-    """A long text's first rows (the window of the start token: the selection's query,
-    else the first real token) and the ``RowSource`` that computes other windows.
-
-    Raises:
-        UsageError: empty text, too many tokens for the model, or one window's rows over
-            ``budget`` bytes (reason "explore_size").
-    """
-    from ..io.safeio import check_text
-    from ..pipeline import Reading, plan
-
-    planned = plan(
-        check_text(sentence) if isinstance(sentence, str) else sentence, engine, replace(selection, all_rows=True)
-    )
-    rows = RowSource(engine, planned.tokens, planned.layers, budget)
-    if planned.queries:
-        start = planned.queries[0][0]
-    else:
-        start = next((i for i, special in enumerate(planned.tokens.special) if not special), 0)
-    att = rows(window_of(start, len(planned.tokens)))
-    return Reading(att, (start,), {}, ((start,),) if planned.queries else ()), rows

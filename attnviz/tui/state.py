@@ -33,7 +33,7 @@ class Session:
         run: runs a new sentence through the already-loaded model; None: no ``/``.
         run_norms: the same in the norm measure; None: no ``o`` on a short text.
         query: the token to start on (default: the first one the tokenizer did not add).
-        rows: a long text: computes the rows of other query tokens (``long.RowSource``);
+        rows: a long text: computes the rows of other query tokens (``attnviz.cli.exploring.RowSource``);
             the views then work on rows (``long.LongViews``).
 
     Raises:

@@ -33,9 +33,7 @@ from ..tokens import Tokens
 from ..transforms import View, measure_label
 
 if TYPE_CHECKING:
-    from ..engines import Engine
-    from ..pipeline import Selection
-    from ..result import Reading
+    pass
 
 
 VIEWS = ("heads", "table", "matrix")
@@ -75,43 +73,6 @@ def check_size(num_layers: int, num_heads: int, num_tokens: int, budget: int = M
             hint="explore fewer layers or a shorter sentence",
             reason="explore_size",
         )
-
-
-def explore_reading(engine: Engine, sentence: str | Tokens, selection: Selection, budget: int = MAX_BYTES) -> Reading:
-    """Every query row of the selection's layers (its queries only located), the text and
-    the matrices' size checked before the forward pass.
-
-    Raises:
-        UsageError: empty text, too many tokens for the model, or matrices over ``budget`` bytes.
-    """
-    from ..io.safeio import check_text
-    from ..pipeline import plan, read
-
-    planned = plan(
-        check_text(sentence) if isinstance(sentence, str) else sentence, engine, replace(selection, all_rows=True)
-    )
-    check_size(len(planned.layers), engine.shape.num_heads, len(planned.tokens), budget)
-    return read(planned, engine)
-
-
-def runner(
-    engine: Engine, layers: tuple[int, ...], budget: int = MAX_BYTES, measure: str = "weight"
-) -> Callable[[str | Tokens], Attention]:
-    """What the explorer runs a sentence with: ``engine`` (loaded once), every query row
-    of ``layers`` (of the weights, or ``measure`` "norm": the norms), the text and the
-    matrices' size checked before the forward pass.
-
-    Raises (from the returned function):
-        UsageError: empty text, too many tokens for the model, or matrices over ``budget`` bytes.
-    """
-    from ..pipeline import Selection
-
-    selection = Selection(layers=layers, measure=measure)
-
-    def run(sentence: str | Tokens) -> Attention:
-        return explore_reading(engine, sentence, selection, budget).attention
-
-    return run
 
 
 def _bytes(n: int) -> str:

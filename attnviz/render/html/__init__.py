@@ -221,6 +221,11 @@ def page_data(
             matrices: ``inspect(tokens, engine, layers, None)``), or the initial query,
             view or layer is not in it.
     """
+    if att.measure != "weight":
+        raise UsageError(
+            f"the HTML view draws attention weights, and this Attention holds the {att.measure} measure",
+            hint="pass the weights as the Attention and the norms as norms=",
+        )
     n_tok = len(att.tokens)
     if tuple(att.queries) != tuple(range(n_tok)):
         raise UsageError(

@@ -2,14 +2,14 @@
 OPT, GPT-J, Phi, BLOOM, Falcon, GPT-BigCode), every quirk switched on, and of further
 families transformers builds tiny, for the causality test (D1).
 
-Data only: built by tests/tiny_models.py's ``save_tiny`` (transformers' config and
+Data only: built by tests/builders' ``save_tiny`` (transformers' config and
 task-head classes, odd sizes, the same word-level tokenizers); kept apart from it because
 other branches edit that file.
 """
 
 from __future__ import annotations
 
-from .tiny_models import VOCAB_SIZE, Spec, _config
+from . import VOCAB_SIZE, Spec, _config
 
 # Shared by the rotary decoders: 4 query heads, odd intermediate size, sharp heads.
 _DEC = dict(vocab_size=VOCAB_SIZE, max_position_embeddings=64, initializer_range=0.2, bos_token_id=1, eos_token_id=2)

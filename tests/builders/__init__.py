@@ -9,7 +9,7 @@ task-head classes people actually publish (``*ForMaskedLM``, ``*ForCausalLM``), 
 loading also has to strip their prefixes and drop their heads.
 
 The spec tables are data: this file's ``SPECS`` (and the named groups in it), issue 23's
-first half in tests/tiny_families_a.py and its second half in tests/tiny_models_b.py,
+first half in tests/builders/families_a.py and its second half in tests/builders/families_b.py,
 kept apart so that branches adding families edit different files; all are built here.
 """
 
@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnviz.example import EXAMPLE
+
 CORPUS = (
-    "The animal didn't cross the street because it was too tired.",
+    f"{EXAMPLE}.",
     "The cat sat on the mat, and the dog sat by the door.",
     "A small model can still show where each head looks.",
     "Attention weights sum to one over the keys.",
@@ -32,7 +34,7 @@ CORPUS = (
 
 # Sentences for comparing engines: repeated words, punctuation, an unknown word.
 SENTENCES = (
-    "The animal didn't cross the street because it was too tired.",
+    f"{EXAMPLE}.",
     "the cat sat on the mat and the dog sat by the door",
     "Where does each zebra head look?",
 )

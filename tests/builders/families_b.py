@@ -1,15 +1,15 @@
 """Tiny checkpoints of issue 23's second half of families (families-b), each with every
 quirk the own engine reads switched on.
 
-Data only: built by tests/tiny_models.py's ``save_tiny`` (transformers' own config and
+Data only: built by tests/builders' ``save_tiny`` (transformers' own config and
 task-head classes at odd sizes, random weights with norm weights and biases perturbed off
 their 1 / 0 start, saved with ``save_pretrained`` beside a local word-level tokenizer).
-Kept apart from tiny_models.py so that the branches adding families do not edit one file.
+Kept apart from the other builders so that the branches adding families do not edit one file.
 """
 
 from __future__ import annotations
 
-from .tiny_models import Spec, _decoder, _encoder, _llama_like, _seq2seq
+from . import Spec, _decoder, _encoder, _llama_like, _seq2seq
 
 DECODER_SPECS: tuple[Spec, ...] = (
     # OLMo 1: LayerNorm without weight or bias; q, k, v clamped to ±1 (the tiny model's

@@ -1,0 +1,5 @@
+"""The example sentence of the docs, the CLI's help, the tests and the benches, defined
+once: Vig's coreference example, where a head that resolves "it" looks at "animal".
+Stdlib only (the CLI's ``--help`` shows it)."""
+
+EXAMPLE = "The animal didn't cross the street because it was too tired"

@@ -1,0 +1,174 @@
+"""Tiny random checkpoints of issue 37's own-engine families (multi-head latent attention:
+DeepSeek-V2, DeepSeek-V3, GLM-4.7-Flash), every quirk their configs offer switched on.
+
+Data only, built by tests/builders' ``build_tiny`` (transformers' config and
+task-head classes, odd sizes); ``save_2026`` also moves the buffers ``build_tiny`` leaves
+at zero (DeepSeek-V3's e_score_correction_bias) so that a router ignoring them shows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import VOCAB_SIZE, Spec, _config, build_tiny, build_tokenizer
+
+_DEC = dict(vocab_size=VOCAB_SIZE, max_position_embeddings=64, initializer_range=0.2, bos_token_id=1, eos_token_id=2)
+
+# MLA at odd sizes: D = 6 + 4 no-rope and rope dims, Dv = 5, latents of 10 (q) and 12 (kv),
+# 8 routed experts (3 per token) in groups, 2 shared; layer 0 dense, 1-2 MoE.
+_MLA = dict(
+    _DEC,
+    max_position_embeddings=128,  # room for the long-input test
+    hidden_size=48,
+    intermediate_size=37,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    kv_lora_rank=12,
+    q_lora_rank=10,
+    qk_nope_head_dim=6,
+    qk_rope_head_dim=4,
+    v_head_dim=5,
+    n_routed_experts=8,
+    num_experts_per_tok=3,
+    moe_intermediate_size=9,
+    n_shared_experts=2,
+    attention_bias=True,
+)
+# YaRN with mscale_all_dim: the softmax scale gains mscale² and cos/sin mscale/mscale_all_dim.
+YARN = {
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 4.0,
+    "original_max_position_embeddings": 16,
+    "mscale": 0.9,
+    "mscale_all_dim": 0.8,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+}
+
+SPECS_2026: tuple[Spec, ...] = (
+    Spec(
+        "deepseek_v2",
+        "deepseek_v2",
+        _config(
+            "DeepseekV2Config",
+            **_MLA,
+            first_k_dense_replace=1,
+            topk_method="group_limited_greedy",
+            n_group=4,
+            topk_group=2,
+            routed_scaling_factor=1.5,
+            mlp_bias=True,
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "deepseek_v3",
+        "deepseek_v3",
+        _config(
+            "DeepseekV3Config",
+            **_MLA,
+            first_k_dense_replace=1,
+            n_group=4,
+            topk_group=2,
+            routed_scaling_factor=2.5,
+            rope_parameters=YARN,
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "deepseek_v3-plain-q",  # no q latent: one q_proj; RoPE by halves; no bias, no groups
+        "deepseek_v3",
+        _config(
+            "DeepseekV3Config",
+            **{**_MLA, "q_lora_rank": None, "attention_bias": False},
+            first_k_dense_replace=2,
+            n_group=1,
+            topk_group=1,
+            norm_topk_prob=False,
+            rope_interleave=False,
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "glm4_moe_lite",
+        "glm4_moe_lite",
+        _config(
+            "Glm4MoeLiteConfig",
+            **_MLA,
+            mlp_layer_types=["sparse", "dense", "sparse"],
+            n_group=2,
+            topk_group=1,
+            routed_scaling_factor=1.8,
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
+# Qwen3-Next at odd sizes: layers 0, 1, 3 Gated DeltaNet, 2 and 4 gated softmax attention;
+# 2 key heads shared by 4 value heads; partial rotary 0.5 of D = 8; MoE on layers 1-4 with a
+# shared expert, layer 0 dense (mlp_only_layers).
+_QWEN3_NEXT = dict(
+    _DEC,
+    hidden_size=48,
+    intermediate_size=37,
+    num_hidden_layers=5,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention", "full_attention"],
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=6,
+    linear_value_head_dim=5,
+    linear_conv_kernel_dim=3,
+    num_experts=6,
+    num_experts_per_tok=2,
+    moe_intermediate_size=9,
+    shared_expert_intermediate_size=11,
+    mlp_only_layers=[0],
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+    attention_bias=True,
+)
+SPECS_2026 += (
+    Spec("qwen3_next", "qwen3_next", _config("Qwen3NextConfig", **_QWEN3_NEXT), "causal", "llama", perturb=True),
+    Spec(
+        "qwen3_next-dense",  # no experts; every other layer attention; top-k not renormalised
+        "qwen3_next",
+        _config(
+            "Qwen3NextConfig",
+            **{**_QWEN3_NEXT, "num_experts": 0, "layer_types": None, "attention_bias": False},
+            full_attention_interval=2,
+            norm_topk_prob=False,
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
+SPECS_2026_BY_NAME = {spec.name: spec for spec in SPECS_2026}
+
+
+def save_2026(spec: Spec, directory: Path, seed: int = 0) -> Path:
+    """``build_tiny``'s model with its zero-started routing buffers moved too, saved beside
+    its tokenizer (as ``save_tiny``)."""
+    import torch
+
+    model = build_tiny(spec, seed)
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer.add_(0.3 * torch.randn(buffer.shape, generator=generator))
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    build_tokenizer(spec.specials).save_pretrained(directory)
+    return directory

@@ -1,0 +1,122 @@
+"""Tiny random checkpoints of issue 37's Llama-shaped families for the own engine (GLM-4,
+GLM-4.5, OLMo 3, Cohere2, EXAONE 4, ...), every quirk their configs offer switched on.
+
+Data only: built by tests/test_families_c.py (``save_tiny`` plus noise on the buffers a
+family routes with), kept apart from the other spec tables so that branches adding
+families edit different files.
+"""
+
+from __future__ import annotations
+
+from . import VOCAB_SIZE, Spec, _config
+
+# Odd sizes, 4 query heads over 2 key/value heads, a head width of its own, sharp heads.
+_DEC = dict(
+    vocab_size=VOCAB_SIZE,
+    max_position_embeddings=64,
+    initializer_range=0.2,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+    hidden_size=48,
+    intermediate_size=37,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+)
+
+SPECS_C: tuple[Spec, ...] = (
+    Spec(
+        "glm",
+        "glm",
+        _config("GlmConfig", **_DEC, num_hidden_layers=2, attention_bias=True, partial_rotary_factor=0.5),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "glm4",
+        "glm4",
+        _config("Glm4Config", **_DEC, num_hidden_layers=2, attention_bias=True, partial_rotary_factor=0.75),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "glm4_moe",
+        "glm4_moe",
+        _config(
+            "Glm4MoeConfig",
+            **_DEC,
+            num_hidden_layers=3,
+            attention_bias=True,
+            use_qk_norm=True,
+            partial_rotary_factor=0.5,
+            first_k_dense_replace=1,
+            n_routed_experts=8,
+            num_experts_per_tok=3,
+            n_group=4,
+            topk_group=2,
+            n_shared_experts=2,
+            moe_intermediate_size=11,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
+SPECS_C += (
+    Spec(
+        "olmo3",
+        "olmo3",
+        _config(
+            "Olmo3Config",
+            **_DEC,
+            num_hidden_layers=4,
+            attention_bias=True,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"],
+            rope_parameters={
+                "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 5000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+            },
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "cohere2",
+        "cohere2",
+        _config(
+            "Cohere2Config",
+            **_DEC,
+            num_hidden_layers=4,
+            attention_bias=True,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "exaone4",
+        "exaone4",
+        _config(
+            "Exaone4Config",
+            **_DEC,
+            num_hidden_layers=4,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
+SPECS_C_BY_NAME = {spec.name: spec for spec in SPECS_C}

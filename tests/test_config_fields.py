@@ -1,0 +1,109 @@
+"""A config.json value of 0 (or out of range) is never read as "unset": it is refused with
+exit 2 naming the key, or read exactly as transformers reads it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from attnviz import architectures
+from attnviz.architectures.fields import fraction, given, number, sequence, text, whole
+from attnviz.errors import ModelLoadError
+from tests.builders import SPECS_BY_NAME, copy_with_config, save_tiny
+from tests.builders.families_a import SPECS_A_BY_NAME
+from tests.builders.families_b import SPECS_B_BY_NAME
+
+ALL = {**SPECS_BY_NAME, **SPECS_B_BY_NAME, **SPECS_A_BY_NAME}
+
+
+def test_fields_tell_missing_from_zero() -> None:
+    assert given({"a": 0}, "a", 5) == 0 and given({"a": None}, "a", 5) == 5 and given({}, "a", 5) == 5
+    assert whole({}, "w", 256) == 256
+    with pytest.raises(ValueError, match="w is 0; it must be at least 1"):
+        whole({"w": 0}, "w", 256)
+    with pytest.raises(ValueError, match="must be a whole number"):
+        whole({"w": True}, "w", 256)
+    assert fraction({"p": 0.25}, "p", 1.0) == 0.25
+    for bad in (0, -0.5, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="p is"):
+            fraction({"p": bad}, "p", 1.0)
+    with pytest.raises(ValueError, match="eps is 0.0; it must be above 0"):
+        number({"eps": 0}, "eps", 1e-5, above=0.0)
+    with pytest.raises(ValueError, match="act"):
+        text({"act": ""}, "act", "gelu")
+    assert list(sequence({"t": []}, "t", ["x"])) == []
+
+
+def _saved(tmp_path: Path, name: str) -> Path:
+    return save_tiny(ALL[name], tmp_path / "base")
+
+
+def _config(path: Path) -> dict[str, Any]:
+    return dict(json.loads((path / "config.json").read_text(encoding="utf-8")))
+
+
+# Each: a value that `config.get(key) or default` read as its default, so the own engine
+# answered for another model than transformers runs.
+@pytest.mark.parametrize(
+    ("name", "change", "key"),
+    [
+        ("gpt_neox", {"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0}}, "rotary"),
+        ("phi", {"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0}}, "partial_rotary_factor"),
+        ("stablelm", {"partial_rotary_factor": 0, "rope_parameters": None}, "partial_rotary_factor"),
+        ("phi", {"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 1.5}}, "partial_rotary_factor"),
+        ("gpt_neo", {"window_size": 0}, "window_size"),
+        ("llama", {"rope_parameters": {"rope_type": "default", "rope_theta": 0}}, "rope_theta"),
+        ("llama", {"rope_parameters": {"rope_type": "linear", "factor": 0, "rope_theta": 10000.0}}, "factor"),
+        ("llama", {"rope_parameters": {"rope_type": "linear", "factor": -2.0, "rope_theta": 10000.0}}, "factor"),
+        ("qwen2_moe", {"decoder_sparse_step": 0}, "decoder_sparse_step"),
+        ("gpt_neo", {"layer_norm_epsilon": 0}, "layer_norm_epsilon"),
+        ("gemma2", {"attn_logit_softcapping": 0}, "attn_logit_softcapping"),
+        ("gemma2", {"query_pre_attn_scalar": 0}, "query_pre_attn_scalar"),
+        ("falcon-new", {"num_kv_heads": 0}, "num_kv_heads"),
+        ("opt", {"word_embed_proj_dim": 0}, "word_embed_proj_dim"),
+    ],
+)
+def test_zero_or_out_of_range_is_refused_naming_the_key(
+    tmp_path: Path, name: str, change: dict[str, Any], key: str
+) -> None:
+    path = copy_with_config(_saved(tmp_path, name), tmp_path / "changed", **change)
+    with pytest.raises(ModelLoadError, match=key) as info:
+        architectures.load(path)
+    assert "config.json" in info.value.message and info.value.exit_code == 2
+
+
+def test_cli_names_the_key_and_exits_2(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    path = copy_with_config(_saved(tmp_path, "gpt_neo"), tmp_path / "zero", window_size=0)
+    result = CliRunner().invoke(app, ["show", "the cat sat", "--model", str(path), "--token", "cat", "--json"])
+    assert result.exit_code == 2, result.output
+    assert "window_size" in result.output and "Traceback" not in result.output
+
+
+def _worst(path: Path) -> float:
+    from transformers import AutoModel, AutoTokenizer
+
+    ours: Any = architectures.load(path)
+    hf = AutoModel.from_pretrained(str(path), attn_implementation="eager").eval()
+    ids = torch.tensor([AutoTokenizer.from_pretrained(str(path))("the cat sat on the mat")["input_ids"]])
+    with torch.inference_mode():
+        a, b = ours(ids), hf(input_ids=ids, output_attentions=True)
+    return max(float((x - y).abs().max()) for x, y in zip(a.attentions, b.attentions, strict=True))
+
+
+@pytest.mark.parametrize("drop", ["attn_logit_softcapping", "query_pre_attn_scalar"])
+def test_gemma2_absent_key_is_transformers_default(tmp_path: Path, drop: str) -> None:
+    """Absent is the class default (cap 50.0, scalar 256), not "none"; the tiny config sets
+    both away from their defaults first, so the default has to be read to match."""
+    base = _saved(tmp_path, "gemma2")
+    config = {**_config(base), "attn_logit_softcapping": 0.5, "query_pre_attn_scalar": 7}
+    config.pop(drop)
+    path = copy_with_config(base, tmp_path / "dropped", config)
+    assert _worst(path) <= 1e-5

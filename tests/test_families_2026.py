@@ -1,0 +1,553 @@
+"""Issue 37 in the own engine: multi-head latent attention (DeepSeek-V2, DeepSeek-V3,
+GLM-4.7-Flash), each against transformers eager on a tiny checkpoint with every quirk
+switched on (tests/builders/families_2026.py), float32 on the CPU:
+
+* weights and hidden states: the row path (what ``show`` runs), asked rows, the eager
+  path (what ``check`` runs), a padded batch, a long input in many row blocks;
+* the norm measure against the values transformers decompresses (its ``kv_b_proj``'s
+  value rows) through its own W^O blocks, computed here apart from attnviz.measures.norms;
+* head ablation against transformers with a pre-hook on ``o_proj`` zeroing the head's
+  Dv columns (tests/test_ablation.py's ``Reference``);
+* explain against the q, k and v transformers hands its attention function;
+* ``attnviz check`` and ``attnviz show`` through the CLI;
+* each quirk matters: switched off, the numbers no longer match.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnviz import architectures
+from attnviz.engines import Engine, load_engine
+from attnviz.errors import ModelLoadError
+
+from .builders import SENTENCES
+from .builders.families_2026 import SPECS_2026, SPECS_2026_BY_NAME, YARN, save_2026
+
+TOL = 1e-5
+MLA = tuple(spec for spec in SPECS_2026 if spec.model_type in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite"))
+# Families whose attention output splits by head into value norms (not Qwen3-Next's gated heads).
+NORMED = MLA
+LONG = " ".join(SENTENCES * 2)  # 69 tokens, in row blocks of 4
+
+
+class _Saved(dict[str, Path]):
+    """Tiny checkpoints saved on first use (a test of one family builds only its own)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, name: str) -> Path:
+        self[name] = path = save_2026(SPECS_2026_BY_NAME[name], self.root / name)
+        return path
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return _Saved(tmp_path_factory.mktemp("families_2026"))
+
+
+_ENGINES: dict[str, tuple[Engine, Engine]] = {}
+
+
+def _engines(name: str, saved: dict[str, Path]) -> tuple[Engine, Engine]:
+    if name not in _ENGINES:
+        _ENGINES[name] = (load_engine("own", str(saved[name]), "cpu"), load_engine("hf", str(saved[name]), "cpu"))
+    return _ENGINES[name]
+
+
+def _config(path: Path) -> dict[str, Any]:
+    return dict(json.loads((path / "config.json").read_text(encoding="utf-8")))
+
+
+def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    assert a.shape == b.shape, f"{tuple(a.shape)} != {tuple(b.shape)}"
+    return float((a.double() - b.double()).abs().max())
+
+
+def _worst(model: Any, hf: Any, ids: torch.Tensor) -> float:
+    """Largest |ours - transformers'| over every layer's weights and the final hidden states."""
+    with torch.inference_mode():
+        ours = model(ids, fused=False)
+        theirs = hf(input_ids=ids, output_attentions=True)
+    diffs = [_diff(a, b) for a, b in zip(ours.attentions, theirs.attentions, strict=True)]
+    return max(*diffs, _diff(ours.hidden_states, theirs.last_hidden_state))
+
+
+# --- weights and hidden states ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", SPECS_2026, ids=lambda s: s.name)
+def test_row_path_and_eager_path_match_transformers(spec: Any, saved: dict[str, Path]) -> None:
+    own, hf = _engines(spec.name, saved)
+    assert own.files.model_type == spec.model_type
+    assert (own.num_layers, own.num_heads, own.num_kv_heads) == (hf.num_layers, hf.num_heads, hf.num_kv_heads)
+    assert own.causal
+    for sentence in SENTENCES:
+        tokens = own.tokenize(sentence)
+        theirs = hf.forward(tokens)
+        rows = own.forward(tokens)
+        asked = (1, len(tokens) - 1)
+        some = own.forward(tokens, queries=asked)
+        with torch.inference_mode():
+            eager = own.model(torch.tensor([tokens.ids]), fused=False)  # type: ignore[operator]
+        assert len(rows.attentions) == len(eager.attentions) == len(theirs.attentions) == len(own.shape.layers)
+        for layer, b in enumerate(theirs.attentions):
+            assert _diff(rows.attentions[layer], b) <= TOL, f"{spec.name} rows, layer {layer}: {sentence!r}"
+            assert _diff(some.attentions[layer], b[:, :, list(asked)]) <= TOL, f"{spec.name} asked rows {layer}"
+            assert _diff(eager.attentions[layer], b) <= TOL, f"{spec.name} eager, layer {layer}: {sentence!r}"
+        for out in (rows, some, eager):
+            assert _diff(out.hidden_states, theirs.hidden_states) <= TOL, f"{spec.name} hidden: {sentence!r}"
+
+
+@pytest.mark.parametrize("spec", SPECS_2026, ids=lambda s: s.name)
+def test_padded_batch_matches_transformers(spec: Any, saved: dict[str, Path]) -> None:
+    own, hf = _engines(spec.name, saved)
+    batch = [own.tokenize(s) for s in SENTENCES]
+    ids, mask = own._padded(batch)  # type: ignore[attr-defined]
+    assert mask.min() == 0
+    with torch.inference_mode():
+        theirs = hf.model(input_ids=ids, attention_mask=mask, output_attentions=True)  # type: ignore[attr-defined]
+        outs = [own.model(ids, attention_mask=mask, fused=fused) for fused in (False, True)]  # type: ignore[operator]
+    real = mask.bool()
+    for ours in outs:
+        for a, b in zip(ours.attentions, theirs.attentions, strict=True):
+            assert _diff(a.transpose(1, 2)[real], b.transpose(1, 2)[real]) <= TOL
+        assert _diff(ours.hidden_states[real], theirs.last_hidden_state[real]) <= TOL
+
+
+@pytest.mark.parametrize("name", ["deepseek_v3", "deepseek_v2"])
+def test_long_input_in_row_blocks_matches_full_matrices(
+    name: str, saved: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 69-token input, the row path cut into blocks of a few rows (as a long input
+    is), against our eager full matrices and transformers'."""
+    from attnviz.nn import rows
+
+    own, hf = _engines(name, saved)
+    tokens = own.tokenize(LONG)
+    assert len(tokens) > 50
+    theirs = hf.forward(tokens)
+    monkeypatch.setattr(rows, "CHUNK_ELEMENTS", 4 * len(tokens) * own.num_heads)  # 4 rows a block
+    every = own.forward(tokens)
+    asked = (0, 17, len(tokens) - 1)
+    some = own.forward(tokens, queries=asked)
+    for layer, b in enumerate(theirs.attentions):
+        assert _diff(every.attentions[layer], b) <= TOL
+        assert _diff(some.attentions[layer], b[:, :, list(asked)]) <= TOL
+    assert _diff(every.hidden_states, theirs.hidden_states) <= TOL
+
+
+# --- the norm measure -----------------------------------------------------------------------------
+
+
+def _transformers_value_norms(hf: Engine, tokens: Any) -> list[torch.Tensor]:
+    """(H, S) per layer: ‖v_hj · W_h^O‖ with v the value rows of transformers' own
+    ``kv_b_proj`` output (its decompressed values) and W_h^O head h's columns of its
+    ``o_proj`` weight, by hand."""
+    model: Any = hf.model  # type: ignore[attr-defined]
+    config = model.config
+    heads, nope, dv = config.num_attention_heads, config.qk_nope_head_dim, config.v_head_dim
+    seen: list[torch.Tensor] = []
+    handles = [
+        layer.self_attn.kv_b_proj.register_forward_hook(lambda m, args, out: seen.append(out.detach()))
+        for layer in model.layers
+    ]
+    try:
+        with torch.inference_mode():
+            model(input_ids=torch.tensor([tokens.ids]))
+    finally:
+        for handle in handles:
+            handle.remove()
+    out = []
+    for layer, kv in zip(model.layers, seen, strict=True):
+        v = kv.reshape(-1, heads, nope + dv)[..., nope:].double()  # (S, H, Dv): batch 1, its latent (1, 1, S, r)
+        w_o = layer.self_attn.o_proj.weight.detach().double()  # (E, H·Dv)
+        out.append(
+            torch.stack(
+                [torch.linalg.vector_norm(v[:, h] @ w_o[:, h * dv : (h + 1) * dv].t(), dim=-1) for h in range(heads)]
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("spec", NORMED, ids=lambda s: s.name)
+def test_value_norms_are_the_decompressed_values_through_w_o(spec: Any, saved: dict[str, Path]) -> None:
+    own, hf = _engines(spec.name, saved)
+    tokens = own.tokenize(SENTENCES[0])
+    expected = _transformers_value_norms(hf, tokens)
+    out = own.forward(tokens, norms=True)
+    assert out.value_norms is not None and len(out.value_norms) == own.num_layers
+    for layer, norms in enumerate(out.value_norms):
+        assert norms.shape == (1, own.num_heads, len(tokens))
+        assert _diff(norms[0], expected[layer]) <= TOL * max(1.0, float(expected[layer].max()))
+
+
+def test_cli_show_norm_measure_runs(saved: dict[str, Path]) -> None:
+    from attnviz.cli import app
+
+    args = ["show", SENTENCES[0], "--model", str(saved["deepseek_v3"]), "--token", "it", "--measure", "norm"]
+    result = CliRunner().invoke(app, [*args, "--layer", "all", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["measure"] == "norm"
+
+
+# --- head ablation ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["deepseek_v3", "glm4_moe_lite"])
+def test_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[str, Path]) -> None:
+    """Each head's Dv columns of o_proj's input zeroed (or set to their mean) in
+    transformers, one head per pass, against attnviz's batched ablation."""
+    from attnviz.measures.ablation import Runner, ablate_text
+
+    from .test_ablation import Reference
+
+    engine = _engines(name, saved)[0]
+    tokens = engine.tokenize(SENTENCES[1])
+    ref = Reference(saved[name], "llama")  # layers[i].self_attn.o_proj, as Llama's
+    for mode in ("zero", "mean"):
+        expect = ref.effects(list(tokens.ids), None, engine.num_layers, engine.num_heads, mode)
+        got = ablate_text(Runner(engine, tokens), mode=mode, batch=2)
+        np.testing.assert_allclose(got.effect, expect, atol=TOL, rtol=0, err_msg=f"{name} {mode}")
+        assert np.abs(expect).max() > 1e-3
+
+
+# --- explain ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["deepseek_v2", "deepseek_v3", "deepseek_v3-plain-q"])
+def test_explain_matches_what_transformers_scores_with(name: str, saved: dict[str, Path]) -> None:
+    """explain's q, k (rope part rotated, as transformers lays it out), scale, weights and
+    value norms against the q, k, v transformers hands its attention function."""
+    from attnviz.measures.explain import explain
+
+    from .test_explain import hf_attention
+
+    own, hf = _engines(name, saved)
+    tokens = own.tokenize(SENTENCES[0])
+    theirs = hf_attention(hf, tokens)
+    for layer, head, query, key in ((0, 0, 5, 1), (own.num_layers - 1, own.num_heads - 1, len(tokens) - 1, 2)):
+        x = explain(own, tokens, query, layer, head, key)
+        call = theirs["calls"][layer]
+        q, k, v = call["q"][0, head, query], call["k"][0, head], call["v"][0, head]  # (D,), (S, D), (S, Dv)
+        assert np.abs(x.q - q.double().numpy()).max() <= TOL
+        assert np.abs(x.k - k.double().numpy()).max() <= TOL
+        assert x.scale == pytest.approx(float(call["scaling"]), rel=1e-6)
+        assert np.abs(x.weights - theirs["weights"][layer][0, head, query].double().numpy()).max() <= TOL
+        dv = v.size(-1)
+        w_o = theirs["w_o"][layer].weight.detach().double()[:, head * dv : (head + 1) * dv]  # (E, Dv)
+        norms = torch.linalg.vector_norm(v.double() @ w_o.t(), dim=-1).numpy()
+        assert np.abs(x.value_norms - norms).max() <= TOL * max(1.0, float(norms.max()))
+        assert x.head_shares.sum() + x.bias_share == pytest.approx(1.0, abs=1e-4)
+
+
+# --- the CLI ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", SPECS_2026, ids=lambda s: s.name)
+def test_cli_check_passes(spec: Any, saved: dict[str, Path]) -> None:
+    from attnviz.cli import app
+
+    result = CliRunner().invoke(app, ["check", "--model", str(saved[spec.name]), "--device", "cpu", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["passed"] is True and data["model_type"] == spec.model_type and data["worst"] <= TOL
+
+
+@pytest.mark.parametrize("name", ["deepseek_v2", "glm4_moe_lite"])
+def test_cli_show_matches_the_hf_engine(name: str, saved: dict[str, Path]) -> None:
+    from attnviz.cli import app
+
+    def show(engine: str) -> dict[str, Any]:
+        args = ["show", SENTENCES[0], "--model", str(saved[name]), "--engine", engine, "--token", "it"]
+        result = CliRunner().invoke(app, [*args, "--layer", "all", "--json"])
+        assert result.exit_code == 0, result.output
+        return dict(json.loads(result.stdout))
+
+    ours, theirs = show("own"), show("hf")
+    assert ours["provenance"]["architecture"] == SPECS_2026_BY_NAME[name].model_type
+    a, b = torch.tensor(ours["weights"]), torch.tensor(theirs["weights"])
+    assert a.shape == b.shape and _diff(a, b) <= TOL
+
+
+# --- each quirk matters -------------------------------------------------------------------------------
+
+_DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
+QUIRKS: list[tuple[str, dict[str, Any]]] = [
+    ("deepseek_v2", {"topk_method": "greedy"}),
+    ("deepseek_v2", {"routed_scaling_factor": 1.0}),
+    ("deepseek_v2", {"first_k_dense_replace": 0}),
+    ("deepseek_v3", {"rope_interleave": False}),
+    ("deepseek_v3", {"rope_parameters": _DEFAULT_ROPE}),  # yarn's frequencies and mscale
+    (
+        "deepseek_v3",
+        {"rope_parameters": {**YARN, "mscale_all_dim": 0}},
+    ),
+    ("deepseek_v3", {"norm_topk_prob": False}),
+    ("deepseek_v3", {"routed_scaling_factor": 1.0}),
+    ("deepseek_v3", {"topk_group": 4}),
+    ("deepseek_v3-plain-q", {"rope_interleave": True}),
+    ("glm4_moe_lite", {"n_group": 1, "topk_group": 1}),
+]
+
+
+@pytest.mark.parametrize(("name", "change"), QUIRKS, ids=[f"{n}-{'-'.join(c)}" for n, c in QUIRKS])
+def test_each_quirk_changes_the_numbers(name: str, change: dict[str, Any], saved: dict[str, Path]) -> None:
+    own, hf = _engines(name, saved)
+    ids = torch.tensor([own.tokenize(SENTENCES[0]).ids])
+    assert _worst(own.model, hf.model, ids) <= TOL  # type: ignore[attr-defined]
+    try:
+        wrong = architectures.load(saved[name], {**_config(saved[name]), **change})
+    except ModelLoadError:
+        return  # the weights no longer fit the changed config: also a difference
+    assert _worst(wrong, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
+
+
+def test_the_correction_bias_chooses_but_does_not_weigh(saved: dict[str, Path]) -> None:
+    """V3's e_score_correction_bias (moved off zero in the tiny checkpoint) changes which
+    experts run: zeroed, the numbers disagree."""
+    own, hf = _engines("deepseek_v3", saved)
+    ids = torch.tensor([own.tokenize(SENTENCES[0]).ids])
+    model: Any = architectures.load(saved["deepseek_v3"])
+    assert _worst(model, hf.model, ids) <= TOL  # type: ignore[attr-defined]
+    with torch.no_grad():
+        for block in model.blocks[1:]:
+            block.mlp.routed.correction.zero_()
+    assert _worst(model, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
+
+
+def test_mla_heads_have_their_own_value_width(saved: dict[str, Path]) -> None:
+    from attnviz.architectures.mla import LatentAttention
+
+    own, _ = _engines("deepseek_v3", saved)
+    attn: Any = own.model.blocks[0].attn  # type: ignore[attr-defined]
+    assert isinstance(attn, LatentAttention)
+    assert (attn.head_dim, attn.v_dim, attn.o_proj.in_features) == (10, 5, 4 * 5)
+    assert [name for name, _ in own.attention_modules()] == [f"blocks.{i}.attn" for i in range(3)]
+
+
+def test_family_module_declares_what_the_registry_maps_to_it() -> None:
+    from attnviz.architectures import mla
+
+    assert mla.MODEL_TYPES == ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")
+    for model_type in mla.MODEL_TYPES:
+        assert architectures.registry()[model_type] is mla
+
+
+# --- Qwen3-Next: a hybrid of Gated DeltaNet and gated softmax attention ------------------------------
+
+HYBRID = ("qwen3_next", "qwen3_next-dense")
+
+
+@pytest.mark.parametrize("name", HYBRID)
+def test_hybrid_lists_its_softmax_layers_by_model_number(name: str, saved: dict[str, Path]) -> None:
+    """Only the full_attention layers have weights, found by their model layer numbers;
+    transformers returns one tensor per such layer, in order."""
+    own, hf = _engines(name, saved)
+    types = _config(saved[name])["layer_types"]
+    expected = tuple(i for i, kind in enumerate(types) if kind == "full_attention")
+    assert own.shape.num_layers == len(types) and own.shape.attention_layers == expected
+    assert own.shape.hybrid and any("hybrid" in note for note in own.shape.notes())
+    tokens = own.tokenize(SENTENCES[0])
+    theirs = hf.forward(tokens)
+    assert len(theirs.attentions) == len(expected)
+    for slot, layer in enumerate(expected):
+        one = own.forward(tokens, layers=(layer,))
+        assert _diff(one.attentions[0], theirs.attentions[slot]) <= TOL, f"layer {layer}"
+    with pytest.raises(ValueError, match="no softmax attention"):
+        own.forward(tokens, layers=(0,))
+
+
+def test_chunks_equal_the_token_by_token_recurrence() -> None:
+    """The chunked delta rule (what runs) against the readable recurrence, over 150 tokens
+    (three chunks, the last one padded), grouped heads and strong decays."""
+    from attnviz.architectures.qwen3_next import chunked_gated_delta_rule, gated_delta_rule, l2norm
+
+    gen = torch.Generator().manual_seed(0)
+    b, t, h, dk, dv = 2, 150, 3, 6, 5
+    q = l2norm(torch.randn(b, t, h, dk, generator=gen)) * dk**-0.5
+    k = l2norm(torch.randn(b, t, h, dk, generator=gen))
+    v = torch.randn(b, t, h, dv, generator=gen)
+    g = -torch.rand(b, t, h, generator=gen) * 2
+    beta = torch.rand(b, t, h, generator=gen)
+    reference = gated_delta_rule(q, k, v, g, beta)
+    assert reference.abs().max() > 0.1
+    assert _diff(chunked_gated_delta_rule(q, k, v, g, beta), reference) <= 1e-5
+    # A state that forgets nothing and writes fully keeps the last value written to a key.
+    unit = torch.zeros(1, 3, 1, 2)
+    unit[..., 0] = 1.0
+    values = torch.tensor([1.0, 2.0, 3.0]).view(1, 3, 1, 1)
+    out = gated_delta_rule(unit, unit, values, torch.zeros(1, 3, 1), torch.ones(1, 3, 1))
+    assert out.flatten().tolist() == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("name", HYBRID)
+def test_hybrid_norms_and_explain_are_refused_in_one_line(name: str, saved: dict[str, Path]) -> None:
+    """The output gate scales a head's mixed values by its query: no value norm of a key alone."""
+    from attnviz.cli import app
+    from attnviz.errors import MeasureError
+
+    own, _ = _engines(name, saved)
+    with pytest.raises(MeasureError, match="gates each head's output"):
+        own.forward(own.tokenize(SENTENCES[0]), norms=True)
+    layer = str(own.shape.attention_layers[0])
+    for args in (
+        ["show", SENTENCES[0], "--token", "it", "--layer", layer, "--measure", "norm"],
+        ["explain", SENTENCES[0], "--token", "it", "--layer", layer, "--head", "0"],
+    ):
+        result = CliRunner().invoke(app, [*args, "--model", str(saved[name])])
+        assert result.exit_code == 2, result.output
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "gates each head's output" in lines[0], result.stderr
+
+
+def test_hybrid_ablation_matches_a_transformers_hook_on_o_proj(saved: dict[str, Path]) -> None:
+    """Each head of each softmax layer zeroed (or set to its mean) in the input of
+    transformers' o_proj (after the output gate), one head per pass."""
+    from attnviz.measures.ablation import Runner, ablate_text
+
+    from .test_ablation import Reference
+
+    engine = _engines("qwen3_next", saved)[0]
+    tokens = engine.tokenize(SENTENCES[1])
+    ref = Reference(saved["qwen3_next"], "llama")
+    layers = engine.shape.attention_layers
+    for mode in ("zero", "mean"):
+        got = ablate_text(Runner(engine, tokens), mode=mode, batch=2, layers=layers)
+        for layer in layers:
+            # Reference.effects runs every layer below its own; the linear ones have no o_proj to hook.
+            expect = _reference_layer(ref, list(tokens.ids), layer, engine.num_heads, mode)
+            np.testing.assert_allclose(got.effect[layer], expect, atol=TOL, rtol=0, err_msg=f"layer {layer} {mode}")
+            assert np.abs(expect).max() > 1e-3
+
+
+def _reference_layer(ref: Any, ids: list[int], layer: int, heads: int, mode: str) -> np.ndarray:
+    """(H, Q) 1 − cos per head of one layer, transformers with a pre-hook on its o_proj."""
+    clean = ref.hidden(ids, None, None).double()
+    mean = None
+    if mode == "mean":
+        seen: list[torch.Tensor] = []
+        ref.hidden(ids, None, (layer, lambda mod, args: seen.append(args[0][0].mean(0))))
+        mean = seen[0].view(heads, -1)
+    out = np.zeros((heads, clean.shape[0]))
+    for head in range(heads):
+
+        def ablate(mod: Any, args: tuple[Any, ...], head: int = head) -> Any:
+            x = args[0].clone()
+            d = x.shape[-1] // heads
+            x[..., head * d : (head + 1) * d] = 0.0 if mean is None else mean[head]
+            return (x, *args[1:])
+
+        ablated = ref.hidden(ids, None, (layer, ablate)).double()
+        out[head] = (1 - torch.nn.functional.cosine_similarity(clean, ablated, dim=-1)).numpy()
+    return out
+
+
+HYBRID_QUIRKS: list[tuple[str, dict[str, Any]]] = [
+    ("qwen3_next", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}}),
+    ("qwen3_next", {"norm_topk_prob": False}),
+    ("qwen3_next", {"mlp_only_layers": []}),
+    ("qwen3_next-dense", {"rms_norm_eps": 0.5}),
+]
+
+
+@pytest.mark.parametrize(("name", "change"), HYBRID_QUIRKS, ids=[f"{n}-{'-'.join(c)}" for n, c in HYBRID_QUIRKS])
+def test_each_hybrid_quirk_changes_the_numbers(name: str, change: dict[str, Any], saved: dict[str, Path]) -> None:
+    own, hf = _engines(name, saved)
+    ids = torch.tensor([own.tokenize(SENTENCES[0]).ids])
+    assert _worst(own.model, hf.model, ids) <= TOL  # type: ignore[attr-defined]
+    try:
+        wrong = architectures.load(saved[name], {**_config(saved[name]), **change})
+    except ModelLoadError:
+        return
+    assert _worst(wrong, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
+
+
+def test_the_output_gate_and_the_linear_layers_matter(saved: dict[str, Path]) -> None:
+    from attnviz.architectures.qwen3_next import GatedAttention
+
+    own, hf = _engines("qwen3_next", saved)
+    ids = torch.tensor([own.tokenize(SENTENCES[0]).ids])
+    model: Any = architectures.load(saved["qwen3_next"])
+    assert _worst(model, hf.model, ids) <= TOL  # type: ignore[attr-defined]
+    for block in model.blocks:
+        if isinstance(getattr(block, "attn", None), GatedAttention):
+            block.attn.gate_output = lambda z, query: z
+    assert _worst(model, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
+    model = architectures.load(saved["qwen3_next"])
+    with torch.no_grad():
+        model.blocks[0].linear_attn.A_log.zero_()  # another decay in the first linear layer
+    assert _worst(model, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
+
+
+# --- taps ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "layer"), [("deepseek_v3", 2), ("qwen3_next", 4)])
+def test_z_tap_is_what_transformers_o_proj_reads(name: str, layer: int, saved: dict[str, Path]) -> None:
+    """``blocks.N.attn.z`` (B, Q, H, Dv): MLA's Dv-wide heads, Qwen3-Next's gated ones,
+    each equal to the input of transformers' o_proj; v is Dv wide, q and k D wide."""
+    from attnviz.nn.taps import Taps
+
+    own, hf = _engines(name, saved)
+    tokens = own.tokenize(SENTENCES[0])
+    seen: list[torch.Tensor] = []
+    o_proj = hf.model.layers[layer].self_attn.o_proj  # type: ignore[attr-defined]
+    handle = o_proj.register_forward_pre_hook(lambda m, args: seen.append(args[0].detach()))
+    try:
+        hf.forward(tokens)
+    finally:
+        handle.remove()
+    prefix = f"blocks.{layer}.attn"
+    taps = Taps().record(f"{prefix}.z").record(f"{prefix}.q").record(f"{prefix}.v")
+    with own.tapping(taps):
+        own.forward(tokens, layers=(layer,))
+    z = taps[f"{prefix}.z"]
+    h = own.num_heads
+    assert z.shape[:3] == (1, len(tokens), h)
+    assert _diff(z.reshape(1, len(tokens), -1), seen[0]) <= TOL
+    dv = z.size(-1)
+    assert taps[f"{prefix}.v"].size(-1) == dv and taps[f"{prefix}.q"].size(-1) == own.model.blocks[layer].attn.head_dim  # type: ignore[attr-defined]
+
+
+def test_attention_taps_on_a_linear_layer_are_refused(saved: dict[str, Path]) -> None:
+    from attnviz.errors import UsageError
+    from attnviz.nn.taps import Taps
+
+    own, _ = _engines("qwen3_next", saved)
+    with pytest.raises(UsageError, match=r"layer 0 has no softmax attention \(its attention layers: 2, 4\)"):
+        own.tapping(Taps().record("blocks.0.attn.z"))
+    taps = Taps().record("blocks.0.resid_post").record("blocks.*.attn.pattern")
+    with own.tapping(taps):  # layer taps of a linear layer, and wildcards, are fine
+        own.forward(own.tokenize(SENTENCES[0]))
+    assert taps["blocks.0.resid_post"].shape[-1] == 48
+
+
+def test_cli_hybrid_layers_by_model_number_on_both_engines(saved: dict[str, Path]) -> None:
+    """``show`` lists the softmax layers under their model numbers, the same weights as
+    ``--engine hf``; ``--layer`` on a linear layer is one line, exit 2, naming them."""
+    from attnviz.cli import app
+
+    path = str(saved["qwen3_next"])
+    shown = {}
+    for engine in ("own", "hf"):
+        args = ["show", SENTENCES[0], "--model", path, "--engine", engine, "--token", "it", "--json"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        shown[engine] = json.loads(result.stdout)
+        assert shown[engine]["layers"] == [2, 4] and shown[engine]["provenance"]["attention_layers"] == [2, 4]
+    a, b = torch.tensor(shown["own"]["weights"]), torch.tensor(shown["hf"]["weights"])
+    assert a.shape == b.shape and _diff(a, b) <= TOL
+    result = CliRunner().invoke(app, ["show", SENTENCES[0], "--model", path, "--token", "it", "--layer", "3"])
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "layer 3 has no softmax attention" in lines[0] and "2, 4" in lines[0]
