@@ -15,10 +15,9 @@ from typer.testing import CliRunner
 import attnviz
 from attnviz.cli import app
 from attnviz.errors import AttnvizError, Reason, TokenNotFoundError, UsageError
+from attnviz.example import EXAMPLE
 from attnviz.result import jsonable
-
-from .conftest import EXAMPLE
-from .tiny_models import SPECS_BY_NAME, save_tiny
+from tests.builders import SPECS_BY_NAME, save_tiny
 
 
 def _json(*args: str) -> Any:
