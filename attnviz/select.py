@@ -158,6 +158,12 @@ def parse_layers(spec: LayerSpec, num_layers: int, attention_layers: Sequence[in
     if isinstance(spec, str) and len(spec) > _MAX_LAYER_SPEC:
         raise LayerError(f"the layer list is {len(spec)} characters long", num_layers=num_layers)
     parts: Sequence[object] = [spec] if isinstance(spec, int) else spec.split(",") if isinstance(spec, str) else spec
+    if not parts:  # [] is no layer, not every layer (None is every layer)
+        raise LayerError(
+            "no layer asked for: the layer list is empty",
+            hint="give layer numbers, or None for every layer",
+            num_layers=num_layers,
+        )
 
     def check(layer: int) -> int:
         if not -num_layers <= layer < num_layers:

@@ -36,6 +36,11 @@ REFUSED: dict[str, str] = {
     ),
 }
 
+REFUSED_SHORT: dict[str, str] = {
+    "longt5": "block-local attention: per-block weights, not per token",
+    "minimax": "lightning attention: a running state, not weights",
+}
+
 # What a main input name reads, for the refusal of models that read no text.
 _MODALITY = {
     "pixel_values": "images",
@@ -57,8 +62,8 @@ class Support:
     Attributes:
         model_type: config.json's ``model_type``.
         verdict: "own" (both engines), "hf" (the hf engine only) or "none".
-        why: for "hf", why the own engine does not (it has no stack for the type); for
-            "none", why neither engine shows it.
+        why: for "hf", that the own engine has no stack for the type; for "none", in a few
+            words, why neither engine shows it ("" for "own").
     """
 
     model_type: str
@@ -67,18 +72,31 @@ class Support:
 
 
 def refusal(model_type: str) -> str | None:
-    """Why neither engine can show ``model_type``'s attention, or None when one can (or
-    transformers does not know the type: then loading it says so)."""
+    """Why neither engine can show ``model_type``'s attention, in one sentence, or None
+    when one can (or transformers does not know the type: then loading it says so)."""
     if model_type in REFUSED:
         return REFUSED[model_type]
-    reads = main_input(model_type)
-    if reads is None or reads == "input_ids":
+    reads = _non_text_input(model_type)
+    if reads is None:
         return None
     what = _MODALITY.get(reads, f"{reads!r}")
     return (
         f"{model_type!r} models read {what}, not text (transformers' {_class_name(model_type)} takes {reads}); "
         "attnviz shows the attention of text models"
     )
+
+
+def _non_text_input(model_type: str) -> str | None:
+    reads = main_input(model_type)
+    return None if reads is None or reads == "input_ids" else reads
+
+
+def short_reason(model_type: str) -> str:
+    """A few words on why neither engine shows ``model_type`` (for the list)."""
+    if model_type in REFUSED:
+        return REFUSED_SHORT[model_type]
+    reads = _non_text_input(model_type)
+    return f"reads {_MODALITY.get(reads or '', repr(reads))} ({reads}), not text"
 
 
 @functools.cache
@@ -104,15 +122,22 @@ def main_input(model_type: str) -> str | None:
     name = _class_name(model_type)
     if name is None:
         return None
+    import logging
+
+    before = logging.root.manager.disable
     try:
         import transformers
 
+        # Importing a modeling module may log (kernels' offline notes): not ours to print.
+        logging.disable(logging.WARNING)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             cls = getattr(transformers, name)
         return str(getattr(cls, "main_input_name", "input_ids"))
     except Exception:  # noqa: BLE001 - a class that cannot be imported here is judged when loaded
         return None
+    finally:
+        logging.disable(before)
 
 
 def own_types() -> frozenset[str]:
@@ -132,13 +157,30 @@ def support(model_type: str, own: frozenset[str] | None = None) -> Support:
     own = own_types() if own is None else own
     if model_type in own:
         return Support(model_type, "own", "")
-    why = refusal(model_type)
-    if why is not None:
-        return Support(model_type, "none", why)
-    return Support(model_type, "hf", "the own engine has no stack for it")
+    if refusal(model_type) is not None:
+        return Support(model_type, "none", short_reason(model_type))
+    return Support(model_type, "hf", HF_ONLY)
+
+
+# Why a text model transformers builds is "hf" in the list.
+HF_ONLY = "no own stack (yet)"
 
 
 def table() -> list[Support]:
-    """Every model type transformers builds and every one the own engine implements."""
+    """Every model type transformers' ``AutoModel`` builds and every one the own engine
+    implements, sorted by model type."""
     own = own_types()
     return [support(t, own) for t in sorted(set(transformers_types()) | own)]
+
+
+def to_dict(rows: list[Support]) -> dict[str, Any]:
+    """The list as a JSON document: counts per verdict, and one entry per model type."""
+    counts = {verdict: sum(1 for r in rows if r.verdict == verdict) for verdict in VERDICTS}
+    return {
+        "counts": counts,
+        "model_types": [{"model_type": r.model_type, "engines": ENGINES[r.verdict], "why": r.why} for r in rows],
+    }
+
+
+# The engines that show each verdict's model types.
+ENGINES: dict[str, list[str]] = {"own": ["own", "hf"], "hf": ["hf"], "none": []}
