@@ -267,7 +267,7 @@ def explain_text(
     eng = load_engine("own", files, device, dtype, tokenizer=tokenizer)
     tokens = eng.tokenize(text)
     positions = query.resolve(tokens)
-    key_at = key.resolve(tokens, "the sentence")[0] if key is not None else None
+    key_at = key.resolve(tokens)[0] if key is not None else None
     found = run_explain(eng, tokens, positions[0], layer, head, key_at)
     return replace(found, query_indices=tuple(positions))
 
@@ -307,7 +307,7 @@ def _explain_precheck(
     tokens = tokenize(tokenizer, text, None)
     query.resolve(tokens)
     if key is not None:
-        key.resolve(tokens, "the sentence")
+        key.resolve(tokens)
     return files, tokenizer
 
 

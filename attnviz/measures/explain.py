@@ -314,6 +314,11 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
     scores = k @ q  # (S,)
     logits = scores * scale
     bias = args.get("score_bias")
+    # A bias the module adds by itself (ALiBi: BLOOM, Falcon-RW), with any it was given,
+    # in the module's dtype, as it adds them (left out, BLOOM's weights were off by 0.13).
+    own_bias = m.own_score_bias(keys, out.dtype, k_all.device)
+    if own_bias is not None:
+        bias = own_bias if bias is None else bias + own_bias
     bias_row = None
     if bias is not None:
         b = bias[..., query, :] if bias.size(-2) > 1 else bias[..., 0, :]
@@ -366,7 +371,9 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
         steps.append("q and k after the family's position transform (rotary)")
     if hasattr(m, "q_norm"):
         steps.insert(0, "q and k normed per head (q_norm, k_norm) before it")
-    if bias_row is not None:
+    if own_bias is not None:
+        steps.append("ALiBi's linear position bias (slope · key position) added to the scaled scores")
+    elif bias_row is not None:
         steps.append("a learned position bias added to the scaled scores")
     if m.softcap is not None:
         steps.append(f"scores soft-capped: {m.softcap:g}·tanh(s/{m.softcap:g})")
