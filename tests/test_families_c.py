@@ -15,7 +15,6 @@ EXAONE 4, ...), each on a tiny checkpoint with every quirk switched on
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,29 +26,14 @@ from attnviz import architectures
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import ModelLoadError
 
-from .builders import SENTENCES, build_tiny, build_tokenizer
-from .builders.families_c import SPECS_C, SPECS_C_BY_NAME
+from .builders import SENTENCES
+from .builders.families_c import SPECS_C, SPECS_C_BY_NAME, save_c
 
 TOL = 1e-5
-# Buffers transformers never saves away from their start that a family routes with:
-# noise on them, so that a router that ignores them disagrees.
-_ROUTING_BUFFERS = ("e_score_correction_bias",)
 
 
 def _save(name: str, directory: Path) -> Path:
-    spec = SPECS_C_BY_NAME[name]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = build_tiny(spec)
-        with torch.no_grad():
-            generator = torch.Generator().manual_seed(1)
-            for buffer_name, buffer in model.named_buffers():
-                if buffer_name.endswith(_ROUTING_BUFFERS):
-                    buffer.add_(0.5 * torch.randn(buffer.shape, generator=generator))
-        directory.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(directory)
-        build_tokenizer(spec.specials).save_pretrained(directory)
-    return directory
+    return save_c(SPECS_C_BY_NAME[name], directory)
 
 
 class _Saved(dict[str, Path]):
@@ -186,6 +170,13 @@ QUIRKS: list[tuple[str, dict[str, Any]]] = [
     ("cohere2", {"attention_bias": False}),
     ("exaone4", {"sliding_window": None, "layer_types": ["full_attention"] * 4}),  # rotary on every layer
     ("exaone4", {"sliding_window": 2}),
+    ("ministral3", {"rope_parameters": None}),  # transformers' own default: another rope, no temperature
+    ("ministral3", {"sliding_window": None}),
+    ("seed_oss", {"attention_out_bias": False}),
+    ("arcee", {"hidden_act": "relu"}),
+    ("apertus", {"model_type": "arcee", "hidden_act": "relu2"}),
+    ("ernie4_5", {"use_bias": False}),
+    ("hunyuan_v1_dense", {"rope_parameters": {"rope_type": "default", "rope_theta": 1000.0}}),
 ]
 
 

@@ -226,3 +226,34 @@ def test_the_probe_pass_accepts_every_unedited_family(tmp_path: Path, spec: Any)
     directory = save_tiny(spec, tmp_path / spec.name)
     model = AutoModel.from_pretrained(str(directory), experts_implementation="eager")
     from_model(model, PreTrainedTokenizerFast.from_pretrained(str(directory)), "own", "cpu")
+
+
+def test_mixed_float_dtypes_are_one_clear_error_under_hf(tmp_path: Path) -> None:
+    """One layer cast to float16: transformers' own pass fails inside (a RuntimeError, not
+    ours); the own engine reads every weight in float32 and answers."""
+    import torch
+
+    model, tokenizer = _tiny_in_memory(tmp_path, "bert")
+    model.encoder.layer[0].attention.self.query.to(torch.float16)
+    with pytest.raises(UsageError, match="float16, float32") as info:
+        attnviz.inspect(TEXT, model=model, tokenizer=tokenizer, engine="hf", device="cpu")
+    assert "model.to(" in str(info.value)
+    own = attnviz.inspect(TEXT, model=model, tokenizer=tokenizer, engine="own", device="cpu")
+    assert np.isfinite(own.weights).all()
+
+
+def test_a_tokenizer_with_a_python_pre_tokenizer_is_one_clear_error(minilm: tuple[Any, Any]) -> None:
+    """A custom (Python) pre-tokenizer cannot be serialised, which the copy needs."""
+    from tokenizers import pre_tokenizers
+    from transformers import AutoTokenizer
+
+    class Whole:
+        def pre_tokenize(self, pretok: Any) -> None:
+            pretok.split(lambda i, s: [s])
+
+    model, tokenizer = minilm
+    custom = AutoTokenizer.from_pretrained(tokenizer.name_or_path)
+    custom.backend_tokenizer.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(Whole())
+    with pytest.raises(UsageError, match="cannot be copied") as info:
+        attnviz.inspect(TEXT, model=model, tokenizer=custom, device="cpu")
+    assert info.value.facts.get("reason") == "tokenizer"

@@ -190,3 +190,12 @@ def test_the_norm_measure_is_refused_in_the_cell_not_drawn_as_weights(own_engine
         html_page(norms)
     row = inspect(EXAMPLE, own_engine, layers=[2], queries=[10], measure="norm")
     assert "<iframe" not in row._repr_html_() and "norm measure" in htmllib.unescape(row._repr_html_())
+
+
+@pytest.mark.parametrize("token", ["it:²", "²", "it:١", "٣"])
+def test_a_token_spelled_with_non_ascii_digits_is_a_message_not_a_crash(att: Attention, token: str) -> None:
+    """str.isdigit() is true for "²" and "١" (Arabic-Indic one), which int() refuses or reads
+    as another number: such a token is a word, looked up (and not found) as one."""
+    shown = htmllib.unescape(att.show(token=token).html)
+    assert "<iframe" not in shown and "is not in the sentence" in shown, shown[:300]
+    assert notebook._finds(att, token) is False

@@ -133,6 +133,7 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu_pytorch_tanh": lambda x: nn.functional.gelu(x, approximate="tanh"),
     "gelu_fast": lambda x: 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x))),
     "relu": nn.functional.relu,
+    "relu2": lambda x: torch.square(nn.functional.relu(x)),  # Nemotron's, Arcee's: ReLU squared
     "silu": nn.functional.silu,
     "swish": nn.functional.silu,
 }

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from ..nn.attention import QKTransform
 from . import cohere
 from .cohere import CohereConfig, CohereDecoder, interleaved_rotary
+from .fields import number, sequence, whole
 from .llama import LlamaConfig, _windows_of
 from .stablelm import ParallelBlock
 
@@ -45,17 +46,17 @@ def build(config: dict[str, Any]) -> Cohere2Decoder:
     layers = int(config["num_hidden_layers"])
     hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
     window = config.get("sliding_window")
-    period = int(config.get("sliding_window_pattern") or 4)
-    types = config.get("layer_types") or [
-        "sliding_attention" if (i + 1) % period else "full_attention" for i in range(layers)
-    ]
+    period = whole(config, "sliding_window_pattern", 4)
+    types = sequence(
+        config, "layer_types", ["sliding_attention" if (i + 1) % period else "full_attention" for i in range(layers)]
+    )
     if window is None and "sliding_attention" in types:
         raise ValueError("sliding_attention layers need a sliding_window")
     base = LlamaConfig.from_dict(
         config,
-        head_dim=int(config.get("head_dim") or hidden // heads),
+        head_dim=whole(config, "head_dim", hidden // heads),
         mlp_bias=False,
-        rms_norm_eps=float(config.get("layer_norm_eps") or 1e-5),
+        rms_norm_eps=number(config, "layer_norm_eps", 1e-5, above=0.0),
         windows=_windows_of(types, window, "cohere2", layers),
     )
     return Cohere2Decoder(CohereConfig(**vars(base), qk_norm=False))

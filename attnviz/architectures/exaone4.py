@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, QKTransform
 from . import llama
+from .fields import sequence
 from .llama import LlamaConfig, LlamaDecoder, _windows_of
 from .olmo2 import PostNormBlock
 from .qwen3 import QK_NORM_RULES, qk_norm_attention
@@ -69,9 +70,11 @@ def build(config: dict[str, Any]) -> Exaone4Decoder:
     window = config.get("sliding_window")
     pattern = config.get("sliding_window_pattern")
     period = 0 if window is None else int(pattern if isinstance(pattern, int) else 4)
-    types = config.get("layer_types") or [
-        "sliding_attention" if period and (i + 1) % period else "full_attention" for i in range(layers)
-    ]
+    types = sequence(
+        config,
+        "layer_types",
+        ["sliding_attention" if period and (i + 1) % period else "full_attention" for i in range(layers)],
+    )
     if window is None and "sliding_attention" in types:
         # transformers rotates every layer then and masks none by a window: a config it never writes.
         raise ValueError("sliding_attention layers need a sliding_window")

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from ..nn.attention import QKTransform
 from . import phi3
 from .cohere import rotate_interleaved
+from .fields import whole
 from .gemma import SandwichBlock
 from .llama import LlamaConfig, LlamaDecoder
 from .rope import RopeConfig, rope_config
@@ -80,7 +81,7 @@ class GlmDecoder(LlamaDecoder):
 
 def build(config: dict[str, Any]) -> GlmDecoder:
     heads = int(config["num_attention_heads"])
-    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    head_dim = whole(config, "head_dim", int(config["hidden_size"]) // heads)
     # transformers' GLM configs default to half the head (its "assign default for BC").
     rope = rope_config({"partial_rotary_factor": 0.5, **config}, head_dim, partial_rotary=True)
     layers = int(config["num_hidden_layers"])

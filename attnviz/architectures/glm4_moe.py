@@ -25,6 +25,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention
+from .fields import given, whole
 from .grouped_moe import GroupedMoE, GroupedTopkRouter
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU
 from .moe import convert as moe_convert
@@ -74,7 +75,7 @@ class Glm4MoeDecoder(LlamaDecoder):
 
 def build(config: dict[str, Any]) -> Glm4MoeDecoder:
     heads = int(config["num_attention_heads"])
-    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    head_dim = whole(config, "head_dim", int(config["hidden_size"]) // heads)
     layers = int(config["num_hidden_layers"])
     rope = rope_config({"partial_rotary_factor": 0.5, **config}, head_dim, partial_rotary=True)
     bias = bool(config.get("attention_bias", False))
@@ -84,7 +85,7 @@ def build(config: dict[str, Any]) -> Glm4MoeDecoder:
             **vars(base),
             qk_norm=bool(config.get("use_qk_norm", False)),
             first_dense=int(config.get("first_k_dense_replace", 1)),
-            num_experts=int(config.get("n_routed_experts") or config.get("num_local_experts") or 1),
+            num_experts=whole(config, "n_routed_experts", given(config, "num_local_experts", 1)),
             num_experts_per_tok=int(config["num_experts_per_tok"]),
             moe_intermediate_size=int(config["moe_intermediate_size"]),
             shared_experts=int(config.get("n_shared_experts", 1)),

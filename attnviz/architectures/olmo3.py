@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import UnsupportedArchitectureError
 from . import olmo2
+from .fields import given, sequence, whole
 from .llama import LlamaConfig, _windows_of
 from .olmo2 import Olmo2Decoder
 from .rope import rope_config
@@ -36,18 +37,19 @@ def olmo3_rope_parameters(config: Mapping[str, Any]) -> dict[str, dict[str, Any]
     the nested ``rope_parameters`` it writes; from an older config, ``rope_scaling`` and
     ``rope_theta`` for the full layers and the default θ for the sliding ones (transformers
     takes the one ``rope_theta`` for the full layers only)."""
-    given = config.get("rope_parameters")
-    if isinstance(given, Mapping) and given and not all(isinstance(v, Mapping) for v in given.values()):
+    saved = config.get("rope_parameters")
+    if isinstance(saved, Mapping) and saved and not all(isinstance(v, Mapping) for v in saved.values()):
         raise UnsupportedArchitectureError(
             "rope_parameters that are not given per layer type are not implemented for 'olmo3' by the own engine",
             setting="rope_parameters",
         )
-    nested = {k: dict(v) for k, v in given.items()} if isinstance(given, Mapping) else {}
-    full = nested.get("full_attention") or {"rope_type": "default"}
-    sliding = nested.get("sliding_attention") or {"rope_type": "default"}
+    nested = {k: dict(v) for k, v in saved.items()} if isinstance(saved, Mapping) else {}
+    # An entry absent or empty ({}) is plain RoPE.
+    full = nested["full_attention"] if nested.get("full_attention") else {"rope_type": "default"}
+    sliding = nested["sliding_attention"] if nested.get("sliding_attention") else {"rope_type": "default"}
     if isinstance(config.get("rope_scaling"), Mapping):
         full.update(config["rope_scaling"])
-    full.setdefault("rope_theta", config.get("rope_theta") or DEFAULT_THETA)
+    full.setdefault("rope_theta", given(config, "rope_theta", DEFAULT_THETA))
     sliding.setdefault("rope_theta", DEFAULT_THETA)
     return {"full_attention": full, "sliding_attention": sliding}
 
@@ -55,11 +57,11 @@ def olmo3_rope_parameters(config: Mapping[str, Any]) -> dict[str, dict[str, Any]
 def build(config: dict[str, Any]) -> Olmo2Decoder:
     layers = int(config["num_hidden_layers"])
     heads = int(config["num_attention_heads"])
-    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    head_dim = whole(config, "head_dim", int(config["hidden_size"]) // heads)
     window = config.get("sliding_window")
-    types = config.get("layer_types") or [
-        "sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(layers)
-    ]
+    types = sequence(
+        config, "layer_types", ["sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(layers)]
+    )
     windows = _windows_of(types, window, "olmo3", layers)
     if window is None and "sliding_attention" in types:
         raise ValueError("sliding_attention layers need a sliding_window")

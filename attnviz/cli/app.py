@@ -49,6 +49,7 @@ class _Group(TyperGroup):
         output.escape_what_stdout_cannot_encode()  # help on an ASCII stdout: escapes, no traceback
         argv = kwargs.get("args", args[0] if args else None)
         _check_argv(sys.argv[1:] if argv is None else list(argv))
+        _check_completion_shell(sys.argv[1:] if argv is None else list(argv))
         try:
             config = conventions.read_config()
         except conventions.ConfigError as exc:
@@ -99,6 +100,33 @@ def _quiet_pipe() -> NoReturn:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     raise SystemExit(ExitCode.OK)
+
+
+_COMPLETION_SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+def _check_completion_shell(argv: Sequence[str]) -> None:
+    """--show-completion / --install-completion detect the shell from the parent processes;
+    where none is found (a cron job, a container's exec) typer printed "Shell  not
+    supported." and no way out. Refused here naming the explicit form instead."""
+    flag = next((a for a in argv if a in ("--show-completion", "--install-completion")), None)
+    if flag is None:
+        return
+    try:
+        import shellingham
+
+        name: str | None = shellingham.detect_shell()[0]
+    except Exception:  # ShellDetectionFailure, or no /proc to read
+        name = None
+    if name in _COMPLETION_SHELLS:
+        return
+    what = "cannot tell which shell this is" if not name else f"the shell {name!r} has no completion script"
+    fail(
+        f"{flag}: {what}",
+        "name the shell: _ATTNVIZ_COMPLETE=source_bash attnviz prints the script "
+        "(or source_zsh, source_fish, source_powershell)",
+        ExitCode.USAGE,
+    )
 
 
 def _check_argv(argv: Sequence[str]) -> None:

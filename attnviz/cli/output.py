@@ -213,7 +213,7 @@ def console(stderr: bool = False) -> Console:
     environ = dict(os.environ)
     for name in ("COLUMNS", "LINES"):
         value = environ.get(name, "")
-        if value.isdigit() and int(value) < 2:
+        if value.isascii() and value.isdigit() and int(value) < 2:
             del environ[name]
     if stderr:
         out = Console(stderr=True, highlight=False, _environ=environ)

@@ -99,7 +99,9 @@ def probe(model: Any, device: Any) -> Probe:
     handles = []
     for name, module in model.named_modules():
         match = _NUMBERED_LAYER.fullmatch(name)
-        if match and not any(part.isdigit() for part in name.split(".")[:-1]):  # a layer, not a module inside one
+        if match and not any(
+            part.isascii() and part.isdigit() for part in name.split(".")[:-1]
+        ):  # a layer, not a module inside one
             handles.append(module.register_forward_pre_hook(enter(int(match[1]))))
             handles.append(module.register_forward_hook(leave))
             handles.extend(m.register_forward_hook(seen) for m in module.modules() if m is not module)

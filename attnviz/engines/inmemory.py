@@ -105,7 +105,14 @@ def backend_tokenizer(tokenizer: Any, files: ModelFiles) -> Tokenizer:
         )
     from tokenizers import Tokenizer
 
-    copy = Tokenizer.from_str(backend.to_str())
+    try:
+        copy = Tokenizer.from_str(backend.to_str())
+    except Exception as exc:  # a Python (custom) pre-tokenizer, normalizer or decoder: no JSON form
+        raise UsageError(
+            f"the {type(tokenizer).__name__} cannot be copied: {str(exc)[:120]}",
+            hint="pass a tokenizer without custom Python components (AutoTokenizer.from_pretrained(...))",
+            reason="tokenizer",
+        ) from None
     copy.no_padding()
     copy.no_truncation()
     vocab = files.config.get("vocab_size")
@@ -173,6 +180,15 @@ def from_model(model: Any, tokenizer: Any, name: str = "own", device: str = "aut
     here = model_device(model)
     dev = here if device == "auto" else pick_device(device)
     floats = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    mixed = len(floats) > 1
+    if mixed and name == "hf":
+        shown = ", ".join(sorted(str(d).removeprefix("torch.") for d in floats))
+        raise UsageError(
+            f"{files.spec} mixes float dtypes ({shown}): transformers' own pass cannot multiply them",
+            hint="cast the model to one dtype (model.to(torch.float32)), or use the own engine, which reads "
+            "every weight in float32",
+            reason="dtype",
+        )
     held = floats.pop() if len(floats) == 1 else torch.float32
     torch_dtype = held if dtype is None else getattr(torch, dtype)
     tok = backend_tokenizer(tokenizer, files)
@@ -183,7 +199,8 @@ def from_model(model: Any, tokenizer: Any, name: str = "own", device: str = "aut
         check_no_hooks(model, files.spec)
         # state_dict() holds detached views of the module's tensors: build_from takes them as they are.
         built = build_from(files.config, dict(model.state_dict()), Path(files.spec), dev, torch_dtype)
-        check_computes_the_same(model, built, files.spec)
+        if not mixed:  # the module's own pass cannot run with mixed dtypes: nothing to hold ours to
+            check_computes_the_same(model, built, files.spec)
         return OwnEngine(files, dev, torch_dtype, model=built, tokenizer=tok)
     if dev != here or torch_dtype != held:
         raise UsageError(

@@ -17,9 +17,13 @@ def matplotlib_config_dir() -> None:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config") if "HOME" in os.environ else ""
     target = Path(base) / "matplotlib" if base else None
     probe = target
-    while probe is not None and not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if probe is None or not (probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)):
+    try:
+        while probe is not None and not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        usable = probe is not None and probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
+    except (OSError, ValueError):  # stat refused (a 5,000-character path, EACCES), a NUL in it
+        usable = False
+    if not usable:
         import tempfile
 
         # One directory per user, reused (matplotlib caches its font list there); a

@@ -1,14 +1,16 @@
 """Tiny random checkpoints of issue 37's Llama-shaped families for the own engine (GLM-4,
 GLM-4.5, OLMo 3, Cohere2, EXAONE 4, ...), every quirk their configs offer switched on.
 
-Data only: built by tests/test_families_c.py (``save_tiny`` plus noise on the buffers a
-family routes with), kept apart from the other spec tables so that branches adding
+Data, and ``save_c`` (``save_tiny`` plus noise on the buffers a family routes with),
+kept apart from the other spec tables so that branches adding
 families edit different files.
 """
 
 from __future__ import annotations
 
-from . import VOCAB_SIZE, Spec, _config
+from pathlib import Path
+
+from . import VOCAB_SIZE, Spec, _config, build_tiny, build_tokenizer
 
 # Odd sizes, 4 query heads over 2 key/value heads, a head width of its own, sharp heads.
 _DEC = dict(
@@ -119,4 +121,102 @@ SPECS_C += (
         perturb=True,
     ),
 )
+SPECS_C += (
+    Spec(
+        "ministral3",
+        "ministral3",
+        _config(
+            "Ministral3Config",
+            **_DEC,
+            num_hidden_layers=2,
+            sliding_window=5,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 1000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 4,  # past 4 tokens the queries are scaled
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "mscale_all_dim": 1.0,
+                "mscale": 1.0,
+                "llama_4_scaling_beta": 0.5,
+            },
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "seed_oss",
+        "seed_oss",
+        _config("SeedOssConfig", **_DEC, num_hidden_layers=2, attention_out_bias=True, mlp_bias=True),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "arcee",
+        "arcee",
+        _config("ArceeConfig", **_DEC, num_hidden_layers=2, attention_bias=True, mlp_bias=True),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "apertus",
+        "apertus",
+        _config("ApertusConfig", **_DEC, num_hidden_layers=2, attention_bias=True),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "ernie4_5",
+        "ernie4_5",
+        _config("Ernie4_5Config", **_DEC, num_hidden_layers=2, use_bias=True),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "hunyuan_v1_dense",
+        "hunyuan_v1_dense",
+        _config(
+            "HunYuanDenseV1Config",
+            **_DEC,
+            num_hidden_layers=2,
+            attention_bias=True,
+            rope_parameters={"rope_type": "dynamic", "rope_theta": 1000.0, "alpha": 3.0, "factor": 1.0},
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
 SPECS_C_BY_NAME = {spec.name: spec for spec in SPECS_C}
+
+
+# Buffers transformers never saves away from their start that a family routes with:
+# noise on them, so that a router that ignores them disagrees.
+ROUTING_BUFFERS = ("e_score_correction_bias",)
+
+
+def save_c(spec: Spec, directory: Path) -> Path:
+    """``spec``'s tiny checkpoint (``build_tiny``), its routing buffers moved off zero, saved
+    beside its tokenizer in ``directory``."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = build_tiny(spec)
+        with torch.no_grad():
+            generator = torch.Generator().manual_seed(1)
+            for name, buffer in model.named_buffers():
+                if name.endswith(ROUTING_BUFFERS):
+                    buffer.add_(0.5 * torch.randn(buffer.shape, generator=generator))
+        directory.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(directory)
+        build_tokenizer(spec.specials).save_pretrained(directory)
+    return directory

@@ -370,7 +370,11 @@ def links_text(
         text.append("\n  ")
         text.append(name.ljust(max(map(len, names))), style="bold")
         text.append(f"  → {target.ljust(max(map(len, targets)))}  {x.weight:.2f}")
-        head = int(x.head.removeprefix("h")) if x.head.removeprefix("h").isdigit() else None
+        head = (
+            int(x.head.removeprefix("h"))
+            if x.head.removeprefix("h").isascii() and x.head.removeprefix("h").isdigit()
+            else None
+        )
         if effects is not None and head is not None and not np.isnan(effects[x.layer, head]):
             text.append(f"  effect {effects[x.layer, head]:.3f}", style="bold" if effects[x.layer, head] >= top else "")
     if effects is not None:
