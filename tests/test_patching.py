@@ -17,14 +17,14 @@ import torch
 
 from attnviz.engines import load_engine
 from attnviz.errors import UsageError
+from attnviz.example import EXAMPLE, EXAMPLE_PAIR
 from attnviz.io.models import resolve
 from attnviz.measures.lm import load_lm_head
 from attnviz.measures.patching import Metric, align, answer_id, patch_heads
 from tests.builders import SPECS_BY_NAME, save_tiny
 
 TOL = 1e-5
-CLEAN = "The animal didn't cross the street because it was too tired"
-CORRUPTED = "The animal didn't cross the street because it was too wide"
+CLEAN, CORRUPTED = EXAMPLE, EXAMPLE_PAIR
 
 # transformers' W^O per layer of each family's base model.
 O_PROJ: dict[str, Callable[[Any, int], Any]] = {

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from ..example import EXAMPLE, EXAMPLE_PAIR
 from .app import app, errors
 from .common import budget, query_from, stdout_console, wrote
 from .conventions import example
@@ -29,8 +30,7 @@ from .options import (
     TokenOpt,
 )
 
-CLEAN_EXAMPLE = "The animal didn't cross the street because it was too tired"
-CORRUPTED_EXAMPLE = "The animal didn't cross the street because it was too wide"
+CLEAN_EXAMPLE, CORRUPTED_EXAMPLE = EXAMPLE, EXAMPLE_PAIR
 
 
 class Direction(str, Enum):
