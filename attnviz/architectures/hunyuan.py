@@ -1,5 +1,6 @@
-"""Hunyuan dense (``hunyuan_v1_dense``): the Llama stack with per-head q/k norms applied
-after RoPE, and NTK scaling with a fixed α.
+"""Hunyuan (``hunyuan_v1_dense``, ``hunyuan_v1_moe``: Hunyuan-A13B): the Llama stack with
+per-head q/k norms applied after RoPE, NTK scaling with a fixed α, and in the MoE model
+experts beside a shared MLP in every layer.
 
 Deltas from llama.py:
 
@@ -8,22 +9,29 @@ Deltas from llama.py:
     RoPE      ``rope_type`` dynamic with an ``alpha``: a fixed θ' = θ · α^(D/(D-2)) for
               every length (transformers' ``ntk_alpha``), then plain RoPE
     biases    ``attention_bias`` on q/k/v/o; none in the MLP
+    MoE       (hunyuan_v1_moe) every layer: Σ_{e in top} w_e · SwiGLU_e(x) + SwiGLU_shared(x),
+              p = softmax(x · W_gᵀ) in float32, the ``moe_topk`` largest renormalised to sum
+              1; experts and the shared MLP ``intermediate_size`` wide (grouped_moe.py's loop)
 
 torch only.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
+from ..errors import UnsupportedArchitectureError
 from ..nn.attention import Attend, MaskLike, MultiHeadAttention, QKTransform, eager_attention
+from .grouped_moe import GroupedMoE
 from .llama import LlamaConfig, LlamaDecoder, RMSNorm, attention_options
+from .moe import convert as moe_convert
 from .rope import rope_config
 
-MODEL_TYPES = ("hunyuan_v1_dense",)
+MODEL_TYPES = ("hunyuan_v1_dense", "hunyuan_v1_moe")
 PREFIXES = ("model.",)
 
 
@@ -53,7 +61,40 @@ class PostRotaryNormAttention(MultiHeadAttention):
         return super().forward(query, key, value, mask, normed, request, score_bias)
 
 
+class SoftmaxTopkRouter(nn.Module):
+    """p = softmax(x · W_gᵀ) in float32; the k largest, renormalised to sum 1."""
+
+    def __init__(self, hidden: int, num_experts: int, top_k: int) -> None:
+        super().__init__()
+        if not 1 <= top_k <= num_experts:
+            raise ValueError(f"moe_topk={top_k} must be between 1 and the {num_experts} experts")
+        self.weight = nn.Parameter(torch.zeros(num_experts, hidden))
+        self.top_k = top_k
+
+    def forward(self, flat: Tensor) -> tuple[Tensor, Tensor]:
+        """flat (T, E) -> the chosen experts (T, k) and their weights (T, k), float32."""
+        probs = torch.softmax(nn.functional.linear(flat.float(), self.weight.float()), dim=1)  # (T, X)
+        weights, chosen = torch.topk(probs, self.top_k, dim=-1)
+        return chosen, weights / weights.sum(dim=-1, keepdim=True)
+
+
+@dataclass(frozen=True)
+class HunyuanConfig(LlamaConfig):
+    num_experts: int = 0  # 0: the dense model
+    top_k: int = 1
+
+
 class HunyuanDecoder(LlamaDecoder):
+    config: HunyuanConfig
+
+    def make_mlp(self, layer: int) -> nn.Module:
+        c = self.config
+        if not c.num_experts:
+            return super().make_mlp(layer)
+        router = SoftmaxTopkRouter(c.hidden_size, c.num_experts, c.top_k)
+        inner = c.intermediate_size
+        return GroupedMoE(router, c.num_experts, c.hidden_size, inner, inner, c.hidden_act)
+
     def make_attention(self, layer: int) -> MultiHeadAttention:
         c = self.config
         return PostRotaryNormAttention(
@@ -79,7 +120,16 @@ def build(config: dict[str, Any]) -> HunyuanDecoder:
         rope = replace(rope, theta=rope.theta * float(alpha) ** (head_dim / (head_dim - 2)))
     else:
         rope = rope_config(config, head_dim)
-    return HunyuanDecoder(LlamaConfig.from_dict(config, ropes=(rope,) * layers, mlp_bias=False))
+    base = LlamaConfig.from_dict(config, ropes=(rope,) * layers, mlp_bias=False)
+    if config.get("model_type") != "hunyuan_v1_moe":
+        return HunyuanDecoder(HunyuanConfig(**vars(base)))
+    experts, top_k = config.get("num_experts"), config.get("moe_topk")
+    if not isinstance(experts, int) or not isinstance(top_k, int):
+        raise UnsupportedArchitectureError(
+            "num_experts or moe_topk given per layer is not implemented for 'hunyuan_v1_moe' by the own engine",
+            setting="num_experts",
+        )
+    return HunyuanDecoder(HunyuanConfig(**vars(base), num_experts=experts, top_k=top_k))
 
 
 RULES = (
@@ -90,5 +140,15 @@ RULES = (
     (r"layers\.(\d+)\.self_attn\.key_layernorm\.weight", r"blocks.\1.attn.k_norm.weight"),
     (r"layers\.(\d+)\.post_attention_layernorm\.weight", r"blocks.\1.mlp_norm.weight"),
     (r"layers\.(\d+)\.mlp\.(gate|up|down)_proj\.weight", r"blocks.\1.mlp.\2.weight"),
+    # hunyuan_v1_moe: the router (gate.wg), the experts one by one or fused, the shared MLP.
+    (r"layers\.(\d+)\.mlp\.gate\.wg\.weight", r"blocks.\1.mlp.router.weight"),
+    (r"layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight", r"blocks.\1.mlp.experts.\2.\3.weight"),
+    (r"layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)", r"blocks.\1.mlp.experts.\2"),  # split in convert()
+    (r"layers\.(\d+)\.mlp\.shared_mlp\.(gate|up|down)_proj\.weight", r"blocks.\1.mlp.shared.\2.weight"),
     (r"norm\.weight", r"final_norm.weight"),
 )
+
+
+def convert(tensors: dict[str, Tensor], config: dict[str, Any]) -> dict[str, Tensor]:
+    """Split transformers' fused in-memory expert layout, if that is what was saved (moe.py)."""
+    return moe_convert(tensors, config)
