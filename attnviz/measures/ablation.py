@@ -129,6 +129,20 @@ class Effects:
         """(N, H) effects at query position ``query``."""
         return self.effect[:, :, query]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The "ablation" object of ``compare --ablate --json``: what was removed, how the
+        effect is measured, the passes; the LM head's kind and top token when there was one."""
+        out: dict[str, Any] = {
+            "with": self.mode,
+            "effect": "1 - cos(final hidden state at the query, the same with the head removed before W^O)",
+            "passes": self.passes,
+            "partial": self.partial,
+        }
+        if self.lm_kind is not None:
+            out["lm"] = self.lm_kind
+            out["top_token"] = self.top_token
+        return out
+
 
 def check_mode(mode: str) -> str:
     """``mode`` if it is one of MODES. Raises UsageError (reason "ablate_mode")."""

@@ -482,6 +482,12 @@ class MultiHeadAttention(nn.Module):
         multiplies it by σ(its gate of ``query`` (B, L, E))."""
         return z
 
+    def own_score_bias(self, keys: int, dtype: torch.dtype, device: Any = None) -> Tensor | None:
+        """The bias this module adds to its scaled scores by itself, beside any ``score_bias``
+        it is given, broadcastable to (1, H, 1, S); None here (ALiBi's modules add one).
+        What reads the scores back (explain) adds it as the module does."""
+        return None
+
     def forward(
         self,
         query: Tensor,
