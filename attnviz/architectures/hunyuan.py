@@ -5,7 +5,9 @@ experts beside a shared MLP in every layer.
 Deltas from llama.py:
 
     q/k norm  an RMSNorm over each head's D on q and k (``query_layernorm``,
-              ``key_layernorm``), *after* the rotation (qwen3.py's norms come before)
+              ``key_layernorm``), *after* the rotation (qwen3.py's norms come before): a
+              part of the position transform here, so explain and the q/k taps read the
+              normed q and k the scores use
     RoPE      ``rope_type`` dynamic with an ``alpha``: a fixed θ' = θ · α^(D/(D-2)) for
               every length (transformers' ``ntk_alpha``), then plain RoPE
     biases    ``attention_bias`` on q/k/v/o; none in the MLP
@@ -18,6 +20,7 @@ torch only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,40 +28,14 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import UnsupportedArchitectureError
-from ..nn.attention import Attend, MaskLike, MultiHeadAttention, QKTransform, eager_attention
+from ..nn.attention import MultiHeadAttention, QKTransform
 from .grouped_moe import GroupedMoE
-from .llama import LlamaConfig, LlamaDecoder, RMSNorm, attention_options
+from .llama import LlamaConfig, LlamaDecoder, RMSNorm
 from .moe import convert as moe_convert
 from .rope import rope_config
 
 MODEL_TYPES = ("hunyuan_v1_dense", "hunyuan_v1_moe")
 PREFIXES = ("model.",)
-
-
-class PostRotaryNormAttention(MultiHeadAttention):
-    """Multi-head attention whose q (B, H, L, D) and k (B, G, S, D) are normed over D
-    after the position transform."""
-
-    def __init__(self, *args: Any, q_norm: nn.Module, k_norm: nn.Module, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.q_norm, self.k_norm = q_norm, k_norm
-
-    def forward(
-        self,
-        query: Tensor,
-        key: Tensor | None = None,
-        value: Tensor | None = None,
-        mask: MaskLike = None,
-        qk_transform: QKTransform | None = None,
-        request: Attend = eager_attention,
-        score_bias: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        def normed(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-            if qk_transform is not None:
-                q, k = qk_transform(q, k)
-            return self.q_norm(q), self.k_norm(k)  # (B, H, L, D), (B, G, S, D)
-
-        return super().forward(query, key, value, mask, normed, request, score_bias)
 
 
 class SoftmaxTopkRouter(nn.Module):
@@ -97,13 +74,28 @@ class HunyuanDecoder(LlamaDecoder):
 
     def make_attention(self, layer: int) -> MultiHeadAttention:
         c = self.config
-        return PostRotaryNormAttention(
-            c.hidden_size,
-            c.num_attention_heads,
-            **attention_options(c),
-            q_norm=RMSNorm(c.head_dim, c.rms_norm_eps),
-            k_norm=RMSNorm(c.head_dim, c.rms_norm_eps),
-        )
+        attn = super().make_attention(layer)
+        # Normed after the rotation, so part of the position transform (``qk_transforms``):
+        # what explain and the taps read as q and k is then what the scores use.
+        attn.q_post_norm = RMSNorm(c.head_dim, c.rms_norm_eps)
+        attn.k_post_norm = RMSNorm(c.head_dim, c.rms_norm_eps)
+        return attn
+
+    def qk_transforms(self, input_ids: Tensor, x: Tensor) -> Sequence[QKTransform | None]:
+        rotated = super().qk_transforms(input_ids, x)
+
+        def then_normed(rotate: QKTransform | None, attn: Any) -> QKTransform:
+            q_norm: nn.Module = attn.q_post_norm
+            k_norm: nn.Module = attn.k_post_norm
+
+            def apply(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+                if rotate is not None:
+                    q, k = rotate(q, k)
+                return q_norm(q), k_norm(k)  # (B, H, L, D), (B, G, S, D)
+
+            return apply
+
+        return [then_normed(qk, block.attn) for qk, block in zip(rotated, self.blocks, strict=True)]
 
 
 def build(config: dict[str, Any]) -> HunyuanDecoder:
@@ -136,8 +128,8 @@ RULES = (
     (r"embed_tokens\.weight", r"tokens.weight"),
     (r"layers\.(\d+)\.input_layernorm\.weight", r"blocks.\1.attn_norm.weight"),
     (r"layers\.(\d+)\.self_attn\.([qkvo])_proj\.(weight|bias)", r"blocks.\1.attn.\2_proj.\3"),
-    (r"layers\.(\d+)\.self_attn\.query_layernorm\.weight", r"blocks.\1.attn.q_norm.weight"),
-    (r"layers\.(\d+)\.self_attn\.key_layernorm\.weight", r"blocks.\1.attn.k_norm.weight"),
+    (r"layers\.(\d+)\.self_attn\.query_layernorm\.weight", r"blocks.\1.attn.q_post_norm.weight"),
+    (r"layers\.(\d+)\.self_attn\.key_layernorm\.weight", r"blocks.\1.attn.k_post_norm.weight"),
     (r"layers\.(\d+)\.post_attention_layernorm\.weight", r"blocks.\1.mlp_norm.weight"),
     (r"layers\.(\d+)\.mlp\.(gate|up|down)_proj\.weight", r"blocks.\1.mlp.\2.weight"),
     # hunyuan_v1_moe: the router (gate.wg), the experts one by one or fused, the shared MLP.
