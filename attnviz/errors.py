@@ -86,6 +86,7 @@ class Reason(StrEnum):
     EXPLAIN_ENGINE = "explain_engine"
     NO_SENTENCES = "no_sentences"
     RAY_UNREACHABLE = "ray_unreachable"
+    PROBE_LENGTH = "probe_length"  # facts: longest (the longest probe that fits)
     # Models, engines, devices, memory
     ARCHITECTURE = "architecture"  # UnsupportedArchitectureError's reason
     MODEL_OBJECT = "model_object"  # a Python object that is no model attnviz reads

@@ -15,7 +15,6 @@ EXAONE 4, ...), each on a tiny checkpoint with every quirk switched on
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,29 +26,14 @@ from attnviz import architectures
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import ModelLoadError
 
-from .builders import SENTENCES, build_tiny, build_tokenizer
-from .builders.families_c import SPECS_C, SPECS_C_BY_NAME
+from .builders import SENTENCES
+from .builders.families_c import SPECS_C, SPECS_C_BY_NAME, save_c
 
 TOL = 1e-5
-# Buffers transformers never saves away from their start that a family routes with:
-# noise on them, so that a router that ignores them disagrees.
-_ROUTING_BUFFERS = ("e_score_correction_bias",)
 
 
 def _save(name: str, directory: Path) -> Path:
-    spec = SPECS_C_BY_NAME[name]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = build_tiny(spec)
-        with torch.no_grad():
-            generator = torch.Generator().manual_seed(1)
-            for buffer_name, buffer in model.named_buffers():
-                if buffer_name.endswith(_ROUTING_BUFFERS):
-                    buffer.add_(0.5 * torch.randn(buffer.shape, generator=generator))
-        directory.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(directory)
-        build_tokenizer(spec.specials).save_pretrained(directory)
-    return directory
+    return save_c(SPECS_C_BY_NAME[name], directory)
 
 
 class _Saved(dict[str, Path]):
@@ -132,7 +116,7 @@ def test_padded_batch_matches_transformers(spec: Any, saved: dict[str, Path]) ->
 def test_norms_and_ablation_match_the_hf_engine(spec: Any, saved: dict[str, Path]) -> None:
     """‖f_h(x_j)‖ from our modules against transformers' v_proj and W^O (the hf engine's
     hooks); removing heads through our W^O against a pre-hook on transformers'."""
-    from attnviz.nn.attention import Ablation
+    from attnviz.measures.ablation import Ablation, Runner
 
     own, hf = _engines(spec.name, saved)
     tokens = own.tokenize(SENTENCES[0])
@@ -140,12 +124,13 @@ def test_norms_and_ablation_match_the_hf_engine(spec: Any, saved: dict[str, Path
     assert ours.value_norms is not None and theirs.value_norms is not None
     for a, b in zip(ours.value_norms, theirs.value_norms, strict=True):
         assert _diff(a, b) <= TOL
+    mine, yours = Runner(own, tokens), Runner(hf, tokens)  # each head's z replaced through the taps
     for layer in range(own.num_layers):
         ablation = (layer, Ablation((0, own.num_heads - 1)))
-        assert _diff(own.final_hidden(tokens, ablate=ablation), hf.final_hidden(tokens, ablate=ablation)) <= TOL
+        assert _diff(mine.hidden(ablation), yours.hidden(ablation)) <= TOL
     mean_fill = torch.randn(own.num_heads, own.model.config.head_dim)  # type: ignore[attr-defined, union-attr]
     ablation = (0, Ablation((1,), mean_fill))
-    assert _diff(own.final_hidden(tokens, ablate=ablation), hf.final_hidden(tokens, ablate=ablation)) <= TOL
+    assert _diff(mine.hidden(ablation), yours.hidden(ablation)) <= TOL
 
 
 @pytest.mark.parametrize("spec", SPECS_C, ids=lambda s: s.name)

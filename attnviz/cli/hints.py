@@ -122,6 +122,7 @@ HINTS: dict[Reason, Hint] = {
         "explain covers attnviz's own families whose scores are q·k; attnviz show gives this model's weights"
     ),
     Reason.NO_SENTENCES: 'give one with --sentence "..."',
+    Reason.PROBE_LENGTH: lambda exc: f"use --probe-length {int(exc.facts['longest'])} or less",
     # Models, devices, memory
     Reason.ARCHITECTURE: _architecture,
     Reason.ROLLOUT_HYBRID: "drop --rollout: a hybrid's attention layers are shown one by one",

@@ -84,6 +84,8 @@ class Explanation:
         steps: the family's extras in words ("rotary", "q/k norm", ...).
         neuron: with a key asked for, its q ⊙ k (``Neuron``).
         provenance: the model and engine.
+        query_indices: every token position of the asked word (``query`` is the first);
+            () when not given.
     """
 
     tokens: Tokens
@@ -111,6 +113,7 @@ class Explanation:
     steps: tuple[str, ...]
     provenance: Provenance
     neuron: Neuron | None = None
+    query_indices: tuple[int, ...] = ()
 
     @property
     def head_dim(self) -> int:
@@ -168,6 +171,8 @@ class Explanation:
             }
         p = self.provenance
         out.update(model=p.model, engine=p.engine, device=p.device, dtype=p.dtype, provenance=p.to_dict())
+        if self.query_indices:
+            out["query_indices"] = list(self.query_indices)
         return jsonable(out)
 
 
@@ -309,6 +314,11 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
     scores = k @ q  # (S,)
     logits = scores * scale
     bias = args.get("score_bias")
+    # A bias the module adds by itself (ALiBi: BLOOM, Falcon-RW), with any it was given,
+    # in the module's dtype, as it adds them (left out, BLOOM's weights were off by 0.13).
+    own_bias = m.own_score_bias(keys, out.dtype, k_all.device)
+    if own_bias is not None:
+        bias = own_bias if bias is None else bias + own_bias
     bias_row = None
     if bias is not None:
         b = bias[..., query, :] if bias.size(-2) > 1 else bias[..., 0, :]
@@ -361,7 +371,9 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
         steps.append("q and k after the family's position transform (rotary)")
     if hasattr(m, "q_norm"):
         steps.insert(0, "q and k normed per head (q_norm, k_norm) before it")
-    if bias_row is not None:
+    if own_bias is not None:
+        steps.append("ALiBi's linear position bias (slope · key position) added to the scaled scores")
+    elif bias_row is not None:
         steps.append("a learned position bias added to the scaled scores")
     if m.softcap is not None:
         steps.append(f"scores soft-capped: {m.softcap:g}·tanh(s/{m.softcap:g})")

@@ -1,14 +1,16 @@
 """Tiny random checkpoints of issue 37's Llama-shaped families for the own engine (GLM-4,
 GLM-4.5, OLMo 3, Cohere2, EXAONE 4, ...), every quirk their configs offer switched on.
 
-Data only: built by tests/test_families_c.py (``save_tiny`` plus noise on the buffers a
-family routes with), kept apart from the other spec tables so that branches adding
+Data, and ``save_c`` (``save_tiny`` plus noise on the buffers a family routes with),
+kept apart from the other spec tables so that branches adding
 families edit different files.
 """
 
 from __future__ import annotations
 
-from . import VOCAB_SIZE, Spec, _config
+from pathlib import Path
+
+from . import VOCAB_SIZE, Spec, _config, build_tiny, build_tokenizer
 
 # Odd sizes, 4 query heads over 2 key/value heads, a head width of its own, sharp heads.
 _DEC = dict(
@@ -192,3 +194,29 @@ SPECS_C += (
     ),
 )
 SPECS_C_BY_NAME = {spec.name: spec for spec in SPECS_C}
+
+
+# Buffers transformers never saves away from their start that a family routes with:
+# noise on them, so that a router that ignores them disagrees.
+ROUTING_BUFFERS = ("e_score_correction_bias",)
+
+
+def save_c(spec: Spec, directory: Path) -> Path:
+    """``spec``'s tiny checkpoint (``build_tiny``), its routing buffers moved off zero, saved
+    beside its tokenizer in ``directory``."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = build_tiny(spec)
+        with torch.no_grad():
+            generator = torch.Generator().manual_seed(1)
+            for name, buffer in model.named_buffers():
+                if name.endswith(ROUTING_BUFFERS):
+                    buffer.add_(0.5 * torch.randn(buffer.shape, generator=generator))
+        directory.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(directory)
+        build_tokenizer(spec.specials).save_pretrained(directory)
+    return directory
