@@ -97,6 +97,7 @@ needs_kernel = pytest.mark.skipif(_why is not None, reason=f"cannot execute note
 
 
 @needs_kernel
+@pytest.mark.notebook
 def test_a_notebook_executed_in_a_real_kernel_carries_the_page(tmp_path: Path, att: Attention) -> None:
     nb = notebooks.run_notebook(
         tmp_path / "view.ipynb",
