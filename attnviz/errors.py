@@ -86,6 +86,11 @@ class Reason(StrEnum):
     EXPLAIN_ENGINE = "explain_engine"
     NO_SENTENCES = "no_sentences"
     RAY_UNREACHABLE = "ray_unreachable"
+    PROBE_LENGTH = "probe_length"  # facts: longest (the longest probe that fits)
+    # Patching (measures/patching.py)
+    PATCH_ALIGN = "patch_align"  # two prompts whose positions cannot be matched
+    PATCH_METRIC = "patch_metric"  # a metric, direction or model patching cannot use
+    PATCH_ANSWER = "patch_answer"  # an answer that is not one token, or none given
     # Models, engines, devices, memory
     ARCHITECTURE = "architecture"  # UnsupportedArchitectureError's reason
     MODEL_OBJECT = "model_object"  # a Python object that is no model attnviz reads

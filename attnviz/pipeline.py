@@ -118,7 +118,9 @@ class Plan:
     @property
     def where(self) -> str:
         """The query side, in words, for messages."""
-        return "the sentence" if self.target is None else "the decoder text"
+        from .io.safeio import text_noun
+
+        return text_noun(self.tokens.text) if self.target is None else "the decoder text"
 
 
 def choose_part(engine: Engine, part: str | None, has_target: bool) -> str | None:
@@ -168,7 +170,7 @@ def plan(
     *,
     pair: str | None = None,
     target: str | Tokens | None = None,
-    where: str = "the sentence",
+    where: str | None = None,
 ) -> Plan:
     """Tokenize and resolve the selection: every mistake found before the forward pass,
     in this order: the text, the part, the decoder text, layers, heads, queries, targets.
@@ -274,7 +276,7 @@ def run(
     *,
     pair: str | None = None,
     target: str | Tokens | None = None,
-    where: str = "the sentence",
+    where: str | None = None,
     max_memory: int | None = None,
 ) -> Reading:
     """Text to ``Reading`` down the layers once: ``read(plan(...))``; see both."""

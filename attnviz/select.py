@@ -82,7 +82,7 @@ class Query:
             return None
         return cls(word, occurrence, index)
 
-    def resolve(self, tokens: Tokens, where: str = "the sentence") -> tuple[int, ...]:
+    def resolve(self, tokens: Tokens, where: str | None = None) -> tuple[int, ...]:
         """The token positions this query covers (a word split into pieces gives them all).
 
         Raises:
@@ -104,7 +104,7 @@ def parse_target(spec: str) -> tuple[str, int | None]:
     return m[1], int(m[2])
 
 
-def find_targets(tokens: Tokens, words: Sequence[str], where: str = "the sentence") -> dict[str, tuple[int, ...]]:
+def find_targets(tokens: Tokens, words: Sequence[str], where: str | None = None) -> dict[str, tuple[int, ...]]:
     """Token positions of each target word, keyed by the word as given.
 
     ``word`` covers every occurrence (their pieces together); ``word:N`` only the N-th
@@ -114,6 +114,9 @@ def find_targets(tokens: Tokens, words: Sequence[str], where: str = "the sentenc
         TokenNotFoundError: a word is not in the sentence, or N is out of range; the
             message names ``where`` and lists the sentence's tokens. facts: reason "target".
     """
+    from .io.safeio import text_noun
+
+    where = where or text_noun(tokens.text)
     out: dict[str, tuple[int, ...]] = {}
     for spec in words:
         word, occurrence = parse_target(spec)

@@ -16,8 +16,7 @@ import torch
 from attnviz.engines import load_engine
 from attnviz.example import EXAMPLE
 from attnviz.io.models import resolve
-from attnviz.measures.ablation import Runner, ablate_text, batch_size, passes
-from attnviz.nn.attention import Ablation, ablate_heads
+from attnviz.measures.ablation import Ablation, Runner, ablate_heads, ablate_text, batch_size, passes
 from tests.builders import SPECS_BY_NAME, save_tiny
 from tests.helpers import ProtocolOnly
 
@@ -27,7 +26,7 @@ TOL = 1e-5
 # --- the independent reference: transformers, a hook, one head per pass --------------
 
 # Per family: (part, base model, layer) -> the module transformers feeds Concat(heads).
-# Written out here from transformers' own module names, apart from attnviz.engines.hf_ablation.
+# Written out here from transformers' own module names, apart from attnviz.engines.hf_taps.
 Locator = Callable[[Any, str, int], Any]
 LOCATORS: dict[str, Locator] = {
     "bert": lambda m, part, i: m.encoder.layer[i].attention.output.dense,

@@ -111,15 +111,19 @@ def test_a_hybrid_text_view_labels_the_true_layer(saved: dict[str, Path]) -> Non
 def test_a_hybrids_heads_ablate_under_hf(saved: dict[str, Path]) -> None:
     """Qwen3-Next's gated attention: removing a head of layer 3 through its W^O changes
     the output, and the layers without attention are left out of the effects."""
-    from attnviz.nn.attention import Ablation
+    from attnviz.measures.ablation import Ablation, Runner
+    from attnviz.nn.taps import Taps
 
     engine = load_engine("hf", str(saved["qwen3_next"]), "cpu")
     tokens = engine.tokenize(SENTENCES[0])
-    clean = engine.final_hidden(tokens)
-    removed = engine.final_hidden(tokens, ablate=(3, Ablation((0, 2))))
+    runner = Runner(engine, tokens)
+    clean = runner.hidden()
+    removed = runner.hidden((3, Ablation((0, 2))))
     assert removed.shape[0] == 2 and _diff(removed[0], clean[0]) > 1e-4
-    projections = engine.output_projections()
-    assert [p is not None for p in projections] == [n in (1, 3) for n in range(4)]
+    taps = Taps().record("blocks.*.attn.z")  # each head's output: W^O's input, where there is one
+    with engine.tapping(taps):
+        engine.final_hidden(tokens)
+    assert [f"blocks.{n}.attn.z" in taps for n in range(4)] == [n in (1, 3) for n in range(4)]
 
 
 def test_parse_layers_of_a_hybrid() -> None:

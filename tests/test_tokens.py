@@ -128,3 +128,27 @@ def test_one_punctuation_rule_for_compare_and_heads() -> None:
     assert excluded(tokens, (1,), ("punct",)).tolist() == punct
     assert list(features(range(n), special, labels).punctuation) == punct
     assert not is_punctuation("$") and is_punctuation("Ġ,") and is_punctuation("##.")
+
+
+def test_errors_call_a_paragraph_the_text_and_a_sentence_the_sentence(own_engine) -> None:  # type: ignore[no-untyped-def]
+    """Errors about a paragraph said "the sentence" (issue 39): the noun follows the text."""
+    from attnviz.errors import TokenNotFoundError
+    from attnviz.io.safeio import text_noun
+    from attnviz.select import find_targets
+
+    assert text_noun("The animal didn't cross the street because it was too tired.") == "the sentence"
+    assert text_noun("It costs 3.5 dollars.") == "the sentence"  # a point inside a number ends nothing
+    assert text_noun("The cat sat. Then it ran.") == "the text"
+    assert text_noun("one line\nanother line") == "the text"
+    assert text_noun('He said "stop." Then he left.') == "the text"
+    paragraph = own_engine.tokenize("The cat sat. Then it ran away because it was scared.")
+    sentence = own_engine.tokenize("The cat sat on the mat")
+    for tokens, noun in ((paragraph, "the text"), (sentence, "the sentence")):
+        with pytest.raises(TokenNotFoundError, match=f"'dog' is not in {noun};"):
+            find_word(tokens, "dog")
+        with pytest.raises(TokenNotFoundError, match=f"target 'dog' is not in {noun};"):
+            find_targets(tokens, ["dog"])
+        with pytest.raises(TokenNotFoundError, match=f"out of range: {noun} has"):
+            check_index(tokens, 99)
+    with pytest.raises(TokenNotFoundError, match="is not in sentence B"):
+        find_word(paragraph, "dog", where="sentence B")  # a name given by the caller stays

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +18,8 @@ from torch import Tensor, nn
 
 from ..errors import ModelLoadError, UnsupportedArchitectureError
 from ..nn import taps
-from ..nn.attention import Ablation
 from ..nn.rows import RowRequest
 from ..shape import ModelShape
-
-# Head ablation in one layer of a pass: (layer, which heads, with what).
-LayerAblation = tuple[int, Ablation]
 
 
 @dataclass
@@ -78,14 +74,12 @@ class AttnModel(nn.Module):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
-        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """input_ids (B, S), attention_mask (B, S) of 1/0; stop after layer ``max_layer``.
 
         ``layers`` (default all) return the weight rows of ``queries`` (default every
         row); the other layers return none. ``fused=False`` runs the eager reference.
-        ``ablate``: (layer, Ablation), heads of one layer removed before W^O; the
-        input then has batch 1 and the output batch len(Ablation.heads).
+        What a pass reads or changes inside a layer goes through the taps (nn/taps.py).
         """
         raise NotImplementedError
 
@@ -95,19 +89,11 @@ class AttnModel(nn.Module):
         layers: Collection[int] | None,
         queries: Sequence[int] | None,
         fused: bool,
-        ablate: LayerAblation | None = None,
     ) -> list[RowRequest]:
-        """Per layer 0..last: what its attention returns beside its output; ``ablate``
-        (layer, Ablation) removes heads of that one layer (``attention.Ablation``)."""
+        """Per layer 0..last: what its attention returns beside its output."""
         wanted = RowRequest(None if queries is None else tuple(queries), fused)
         nothing = RowRequest((), fused)
-        out = [wanted if layers is None or layer in layers else nothing for layer in range(last + 1)]
-        if ablate is not None:
-            layer, ablation = ablate
-            if not 0 <= layer <= last:
-                raise ValueError(f"cannot ablate layer {layer}: the pass runs layers 0..{last}")
-            out[layer] = replace(out[layer], ablation=ablation)
-        return out
+        return [wanted if layers is None or layer in layers else nothing for layer in range(last + 1)]
 
 
 def layer_loop(

@@ -32,7 +32,7 @@ from ..errors import UnsupportedArchitectureError
 from ..nn.attention import Mask, MultiHeadAttention
 from ..nn.rows import EAGER, RowRequest
 from ..nn.taps import tap
-from .base import AttnModel, ForwardOutput, LayerAblation, activation, layer_loop
+from .base import AttnModel, ForwardOutput, activation, layer_loop
 
 MODEL_TYPES = ("bert",)
 PREFIXES = ("bert.",)
@@ -182,7 +182,6 @@ class BertEncoder(AttnModel):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
-        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """As ``AttnModel.forward``, plus token_type_ids (B, S): the segments of a sentence pair."""
         # 1. Embeddings (and the projection up to the blocks' width, if any).
@@ -192,7 +191,7 @@ class BertEncoder(AttnModel):
             x = self.project(x)  # (B, S, E)
         # 2. The layers, each returning the weight rows asked of it.
         last = self.num_layers - 1 if max_layer is None else max_layer
-        requests = self.row_requests(last, layers, queries, fused, ablate)
+        requests = self.row_requests(last, layers, queries, fused)
         bias = self.position_bias(input_ids.size(1), x)  # (1, H, S, S) or None
         x, attentions = layer_loop(
             x, last + 1, lambda n, x: self.blocks[self.block_index(n)](x, mask, requests[n], bias)

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from ..nn.attention import Mask, MultiHeadAttention, QKTransform
 from ..nn.rows import EAGER, RowRequest
 from ..nn.taps import tap
-from .base import AttnModel, ForwardOutput, LayerAblation, layer_loop
+from .base import AttnModel, ForwardOutput, layer_loop
 
 
 class PreNormBlock(nn.Module):
@@ -75,7 +75,6 @@ class DecoderModel(AttnModel):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
-        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """input_ids (B, S), attention_mask (B, S) of 1/0; the rest as in ``AttnModel.forward``.
 
@@ -91,7 +90,7 @@ class DecoderModel(AttnModel):
         masks = {window: Mask(causal=True, window=window, padding=padding) for window in set(self.windows)}
         # 3. The layers, each returning the weight rows asked of it.
         last = self.num_layers - 1 if max_layer is None else max_layer
-        requests = self.row_requests(last, layers, queries, fused, ablate)
+        requests = self.row_requests(last, layers, queries, fused)
         x, attentions = layer_loop(
             x, last + 1, lambda n, x: self.blocks[n](x, masks[self.windows[n]], qk[n], requests[n])
         )

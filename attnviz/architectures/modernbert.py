@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from ..errors import UnsupportedArchitectureError
 from ..nn.attention import MultiHeadAttention, QKTransform, padding_mask
-from .base import AttnModel, ForwardOutput, LayerAblation, activation, config_value, layer_loop
+from .base import AttnModel, ForwardOutput, activation, config_value, layer_loop
 from .decoder import PreNormBlock
 from .fields import given, number, sequence, whole
 from .rope import RopeConfig, rotary
@@ -160,7 +160,6 @@ class ModernBert(AttnModel):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
-        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """input_ids (B, S), attention_mask (B, S) of 1/0; ``layers``, ``queries`` and
         ``fused`` as ``AttnModel.forward`` says. ``hidden_states`` is after the final norm
@@ -181,7 +180,7 @@ class ModernBert(AttnModel):
         masks = {GLOBAL: pad, LOCAL: pad & near[None, None]}  # (B, 1, 1, S), (B, 1, L, S)
         # 3. The layers.
         last = self.num_layers - 1 if max_layer is None else max_layer
-        requests = self.row_requests(last, layers, queries, fused, ablate)
+        requests = self.row_requests(last, layers, queries, fused)
         kinds = c.layer_types
         x, attentions = layer_loop(
             x, last + 1, lambda n, x: self.blocks[n](x, masks[kinds[n]], rope[kinds[n]], requests[n])

@@ -49,7 +49,7 @@ from torch import Tensor, nn
 
 from ..nn.attention import Mask, MultiHeadAttention
 from ..nn.taps import tap
-from .base import ForwardOutput, LayerAblation, activation, layer_loop
+from .base import ForwardOutput, activation, layer_loop
 from .decoder import PreNormBlock
 from .fields import fraction, given, sequence, whole
 from .gemma import GemmaRMSNorm
@@ -321,13 +321,10 @@ class Qwen3NextDecoder(LlamaDecoder):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
-        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """As ``DecoderModel.forward``, layers by model number; ``attentions`` holds the
         softmax layers' weights alone, in order (the linear layers have none)."""
         softmax = set(self.attention_layers or range(self.num_layers))
-        if ablate is not None and ablate[0] not in softmax:
-            raise ValueError(f"layer {ablate[0]} is a linear-attention layer: it has no heads to ablate")
         # 1. Embeddings, the rotary table, the mask of the softmax layers.
         x = self.embed(input_ids)  # (B, S, E)
         qk = rotary(self.config.rope, input_ids.size(1), x)
@@ -335,7 +332,7 @@ class Qwen3NextDecoder(LlamaDecoder):
         mask = Mask(causal=True, padding=padding)
         # 2. The layers: softmax ones return their asked rows, linear ones none.
         last = self.num_layers - 1 if max_layer is None else max_layer
-        requests = self.row_requests(last, layers, queries, fused, ablate)
+        requests = self.row_requests(last, layers, queries, fused)
 
         def layer(n: int, x: Tensor) -> tuple[Tensor, Tensor | None]:
             if n in softmax:

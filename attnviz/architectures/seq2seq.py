@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from ..nn.attention import Ablation, MultiHeadAttention, causal_mask, padding_mask
+from ..nn.attention import MultiHeadAttention, causal_mask, padding_mask
 from ..nn.rows import EAGER, RowRequest
 from ..nn.taps import tap
 from ..select import PARTS
 from ..shape import ModelShape
-from .base import AttnModel, ForwardOutput, LayerAblation, layer_loop
+from .base import AttnModel, ForwardOutput, layer_loop
 
 
 @dataclass
@@ -213,14 +213,13 @@ class EncoderDecoder(AttnModel):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
-        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """The encoder alone: input_ids (B, S), attention_mask (B, S) of 1/0; ``layers``,
-        ``queries``, ``fused`` and ``ablate`` as ``AttnModel.forward`` says."""
+        ``queries`` and ``fused`` as ``AttnModel.forward`` says."""
         x = self.embed(input_ids, "encoder")  # (B, S, E)
         bias = self.position_bias("encoder", input_ids.size(1), x)
         last = len(self.encoder.blocks) - 1 if max_layer is None else max_layer
-        requests = self.row_requests(last, layers, queries, fused, ablate)
+        requests = self.row_requests(last, layers, queries, fused)
         hidden, attentions, _ = self.encoder(x, attention_mask, bias, max_layer=max_layer, requests=requests)
         return ForwardOutput(hidden_states=hidden, attentions=attentions)
 
@@ -230,32 +229,18 @@ class EncoderDecoder(AttnModel):
         decoder_input_ids: Tensor,
         attention_mask: Tensor | None = None,
         decoder_attention_mask: Tensor | None = None,
-        ablate: tuple[str, int, Ablation] | None = None,
     ) -> Seq2SeqOutput:
         """Source input_ids (B, S) through the encoder, target decoder_input_ids (B, L)
         through the decoder (teacher forcing: the whole target at once, causally masked).
-
-        ``ablate``: (part, layer, Ablation), heads of one layer of "encoder", "decoder"
-        (self-attention) or "cross" removed before W^O (see ``AttnModel.forward``)."""
-        part, at = (None, None) if ablate is None else (ablate[0], (ablate[1], ablate[2]))
-        if part not in (None, *PARTS):
-            raise ValueError(f"unknown part {part!r} (parts: {', '.join(PARTS)})")
+        Every weight of every part, by the eager reference."""
         # 1. The encoder, all layers: the decoder cross-attends to its final output.
-        encoded = self.forward(input_ids, attention_mask, fused=False, ablate=at if part == "encoder" else None)
-        # 2. The decoder, cross-attending to it.
+        encoded = self.forward(input_ids, attention_mask, fused=False)
+        # 2. The decoder, cross-attending to it (a batch of encoder outputs, when a tap made
+        #    copies of the encoder's stream, meets the one decoder input by broadcasting).
         y = self.embed(decoder_input_ids, "decoder")  # (B, L, E)
         bias = self.position_bias("decoder", decoder_input_ids.size(1), y)
-        last = len(self.decoder.blocks) - 1
-        requests = self.row_requests(last, None, None, False, at if part == "decoder" else None)
-        cross_requests = self.row_requests(last, None, None, False, at if part == "cross" else None)
         hidden, attentions, cross = self.decoder(
-            y,
-            decoder_attention_mask,
-            bias,
-            memory=encoded.hidden_states,
-            memory_mask=attention_mask,
-            requests=requests,
-            cross_requests=cross_requests,
+            y, decoder_attention_mask, bias, memory=encoded.hidden_states, memory_mask=attention_mask
         )
         return Seq2SeqOutput(
             encoder=encoded, decoder=ForwardOutput(hidden_states=hidden, attentions=attentions), cross=cross

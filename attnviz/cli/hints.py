@@ -102,6 +102,10 @@ HINTS: dict[Reason, Hint] = {
     Reason.LAYER: lambda exc: exc.hint or f"use --layer 0..{int(exc.facts['num_layers']) - 1}, N,M, A-B or all",
     Reason.HEAD: lambda exc: f"use --heads with numbers 0..{int(exc.facts['num_heads']) - 1}",
     Reason.UNKNOWN_PART: "use --part encoder, decoder or cross",
+    Reason.PATCH_ALIGN: "write the two prompts so they differ in one place and end alike "
+    "(e.g. ...too tired / ...too wide), or score another --token",
+    Reason.PATCH_METRIC: "use --metric hidden (the final hidden state) for a model without a causal LM head",
+    Reason.PATCH_ANSWER: "give --answer WORD (and --wrong WORD for logit-diff), each one token of the vocabulary",
     Reason.PART: "--part applies to encoder-decoders (T5, BART); drop it",
     Reason.NO_TARGET: "give the decoder's text with --target-text TEXT (or --target-file PATH)",
     Reason.TARGET_NOT_SEQ2SEQ: "drop --target-text/--target-file; for a second sentence of a pair use --pair",
@@ -122,6 +126,7 @@ HINTS: dict[Reason, Hint] = {
         "explain covers attnviz's own families whose scores are q·k; attnviz show gives this model's weights"
     ),
     Reason.NO_SENTENCES: 'give one with --sentence "..."',
+    Reason.PROBE_LENGTH: lambda exc: f"use --probe-length {int(exc.facts['longest'])} or less",
     # Models, devices, memory
     Reason.ARCHITECTURE: _architecture,
     Reason.ROLLOUT_HYBRID: "drop --rollout: a hybrid's attention layers are shown one by one",

@@ -7,11 +7,10 @@ engines share (tokenizing, parts of an encoder-decoder, padding, provenance).
 Callers use this protocol and nothing else: the weights' sizes the memory estimate
 needs are ``sizes`` (numbers), the tokenizer is ``tokenizer``, the length limit is
 ``max_positions``; our attention modules, for the callers that hook them (explain, the
-kept rows), are ``attention_modules``, W^O and the last hidden states for ablation
-``output_projections`` and ``final_hidden``, and what a model in memory must be set to
-while it runs is ``running``. Taps (``tapping``, nn/taps.py) are the way into a head: a
-caller records or replaces q, k, v, the pattern, z, W^O's output and the residual stream
-of any layer by name, on either engine, e.g.::
+kept rows), are ``attention_modules``, the last hidden states ``final_hidden``, and
+what a model in memory must be set to while it runs is ``running``. Taps (``tapping``,
+nn/taps.py) are the way into a head: a caller records or replaces q, k, v, the pattern,
+z, W^O's output and the residual stream of any layer by name, on either engine, e.g.::
 
     taps = Taps().record("blocks.2.attn.z").replace("blocks.3.attn.z", 0.0, heads=[1])
     with engine.tapping(taps):
@@ -41,7 +40,7 @@ if TYPE_CHECKING:
 
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
-    from ..nn.attention import Ablation, MultiHeadAttention
+    from ..nn.attention import MultiHeadAttention
     from ..nn.taps import Taps
 
 
@@ -123,34 +122,20 @@ class Engine(Protocol):
         among those (``shape.layers``), in order."""
         ...
 
-    def output_projections(self, part: str | None = None) -> list[torch.nn.Module]:
-        """Per layer 0..N-1 of ``part`` (None: the only stack, or the encoder): the module
-        whose input is Concat(head_1, ..., head_H), (B, S, H·D), that is W^O. A forward
-        pre-hook on it reads or replaces each head's output (head ablation). A module
-        shared by several layers (ALBERT's) is listed once per layer, and called once per
-        layer, in order.
-
-        Raises:
-            UsageError: a part the model does not have.
-            UnsupportedArchitectureError: a layout whose projections are not known (hf).
-        """
-        ...
-
     def final_hidden(
         self,
         tokens: Tokens,
         target: Tokens | None = None,
         *,
-        part: str | None = None,
-        ablate: tuple[int, Ablation] | None = None,
+        batch: int = 1,
     ) -> torch.Tensor:
         """(B, Q, E) the last layer's hidden states of one pass that keeps no weights: the
         decoder's (Q = len(target)) given the decoder text ``target``, else those of the
         only stack or the encoder (Q = len(tokens)).
 
-        ``ablate`` (layer, Ablation): the heads ``Ablation.heads`` of that layer of ``part``
-        (None: the only stack, or the encoder) removed before W^O, one batch element per
-        head (B = len(heads)); B = 1 without it.
+        ``batch``: B copies of the text, for taps that make them differ (a replacement
+        given a batch-1 value may return B copies of it: head ablation). The own engine
+        runs identical copies once, until a replacement makes them B; the hf engine runs B.
         """
         ...
 

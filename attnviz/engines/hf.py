@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
     from ..io.models import ModelFiles
-    from ..nn.attention import Ablation, MultiHeadAttention
+    from ..nn.attention import MultiHeadAttention
     from ..nn.taps import Taps
     from . import hf_model
 
@@ -271,28 +271,21 @@ class HFEngine(EngineBase):
     def tapping(self, taps: Taps) -> contextlib.AbstractContextManager[Taps]:
         """The same taps on transformers' modules (``hf_taps``): the attention function
         through transformers' attention interface, W^O, the MLP and layer modules by name."""
-        from .hf_taps import tapping
-
-        self.check_taps(taps)
-        return tapping(self.model, taps, self.tap_stacks(), self.files.model_type)
-
-    def output_projections(self, part: str | None = None) -> list[torch.nn.Module]:
-        """Per layer of ``part``: transformers' W^O, found by module name
-        (``hf_ablation.PATTERNS``)."""
-        from .hf_ablation import output_projections
-
-        shape = self.part_shape(part)  # refuses a part the model does not have
         from ..errors import UnsupportedArchitectureError
+        from .hf_taps import tapping
         from .support import own_types
 
-        attention = shape.layers if part in (None, "encoder") else None
+        self.check_taps(taps)
+        heads = {"blocks": self.shape.num_heads}
+        if self.decoder_shape is not None:
+            heads["decoder.blocks"] = self.decoder_shape.num_heads
         try:
-            return output_projections(self.model, part or "encoder", shape.num_layers, attention)
+            return tapping(self.model, taps, self.tap_stacks(), heads, self.files.model_type, self.shape.layers)
         except UnsupportedArchitectureError as exc:
             own = self.files.model_type in own_types()
             raise UnsupportedArchitectureError(
                 exc.message,
-                hint=None if own else "attnviz show gives this model's weights; ablation needs each head's W^O",
+                hint=None if own else "attnviz show gives this model's weights; taps need each head's W^O",
                 model_type=self.files.model_type,
                 engine="hf",
                 own=own,
@@ -318,25 +311,17 @@ class HFEngine(EngineBase):
         tokens: Tokens,
         target: Tokens | None = None,
         *,
-        part: str | None = None,
-        ablate: tuple[int, Ablation] | None = None,
+        batch: int = 1,
     ) -> torch.Tensor:
-        """transformers' forward on one copy of the text per ablated head, each head's
-        slice of Concat(heads) zeroed (or filled) by a forward pre-hook on the layer's W^O
-        (``output_projections``); an encoder-decoder's encoder alone without ``target``."""
+        """transformers' forward on ``batch`` copies of the text (taps make them differ: head
+        ablation replaces one head's z per copy); an encoder-decoder's encoder alone
+        without ``target``."""
         import torch
-
-        from .hf_ablation import ablating
 
         if target is not None:
             self.part_shape("cross")  # refuses a model with one stack
-        batch = 1 if ablate is None else len(ablate[1].heads)
         self._rotary.restore()  # each pass as a freshly loaded model's
-        with contextlib.ExitStack() as stack, torch.inference_mode():
-            if ablate is not None:
-                layer, ablation = ablate
-                heads = self.part_shape(part).num_heads
-                stack.enter_context(ablating(self.output_projections(part), layer, ablation, heads))
+        with torch.inference_mode():
             inputs = self._inputs(tokens, batch)
             mask = torch.ones_like(inputs["input_ids"])  # (B, S)
             if target is not None:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..architectures.base import AttnModel, ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
     from ..io.models import ModelFiles
-    from ..nn.attention import Ablation, MultiHeadAttention
+    from ..nn.attention import MultiHeadAttention
     from ..nn.taps import Taps
 
 
@@ -131,22 +131,6 @@ class OwnEngine(EngineBase):
         self.check_taps(taps)
         return attached(taps)
 
-    def output_projections(self, part: str | None = None) -> list[torch.nn.Module]:
-        """Per layer of ``part``: its attention module's ``o_proj`` (W^O); ALBERT's one
-        shared block once per layer (``block_index``)."""
-        shape = self.part_shape(part)  # refuses a part the model does not have
-        if self.parts:  # an encoder-decoder: the part's stack, self- or cross-attention
-            stack = self.model.decoder if part in ("decoder", "cross") else self.model.encoder
-            name = "cross" if part == "cross" else "attn"
-            return [getattr(block, name).o_proj for block in stack.blocks]
-        index = getattr(self.model, "block_index", lambda layer: layer)
-        # A hybrid's layers without attention have no W^O: None (``ModelShape.layers``).
-        out: list[Any] = [
-            self.model.blocks[index(layer)].attn.o_proj if layer in shape.layers else None
-            for layer in range(shape.num_layers)
-        ]
-        return out
-
     def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
         """Our modules (``norms.attention_modules``), those of ``part`` told by their names
         (``norms.part_of``: an encoder-decoder's decoder self- and cross-attention)."""
@@ -160,25 +144,24 @@ class OwnEngine(EngineBase):
         tokens: Tokens,
         target: Tokens | None = None,
         *,
-        part: str | None = None,
-        ablate: tuple[int, Ablation] | None = None,
+        batch: int = 1,
     ) -> torch.Tensor:
-        """Fused attention, no weights kept. The ablated layer gets the batch-1 stream and
-        gives one copy per ablated head, so the layers before it run once
-        (``attention.Ablation``)."""
+        """Fused attention, no weights kept. The ``batch`` copies of the text are identical
+        until a tap's replacement returns copies of its value (head ablation: the layers
+        before it run once, at batch 1); copies nothing made differ are expanded at the end."""
         import torch
 
         with torch.inference_mode():
             inputs = self._inputs(tokens)
             if target is not None:
                 self.part_shape("cross")  # refuses a model with one stack
-                at = None if ablate is None else (part or "encoder", *ablate)
-                out = self.model.forward_seq2seq(inputs["input_ids"], self._ids(target), ablate=at)
-                return out.decoder.hidden_states
-            ids = inputs.pop("input_ids")
-            # No weights kept, but where a pattern tap asks for them: every row, as on the hf engine.
-            rows = None if _pattern_tapped() else ()
-            return self.model(ids, layers=rows, queries=rows, fused=True, ablate=ablate, **inputs).hidden_states
+                hidden = self.model.forward_seq2seq(inputs["input_ids"], self._ids(target)).decoder.hidden_states
+            else:
+                ids = inputs.pop("input_ids")
+                # No weights kept, but where a pattern tap asks for them: every row, as on the hf engine.
+                rows = None if _pattern_tapped() else ()
+                hidden = self.model(ids, layers=rows, queries=rows, fused=True, **inputs).hidden_states
+            return hidden.expand(batch, -1, -1) if hidden.size(0) == 1 else hidden  # (B, Q, E)
 
 
 def _pattern_tapped() -> bool:

@@ -84,6 +84,8 @@ class Explanation:
         steps: the family's extras in words ("rotary", "q/k norm", ...).
         neuron: with a key asked for, its q ⊙ k (``Neuron``).
         provenance: the model and engine.
+        query_indices: every token position of the asked word (``query`` is the first);
+            () when not given.
     """
 
     tokens: Tokens
@@ -111,6 +113,7 @@ class Explanation:
     steps: tuple[str, ...]
     provenance: Provenance
     neuron: Neuron | None = None
+    query_indices: tuple[int, ...] = ()
 
     @property
     def head_dim(self) -> int:
@@ -168,6 +171,8 @@ class Explanation:
             }
         p = self.provenance
         out.update(model=p.model, engine=p.engine, device=p.device, dtype=p.dtype, provenance=p.to_dict())
+        if self.query_indices:
+            out["query_indices"] = list(self.query_indices)
         return jsonable(out)
 
 

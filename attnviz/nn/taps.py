@@ -86,7 +86,7 @@ _NAME = re.compile(
 Function = Callable[[Tensor], Tensor]
 
 
-def tap_name(part: str | None, layer: int, what: str) -> str:
+def tap_name(part: str | None, layer: int | str, what: str) -> str:
     """The tap ``what`` of layer ``layer`` of an engine's ``part`` (None or "encoder": the
     only stack, or the encoder; "decoder": the decoder's self-attention; "cross": its
     cross-attention). ``what`` is an attention tap (q, k, v, pattern, z, out) or a layer
