@@ -105,8 +105,8 @@ def _resolve(name: str) -> ModelFiles:
 
 # --- the name shareable outputs carry ------------------------------------------------
 
-MODEL_NAME_VAR = "ATTNVIZ_MODEL_NAME"  # set by --model-name (or the config key model_name)
-PROVENANCE_VAR = "ATTNVIZ_PROVENANCE"  # "full": the absolute path too (--provenance full)
+MODEL_NAME_VAR = "ATTNVIZ_MODEL_NAME"  # the name outputs carry (the command line sets it too)
+PROVENANCE_VAR = "ATTNVIZ_PROVENANCE"  # "full": the absolute path too
 _IN_MEMORY = re.compile(r"^(?P<kind>.* in memory) \((?P<source>.*)\)$")
 
 
@@ -117,10 +117,10 @@ def full_provenance() -> bool:
 
 def shareable_name(spec: str) -> str:
     """What a page, a notebook output or a JSON document calls the model, by default:
-    ``--model-name`` when given; else what the user typed, when it names no place on this
+    ``ATTNVIZ_MODEL_NAME`` when set; else what the user typed, when it names no place on this
     machine (a Hub id, the packaged model's name, a relative path that stays below the
     working directory); else the directory's own name. A page mailed to co-authors showed
-    ``/home/<user>/models/...`` (issue 38); ``--provenance full`` keeps the path.
+    ``/home/<user>/models/...`` (issue 38); ``ATTNVIZ_PROVENANCE=full`` keeps the path.
     """
     given = os.environ.get(MODEL_NAME_VAR, "").strip()
     if given:
