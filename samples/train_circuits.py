@@ -397,6 +397,29 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def formed(metrics: dict[str, Any]) -> list[str]:
+    """The card's verdict, from the held-out metrics alone."""
+    induction = metrics["loss_second_copy"] < 0.5 * metrics["loss_first_copy"]
+    ioi = metrics["ioi_io_over_s"] > 0.9
+    return [
+        "- induction: "
+        + (
+            "yes, the second copy of a random sequence is predicted in context (its loss below)."
+            if induction
+            else "no. The second copy of a random sequence is about as unpredictable as the first"
+            " (losses below): no induction circuit formed in this run's budget, and the"
+            " previous-token and induction heads named below are the argmax of weak scores, not"
+            " circuits."
+        ),
+        "- indirect objects: "
+        + (
+            "yes, the indirect object is preferred to the repeated subject (accuracy and logit difference below)."
+            if ioi
+            else "no (accuracy and logit difference below)."
+        ),
+    ]
+
+
 def card(cfg: Config, metrics: dict[str, Any], run: dict[str, Any], digest: str, params: int) -> str:
     """The model card (README.md in the model directory)."""
     import torch
@@ -404,11 +427,16 @@ def card(cfg: Config, metrics: dict[str, Any], run: dict[str, Any], digest: str,
 
     log = run["log"]
     lines = [
-        "# circuits-2l: a 2-layer GPT-2 with an induction circuit and indirect-object behaviour",
+        f"# circuits-2l: a {cfg.layers}-layer {run['model_class']} trained on repeated sequences and indirect objects",
         "",
         "Trained by `samples/train_circuits.py` in the attnviz repository (the command below), on",
-        "CPU, from a seeded synthetic mix; no download, no outside data. Its circuits are known by",
-        "construction, so attnviz's detectors, ablation and (later) patching have a right answer.",
+        "CPU, from a seeded synthetic mix; no download, no outside data. The tasks' mechanisms are",
+        "known from the literature, so attnviz's detectors, ablation and (later) patching have a",
+        "right answer to find.",
+        "",
+        "## What formed",
+        "",
+        *formed(metrics),
         "",
         "## Command",
         "",

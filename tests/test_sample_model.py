@@ -1,14 +1,21 @@
-"""The shipped sample model, samples/circuits-2l: its circuits established with
+"""The shipped sample model, samples/circuits-2l: what it learnt, established with
 transformers alone, then found by attnviz.
 
-Ground truth comes from transformers' eager GPT-2 (``output_attentions``, a forward
-pre-hook on ``c_proj`` for ablation) on sequences this file draws itself: the
-previous-token head (weight on position i−1), the induction head (weight on the token
-after the earlier occurrence), the in-context loss, the indirect-object behaviour. Then
-attnviz's own commands (``heads --probe induction``, ``compare --ablate``, ``check``) must
-name the same heads. The card's sha256 is checked against the shipped weights, and a short
-run of samples/train_circuits.py proves the script end to end (the full training stays
-out of the suite)."""
+The model was trained by samples/train_circuits.py on two tasks. The indirect-object task
+formed (its card: accuracy 1.0); induction did not form within the run's budget (the card
+says so, and a test below holds the card to the weights). Ground truth comes from
+transformers' eager GPT-2 (``output_attentions``; a forward pre-hook on ``c_proj`` zeroing
+one head's slice for ablation) on prompts this file writes itself:
+
+    layer 0 head 1   from the final "to", half its weight on each of the two names
+    layer 1 head 1   from "to", ~all its weight on the repeated subject (S2); removing it
+                     takes the logit difference IO − S from ~9.6 to ~0
+
+(the heads are found here by search, not hard-coded). Then attnviz's own commands
+(``compare --ablate``, ``compare --target``, ``heads``, ``check``) must name the same heads
+and numbers. The card's sha256 is checked against the shipped weights, and a short run of
+samples/train_circuits.py proves the script end to end (the full training stays out of the
+suite)."""
 
 from __future__ import annotations
 
@@ -33,6 +40,8 @@ SAMPLE = ROOT / "samples" / "circuits-2l"
 SCRIPT = ROOT / "samples" / "train_circuits.py"
 SPECIALS = ("<bos>", "<pad>", "<unk>")
 HALF = 20  # tokens in each copy of <bos> r r
+# "When A and B went to the P , S gave a O to": token positions after <bos> at 0.
+A_AT, B_AT, S2_AT = 2, 4, 10
 runner = CliRunner()
 
 
@@ -49,51 +58,14 @@ def reference() -> tuple[Any, dict[str, int]]:
     return model, AutoTokenizer.from_pretrained(SAMPLE).get_vocab()
 
 
-@cache
-def repeated_batch(count: int = 100, seed: int = 12345) -> torch.Tensor:
-    """(count, 1 + 2·HALF) ids: <bos> r r, r drawn uniformly from the non-special words."""
-    _, vocab = reference()
-    pool = sorted(i for w, i in vocab.items() if w not in SPECIALS)
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(count):
-        r = [rng.choice(pool) for _ in range(HALF)]
-        rows.append([vocab["<bos>"], *r, *r])
-    return torch.tensor(rows)
+def card() -> str:
+    return (SAMPLE / "README.md").read_text(encoding="utf-8")
 
 
-@cache
-def ground_truth() -> dict[str, Any]:
-    """Per head (N, H): mean weight on i−1 (queries 2..T−1) and on the token after the
-    earlier occurrence (second-copy queries at r_k, k ≥ 1, whose earlier copy is at
-    position k+1... so the target is i − HALF + 1); the in-context losses."""
+def forward(ids: torch.Tensor, ablate: tuple[int, int] | None = None) -> Any:
+    """transformers' output (logits, attentions) with head ``ablate`` = (layer, head) zeroed
+    before W^O by a pre-hook on c_proj."""
     model, _ = reference()
-    ids = repeated_batch()
-    with torch.no_grad():
-        out = model(input_ids=ids, output_attentions=True)
-    att = torch.stack(out.attentions, 1)  # (B, N, H, T, T)
-    T = ids.shape[1]
-    q = torch.arange(2, T)
-    previous = att[:, :, :, q, q - 1].mean((0, 3))  # (N, H)
-    q2 = torch.arange(HALF + 2, T)  # second-copy queries after its first token
-    induction = att[:, :, :, q2, q2 - HALF + 1].mean((0, 3))  # (N, H)
-    return {
-        "previous": previous,
-        "induction": induction,
-        "loss": second_copy_losses(model, ids),
-        "prev_head": _argmax(previous),
-        "ind_head": _argmax(induction),
-    }
-
-
-def _argmax(scores: torch.Tensor) -> tuple[int, int]:
-    flat = int(scores.argmax())
-    return divmod(flat, scores.shape[1])
-
-
-def second_copy_losses(model: Any, ids: torch.Tensor, ablate: tuple[int, int] | None = None) -> tuple[float, float]:
-    """Mean next-token loss on the first copy (tokens 2..HALF) and the second (HALF+2..2·HALF),
-    with head ``ablate`` = (layer, head) zeroed before W^O (a pre-hook on c_proj)."""
     hook = None
     if ablate is not None:
         layer, head = ablate
@@ -107,34 +79,19 @@ def second_copy_losses(model: Any, ids: torch.Tensor, ablate: tuple[int, int] | 
         hook = model.transformer.h[layer].attn.c_proj.register_forward_pre_hook(zero)
     try:
         with torch.no_grad():
-            logp = model(input_ids=ids).logits.log_softmax(-1)  # (B, T, V)
+            return model(input_ids=ids, output_attentions=True)
     finally:
         if hook is not None:
             hook.remove()
-    nll = -logp[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]  # (B, T-1): position p predicts p+1
-    return float(nll[:, 1:HALF].mean()), float(nll[:, HALF + 1 :].mean())
 
 
 # --- the shipped files ---------------------------------------------------------------
-
-
-def card() -> str:
-    return (SAMPLE / "README.md").read_text(encoding="utf-8")
 
 
 def test_the_weights_are_the_ones_the_card_names() -> None:
     named = re.search(r"sha256\(model\.safetensors\) = ([0-9a-f]{64})", card())
     assert named is not None
     assert hashlib.sha256((SAMPLE / "model.safetensors").read_bytes()).hexdigest() == named[1]
-
-
-def test_the_card_names_the_heads_transformers_finds() -> None:
-    truth = ground_truth()
-    previous = re.search(r"previous-token head: layer (\d+) head (\d+)", card())
-    induction = re.search(r"induction head: layer (\d+) head (\d+)", card())
-    assert previous is not None and induction is not None
-    assert (int(previous[1]), int(previous[2])) == truth["prev_head"]
-    assert (int(induction[1]), int(induction[2])) == truth["ind_head"]
 
 
 def test_the_checkpoint_is_small_and_loads_through_attnvizs_validation() -> None:
@@ -148,121 +105,197 @@ def test_the_checkpoint_is_small_and_loads_through_attnvizs_validation() -> None
     assert require_tokenizer(files.path) == ("tokenizer.json",)
 
 
-def test_check_finds_both_engines_exact_on_it() -> None:
+def test_check_finds_our_attention_exact_on_it() -> None:
     result = cli("check", "--model", str(SAMPLE))
     assert result.exit_code == 0, result.output
 
 
-# --- ground truth, with transformers alone -------------------------------------------
+# --- indirect objects: ground truth with transformers alone --------------------------
 
 
-def test_layer_0_has_a_previous_token_head() -> None:
-    truth = ground_truth()
-    layer, head = truth["prev_head"]
-    assert layer == 0
-    assert float(truth["previous"][layer, head]) > 0.8
-    # The previous-token head is the only one of its layer so focused.
-    others = [float(truth["previous"][0, h]) for h in range(truth["previous"].shape[1]) if h != head]
-    assert max(others) < 0.5
-
-
-def test_layer_1_has_an_induction_head() -> None:
-    truth = ground_truth()
-    layer, head = truth["ind_head"]
-    assert layer == 1
-    assert float(truth["induction"][layer, head]) > 0.5
-    # No layer-0 head can do induction (it has no previous-token information to use).
-    assert float(truth["induction"][0].max()) < 0.2
-
-
-def test_the_second_copy_is_predicted_in_context() -> None:
-    first, second = ground_truth()["loss"]
+@cache
+def ioi_prompts(count: int = 100, seed: int = 77) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids (B, 15), IO ids, S ids, IO positions): the card's first template, drawn here."""
     _, vocab = reference()
-    assert first > 0.8 * torch.log(torch.tensor(len(vocab) - len(SPECIALS))).item()  # unpredictable
-    assert second < 0.5  # induction
-
-
-def test_removing_the_induction_circuit_raises_the_in_context_loss_most() -> None:
-    model, _ = reference()
-    truth = ground_truth()
-    ids = repeated_batch()
-    n, h = model.config.n_layer, model.config.n_head
-    loss = {(layer, head): second_copy_losses(model, ids, (layer, head))[1] for layer in range(n) for head in range(h)}
-    ranked = sorted(loss, key=loss.__getitem__, reverse=True)
-    # Either head of the circuit breaks it: the two largest rises are theirs.
-    assert set(ranked[:2]) == {truth["prev_head"], truth["ind_head"]}
-    assert loss[truth["ind_head"]] > truth["loss"][1] + 2.0
-    assert loss[ranked[2]] < truth["loss"][1] + 1.0
-
-
-def ioi_prompts(count: int, seed: int) -> list[tuple[str, str, str]]:
-    """(prompt, indirect object, subject): the card's first template, names drawn here."""
     names = ["Mary", "John", "Alice", "Bob", "Sarah", "David", "Emma", "James", "Laura", "Michael", "Anna"]
     places, objects = ["store", "park", "school", "garden", "station"], ["drink", "book", "ball", "ring", "letter"]
     rng = random.Random(seed)
-    out = []
+    rows, io, s, at = [], [], [], []
     for _ in range(count):
         a, b = rng.sample(names, 2)
-        io, s = (a, b) if rng.random() < 0.5 else (b, a)
-        prompt = f"When {a} and {b} went to the {rng.choice(places)} , {s} gave a {rng.choice(objects)} to"
-        out.append((prompt, io, s))
-    return out
+        first_is_io = rng.random() < 0.5
+        i, x = (a, b) if first_is_io else (b, a)
+        prompt = f"When {a} and {b} went to the {rng.choice(places)} , {x} gave a {rng.choice(objects)} to"
+        rows.append([vocab["<bos>"], *(vocab[w] for w in prompt.split())])
+        io.append(vocab[i])
+        s.append(vocab[x])
+        at.append(A_AT if first_is_io else B_AT)
+    return torch.tensor(rows), torch.tensor(io), torch.tensor(s), torch.tensor(at)
+
+
+def logit_diff(out: Any) -> torch.Tensor:
+    """(B,) logit(IO) − logit(S) at the last position."""
+    _, io, s, _ = ioi_prompts()
+    last = out.logits[:, -1]  # (B, V)
+    return (last.gather(1, io[:, None]) - last.gather(1, s[:, None]))[:, 0]
+
+
+@cache
+def ioi_truth() -> dict[str, Any]:
+    """The clean logit difference, each head's ablated one, and the heads found by search."""
+    model, _ = reference()
+    ids, io, _, _ = ioi_prompts()
+    clean = forward(ids)
+    n, h = model.config.n_layer, model.config.n_head
+    ablated = {
+        (layer, head): float(logit_diff(forward(ids, (layer, head))).mean()) for layer in range(n) for head in range(h)
+    }
+    return {
+        "clean": clean,
+        "diff": float(logit_diff(clean).mean()),
+        "ablated": ablated,
+        "mover": min(ablated, key=ablated.__getitem__),  # the head the answer needs most
+    }
 
 
 def test_the_indirect_object_is_preferred_to_the_subject() -> None:
-    model, vocab = reference()
-    prompts = ioi_prompts(100, seed=77)
-    ids = torch.tensor([[vocab["<bos>"], *(vocab[w] for w in p.split())] for p, _, _ in prompts])
-    with torch.no_grad():
-        last = model(input_ids=ids).logits[:, -1]  # (B, V)
-    io = torch.tensor([vocab[i] for _, i, _ in prompts])
-    s = torch.tensor([vocab[x] for _, _, x in prompts])
-    diff = last.gather(1, io[:, None]) - last.gather(1, s[:, None])  # (B, 1)
-    assert float((diff > 0).float().mean()) > 0.9  # chance: 0.5
-    assert float(diff.mean()) > 1.0
-    assert float((last.argmax(-1) == io).float().mean()) > 0.5
+    truth = ioi_truth()
+    ids, io, _, _ = ioi_prompts()
+    assert float((logit_diff(truth["clean"]) > 0).float().mean()) > 0.9  # chance: 0.5
+    assert truth["diff"] > 3.0
+    assert float((truth["clean"].logits[:, -1].argmax(-1) == io).float().mean()) > 0.9
+
+
+def test_one_layer_1_head_carries_the_answer_and_looks_at_the_repeated_subject() -> None:
+    truth = ioi_truth()
+    layer, head = truth["mover"]
+    assert layer == 1
+    # Without it the model cannot tell the names apart; no other head matters as much.
+    assert truth["ablated"][truth["mover"]] < 1.0 < truth["diff"] - 3.0
+    others = [d for key, d in truth["ablated"].items() if key != truth["mover"]]
+    assert min(others) > truth["diff"] / 2
+    # Its weight from the final "to": on the subject's second mention (S2).
+    row = truth["clean"].attentions[layer][:, head, -1]  # (B, S)
+    assert float(row[:, S2_AT].mean()) > 0.9
+
+
+def gatherer() -> tuple[int, torch.Tensor, torch.Tensor]:
+    """The layer-0 head with the most weight, from the final "to", on the two names; its
+    mean weight on the indirect object and on the subject's first mention (S1)."""
+    _, _, _, io_at = ioi_prompts()
+    s1_at = A_AT + B_AT - io_at
+    rows = ioi_truth()["clean"].attentions[0][:, :, -1]  # (B, H, S): from the final "to"
+    batch = torch.arange(rows.shape[0])
+    on_io, on_s1 = rows[batch, :, io_at].mean(0), rows[batch, :, s1_at].mean(0)  # (H,)
+    head = int((on_io + on_s1).argmax())
+    return head, on_io[head], on_s1[head]
+
+
+def test_a_layer_0_head_gathers_both_names() -> None:
+    _, on_io, on_s1 = gatherer()
+    assert float(on_io) > 0.3 and float(on_s1) > 0.3  # both names, neither preferred
+    assert abs(float(on_io - on_s1)) < 0.1
 
 
 # --- attnviz finds the same heads ----------------------------------------------------
 
-
-def test_heads_probe_induction_ranks_the_ground_truth_heads_first() -> None:
-    truth = ground_truth()
-    result = cli("heads", "--probe", "induction", "--probe-texts", "50", "--model", str(SAMPLE), "--json")
-    assert result.exit_code == 0, result.output
-    scores = json.loads(result.stdout)["scores"]
-
-    def first(detector: str) -> tuple[int, int]:
-        rows = [r for r in scores if r["detector"] == detector]
-        best = max(rows, key=lambda r: r["mean"])
-        return best["layer"], best["head"]
-
-    assert first("induction") == truth["ind_head"]
-    assert first("previous") == truth["prev_head"]
-
-
-def repeated_text(seed: int = 3) -> tuple[str, int]:
-    """A repeated word sequence and the index of a second-copy query (its next token is
-    the one after the query word's first occurrence)."""
-    _, vocab = reference()
-    words = sorted(w for w in vocab if w not in SPECIALS and w.isalpha())
-    r = random.Random(seed).sample(words, 12)
-    return " ".join(r + r), 1 + 12 + 6  # <bos>, the first copy, six into the second
+PROMPT = "When Mary and John went to the store , John gave a drink to"
 
 
 @pytest.mark.parametrize("engine", ["own", "hf"])
-def test_compare_ablate_puts_the_induction_circuit_first(engine: str) -> None:
-    truth = ground_truth()
-    text, index = repeated_text()
-    result = cli(
-        "compare", text, "--index", str(index), "--ablate", "--model", str(SAMPLE), "--engine", engine, "--json"
-    )
+def test_compare_ablate_puts_the_name_gatherer_first(engine: str) -> None:
+    result = cli("compare", PROMPT, "--token", "to:2", "--ablate", "--model", str(SAMPLE), "--engine", engine, "--json")
     assert result.exit_code == 0, result.output
-    doc = json.loads(result.stdout)
-    rows = doc["rows"]
+    rows = json.loads(result.stdout)["rows"]
+    assert len(rows) == 8
     drop = {(r["layer"], r["head"]): r["delta_logprob"] for r in rows}
-    ranked = sorted(drop, key=drop.__getitem__)  # the largest fall of the right token first
-    assert set(ranked[:2]) == {truth["prev_head"], truth["ind_head"]}
+    # The largest fall of "Mary"'s log-probability: the head that gathers the names (without
+    # it there is no name to give). (The head on the repeated subject makes the names equally
+    # likely: its mark is the logit difference, above, not log p alone.)
+    assert min(drop, key=drop.__getitem__) == (0, gatherer()[0])
+    # Every head's fall, from transformers: log p(Mary) clean against with the head removed.
+    _, vocab = reference()
+    ids = torch.tensor([[vocab["<bos>"], *(vocab[w] for w in PROMPT.split())]])
+    clean = forward(ids).logits[0, -1].log_softmax(-1)[vocab["Mary"]]
+    for head, fall in drop.items():
+        cut = forward(ids, head).logits[0, -1].log_softmax(-1)[vocab["Mary"]]
+        assert fall == pytest.approx(float(cut - clean), abs=1e-4)
+
+
+def test_compare_target_finds_the_head_on_the_repeated_subject() -> None:
+    truth = ioi_truth()
+    result = cli("compare", PROMPT, "--token", "to:2", "--target", "John:2", "--model", str(SAMPLE), "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["rows"]
+    best = max(rows, key=lambda r: r["targets"]["John:2"])
+    assert (best["layer"], best["head"]) == truth["mover"]
+    # Its weight there is transformers' own.
+    _, vocab = reference()
+    ids = torch.tensor([[vocab["<bos>"], *(vocab[w] for w in PROMPT.split())]])
+    layer, head = truth["mover"]
+    assert best["targets"]["John:2"] == pytest.approx(
+        float(forward(ids).attentions[layer][0, head, -1, S2_AT]), abs=1e-5
+    )
+
+
+# --- induction: not formed, and the card says so --------------------------------------
+
+
+@cache
+def repeated_batch(count: int = 100, seed: int = 12345) -> torch.Tensor:
+    """(count, 1 + 2·HALF) ids: <bos> r r, r drawn uniformly from the non-special words."""
+    _, vocab = reference()
+    pool = sorted(i for w, i in vocab.items() if w not in SPECIALS)
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(count):
+        r = [rng.choice(pool) for _ in range(HALF)]
+        rows.append([vocab["<bos>"], *r, *r])
+    return torch.tensor(rows)
+
+
+def test_the_card_tells_the_truth_about_induction() -> None:
+    ids = repeated_batch()
+    out = forward(ids)
+    logp = out.logits.log_softmax(-1)  # (B, T, V)
+    nll = -logp[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]  # (B, T-1): position p predicts p+1
+    first, second = float(nll[:, 1:HALF].mean()), float(nll[:, HALF + 1 :].mean())
+    formed = second < 0.5 * first
+    assert ("- induction: yes" in card()) == formed
+    assert ("- induction: no" in card()) == (not formed)
+    # The card's numbers are these, to the printed digits (its sequences are its own draw).
+    quoted = re.search(r"first copy\s+([0-9.]+) nats .*second copy ([0-9.]+) nats", card(), flags=re.DOTALL)
+    assert quoted is not None
+    assert float(quoted[1]) == pytest.approx(first, abs=0.1) and float(quoted[2]) == pytest.approx(second, abs=0.1)
+
+
+def test_heads_probe_induction_scores_equal_transformers_on_the_same_texts() -> None:
+    """attnviz's induction score per head on its own probe, recomputed from transformers'
+    attentions on the very texts the probe draws (the detector's definition: the weight on
+    {j+1 : j+1 < i, id_j = id_i}, averaged over the queries with such a j, then over texts)."""
+    from attnviz.corpus.sources import induction_probe
+    from attnviz.tokens import load_tokenizer
+
+    result = cli("heads", "--probe", "induction", "--probe-texts", "20", "--model", str(SAMPLE), "--json")
+    assert result.exit_code == 0, result.output
+    scores = {(r["layer"], r["head"], r["detector"]): r["mean"] for r in json.loads(result.stdout)["scores"]}
+    texts = list(induction_probe(load_tokenizer(SAMPLE), count=20, length=20, seed=0))
+    ids = torch.tensor([list(t.tokens.ids) for t in texts])  # (20, 41): <bos> r r
+    att = torch.stack(forward(ids).attentions, 1).double()  # (B, N, H, T, T)
+    per_text = []
+    for b in range(ids.shape[0]):
+        row = ids[b].tolist()
+        hits = []
+        for i in range(1, len(row)):
+            targets = [j + 1 for j in range(i - 1) if row[j] == row[i]]
+            if targets:
+                hits.append(att[b, :, :, i, targets].sum(-1))  # (N, H)
+        per_text.append(torch.stack(hits).mean(0))
+    expected = torch.stack(per_text).mean(0)  # (N, H)
+    for layer in range(att.shape[1]):
+        for head in range(att.shape[2]):
+            assert scores[(layer, head, "induction")] == pytest.approx(float(expected[layer, head]), abs=1e-5)
+    assert float(expected.max()) < 0.2  # no induction head, as the card says
 
 
 # --- the training script, end to end (a short run of a tiny config) ------------------
