@@ -5,7 +5,17 @@
     >>> att.rows(att.queries[0]).shape   # (layers, heads, tokens)
     (6, 12, 15)
 
-Heavy libraries (torch, transformers, matplotlib) are imported only when used.
+Every analysis, each the library half of a command (``attnviz.analyses``):
+
+    inspect(..., ablate=True)   show --ablate      per-head weights, and each head's effect
+    ablate(...)                 compare --ablate   removing each head: 1 - cos, kl, Δlogp
+    explain(...)                explain            one head's four steps for one token
+    scan(...)                   heads              every head scored over a corpus
+    check(...)                  check              our attention against transformers'
+
+Each result's ``to_dict()`` is its command's ``--json``. Errors are ``AttnvizError``
+subclasses carrying a ``reason`` and facts. Heavy libraries (torch, transformers,
+matplotlib) are imported only when used.
 """
 
 from __future__ import annotations
@@ -14,15 +24,34 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import AttnvizError, ExitCode, UsageError
+from .errors import AttnvizError, ExitCode, Reason, UsageError
 from .example import EXAMPLE
 from .version import __version__
 
 if TYPE_CHECKING:
-    from .result import Attention
+    from .analyses import HeadAblation, HeadScan, ablate, check, explain, scan
+    from .measures.patching import PatchResult
+    from .result import Attention, HeadEffects
     from .select import LayerSpec
 
-__all__ = ["inspect", "widget", "Attention", "AttnvizError", "ExitCode", "UsageError", "__version__"]
+__all__ = [
+    "inspect",
+    "widget",
+    "ablate",
+    "explain",
+    "scan",
+    "patch",
+    "check",
+    "Attention",
+    "HeadAblation",
+    "HeadEffects",
+    "HeadScan",
+    "AttnvizError",
+    "ExitCode",
+    "Reason",
+    "UsageError",
+    "__version__",
+]
 
 
 def inspect(
@@ -47,6 +76,7 @@ def inspect(
     target: str | None = None,
     part: str | None = None,
     measure: str = "weight",
+    ablate: bool | str = False,
 ) -> Attention:
     """Run ``sentence`` through ``model`` and return per-head attention weights (or, with
     ``measure="norm"``, the norms ‖α·f(x)‖ of Kobayashi et al. 2020: ``att.measure`` says
@@ -75,11 +105,15 @@ def inspect(
     Encoder-decoders: ``target`` is the decoder's text and ``part`` "encoder", "decoder" or
     "cross" (default: "cross" with a target, else "encoder"); ``token`` is looked up on the
     part's query side (the target, for "decoder" and "cross").
+
+    ``ablate``: True (or "zero", "mean") also removes each head of the kept layers in
+    turn and sets ``att.effects`` (``result.HeadEffects``): 1 − cos of the final hidden
+    state at each query; ``att.query_dict(q)`` is then ``show --ablate --json``'s.
     """
     from .engines import load_engine
     from .engines.memory import parse_size
     from .io.safeio import check_text
-    from .pipeline import Selection, run
+    from .pipeline import Selection
     from .select import Query, parse_target
     from .transforms import View
 
@@ -91,16 +125,54 @@ def inspect(
     else:
         queries = tuple(Query(*parse_target(spec)) for spec in token)
     selection = Selection(queries=queries, layers=layers, part=part, view=view, measure=measure)
+    mode = _ablation_mode(ablate, queries, rollout)
     check_text(sentence)
     budget = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
     if model is None or isinstance(model, (str, os.PathLike)):
         eng = load_engine(engine, None if model is None else os.fspath(model), device, dtype or "float32")
-        return run(sentence, eng, selection, pair=pair, target=target, max_memory=budget).attention
+        return _read(sentence, eng, selection, pair, target, budget, mode)
     from .engines.inmemory import from_model
 
     eng = from_model(model, tokenizer, engine, device, dtype)
     with eng.running():
-        return run(sentence, eng, selection, pair=pair, target=target, max_memory=budget).attention
+        return _read(sentence, eng, selection, pair, target, budget, mode)
+
+
+def _read(
+    sentence: str,
+    eng: Any,
+    selection: Any,
+    pair: str | None,
+    target: str | None,
+    budget: int | None,
+    ablate: str | None,
+) -> Attention:
+    """``inspect``'s reading through ``pipeline``, and with ``ablate`` each head's effects."""
+    from dataclasses import replace
+
+    from .pipeline import plan, read
+
+    planned = plan(sentence, eng, selection, pair=pair, target=target)
+    att = read(planned, eng, max_memory=budget).attention
+    if ablate is None:
+        return att
+    from .analyses import query_effects
+
+    return replace(att, effects=query_effects(eng, planned, att, ablate, budget))
+
+
+def _ablation_mode(ablate: bool | str, queries: Sequence[object], rollout: bool) -> str | None:
+    """``inspect``'s ``ablate`` as a mode ("zero", "mean") or None, checked before any model work."""
+    if ablate is False:
+        return None
+    mode = "zero" if ablate is True else ablate
+    if mode not in ("zero", "mean"):
+        raise UsageError(f"inspect(): ablate must be True, False, 'zero' or 'mean', not {ablate!r}", reason="type")
+    if not queries:
+        raise UsageError("ablating measures the heads' effect at a token: give token= or index=", reason="no_query")
+    if rollout:
+        raise UsageError("rollout's rows are not heads: there is nothing to ablate")
+    return mode
 
 
 def widget(
@@ -143,6 +215,71 @@ def widget(
             return read(planned, eng).attention
 
     return make(run, text, view=view, token=token)
+
+
+def patch(
+    clean: str,
+    corrupted: str,
+    *,
+    answer: str | None = None,
+    wrong: str | None = None,
+    metric: str | None = None,
+    direction: str = "denoise",
+    token: str | None = None,
+    occurrence: int | None = None,
+    index: int | None = None,
+    model: str | None = None,
+    engine: str = "own",
+    layers: LayerSpec = None,
+    device: str = "auto",
+    dtype: str = "float32",
+    batch: int | None = None,
+    max_memory: int | str | None = None,
+) -> PatchResult:
+    """Activation patching, as ``attnviz patch CLEAN CORRUPTED``: for every head, one prompt
+    runs with that head's z (its output before W^O) from the other prompt's run.
+
+        >>> r = attnviz.patch("... because it was too tired", "... because it was too wide", token="it")
+        >>> r.effect.shape        # (layers, heads): 0 = the corrupted run, 1 = the clean one
+        >>> r.ranked(5)           # [(layer, head, effect, raw metric), ...]
+
+    ``direction``: "denoise" (the corrupted run, the clean z: the default) or "noise".
+    ``metric``: "logit-diff" (``answer`` − ``wrong``), "prob", "logprob", "kl" (to the
+    clean next-token distribution; these need a causal LM head) or "hidden" (the final
+    hidden state's restoration, 1 − ‖h − h_clean‖ / ‖h_corrupted − h_clean‖); by default
+    logit-diff with both answers, prob with one, kl with an LM head, else hidden. ``token``
+    / ``index``: the scored position of the clean prompt (default: the last token the two
+    share). ``result.to_dict()`` is the command's ``--json``. See docs/patching.md.
+    """
+    from .engines import load_engine
+    from .engines.memory import parse_size
+    from .io.safeio import check_text
+    from .measures.ablation import batch_size
+    from .measures.patching import patch_texts
+    from .select import Query, parse_layers
+
+    for name, value in (("clean", clean), ("corrupted", corrupted)):
+        if not isinstance(value, str):
+            raise UsageError(f"patch(): {name} must be a str, not {type(value).__name__}", reason="type")
+        check_text(value, f"the {name} text")
+    query = Query.maybe(token, occurrence, index)
+    eng = load_engine(engine, model, device, dtype)
+    chosen = parse_layers(layers, eng.num_layers, eng.shape.layers)
+    if batch is None:
+        budget = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
+        batch = batch_size(eng, len(eng.tokenize(clean)) + 2, budget)
+    return patch_texts(
+        eng,
+        clean,
+        corrupted,
+        answer=answer,
+        wrong=wrong,
+        metric=metric,
+        direction=direction,
+        position=query,
+        layers=chosen,
+        batch=batch,
+    )
 
 
 # What each argument of inspect() may be, checked before anything runs: index=1.5 was
@@ -195,10 +332,26 @@ def _check_arguments(given: dict[str, object]) -> None:
         refuse("max_memory", 'a number of bytes, a str such as "32GB" or None')
 
 
-def __getattr__(name: str) -> object:
-    # ``attnviz.Attention`` without importing numpy at ``import attnviz``.
-    if name == "Attention":
-        from .result import Attention
+_LAZY = {
+    "Attention": "result",
+    "HeadEffects": "result",
+    "ablate": "analyses",
+    "explain": "analyses",
+    "scan": "analyses",
+    "check": "analyses",
+    "HeadAblation": "analyses",
+    "HeadScan": "analyses",
+}
 
-        return Attention
+
+def __getattr__(name: str) -> object:
+    # ``attnviz.Attention``, ``attnviz.ablate``... without importing numpy at ``import attnviz``.
+    if name == "Attention" or name == "HeadEffects":
+        from . import result
+
+        return getattr(result, name)
+    if name in _LAZY:
+        from . import analyses
+
+        return getattr(analyses, name)
     raise AttributeError(f"module 'attnviz' has no attribute {name!r}")

@@ -51,6 +51,9 @@ class Reason(StrEnum):
     TARGET_OCCURRENCE = "target_occurrence"
     # Layers, heads, parts, sentence pairs, encoder-decoders
     LAYER = "layer"  # LayerError's reason; facts: num_layers
+    ROLLOUT_HYBRID = "rollout_hybrid"  # rollout over a hybrid's layers without attention
+    NO_ATTENTION_LAYER = "no_attention_layer"  # a layer transformers returned no weights for
+    LAYER_NUMBERS = "layer_numbers"  # weights that could not be traced to model layers
     HEAD = "head"  # facts: num_heads
     PART = "part"
     UNKNOWN_PART = "unknown_part"
@@ -83,9 +86,15 @@ class Reason(StrEnum):
     EXPLAIN_ENGINE = "explain_engine"
     NO_SENTENCES = "no_sentences"
     RAY_UNREACHABLE = "ray_unreachable"
+    PROBE_LENGTH = "probe_length"  # facts: longest (the longest probe that fits)
+    # Patching (measures/patching.py)
+    PATCH_ALIGN = "patch_align"  # two prompts whose positions cannot be matched
+    PATCH_METRIC = "patch_metric"  # a metric, direction or model patching cannot use
+    PATCH_ANSWER = "patch_answer"  # an answer that is not one token, or none given
     # Models, engines, devices, memory
     ARCHITECTURE = "architecture"  # UnsupportedArchitectureError's reason
     MODEL_OBJECT = "model_object"  # a Python object that is no model attnviz reads
+    OWN_MODEL = "own_model"  # a model in memory the own engine would misread (hooks, an edited config)
     DEFAULT_MISSING = "default_missing"  # the packaged model is not installed
     OFFLINE = "offline"
     TOKENIZER = "tokenizer"
@@ -118,6 +127,7 @@ class Reason(StrEnum):
     SIZE = "size"
     # The Python API's argument checks
     TYPE = "type"
+    TAP = "tap"  # a tap name for a layer or part the model does not have (Engine.tapping)
 
 
 class AttnvizError(Exception):

@@ -118,7 +118,9 @@ class Plan:
     @property
     def where(self) -> str:
         """The query side, in words, for messages."""
-        return "the sentence" if self.target is None else "the decoder text"
+        from .io.safeio import text_noun
+
+        return text_noun(self.tokens.text) if self.target is None else "the decoder text"
 
 
 def choose_part(engine: Engine, part: str | None, has_target: bool) -> str | None:
@@ -168,7 +170,7 @@ def plan(
     *,
     pair: str | None = None,
     target: str | Tokens | None = None,
-    where: str = "the sentence",
+    where: str | None = None,
 ) -> Plan:
     """Tokenize and resolve the selection: every mistake found before the forward pass,
     in this order: the text, the part, the decoder text, layers, heads, queries, targets.
@@ -197,7 +199,13 @@ def plan(
     if target_tokens is not None:
         where = "the decoder text"
     shape = engine.part_shape(part)
-    layers = parse_layers(selection.layers, shape.num_layers)
+    layers = parse_layers(selection.layers, shape.num_layers, shape.attention_layers)
+    if selection.view.needs_full and shape.hybrid:
+        raise UsageError(
+            "rollout multiplies the attention of every layer in turn, and this hybrid model's layers "
+            f"{', '.join(str(n) for n in range(shape.num_layers) if n not in shape.layers)} have none to multiply",
+            reason="rollout_hybrid",
+        )
     check_heads(selection.heads, shape.num_heads)
     groups = tuple(q.resolve(query_tokens, where) for q in selection.queries)
     if selection.view.words:  # a query on a piece of a word is that whole word under words
@@ -268,7 +276,7 @@ def run(
     *,
     pair: str | None = None,
     target: str | Tokens | None = None,
-    where: str = "the sentence",
+    where: str | None = None,
     max_memory: int | None = None,
 ) -> Reading:
     """Text to ``Reading`` down the layers once: ``read(plan(...))``; see both."""

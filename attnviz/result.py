@@ -94,17 +94,55 @@ class Provenance(HasShape):
     def to_dict(self) -> dict[str, Any]:
         """Flat: the shape's fields sit beside the others (the JSON schema of ``provenance``)."""
         out = {k: v for k, v in asdict(self).items() if k != "shape"}
-        out.update(asdict(self.shape))
+        shape = asdict(self.shape)
+        shape["attention_layers"] = list(self.shape.layers)  # every layer's number, or a hybrid's few
+        out.update(shape)
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Provenance:
         # attention_sinks is optional: files written before it existed had none.
-        keys = ("num_layers", "num_heads", "num_kv_heads", "causal", "attention_sinks")
-        shape = ModelShape(**{k: data[k] for k in keys if k in data})
+        keys = ("num_layers", "num_heads", "num_kv_heads", "causal", "attention_sinks", "attention_layers")
+        given: dict[str, Any] = {k: data[k] for k in keys if k in data}
+        if "attention_layers" in given:  # absent in files written before hybrids: every layer
+            layers = tuple(given["attention_layers"])
+            given["attention_layers"] = () if layers == tuple(range(int(given["num_layers"]))) else layers
+        shape = ModelShape(**given)
         rest = {k: v for k, v in data.items() if k not in keys}
         rest["score_terms"] = tuple(rest.get("score_terms", ()))
         return cls(shape=shape, **rest)
+
+
+EFFECT_RULE = "1 - cos(final hidden state at the query, the same with the head removed)"
+
+
+@dataclass(frozen=True)
+class HeadEffects:
+    """What removing each head does at the queries of a reading (``show --ablate``).
+
+    Shape legend: N the model's layers, H its heads, Q the reading's kept queries.
+
+    Attributes:
+        mode: what replaced the removed head's output before W^O: "zero" or "mean" (its
+            mean over the text's tokens).
+        effect: (N, H, Q) float64, 1 − cos of the final hidden state at each query (the
+            mean over a split word's tokens); NaN for a layer that was not ablated.
+    """
+
+    mode: str
+    effect: np.ndarray
+
+    def __post_init__(self) -> None:
+        if self.effect.ndim != 3:
+            raise ValueError(f"effect must be (N, H, Q), not {self.effect.shape}")
+
+    def at(self, slot: int) -> np.ndarray:
+        """(N, H): the effects at the reading's query slot ``slot``."""
+        return self.effect[:, :, slot]
+
+    def query_dict(self, slot: int) -> dict[str, Any]:
+        """The "ablation" object of ``show --ablate --json`` for query slot ``slot``."""
+        return {"with": self.mode, "effect": EFFECT_RULE, "effects": jsonable(self.at(slot))}
 
 
 @dataclass(frozen=True)
@@ -138,6 +176,8 @@ class Attention:
         hidden: token positions set aside as keys (their weight is 0 in every row).
         steps: what was done to the engine's weights, in order, one label each
             (see attnviz.transforms); empty for raw per-head weights.
+        effects: what removing each head does at each kept query (``inspect(...,
+            ablate=True)``, ``show --ablate``), or None when the heads were not ablated.
         measure: what ``weights`` holds: "weight", the attention weights α, or "norm",
             ‖α_hij·f_h(x_j)‖ (Kobayashi et al. 2020, see attnviz.measures.norms), whose rows do not
             sum to 1 (a row's shares are the row over its sum).
@@ -158,6 +198,7 @@ class Attention:
     part: str | None = None
     key_tokens: Tokens | None = None
     measure: str = "weight"
+    effects: HeadEffects | None = None
 
     def __post_init__(self) -> None:
         if self.measure not in MEASURES:
@@ -176,6 +217,8 @@ class Attention:
             raise ValueError(f"key_pieces has {len(self.key_pieces)} entries for {s} tokens")
         if self.query_pieces is not None and len(self.query_pieces) != q:
             raise ValueError(f"query_pieces has {len(self.query_pieces)} entries for {q} queries")
+        if self.effects is not None and self.effects.effect.shape[1:] != (self.model_heads, q):
+            raise ValueError(f"effects {self.effects.effect.shape} do not match heads={self.model_heads}, queries={q}")
 
     @property
     def keys(self) -> Tokens:
@@ -362,6 +405,8 @@ class Attention:
             start, end = source.offsets[pieces[0]][0], source.offsets[pieces[-1]][1]
             if end > start:
                 out["query_token"] = source.text[start:end]  # the word, not its first piece
+        if self.effects is not None:
+            out["ablation"] = self.effects.query_dict(self.query_slot(query))
         return out
 
     def to_json(self, query: int | None = None) -> str:

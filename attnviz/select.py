@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import LayerError, TokenNotFoundError, UsageError
+from .shape import layer_list
 from .tokens import Tokens, check_index, find_word, word_occurrences
 
 LayerSpec = str | int | Sequence[int] | None
@@ -81,7 +82,7 @@ class Query:
             return None
         return cls(word, occurrence, index)
 
-    def resolve(self, tokens: Tokens, where: str = "the sentence") -> tuple[int, ...]:
+    def resolve(self, tokens: Tokens, where: str | None = None) -> tuple[int, ...]:
         """The token positions this query covers (a word split into pieces gives them all).
 
         Raises:
@@ -103,7 +104,7 @@ def parse_target(spec: str) -> tuple[str, int | None]:
     return m[1], int(m[2])
 
 
-def find_targets(tokens: Tokens, words: Sequence[str], where: str = "the sentence") -> dict[str, tuple[int, ...]]:
+def find_targets(tokens: Tokens, words: Sequence[str], where: str | None = None) -> dict[str, tuple[int, ...]]:
     """Token positions of each target word, keyed by the word as given.
 
     ``word`` covers every occurrence (their pieces together); ``word:N`` only the N-th
@@ -113,6 +114,9 @@ def find_targets(tokens: Tokens, words: Sequence[str], where: str = "the sentenc
         TokenNotFoundError: a word is not in the sentence, or N is out of range; the
             message names ``where`` and lists the sentence's tokens. facts: reason "target".
     """
+    from .io.safeio import text_noun
+
+    where = where or text_noun(tokens.text)
     out: dict[str, tuple[int, ...]] = {}
     for spec in words:
         word, occurrence = parse_target(spec)
@@ -135,22 +139,34 @@ def find_targets(tokens: Tokens, words: Sequence[str], where: str = "the sentenc
     return out
 
 
-def parse_layers(spec: LayerSpec, num_layers: int) -> tuple[int, ...]:
+def parse_layers(spec: LayerSpec, num_layers: int, attention_layers: Sequence[int] = ()) -> tuple[int, ...]:
     """'all' / None -> every layer; 'N', 'N,M', 'A-B' (inclusive), or ints -> those,
     0-based, negative counting from the end, in the order given, without repeats.
+
+    ``attention_layers``: a hybrid's layers with softmax attention (``ModelShape``), by
+    their model numbers; () = every layer. Then 'all' and a range mean the attention
+    layers among them, and a single layer without attention is refused, naming those
+    that have it.
 
     Ranges are checked by their ends, never expanded first: '0-200000000' is refused
     at once, and the result never holds more than ``num_layers`` entries.
 
     Raises:
-        LayerError: a layer out of range, a reversed range, or a spec we cannot read.
-            facts: ``num_layers``.
+        LayerError: a layer out of range or without attention, a reversed range, a range
+            with no attention layer in it, or a spec we cannot read. facts: ``num_layers``.
     """
+    attention = tuple(attention_layers)
     if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("all", "")):
-        return tuple(range(num_layers))
+        return attention or tuple(range(num_layers))
     if isinstance(spec, str) and len(spec) > _MAX_LAYER_SPEC:
         raise LayerError(f"the layer list is {len(spec)} characters long", num_layers=num_layers)
     parts: Sequence[object] = [spec] if isinstance(spec, int) else spec.split(",") if isinstance(spec, str) else spec
+    if not parts:  # [] is no layer, not every layer (None is every layer)
+        raise LayerError(
+            "no layer asked for: the layer list is empty",
+            hint="give layer numbers, or None for every layer",
+            num_layers=num_layers,
+        )
 
     def check(layer: int) -> int:
         if not -num_layers <= layer < num_layers:
@@ -169,6 +185,14 @@ def parse_layers(spec: LayerSpec, num_layers: int) -> tuple[int, ...]:
             )
         return int(text)
 
+    def no_attention(what: str) -> LayerError:
+        return LayerError(
+            f"{what} no softmax attention: only layers {layer_list(attention)} of this hybrid model have "
+            "attention weights (the others are linear-attention, state-space or convolution layers)",
+            hint=f"pick one of layers {layer_list(attention)}",
+            num_layers=num_layers,
+        )
+
     out: dict[int, None] = {}  # ordered set
     for part in parts:
         text = str(part).strip()
@@ -181,9 +205,18 @@ def parse_layers(spec: LayerSpec, num_layers: int) -> tuple[int, ...]:
                     hint=f"write it low to high: {last}-{first}",
                     num_layers=num_layers,
                 )
-            out.update(dict.fromkeys(range(first, last + 1)))
+            if attention:
+                inside = [layer for layer in attention if first <= layer <= last]
+                if not inside:
+                    raise no_attention(f"layers {first}-{last} have")
+                out.update(dict.fromkeys(inside))
+            else:
+                out.update(dict.fromkeys(range(first, last + 1)))
         elif re.fullmatch(r"-?\d+", text):
-            out[check(number(text))] = None
+            layer = check(number(text))
+            if attention and layer not in attention:
+                raise no_attention(f"layer {layer} has")
+            out[layer] = None
         else:
             raise LayerError(f"cannot read layer {text!r}", num_layers=num_layers)
     return tuple(out)

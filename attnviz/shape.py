@@ -19,6 +19,11 @@ class ModelShape:
         attention_sinks: learned per-head sink logits (GPT-OSS): each row's softmax also
             covers a logit that is no token, so the weights of a row sum to 1 - the
             sink's share (1 - the row's sum; ``Attention.sink_share``).
+        attention_layers: a hybrid's model layer numbers (0-based, ascending) of the
+            layers with softmax attention, the others being linear attention, Mamba or
+            convolution layers with no weights to show; () when every layer has it.
+            Layers are always named by these true model numbers, never by their
+            position among the attention layers.
     """
 
     num_layers: int
@@ -26,18 +31,35 @@ class ModelShape:
     num_kv_heads: int
     causal: bool
     attention_sinks: bool = False
+    attention_layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.num_layers < 1 or self.num_heads < 1 or self.num_kv_heads < 1:
             raise ValueError(f"a model needs at least one layer and head, got {self}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
+        given = self.attention_layers
+        if given and (list(given) != sorted(set(given)) or given[0] < 0 or given[-1] >= self.num_layers):
+            raise ValueError(f"attention_layers {given} must ascend within 0..{self.num_layers - 1}")
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """The model layer numbers with softmax attention: every layer, or a hybrid's few."""
+        return self.attention_layers or tuple(range(self.num_layers))
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether some layers have no softmax attention (``attention_layers``)."""
+        return bool(self.attention_layers) and len(self.attention_layers) < self.num_layers
 
     def head_label(self, head: int) -> str:
         return head_label(head, self.num_heads, self.num_kv_heads)
 
     def notes(self) -> list[str]:
-        return structure_notes(self.causal, self.num_heads, self.num_kv_heads, self.attention_sinks)
+        notes = structure_notes(self.causal, self.num_heads, self.num_kv_heads, self.attention_sinks)
+        if self.hybrid:
+            notes.append(hybrid_note(self.attention_layers, self.num_layers))
+        return notes
 
 
 class HasShape:
@@ -90,6 +112,20 @@ SINK_NOTE = (
     "learned attention sinks: each head's softmax also covers a learned sink logit that is no token, "
     "so a row's weights sum to 1 - the sink's share (shown as 'logit sink')"
 )
+
+
+def layer_list(layers: tuple[int, ...]) -> str:
+    """'3, 7, 11' (at most 12 named, then how many more)."""
+    shown = ", ".join(map(str, layers[:12]))
+    return shown + (f" and {len(layers) - 12} more" if len(layers) > 12 else "")
+
+
+def hybrid_note(attention_layers: tuple[int, ...], num_layers: int) -> str:
+    return (
+        f"hybrid: {len(attention_layers)} of the {num_layers} layers have softmax attention "
+        f"(layers {layer_list(attention_layers)}); the others (linear attention, state-space or "
+        "convolution layers) have no attention weights"
+    )
 
 
 def structure_notes(causal: bool, num_heads: int, num_kv_heads: int, attention_sinks: bool = False) -> list[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import ModelLoadError, TokenNotFoundError, UsageError
-from .io.safeio import check_text
+from .io.safeio import check_text, text_noun
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -113,6 +113,28 @@ class Tokens:
         if len(items) > limit:
             items = items[: limit - 1] + [f"... ({len(items) - limit + 1} more)"]
         return " ".join(items)
+
+
+def vocab_label(tokenizer: Tokenizer, index: int) -> str:
+    """One vocabulary entry (a predicted token, say) by the labels' rule, whatever the
+    tokenizer's kind: the text it decodes to, ``##``-prefixed when it continues a word.
+    WordPiece marks a continuation (``##al``); byte-level BPE (``Ġshe``) and SentencePiece
+    or Unigram (``▁she``) mark a word start, so an entry without their mark continues one
+    (``he`` -> ``##he``). Special tokens, and bytes that decode to no whole character,
+    stay the tokenizer's own string (the ablation footer printed ``'Ġshe'``)."""
+    piece = tokenizer.id_to_token(index)
+    if piece is None:
+        return f"<{index}>"
+    if piece in {t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special}:
+        return piece
+    text = tokenizer.decode([index], skip_special_tokens=False)
+    if not text.strip() or "\ufffd" in text:
+        return piece
+    word = text.strip()
+    if type(tokenizer.model).__name__ == "WordPiece":
+        return "##" + piece[2:] if piece.startswith("##") else word
+    starts = piece.startswith(("Ġ", "▁")) or text[:1].isspace()
+    return word if starts else "##" + word
 
 
 def joins_previous(tokens: Tokens, i: int) -> bool:
@@ -281,7 +303,7 @@ def tokenize(tokenizer: Tokenizer, sentence: str, max_length: int | None = None)
     enc = tokenizer.encode(sentence)
     if max_length is not None and len(enc.ids) > max_length:
         raise UsageError(
-            f"the sentence has {len(enc.ids)} tokens; this model reads at most {max_length}",
+            f"{text_noun(sentence)} has {len(enc.ids)} tokens; this model reads at most {max_length}",
             hint="shorten the text",
             reason="too_long",
             count=len(enc.ids),
@@ -315,7 +337,7 @@ def _refuse_long_prefix(tokenizer: Tokenizer, sentence: str, max_length: int) ->
         count = len(tokenizer.encode(sentence[:cut]).ids)
         if count > max_length:
             raise UsageError(
-                f"the sentence has more than {max_length} tokens ({count} in its first {cut:,} characters "
+                f"{text_noun(sentence)} has more than {max_length} tokens ({count} in its first {cut:,} characters "
                 f"of {len(sentence):,}); this model reads at most {max_length}",
                 hint="shorten the text",
                 reason="too_long",
@@ -454,15 +476,17 @@ def _word_edges(tokens: Tokens) -> tuple[set[int], set[int]]:
     return starts, ends
 
 
-def find_word(tokens: Tokens, word: str, occurrence: int | None = None, where: str = "the sentence") -> tuple[int, ...]:
+def find_word(tokens: Tokens, word: str, occurrence: int | None = None, where: str | None = None) -> tuple[int, ...]:
     """The token positions of one occurrence of ``word`` (1-based ``occurrence``).
-    ``where`` names the sentence in messages ("sentence B" for a minimal pair).
+    ``where`` names the text in messages ("sentence B" for a minimal pair; default
+    ``text_noun``: "the sentence", or "the text" for more than one).
 
     Raises:
         TokenNotFoundError: not in the sentence (facts: reason "missing"), repeated and no
             occurrence given ("ambiguous", count), or the occurrence out of range
             ("occurrence", count). The message lists what is there.
     """
+    where = where or text_noun(tokens.text)
     matches = word_occurrences(tokens, word)
     if not matches:
         raise TokenNotFoundError(
@@ -492,7 +516,8 @@ def check_index(tokens: Tokens, index: int) -> int:
     n = len(tokens)
     if not -n <= index < n:
         raise TokenNotFoundError(
-            f"token index {index} is out of range: the sentence has {n} tokens (0..{n - 1}): {tokens.describe()}",
+            f"token index {index} is out of range: {text_noun(tokens.text)} has {n} tokens (0..{n - 1}): "
+            f"{tokens.describe()}",
             reason="index",
             count=n,
         )

@@ -371,7 +371,7 @@ def parse_heads(spec: str | Sequence[str | int] | None) -> tuple[tuple[int, ...]
             continue
         if item in HEAD_AGGREGATES:
             kinds.append(item)
-        elif item.isdigit():
+        elif item.isascii() and item.isdigit():  # "²".isdigit() is true; int() refuses it
             heads.append(int(item))
         else:
             raise ValueError(f"cannot read head {item!r}: give head numbers (0-based) and/or mean, max")

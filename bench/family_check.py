@@ -27,6 +27,7 @@ from tests.builders import SPECS_BY_NAME, save_tiny  # noqa: E402
 from tests.builders.families_2026 import SPECS_2026, SPECS_2026_BY_NAME, save_2026  # noqa: E402
 from tests.builders.families_a import FAMILY_A_SPECS  # noqa: E402
 from tests.builders.families_b import SPECS_B, SPECS_B_BY_NAME  # noqa: E402
+from tests.builders.families_c import SPECS_C, SPECS_C_BY_NAME, save_c  # noqa: E402
 
 # Issue 23's families (tests/builders/families_a.py), every quirk switched on, after issue 10's.
 SPECS = {**SPECS_BY_NAME, **{spec.name: spec for spec in FAMILY_A_SPECS}}
@@ -38,6 +39,8 @@ NAMES = (
 NAMES_B = tuple(spec.name for spec in SPECS_B)
 # Issue 37: tests/builders/families_2026.py (its routing buffers moved off zero too).
 NAMES_2026 = tuple(spec.name for spec in SPECS_2026)
+# Issue 37, the Llama-shaped deltas: tests/builders/families_c.py (GLM-4.5's correction bias moved too).
+NAMES_C = tuple(spec.name for spec in SPECS_C)
 
 
 def main(names: list[str]) -> None:
@@ -48,6 +51,9 @@ def main(names: list[str]) -> None:
             if name in SPECS_2026_BY_NAME:
                 spec = SPECS_2026_BY_NAME[name]
                 path = save_2026(spec, Path(root) / name)
+            elif name in SPECS_C_BY_NAME:
+                spec = SPECS_C_BY_NAME[name]
+                path = save_c(spec, Path(root) / name)
             else:
                 spec = SPECS_B_BY_NAME[name] if name in SPECS_B_BY_NAME else SPECS[name]
                 path = save_tiny(spec, Path(root) / name)
@@ -62,4 +68,4 @@ def main(names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or [*NAMES, *NAMES_B, *NAMES_2026])
+    main(sys.argv[1:] or [*NAMES, *NAMES_B, *NAMES_2026, *NAMES_C])

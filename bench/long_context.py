@@ -180,6 +180,7 @@ def module_bench(lengths: tuple[int, ...], reps: int) -> list[dict[str, Any]]:
     from torch import nn
 
     from attnviz.nn.attention import MultiHeadAttention
+    from attnviz.nn.rows import EAGER
 
     out = []
     for n in lengths:
@@ -203,7 +204,7 @@ def module_bench(lengths: tuple[int, ...], reps: int) -> list[dict[str, Any]]:
             return theirs(x, x, x, need_weights=True, average_attn_weights=False)
 
         def t_ours(ours: Any = ours, x: Any = x) -> Any:
-            return ours(x)
+            return ours(x, request=EAGER)  # every weight, as the models ask (cache-blocked on CPU)
 
         times: dict[str, list[float]] = {"ours": [], "torch": []}
         with torch.inference_mode():

@@ -24,27 +24,44 @@ import importlib.util
 import statistics
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
 HIDDEN, HEADS = 256, 8
 
 
-def baseline_class(root: str) -> Any:
+def baseline_class(root: str) -> tuple[Any, Any]:
     """MultiHeadAttention from ROOT/attnviz/nn/attention.py (ROOT/attnviz/attention.py in a
-    checkout from before the layout move; torch and the stdlib only)."""
+    checkout from before the layout move; torch and the stdlib only), and the request its
+    models pass for every weight (that checkout's ``rows.EAGER`` where its eager steps live
+    in rows.py, else None: its module's default). The directory is loaded as a package of
+    its own, ``baseline_nn``, so that its relative imports (``from . import taps``) resolve
+    there, not in the attnviz being measured."""
     found = [
         p
         for p in (Path(root) / "attnviz" / "nn" / "attention.py", Path(root) / "attnviz" / "attention.py")
         if p.exists()
     ]
-    spec = importlib.util.spec_from_file_location("baseline_attention", found[0]) if found else None
-    if spec is None or spec.loader is None:
+    if not found:
         raise SystemExit(f"no attnviz/nn/attention.py under {root}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module.MultiHeadAttention
+    package = types.ModuleType("baseline_nn")
+    package.__path__ = [str(found[0].parent)]
+    sys.modules["baseline_nn"] = package
+
+    def load(name: str) -> Any:
+        spec = importlib.util.spec_from_file_location(f"baseline_nn.{name}", found[0].parent / f"{name}.py")
+        if spec is None or spec.loader is None:
+            raise SystemExit(f"cannot load {name}.py under {root}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+        return module
+
+    attention = load("attention")
+    rows = load("rows") if (found[0].parent / "rows.py").exists() and found[0].parent.name == "nn" else None
+    request = getattr(rows, "EAGER", None) if rows is not None and hasattr(rows, "cache_blocked") else None
+    return attention.MultiHeadAttention, request
 
 
 def pair(n: int, hidden: int = HIDDEN, heads: int = HEADS, cls: Any = None) -> tuple[Any, Any, Any]:
@@ -70,17 +87,21 @@ def pair(n: int, hidden: int = HIDDEN, heads: int = HEADS, cls: Any = None) -> t
     return ours, theirs, torch.randn(1, n, hidden)
 
 
-def bench(n: int, reps: int, baseline: Any = None) -> dict[str, float]:
+def bench(n: int, reps: int, baseline: tuple[Any, Any] | None = None) -> dict[str, float]:
     import torch
 
+    from attnviz.nn.rows import EAGER
+
     ours, theirs, x = pair(n)
+    # Every weight as the models ask for it (rows.EAGER: the eager steps, cache-blocked on CPU).
     runs: dict[str, Any] = {
-        "ours": lambda: ours(x),
+        "ours": lambda: ours(x, request=EAGER),
         "torch": lambda: theirs(x, x, x, need_weights=True, average_attn_weights=False),
     }
     if baseline is not None:
-        before, _, _ = pair(n, cls=baseline)
-        runs["before"] = lambda: before(x)
+        before, _, _ = pair(n, cls=baseline[0])
+        request = baseline[1]
+        runs["before"] = (lambda: before(x)) if request is None else (lambda: before(x, request=request))
     names = list(runs)
     times: dict[str, list[float]] = {name: [] for name in names}
     ratios: dict[str, list[float]] = {"ratio": [], "wall_ratio": [], "before_ratio": []}

@@ -38,6 +38,8 @@ from typing import Any
 
 import cog  # type: ignore[import-not-found]
 
+from attnviz.example import EXAMPLE  # noqa: F401  (the pages say cogutil.EXAMPLE)
+
 WIDTH = 100
 ROOT = Path(__file__).resolve().parents[1]
 

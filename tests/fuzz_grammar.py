@@ -474,6 +474,8 @@ def consistent(
 
     if has("sentence"):
         drop("--file")
+    if command == "check":
+        drop("--list")  # the families table: every model type transformers knows, not this model
     # One kind of query; --occurrence only after one --token.
     if has("--token"):
         drop("--index", "--all-tokens")

@@ -3,6 +3,7 @@ the command line's one-error-line promise."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,29 @@ def inspect(
         part=planned.part,
         measure=measure,
     )
+
+
+@dataclass(frozen=True)
+class Done:
+    """What ``subprocess.run(..., capture_output=True, text=True)`` returns, for a command
+    run in-process (``in_process``): the same three fields the tests read."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def in_process(*args: str, env: dict[str, str | None] | None = None) -> Done:
+    """``attnviz ARGS`` in this process (typer's CliRunner: the app's own main, its error
+    mapping and exit codes, stdout and stderr apart), where a subprocess would prove
+    nothing more than this does but import torch again (1-3 s of CPU a call). Start-up,
+    signals, pipes and file descriptors keep their real processes."""
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    result = CliRunner().invoke(app, list(args), env=env)
+    return Done(result.exit_code, result.stdout, result.stderr)
 
 
 def save_tiny_bert(path: Path, seed: int = 0) -> Path:

@@ -6,9 +6,6 @@ reference), and a query matches where its ends are word boundaries."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -106,12 +103,11 @@ def test_tokyo_is_found_and_read_as_its_tokens_mean(cjk_bert: Path) -> None:
     assert attnviz.inspect(text, "東", model=str(cjk_bert), layers=1).queries == (at[0],)
 
 
-def test_show_words_token_tokyo_in_a_process(cjk_bert: Path) -> None:
-    environ = dict(os.environ, PYTHONPATH=str(ROOT))
+def test_show_words_token_tokyo_through_the_cli(cjk_bert: Path) -> None:
+    from .helpers import in_process
+
     args = ["show", TEXTS[2], "--token", "東京", "--words", "--layer", "0", "--model", str(cjk_bert), "--json"]
-    done = subprocess.run(
-        [sys.executable, "-m", "attnviz", *args], capture_output=True, text=True, env=environ, timeout=300
-    )
+    done = in_process(*args)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["tokens"][:8] == ["[CLS]", "我", "在", "東", "京", "工", "作", "。"]

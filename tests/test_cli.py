@@ -269,3 +269,35 @@ def test_show_on_a_grouped_query_decoder(tmp_path: Path) -> None:
     assert data["provenance"]["causal"] is True and data["provenance"]["num_kv_heads"] == 2
     h0 = next(line for line in out.splitlines() if line.strip().startswith("h0 (kv0)"))
     assert h0.rstrip().endswith("-")  # the last tokens come after "it": masked
+
+
+def test_piped_output_ends_no_line_in_padding_spaces(shared_model: None) -> None:
+    """rich pads every table cell, the last too: 27 of 36 lines of `show ... --layer 3 |
+    cat` ended in spaces. Plain output ends no line in a space; coloured output is the
+    same text (colour cells keep their spaces: they end in an escape code)."""
+    import re
+
+    commands = [
+        ["show", EXAMPLE, "--token", "it", "--layer", "3"],
+        ["compare", EXAMPLE, "--token", "it", "--layer", "3"],
+        ["heads", "--probe", "induction", "--probe-texts", "2"],
+        ["explain", EXAMPLE, "--token", "it", "--layer", "3", "--head", "1"],
+    ]
+    for args in commands:
+        out = run(*args, COLUMNS="80").stdout
+        assert out.count("\n") > 5, args
+        padded = [line for line in out.splitlines() if line != line.rstrip(" ")]
+        assert padded == [], (args, padded[:3])
+    coloured = runner.invoke(app, commands[0], env={"FORCE_COLOR": "1", "NO_COLOR": None, "COLUMNS": "200"}).stdout
+    assert re.search(r"\x1b\[[0-9;]*48;2;", coloured)  # the heatmap's cells
+    visible = re.sub(r"\x1b\[[0-9;]*m", "", coloured).splitlines()
+    rows = [line for line in visible if re.match(r" *h\d+ ", line)]
+    assert len(rows) == 12 and len({len(line) for line in rows}) == 1  # every head's row drawn to its last cell
+    assert len(rows[0]) >= max(len(line) for line in run(*commands[0]).stdout.splitlines()[3:15])
+
+
+def test_the_norm_measure_explains_itself_once(shared_model: None) -> None:
+    out = run("show", EXAMPLE, "--token", "it", "--layer", "3", "--measure", "norm").stdout
+    header = " ".join(out.split("layer 3 ·")[0].split())
+    assert header.count("Kobayashi et al. 2020") == 1, header
+    assert "‖α·f(x)‖" in header and "shares" in header

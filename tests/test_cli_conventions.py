@@ -99,11 +99,16 @@ def _example(name: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", [n for n in COMMANDS if n != "explore"])
-def test_each_help_ends_with_an_example_that_runs(name: str, tmp_path: Path) -> None:
+def test_each_help_ends_with_an_example_that_runs(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_model: None
+) -> None:
+    """In-process (the start-up is test_cli's and the pipe tests' below): the example's
+    argv, run in an empty directory, exits 0 and prints or writes something."""
     argv = _example(name)
     assert argv[0] == "attnviz" and argv[1] == name
-    done = cli(*argv[1:], cwd=tmp_path, timeout=600)
-    assert done.returncode == 0, done.stderr
+    monkeypatch.chdir(tmp_path)
+    done = runner.invoke(app, argv[1:])
+    assert done.exit_code == 0, done.output
     assert done.stdout.strip() or any(tmp_path.iterdir()), "the example printed and wrote nothing"
     assert "error" not in done.stderr
 
@@ -151,8 +156,8 @@ def test_a_long_library_message_is_cut_after_a_whole_sentence() -> None:
 
 
 def test_the_offline_error_is_whole(tmp_path: Path) -> None:
-    done = cli("show", "x", "--token", "x", "--model", "nobody/no-such-model", env={"HF_HUB_OFFLINE": "1"})
-    assert done.returncode == 2, done.stderr
+    done = run("show", "x", "--token", "x", "--model", "nobody/no-such-model", HF_HUB_OFFLINE="1")
+    assert done.exit_code == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()
     reason = line.split("could not be downloaded (")[1].split(") (hint:")[0]
     assert reason.endswith((".", "…")) and not reason.endswith(" a"), reason
@@ -217,7 +222,7 @@ def _engine_of(*args: str, **env: str) -> str:
     return str(json.loads(result.stdout)["provenance"]["engine"])
 
 
-def test_command_line_beats_environment_beats_config_file(_no_user_config: Path) -> None:
+def test_command_line_beats_environment_beats_config_file(_no_user_config: Path, shared_model: None) -> None:
     config = _no_user_config / "attnviz" / "config.toml"
     config.parent.mkdir()
     config.write_text('engine = "hf"\n', encoding="utf-8")
@@ -272,16 +277,14 @@ TRUE_COLOUR_CELL = re.compile(r"\x1b\[[0-9;]*48;2;\d+;\d+;\d+m")
         ({}, False),
     ],
 )
-def test_forced_colour_draws_the_true_colour_heatmap_in_a_pipe(env: dict[str, str], true_colour: bool) -> None:
-    base = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR", "COLORTERM", "TERM")}
-    done = subprocess.run(
-        [sys.executable, "-m", "attnviz", "show", "The cat sat", "--token", "cat", "--layer", "0"],
-        capture_output=True,
-        text=True,
-        env={**base, **env},
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
+def test_forced_colour_draws_the_true_colour_heatmap_in_a_pipe(
+    env: dict[str, str], true_colour: bool, shared_model: None
+) -> None:
+    """In-process: CliRunner's stdout is no terminal, as a pipe is not; the colour comes
+    from the environment alone (``colour_settings``), which the runner sets and unsets."""
+    unset: dict[str, str | None] = {k: None for k in ("FORCE_COLOR", "NO_COLOR", "COLORTERM", "TERM")}
+    done = runner.invoke(app, ["show", "The cat sat", "--token", "cat", "--layer", "0"], env={**unset, **env})
+    assert done.exit_code == 0, done.output
     assert bool(TRUE_COLOUR_CELL.search(done.stdout)) is true_colour
     if not true_colour:
         # No colour of any depth (bold, dim and italic are no colour: no-color.org).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -235,3 +236,22 @@ def test_pairs_summary_against_the_rows() -> None:
         assert s["interval"] == pytest.approx([low, high], abs=2e-6)
     text = run("compare", "--pairs", str(SAMPLES), "--layer", "3", "--limit", "1").stdout
     assert f"across {len(pairs)} pairs" in text and "95% interval" in text
+
+
+def test_pairs_at_80_columns_keep_every_top_target_and_the_words_case() -> None:
+    """At 80 columns pairs 1, 2, 4, 7 and 9 lost their top targets ("left out to fit the
+    terminal") and the headers said "anna A": every top target of every pair (from the
+    JSON) is now printed, no line is wider than 80, and a header is the sentence's word."""
+    args = ("compare", "--pairs", str(SAMPLES))
+    text = runner.invoke(app, list(args), env={"NO_COLOR": "1", "COLUMNS": "80"}).stdout
+    rows = json.loads(run(*args, "--json").stdout)["rows"]
+    assert "left out" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    blocks = re.split(r"^\d+\. A: ", text, flags=re.MULTILINE)[1:]
+    assert len(blocks) == len(read_pairs(SAMPLES)) == len({r["pair"] for r in rows})
+    for row in rows:
+        block = " ".join(blocks[row["pair"] - 1].split())
+        for label, weight in (*row["top"], *row["top_vs"]):
+            assert f"{label} {weight:.2f}" in block, (row["pair"], label)
+    anna = " ".join(next(b for b in blocks if b.startswith("Anna")).split())
+    assert "Anna A Anna B" in anna and "Maria A" in anna and "anna A" not in anna

@@ -28,7 +28,7 @@ from attnviz.architectures.rope import RopeConfig, rope_config
 from attnviz.cli import hint_for
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import ModelLoadError, UnsupportedArchitectureError
-from attnviz.nn.attention import scaled_dot_product_attention
+from attnviz.nn.attention import softmax_attention
 
 from .builders import (
     FAMILY_SPECS,
@@ -294,7 +294,7 @@ def test_sinks_and_softcap_in_the_pure_function() -> None:
     q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 5, 8), torch.randn(2, 3, 5, 4)
     sinks = torch.tensor([0.5, -1.0, 2.0])
     mask = torch.ones(5, 5, dtype=torch.bool).tril()
-    out, weights = scaled_dot_product_attention(q, k, v, mask, softcap=1.5, sinks=sinks)
+    out, weights = softmax_attention(q, k, v, mask, softcap=1.5, sinks=sinks)
     s = 1.5 * torch.tanh((q @ k.transpose(-2, -1)) / math.sqrt(8) / 1.5)
     e = torch.exp(s.double()) * mask
     expected = e / (e.sum(-1, keepdim=True) + torch.exp(sinks.double())[None, :, None, None])

@@ -90,7 +90,7 @@ def test_memory_budget_error_is_matched_by_its_class() -> None:
 
 
 def test_every_table_entry_gives_a_line() -> None:
-    facts = {"count": 4, "fit": 2, "largest": 72, "num_layers": 6, "num_heads": 12, "largest_tokens": 900}
+    facts = {"count": 4, "fit": 2, "largest": 72, "num_layers": 6, "num_heads": 12, "largest_tokens": 900, "longest": 9}
     for reason, hint in HINTS.items():
         text = hint(UsageError("m", reason=reason, **facts)) if callable(hint) else hint
         assert text and "\n" not in text and "--" in text or "attnviz" in (text or ""), reason

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -179,15 +178,20 @@ def test_explain_needs_nothing_beyond_the_engine_protocol(own_engine: Engine, hf
         assert refused.value.facts == {"reason": "explain_engine"}
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "attnviz", *args], capture_output=True, text=True, timeout=300)
+def run_cli(*args: str) -> Any:
+    """In-process (typer's CliRunner): what a process would print, without importing torch again."""
+    from typer.testing import CliRunner
+
+    from attnviz.cli import app
+
+    return CliRunner().invoke(app, list(args), env={"NO_COLOR": "1", "COLUMNS": "100"})
 
 
 def test_cli_json_has_the_steps(tmp_path: Path) -> None:
     page = tmp_path / "explain.html"
     done = run_cli("explain", EXAMPLE, "--token", "it", "--layer", "3", "--head", "1", "--key", "animal", "--json",
                    "-o", str(page))  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    assert done.exit_code == 0, done.stderr
     data = json.loads(done.stdout)
     for field in ("tokens", "query", "keys", "scores", "scale", "weights", "value_norms", "contribution", "neuron"):
         assert field in data
@@ -198,6 +202,57 @@ def test_cli_json_has_the_steps(tmp_path: Path) -> None:
     text = page.read_text(encoding="utf-8")
     assert "<script" in text and "http" not in text.split("<script", 1)[1]  # nothing from the network
     assert json.dumps(data["query_token"])[1:-1] in text
+
+
+LONG = " ".join(f"Sentence {i} says that the animal did not cross the street because it was tired." for i in range(20))
+
+
+def _key_rows(text: str) -> list[str]:
+    """The key column of explain's table, as printed."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["key", "q·k"]) + 1
+    rows = []
+    for line in lines[start:]:
+        cells = line.split()
+        if len(cells) < 3 or not re.fullmatch(r"-?\d+\.\d+", cells[1]):
+            break
+        rows.append(cells[0])
+    return rows
+
+
+def test_top_and_sort_pick_the_keys_and_the_json_keeps_every_key(shared_model: None) -> None:
+    """A 343-token text printed a row per key (357 lines); here 130 tokens. --top K (default 10) keeps the
+    K largest by --sort, the query and --key always; the JSON keeps all of them."""
+    base = ("explain", LONG, "--token", "it:3", "--layer", "3", "--head", "1")
+    data = json.loads(run_cli(*base, "--json").stdout)
+    n = len(data["tokens"])
+    assert n > 120
+    weights, norms, contrib = (np.array(data[k]) for k in ("weights", "value_norms", "contribution"))
+    it = data["query_indices"][0]
+    default = run_cli(*base)
+    assert default.exit_code == 0, default.output
+    assert len(default.stdout.splitlines()) < 40
+    rows = _key_rows(default.stdout)
+    top = [data["tokens"][j] for j in sorted(range(n), key=lambda j: (-weights[j], j))[:10]]
+    assert rows[:10] == top and rows[10:] == (["it"] if it not in np.argsort(-weights)[:10] else [])
+    assert f"{len(rows)} of {n} keys (the top 10 by α, the query)" in " ".join(default.stdout.split())
+    for sort, value in (("norm", norms), ("contribution", contrib)):
+        got = _key_rows(run_cli(*base, "--top", "3", "--sort", sort).stdout)
+        expect = [data["tokens"][j] for j in sorted(range(n), key=lambda j: (-value[j], j))[:3]]
+        assert got[:3] == expect, (sort, got)
+    by_position = _key_rows(run_cli(*base, "--top", "5", "--sort", "position", "--key", "Sentence:1").stdout)
+    picked = sorted({*sorted(range(n), key=lambda j: (-weights[j], j))[:5], it, data["tokens"].index("Sentence")})
+    assert [r.lstrip("▸") for r in by_position] == [data["tokens"][j] for j in picked]
+    assert len(_key_rows(run_cli(*base, "--top", "all").stdout)) == n
+    assert data["weights"] == json.loads(run_cli(*base, "--json", "--top", "2").stdout)["weights"]
+
+
+def test_top_is_checked_before_the_model(no_model: list[str]) -> None:
+    line = one_error_line(run_cli("explain", EXAMPLE, "--token", "it", "--layer", "3", "--head", "1", "--top", "0"), 2)
+    assert "--top takes a whole number from 1, or all, not '0'" in line
+    line = one_error_line(run_cli("explain", EXAMPLE, "--token", "it", "--layer", "3", "--head", "1", "--sort", "x"), 2)
+    assert "--sort must be weight, norm, contribution or position" in line
+    assert no_model == []
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,8 @@ from .builders.families_2026 import SPECS_2026, SPECS_2026_BY_NAME, YARN, save_2
 
 TOL = 1e-5
 MLA = tuple(spec for spec in SPECS_2026 if spec.model_type in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite"))
+# Families whose attention output splits by head into value norms (not Qwen3-Next's gated heads).
+NORMED = MLA
 LONG = " ".join(SENTENCES * 2)  # 69 tokens, in row blocks of 4
 
 
@@ -97,7 +99,7 @@ def test_row_path_and_eager_path_match_transformers(spec: Any, saved: dict[str, 
         some = own.forward(tokens, queries=asked)
         with torch.inference_mode():
             eager = own.model(torch.tensor([tokens.ids]), fused=False)  # type: ignore[operator]
-        assert len(rows.attentions) == len(eager.attentions) == len(theirs.attentions) == own.num_layers
+        assert len(rows.attentions) == len(eager.attentions) == len(theirs.attentions) == len(own.shape.layers)
         for layer, b in enumerate(theirs.attentions):
             assert _diff(rows.attentions[layer], b) <= TOL, f"{spec.name} rows, layer {layer}: {sentence!r}"
             assert _diff(some.attentions[layer], b[:, :, list(asked)]) <= TOL, f"{spec.name} asked rows {layer}"
@@ -177,7 +179,7 @@ def _transformers_value_norms(hf: Engine, tokens: Any) -> list[torch.Tensor]:
     return out
 
 
-@pytest.mark.parametrize("spec", MLA, ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", NORMED, ids=lambda s: s.name)
 def test_value_norms_are_the_decompressed_values_through_w_o(spec: Any, saved: dict[str, Path]) -> None:
     own, hf = _engines(spec.name, saved)
     tokens = own.tokenize(SENTENCES[0])
@@ -339,3 +341,216 @@ def test_family_module_declares_what_the_registry_maps_to_it() -> None:
     assert mla.MODEL_TYPES == ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")
     for model_type in mla.MODEL_TYPES:
         assert architectures.registry()[model_type] is mla
+
+
+# --- Qwen3-Next: a hybrid of Gated DeltaNet and gated softmax attention ------------------------------
+
+HYBRID = ("qwen3_next", "qwen3_next-dense", "qwen3_5_text", "qwen3_5_moe_text")
+
+
+@pytest.mark.parametrize("name", HYBRID)
+def test_hybrid_lists_its_softmax_layers_by_model_number(name: str, saved: dict[str, Path]) -> None:
+    """Only the full_attention layers have weights, found by their model layer numbers;
+    transformers returns one tensor per such layer, in order."""
+    own, hf = _engines(name, saved)
+    types = _config(saved[name])["layer_types"]
+    expected = tuple(i for i, kind in enumerate(types) if kind == "full_attention")
+    assert own.shape.num_layers == len(types) and own.shape.attention_layers == expected
+    assert own.shape.hybrid and any("hybrid" in note for note in own.shape.notes())
+    tokens = own.tokenize(SENTENCES[0])
+    theirs = hf.forward(tokens)
+    assert len(theirs.attentions) == len(expected)
+    for slot, layer in enumerate(expected):
+        one = own.forward(tokens, layers=(layer,))
+        assert _diff(one.attentions[0], theirs.attentions[slot]) <= TOL, f"layer {layer}"
+    with pytest.raises(ValueError, match="no softmax attention"):
+        own.forward(tokens, layers=(0,))
+
+
+def test_chunks_equal_the_token_by_token_recurrence() -> None:
+    """The chunked delta rule (what runs) against the readable recurrence, over 150 tokens
+    (three chunks, the last one padded), grouped heads and strong decays."""
+    from attnviz.architectures.qwen3_next import chunked_gated_delta_rule, gated_delta_rule, l2norm
+
+    gen = torch.Generator().manual_seed(0)
+    b, t, h, dk, dv = 2, 150, 3, 6, 5
+    q = l2norm(torch.randn(b, t, h, dk, generator=gen)) * dk**-0.5
+    k = l2norm(torch.randn(b, t, h, dk, generator=gen))
+    v = torch.randn(b, t, h, dv, generator=gen)
+    g = -torch.rand(b, t, h, generator=gen) * 2
+    beta = torch.rand(b, t, h, generator=gen)
+    reference = gated_delta_rule(q, k, v, g, beta)
+    assert reference.abs().max() > 0.1
+    assert _diff(chunked_gated_delta_rule(q, k, v, g, beta), reference) <= 1e-5
+    # A state that forgets nothing and writes fully keeps the last value written to a key.
+    unit = torch.zeros(1, 3, 1, 2)
+    unit[..., 0] = 1.0
+    values = torch.tensor([1.0, 2.0, 3.0]).view(1, 3, 1, 1)
+    out = gated_delta_rule(unit, unit, values, torch.zeros(1, 3, 1), torch.ones(1, 3, 1))
+    assert out.flatten().tolist() == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("name", HYBRID)
+def test_hybrid_norms_and_explain_are_refused_in_one_line(name: str, saved: dict[str, Path]) -> None:
+    """The output gate scales a head's mixed values by its query: no value norm of a key alone."""
+    from attnviz.cli import app
+    from attnviz.errors import MeasureError
+
+    own, _ = _engines(name, saved)
+    with pytest.raises(MeasureError, match="gates each head's output"):
+        own.forward(own.tokenize(SENTENCES[0]), norms=True)
+    layer = str(own.shape.attention_layers[0])
+    for args in (
+        ["show", SENTENCES[0], "--token", "it", "--layer", layer, "--measure", "norm"],
+        ["explain", SENTENCES[0], "--token", "it", "--layer", layer, "--head", "0"],
+    ):
+        result = CliRunner().invoke(app, [*args, "--model", str(saved[name])])
+        assert result.exit_code == 2, result.output
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "gates each head's output" in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("name", ["qwen3_next", "qwen3_5_moe_text"])
+def test_hybrid_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[str, Path]) -> None:
+    """Each head of each softmax layer zeroed (or set to its mean) in the input of
+    transformers' o_proj (after the output gate), one head per pass."""
+    from attnviz.measures.ablation import Runner, ablate_text
+
+    from .test_ablation import Reference
+
+    engine = _engines(name, saved)[0]
+    tokens = engine.tokenize(SENTENCES[1])
+    ref = Reference(saved[name], "llama")
+    layers = engine.shape.attention_layers
+    for mode in ("zero", "mean"):
+        got = ablate_text(Runner(engine, tokens), mode=mode, batch=2, layers=layers)
+        for layer in layers:
+            # Reference.effects runs every layer below its own; the linear ones have no o_proj to hook.
+            expect = _reference_layer(ref, list(tokens.ids), layer, engine.num_heads, mode)
+            np.testing.assert_allclose(got.effect[layer], expect, atol=TOL, rtol=0, err_msg=f"layer {layer} {mode}")
+            assert np.abs(expect).max() > 1e-3
+
+
+def _reference_layer(ref: Any, ids: list[int], layer: int, heads: int, mode: str) -> np.ndarray:
+    """(H, Q) 1 − cos per head of one layer, transformers with a pre-hook on its o_proj."""
+    clean = ref.hidden(ids, None, None).double()
+    mean = None
+    if mode == "mean":
+        seen: list[torch.Tensor] = []
+        ref.hidden(ids, None, (layer, lambda mod, args: seen.append(args[0][0].mean(0))))
+        mean = seen[0].view(heads, -1)
+    out = np.zeros((heads, clean.shape[0]))
+    for head in range(heads):
+
+        def ablate(mod: Any, args: tuple[Any, ...], head: int = head) -> Any:
+            x = args[0].clone()
+            d = x.shape[-1] // heads
+            x[..., head * d : (head + 1) * d] = 0.0 if mean is None else mean[head]
+            return (x, *args[1:])
+
+        ablated = ref.hidden(ids, None, (layer, ablate)).double()
+        out[head] = (1 - torch.nn.functional.cosine_similarity(clean, ablated, dim=-1)).numpy()
+    return out
+
+
+HYBRID_QUIRKS: list[tuple[str, dict[str, Any]]] = [
+    ("qwen3_next", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}}),
+    ("qwen3_next", {"norm_topk_prob": False}),
+    ("qwen3_next", {"mlp_only_layers": []}),
+    ("qwen3_next-dense", {"rms_norm_eps": 0.5}),
+    ("qwen3_5_text", {"model_type": "qwen3_next"}),  # Qwen3-Next's grouped projections
+    ("qwen3_5_moe_text", {"layer_types": ["full_attention"] * 5}),
+]
+
+
+@pytest.mark.parametrize(("name", "change"), HYBRID_QUIRKS, ids=[f"{n}-{'-'.join(c)}" for n, c in HYBRID_QUIRKS])
+def test_each_hybrid_quirk_changes_the_numbers(name: str, change: dict[str, Any], saved: dict[str, Path]) -> None:
+    own, hf = _engines(name, saved)
+    ids = torch.tensor([own.tokenize(SENTENCES[0]).ids])
+    assert _worst(own.model, hf.model, ids) <= TOL  # type: ignore[attr-defined]
+    try:
+        wrong = architectures.load(saved[name], {**_config(saved[name]), **change})
+    except ModelLoadError:
+        return
+    assert _worst(wrong, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
+
+
+def test_the_output_gate_and_the_linear_layers_matter(saved: dict[str, Path]) -> None:
+    from attnviz.architectures.qwen3_next import GatedAttention
+
+    own, hf = _engines("qwen3_next", saved)
+    ids = torch.tensor([own.tokenize(SENTENCES[0]).ids])
+    model: Any = architectures.load(saved["qwen3_next"])
+    assert _worst(model, hf.model, ids) <= TOL  # type: ignore[attr-defined]
+    for block in model.blocks:
+        if isinstance(getattr(block, "attn", None), GatedAttention):
+            block.attn.gate_output = lambda z, query: z
+    assert _worst(model, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
+    model = architectures.load(saved["qwen3_next"])
+    with torch.no_grad():
+        model.blocks[0].linear_attn.A_log.zero_()  # another decay in the first linear layer
+    assert _worst(model, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
+
+
+# --- taps ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "layer"), [("deepseek_v3", 2), ("qwen3_next", 4)])
+def test_z_tap_is_what_transformers_o_proj_reads(name: str, layer: int, saved: dict[str, Path]) -> None:
+    """``blocks.N.attn.z`` (B, Q, H, Dv): MLA's Dv-wide heads, Qwen3-Next's gated ones,
+    each equal to the input of transformers' o_proj; v is Dv wide, q and k D wide."""
+    from attnviz.nn.taps import Taps
+
+    own, hf = _engines(name, saved)
+    tokens = own.tokenize(SENTENCES[0])
+    seen: list[torch.Tensor] = []
+    o_proj = hf.model.layers[layer].self_attn.o_proj  # type: ignore[attr-defined]
+    handle = o_proj.register_forward_pre_hook(lambda m, args: seen.append(args[0].detach()))
+    try:
+        hf.forward(tokens)
+    finally:
+        handle.remove()
+    prefix = f"blocks.{layer}.attn"
+    taps = Taps().record(f"{prefix}.z").record(f"{prefix}.q").record(f"{prefix}.v")
+    with own.tapping(taps):
+        own.forward(tokens, layers=(layer,))
+    z = taps[f"{prefix}.z"]
+    h = own.num_heads
+    assert z.shape[:3] == (1, len(tokens), h)
+    assert _diff(z.reshape(1, len(tokens), -1), seen[0]) <= TOL
+    dv = z.size(-1)
+    assert taps[f"{prefix}.v"].size(-1) == dv and taps[f"{prefix}.q"].size(-1) == own.model.blocks[layer].attn.head_dim  # type: ignore[attr-defined]
+
+
+def test_attention_taps_on_a_linear_layer_are_refused(saved: dict[str, Path]) -> None:
+    from attnviz.errors import UsageError
+    from attnviz.nn.taps import Taps
+
+    own, _ = _engines("qwen3_next", saved)
+    with pytest.raises(UsageError, match=r"layer 0 has no softmax attention \(its attention layers: 2, 4\)"):
+        own.tapping(Taps().record("blocks.0.attn.z"))
+    taps = Taps().record("blocks.0.resid_post").record("blocks.*.attn.pattern")
+    with own.tapping(taps):  # layer taps of a linear layer, and wildcards, are fine
+        own.forward(own.tokenize(SENTENCES[0]))
+    assert taps["blocks.0.resid_post"].shape[-1] == 48
+
+
+def test_cli_hybrid_layers_by_model_number_on_both_engines(saved: dict[str, Path]) -> None:
+    """``show`` lists the softmax layers under their model numbers, the same weights as
+    ``--engine hf``; ``--layer`` on a linear layer is one line, exit 2, naming them."""
+    from attnviz.cli import app
+
+    path = str(saved["qwen3_next"])
+    shown = {}
+    for engine in ("own", "hf"):
+        args = ["show", SENTENCES[0], "--model", path, "--engine", engine, "--token", "it", "--json"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        shown[engine] = json.loads(result.stdout)
+        assert shown[engine]["layers"] == [2, 4] and shown[engine]["provenance"]["attention_layers"] == [2, 4]
+    a, b = torch.tensor(shown["own"]["weights"]), torch.tensor(shown["hf"]["weights"])
+    assert a.shape == b.shape and _diff(a, b) <= TOL
+    result = CliRunner().invoke(app, ["show", SENTENCES[0], "--model", path, "--token", "it", "--layer", "3"])
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "layer 3 has no softmax attention" in lines[0] and "2, 4" in lines[0]

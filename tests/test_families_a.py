@@ -127,17 +127,18 @@ def test_hf_engine_forgets_the_grown_rotary_state_between_passes(dynamic: Path) 
 def test_hf_ablation_passes_forget_the_grown_rotary_state(dynamic: Path) -> None:
     """The passes ablation runs (``final_hidden``) start from a fresh model's rotary state
     too, so a head's ablation effect does not depend on a longer text run before it."""
-    from attnviz.nn.attention import Ablation
+    from attnviz.measures.ablation import Ablation, Runner
 
     hf = load_engine("hf", str(dynamic), "cpu")
     short, long = hf.tokenize("the cat sat on the mat"), hf.tokenize(SENTENCES[1])
     assert 6 < len(short) < len(long)
+    runner = Runner(hf, short)
     ablate = (0, Ablation(heads=(0, 1)))
-    first, first_ablated = hf.final_hidden(short), hf.final_hidden(short, ablate=ablate)
+    first, first_ablated = runner.hidden(), runner.hidden(ablate)
     hf.forward(long)
-    assert torch.equal(hf.final_hidden(short), first)
+    assert torch.equal(runner.hidden(), first)
     hf.forward(long)
-    assert torch.equal(hf.final_hidden(short, ablate=ablate), first_ablated)
+    assert torch.equal(runner.hidden(ablate), first_ablated)
 
 
 def test_check_with_sentences_of_different_lengths_on_dynamic_rope(dynamic: Path) -> None:

@@ -186,9 +186,9 @@ def test_reading_options_the_page_has_no_toggle_for_are_refused(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str], said: str
 ) -> None:
     """One stderr line with a hint, exit 2, no file, and no model loaded."""
-    import attnviz.cli.export as export
+    import attnviz.cli.common as common  # every command loads through it (groups.ModelChoice.load)
 
-    monkeypatch.setattr(export, "load", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(common, "load", lambda *a, **k: pytest.fail("a model was loaded"))
     out = tmp_path / "view.html"
     result = runner.invoke(app, ["export", EXAMPLE, "--token", "it", "-o", str(out), *flags])
     assert result.exit_code == 2, result.output

@@ -41,6 +41,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "attnviz.nn": STDLIB_ONLY,
     "attnviz.measures": STDLIB_ONLY,
     "attnviz.io": STDLIB_ONLY,
+    "attnviz.engines.support": ("rich", "matplotlib", "typer", "transformers", "torch", "textual"),
     "attnviz.engines.memory": ("torch", "rich", "typer", "matplotlib", "transformers", "textual"),
     "attnviz.measures.pairs": ("torch", "rich", "typer", "matplotlib", "transformers", "textual"),
     "attnviz.measures.metrics": ("torch", "rich", "typer", "matplotlib", "transformers", "textual"),

@@ -138,3 +138,122 @@ def test_bad_companions_are_one_clear_error(minilm: tuple[Any, Any], tmp_path: P
         attnviz.inspect(TEXT, model=model, tokenizer=tokenizer, engine="hf", dtype="bfloat16")
     with pytest.raises(AttnvizError):  # every refusal is an AttnvizError, never a traceback of torch's
         attnviz.inspect(TEXT, model=model, tokenizer=tokenizer, engine="neither")
+
+
+def test_threads_sharing_one_model_under_the_hf_engine_all_succeed(minilm: tuple[Any, Any]) -> None:
+    """The switch to eager attention and back is per model and was not locked: a thread
+    restoring sdpa under another's forward pass left it without weights."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model, tokenizer = minilm
+    ref = attnviz.inspect(TEXT, model=model, tokenizer=tokenizer, engine="hf", layers=[0, 1], device="cpu")
+
+    def one(_: int) -> float:
+        got = attnviz.inspect(TEXT, model=model, tokenizer=tokenizer, engine="hf", layers=[0, 1], device="cpu")
+        return same(got, ref)
+
+    with ThreadPoolExecutor(4) as pool:
+        assert max(pool.map(one, range(12))) <= 1e-6
+    assert model.config._attn_implementation != "eager"  # the caller's setting, restored
+
+
+def _tiny_in_memory(tmp_path: Path, name: str) -> tuple[Any, Any]:
+    from transformers import AutoModel, PreTrainedTokenizerFast
+
+    directory = save_tiny(SPECS_BY_NAME[name], tmp_path / name)
+    return AutoModel.from_pretrained(str(directory)), PreTrainedTokenizerFast.from_pretrained(str(directory))
+
+
+def test_the_own_engine_refuses_a_model_carrying_forward_hooks(tmp_path: Path) -> None:
+    """Our stack runs the state_dict, not the module: a hook that changes what the module
+    computes would be silently left out."""
+    import torch
+
+    model, tokenizer = _tiny_in_memory(tmp_path, "llama")
+    layer = model.layers[0].self_attn
+    for add in (
+        lambda: layer.register_forward_hook(lambda m, a, out: (out[0] * 0.0, *out[1:])),
+        lambda: layer.o_proj.register_forward_pre_hook(lambda m, a: (torch.zeros_like(a[0]),)),
+    ):
+        handle = add()
+        with pytest.raises(UnsupportedArchitectureError, match="hook") as info:
+            attnviz.inspect(TEXT, model=model, tokenizer=tokenizer, engine="own", device="cpu")
+        assert 'engine="hf"' in str(info.value)
+        handle.remove()
+    attnviz.inspect(TEXT, model=model, tokenizer=tokenizer, engine="own", device="cpu")  # unhooked: fine
+
+
+@pytest.mark.parametrize(
+    ("name", "edit"),
+    [
+        ("llama", {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 8}),  # other heads, same shapes
+        ("gpt2", {"layer_norm_epsilon": 10.0}),
+        ("llama", {"hidden_act": "relu"}),
+        ("bert", {"hidden_act": "relu"}),
+    ],
+)
+def test_the_own_engine_refuses_a_config_edited_after_loading(tmp_path: Path, name: str, edit: dict[str, Any]) -> None:
+    """model.config edited in memory, the modules as they were: the own engine would read
+    the config and answer for another model than the module computes."""
+    model, tokenizer = _tiny_in_memory(tmp_path, name)
+    hf = attnviz.inspect(TEXT, model=model, tokenizer=tokenizer, engine="hf", device="cpu")
+    for key, value in edit.items():
+        setattr(model.config, key, value)
+    with pytest.raises(UnsupportedArchitectureError, match="does not compute what its config") as info:
+        attnviz.inspect(TEXT, model=model, tokenizer=tokenizer, engine="own", device="cpu")
+    assert 'engine="hf"' in str(info.value)
+    assert same(attnviz.inspect(TEXT, model=model, tokenizer=tokenizer, engine="hf", device="cpu"), hf) <= 1e-6
+
+
+def _one_spec_per_family() -> list[Any]:
+    from .builders.families_a import FAMILY_A_SPECS
+    from .builders.families_b import SPECS_B
+
+    seen: dict[str, Any] = {}
+    for spec in (*SPECS_BY_NAME.values(), *SPECS_B, *FAMILY_A_SPECS):
+        seen.setdefault(spec.model_type, spec)
+    return list(seen.values())
+
+
+@pytest.mark.parametrize("spec", _one_spec_per_family(), ids=lambda s: s.model_type)
+def test_the_probe_pass_accepts_every_unedited_family(tmp_path: Path, spec: Any) -> None:
+    """No false refusal: each family's own stack computes what its module does, within
+    the probe's tolerance (and the probe is run, not skipped, where it can be)."""
+    from transformers import AutoModel, PreTrainedTokenizerFast
+
+    from attnviz.engines.inmemory import from_model
+
+    directory = save_tiny(spec, tmp_path / spec.name)
+    model = AutoModel.from_pretrained(str(directory), experts_implementation="eager")
+    from_model(model, PreTrainedTokenizerFast.from_pretrained(str(directory)), "own", "cpu")
+
+
+def test_mixed_float_dtypes_are_one_clear_error_under_hf(tmp_path: Path) -> None:
+    """One layer cast to float16: transformers' own pass fails inside (a RuntimeError, not
+    ours); the own engine reads every weight in float32 and answers."""
+    import torch
+
+    model, tokenizer = _tiny_in_memory(tmp_path, "bert")
+    model.encoder.layer[0].attention.self.query.to(torch.float16)
+    with pytest.raises(UsageError, match="float16, float32") as info:
+        attnviz.inspect(TEXT, model=model, tokenizer=tokenizer, engine="hf", device="cpu")
+    assert "model.to(" in str(info.value)
+    own = attnviz.inspect(TEXT, model=model, tokenizer=tokenizer, engine="own", device="cpu")
+    assert np.isfinite(own.weights).all()
+
+
+def test_a_tokenizer_with_a_python_pre_tokenizer_is_one_clear_error(minilm: tuple[Any, Any]) -> None:
+    """A custom (Python) pre-tokenizer cannot be serialised, which the copy needs."""
+    from tokenizers import pre_tokenizers
+    from transformers import AutoTokenizer
+
+    class Whole:
+        def pre_tokenize(self, pretok: Any) -> None:
+            pretok.split(lambda i, s: [s])
+
+    model, tokenizer = minilm
+    custom = AutoTokenizer.from_pretrained(tokenizer.name_or_path)
+    custom.backend_tokenizer.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(Whole())
+    with pytest.raises(UsageError, match="cannot be copied") as info:
+        attnviz.inspect(TEXT, model=model, tokenizer=custom, device="cpu")
+    assert info.value.facts.get("reason") == "tokenizer"

@@ -14,13 +14,14 @@ from attnviz.engines import load_engine
 from attnviz.errors import ModelLoadError
 from attnviz.io.models import resolve
 from tests.builders import SPECS, Spec, copy_with_config, save_tiny
+from tests.builders.families_2026 import SPECS_2026
 from tests.builders.families_a import FAMILY_A_SPECS
 from tests.builders.families_b import SPECS_B
 
 
 def _one_per_family() -> list[Spec]:
     seen: dict[str, Spec] = {}
-    for spec in (*SPECS, *SPECS_B, *FAMILY_A_SPECS):
+    for spec in (*SPECS, *SPECS_B, *FAMILY_A_SPECS, *SPECS_2026):
         if spec.head == "causal":
             seen.setdefault(spec.model_type, spec)
     return list(seen.values())
@@ -30,6 +31,7 @@ def _one_per_family() -> list[Spec]:
 # of 30 over logits near 0) would let a head that ignores them pass.
 _BITING = {
     "cohere": {"logit_scale": 3.0},
+    "cohere2": {"logit_scale": 3.0},
     "granite": {"logits_scaling": 0.25},
     "gemma2": {"final_logit_softcapping": 0.05},
     "gemma3_text": {"final_logit_softcapping": 0.05},

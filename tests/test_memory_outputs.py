@@ -7,9 +7,6 @@ forward pass; a ``heads`` batch over the budget is split, and scores the same.""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +18,7 @@ from attnviz.engines import load_engine, memory
 from attnviz.engines.memory import MemoryBudgetError
 from attnviz.pipeline import Selection, run
 
-from .helpers import save_tiny_bert
+from .helpers import Done, in_process, save_tiny_bert
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "the", "dog", "ran", "to", "the", "big", "red", "door"]
@@ -38,14 +35,11 @@ def eng(bert_dir: Path):  # type: ignore[no-untyped-def]
     return load_engine("own", str(bert_dir), "cpu")
 
 
-def attnviz(*args: str) -> subprocess.CompletedProcess[str]:
-    environ = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "attnviz", *args], capture_output=True, text=True, env=environ, timeout=300
-    )
+def attnviz(*args: str) -> Done:
+    return in_process(*args)
 
 
-def one_line(result: subprocess.CompletedProcess[str], code: int) -> str:
+def one_line(result: Done, code: int) -> str:
     assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()

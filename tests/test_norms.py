@@ -144,6 +144,25 @@ def test_cached_triangles_follow_the_weight() -> None:
     np.testing.assert_allclose(norms.value_norms(v, o, 2).numpy(), 2 * before.numpy(), rtol=1e-6)
 
 
+@pytest.mark.parametrize("edit", ["data_in_place", "data_swapped", "same_values_new_tensor"])
+def test_cached_triangles_follow_what_the_weight_is(edit: str) -> None:
+    """Writes through ``.data`` bump no version counter (a notebook's ``w.data[...] = x``,
+    or ``w.data = other``): the cache must see the values, not the counter."""
+    o = torch.nn.Linear(4, 6)  # W^O (E=6, H·D=4): 2 heads of 2 dims
+    v = torch.randn(1, 2, 3, 2)  # (B, G, S, D)
+    before = norms.value_norms(v, o, 2)
+    if edit == "data_in_place":
+        o.weight.data.mul_(3.0)
+        want = 3 * before
+    elif edit == "data_swapped":
+        o.weight.data = o.weight.data * 3.0
+        want = 3 * before
+    else:
+        o.weight = torch.nn.Parameter(o.weight.detach().clone())
+        want = before
+    np.testing.assert_allclose(norms.value_norms(v, o, 2).numpy(), want.numpy(), rtol=1e-6)
+
+
 # --- the measure through the pipeline and the CLI ------------------------------------
 
 

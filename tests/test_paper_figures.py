@@ -145,6 +145,100 @@ def test_style_values_are_checked() -> None:
         FigureStyle(figsize=(0.1, 3))
 
 
+# --- labels that keep the finding (issue 39) ----------------------------------------------------
+
+PAPER = [
+    "--token",
+    "it",
+    "--layer",
+    "3,5",
+    "--heads",
+    "1,11,mean",
+    "--figsize",
+    "3.3x2",
+    "--no-title",
+    "--vmax",
+    "auto",
+]
+
+
+def _svg_labels(path: Path) -> list[str]:
+    return re.findall(r"<text\b[^>]*>([^<]*)</text>", path.read_text(encoding="utf-8"))
+
+
+def test_the_issues_paper_figure_names_the_bright_column(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_model: None
+) -> None:
+    """The issue's exact command: at 3.3 × 2 in the labels thin out, and "animal" (h1's and
+    h11's strongest key, read here from the weights) keeps its label in the PDF's figure and
+    in the SVG's text."""
+    from typer.testing import CliRunner
+
+    import attnviz.render.image as image
+    from attnviz.cli import app
+
+    figures: list[Figure] = []
+    real = image.save_figure
+    monkeypatch.setattr(image, "save_figure", lambda fig, *a, **k: figures.append(fig) or real(fig, *a, **k))
+    runner = CliRunner()
+    pdf, svg = tmp_path / "paper.pdf", tmp_path / "paper.svg"
+    for out in (pdf, svg):
+        result = runner.invoke(app, ["export", EXAMPLE, *PAPER, "-o", str(out)])
+        assert result.exit_code == 0, result.output
+    assert pdf.read_bytes().startswith(b"%PDF-")
+    fig = figures[0]
+    # The strongest key of each drawn row, from the drawn arrays: "animal" for h1 in layer 3, h11 in layer 5.
+    tokens = ["[CLS]", "The", "animal", "didn", "'", "t", "cross", "the", "street", "because", "it", "was"]
+    tokens += ["too", "tired", "[SEP]"]
+    strongest = {tokens[int(np.argmax(drawn(fig, i)[r]))] for i in range(2) for r in range(3)}
+    assert "animal" in strongest
+    for ax in panels(fig):
+        named = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+        assert strongest | {"it"} <= set(named), named
+        assert len(named) < len(tokens)  # thinned: 15 labels do not fit 1 inch
+    _no_overlap(fig)
+    labels = _svg_labels(svg)
+    assert labels.count("animal") == 2 and labels.count("it") == 2  # under both panels
+
+
+def test_xlabels_all_none_and_targets(att: Attention) -> None:
+    q = att.queries[0]
+    small = FigureStyle(figsize=(3.3, 2), title=False, heads=(1, 11))
+    street = att.tokens.labels.index("street")
+
+    def named(style: FigureStyle, targets: tuple[int, ...] = ()) -> list[str]:
+        fig = token_figure(att, q, layers=[3, 5], style=style, targets=targets)
+        return [t.get_text() for t in panels(fig)[0].get_xticklabels() if t.get_text()]
+
+    auto = named(small)
+    assert "street" not in auto and "animal" in auto and "it" in auto
+    assert "street" in named(small, (street,))  # a --target is always named
+    every = named(FigureStyle(figsize=(3.3, 2), title=False, heads=(1, 11), xlabels="all"))
+    assert every == list(att.tokens.labels)
+    assert named(FigureStyle(figsize=(3.3, 2), title=False, heads=(1, 11), xlabels="none")) == []
+    with pytest.raises(ValueError, match="xlabels 'some'"):
+        FigureStyle(xlabels="some")
+
+
+def test_thinning_keeps_the_chosen_then_the_strongest_then_fills_the_gaps() -> None:
+    """Hand-worked: 12 cells of 0.06 in at 8 pt (a label needs 3 cells with air, 2 without)."""
+    from matplotlib.figure import Figure as Fig
+
+    from attnviz.render.image.layout import _ticks
+
+    def kept(**kw: object) -> list[int]:
+        ax = Fig().add_subplot()
+        _ticks(ax, "x", [str(i) for i in range(12)], 0.06, 8.0, show=True, **kw)  # type: ignore[arg-type]
+        return [int(t) for t in ax.get_xticks()]
+
+    assert kept() == [0, 3, 6, 9]
+    assert kept(bold=(7,)) == [0, 3, 7, 10]
+    # 5 is strongest, 6 would overprint 7 (1 cell), 1 fits beside nothing kept yet.
+    assert kept(bold=(7,), must=(6, 5, 1)) == [1, 5, 7, 10]
+    assert kept(bold=(7,), always=(8,)) == [0, 3, 7, 8, 11]  # a named target even beside the query
+    assert kept(mode="all") == list(range(12)) and kept(mode="none") == []
+
+
 # --- transformed attention in images ------------------------------------------------------------
 
 

@@ -3,12 +3,13 @@ against transformers' eager weights.
 
 The fused path computes each layer's output with torch's fused kernel and the asked
 query rows' weights beside it (attnviz.nn.rows.attend). Here it is held to the eager
-function (``scaled_dot_product_attention``) on random tensors, block boundaries
+function (``softmax_attention``) on random tensors, block boundaries
 included, and to transformers on tiny models of every family at up to 2,048 tokens.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,8 @@ import attnviz.nn.rows
 from attnviz import architectures
 from attnviz.engines import load_engine
 from attnviz.nn import attention
-from attnviz.nn.attention import Mask, MultiHeadAttention, scaled_dot_product_attention
-from attnviz.nn.rows import EAGER, RowRequest, attend, attention_rows, chunked_eager, fused_attention
+from attnviz.nn.attention import Mask, MultiHeadAttention, softmax_attention
+from attnviz.nn.rows import EAGER, RowRequest, attend, attention_rows, chunked_eager, eager, fused_attention
 
 from .builders import SPECS, VOCAB_SIZE, Spec, _config, save_tiny
 from .helpers import inspect
@@ -38,7 +39,7 @@ def _eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask | None,
     group = q.size(1) // k.size(1)
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     dense = None if mask is None else mask.dense(q.size(2))
-    return scaled_dot_product_attention(q, k, v, dense, scale)
+    return softmax_attention(q, k, v, dense, scale)
 
 
 MASKS = {
@@ -109,13 +110,13 @@ def test_a_modifier_sends_the_fused_request_to_the_chunked_eager_function(monkey
     """A score modifier the fused kernel cannot apply reaches the eager function, block
     by block; None-valued modifiers are no modifiers."""
     seen: list[Any] = []
-    eager = attention.scaled_dot_product_attention
+    eager = attention.softmax_attention
 
     def with_cap(q, k, v, mask=None, scale=None, softcap=None):  # what a family may add
         seen.append(softcap)
         return eager(q, k, v, mask, scale)
 
-    monkeypatch.setattr(attnviz.nn.rows, "scaled_dot_product_attention", with_cap)
+    monkeypatch.setattr(attnviz.nn.rows, "softmax_attention", with_cap)
     monkeypatch.setattr(attnviz.nn.rows, "CHUNK_ELEMENTS", 2 * 10 * 4)  # blocks of 4 rows
     torch.manual_seed(3)
     q, k, v = torch.randn(1, 2, 10, 4), torch.randn(1, 2, 10, 4), torch.randn(1, 2, 10, 4)
@@ -255,3 +256,71 @@ def test_low_precision_models_stay_within_the_documented_tolerance(
         assert a.dtype == torch.float32  # softmaxed in float32 whatever the model's dtype
         torch.testing.assert_close(a.sum(-1), torch.ones(a.shape[:-1]), atol=1e-6, rtol=0)
         assert _diff(a, b) <= DTYPE_TOL[dtype]
+
+
+# --- the cache-blocked eager steps (CPU): bit for bit the textbook's ------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(1, 2, 3, 5), (2, 3, 700, 600), (1, 1, 3, 2**18 + 3)])
+def test_blocked_softmax_is_bit_identical_to_torch(dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    # The cache-blocked eager steps softmax each block in place (no second n x n tensor);
+    # they must round exactly as torch.softmax(float32).to(dtype) does, across block edges
+    # (700 rows of 600 make several blocks; 2^18 + 3 keys, one row a block).
+    from attnviz.nn.kernels import blocks
+    from attnviz.nn.rows import BLOCK_ELEMENTS, _softmax_block_
+
+    torch.manual_seed(0)
+    scores = (torch.randn(shape) * 4).to(dtype)
+    scores[..., 0, 1:] = float("-inf")
+    expected = torch.softmax(scores, dim=-1, dtype=torch.float32).to(dtype)
+    rows = scores.view(-1, scores.size(-1))
+    for start, stop in blocks(rows.size(0), rows.size(1), BLOCK_ELEMENTS):
+        _softmax_block_(rows[start:stop])
+    out = rows.view(shape)
+    assert out.data_ptr() == scores.data_ptr() and out.dtype == dtype
+    assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+# One block; blocks of whole heads (2 x 5 heads of 200 x 300 make groups of 4 and 1 per
+# batch element); blocks of rows (600 keys: 436 rows a block, so 700 rows make two).
+@pytest.mark.parametrize("shape", [(1, 2, 3, 5), (2, 5, 200, 300), (2, 3, 700, 600)])
+@pytest.mark.parametrize("masked", [False, True])
+def test_scale_in_the_softmax_blocks_rounds_as_the_separate_pass(
+    dtype: torch.dtype, shape: tuple[int, ...], masked: bool
+) -> None:
+    """The cache-blocked eager steps scale each row block just before its softmax (one
+    memory pass fewer) and mask before scaling; the weights and output must be
+    bit-identical to the textbook order transformers uses: (q·kᵀ)·scale, mask, softmax in
+    float32, back (``attention.softmax_attention``, which they replace on CPU)."""
+    torch.manual_seed(1)
+    b, h, length, keys = shape
+    q, k, v = (torch.randn(b, h, n, 32).to(dtype) for n in (length, keys, keys))
+    mask = torch.rand(b, 1, length, keys) > 0.3 if masked else None
+    scale = 1 / math.sqrt(32)  # not a power of two: no folding into q would be exact
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    expected = torch.softmax(scores, dim=-1, dtype=torch.float32).to(dtype)
+    if mask is not None:
+        expected = expected.masked_fill(~mask, 0.0)
+    out, weights = eager(q, k, v, mask, scale)
+    assert torch.equal(weights, expected)
+    assert torch.equal(out, expected @ v)
+    textbook = softmax_attention(q, k, v, mask, scale)
+    assert torch.equal(weights, textbook[1]) and torch.equal(out, textbook[0])
+
+
+def test_autograd_takes_the_unblocked_path_and_agrees() -> None:
+    """The blocked eager path writes with ``out=``, which records no graph: with gradients
+    wanted the textbook steps run instead, with the same numbers, and backward works."""
+    torch.manual_seed(4)
+    attn = MultiHeadAttention(48, 4).eval()
+    x = torch.randn(2, 9, 48)
+    with torch.no_grad():
+        out_blocked, w_blocked = attn(x, request=EAGER)
+    out, w = attn(x.requires_grad_(), request=EAGER)
+    assert torch.equal(w, w_blocked) and torch.equal(out, out_blocked)
+    out.sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0

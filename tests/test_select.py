@@ -118,3 +118,14 @@ def test_targets() -> None:
         find_targets(toks, ["bird"])
     with pytest.raises(TokenNotFoundError, match="out of range"):
         find_targets(toks, ["dog:2"])
+
+
+def test_an_empty_layer_list_is_refused_not_an_internal_error() -> None:
+    """inspect(text, layers=[]) reached max([]) in the engine: a ValueError, not ours."""
+    from attnviz.errors import LayerError
+    from attnviz.select import parse_layers
+
+    with pytest.raises(LayerError, match="no layer"):
+        parse_layers([], 6)
+    with pytest.raises(LayerError, match="no layer"):
+        parse_layers((), 6)

@@ -50,6 +50,26 @@ def test_narrow_terminal_stacks_or_drops_top_lists() -> None:
     assert any(line.strip() == "[CLS] 0.15" for line in narrow.splitlines())  # one entry per line
     pair = render(pair_rows_table([PAIR], width=80, color=False), 80, color=False)
     assert "-0.15" in pair and "+0.02" in pair
-    assert "top targets left out" in pair and "top A" not in pair
+    # Too narrow beside the changes: the top lists follow in a table of their own (issue 39:
+    # they were left out), every entry of A and B there, and no line past 80 columns.
+    assert "top targets left out" not in pair and "top A" in pair
+    assert max(len(line.rstrip()) for line in pair.splitlines()) <= 80
+    below = pair.split("same heads in the same order:")[1]
+    for label, weight in (*ROW.top, *B.top):
+        assert f"{label} {weight:.2f}" in below, label
+    assert below.split()[:6] == ["layer", "head", "top", "A", "top", "B"] and "5   11 animal 0.65" in below
     wide = render(pair_rows_table([PAIR], width=160, color=False), 160, color=False)
     assert "top A" in wide and "animal 0.50  [CLS] 0.23" in wide
+
+
+def test_pair_headers_say_the_word_as_the_sentence_writes_it() -> None:
+    from attnviz.render.terminal.tables import as_written
+
+    text = "Anna thanked Maria because she had received a gift"
+    assert as_written(text, "anna") == "Anna" and as_written(text, "maria:1") == "Maria:1"
+    assert as_written(text, "gif") == "gif"  # not a word of the text: as given
+    lower = dataclasses.replace(ROW, targets={"anna": 0.3})
+    pair = render(
+        pair_rows_table([PairStats(lower, lower)], width=160, color=False, names={"anna": "Anna"}), 160, False
+    )
+    assert "Anna A" in pair and "anna A" not in pair

@@ -262,3 +262,11 @@ def test_parse_heads() -> None:
         transforms.parse_heads("median")
     with pytest.raises(ValueError, match="cannot read head '-1'"):
         transforms.parse_heads("-1")
+
+
+@pytest.mark.parametrize("spec", ["²", "1,²", "١"])
+def test_head_spec_with_non_ascii_digits_is_refused(spec: str) -> None:
+    from attnviz.transforms import parse_heads
+
+    with pytest.raises(ValueError, match="cannot read head"):
+        parse_heads(spec)

@@ -69,6 +69,10 @@ class AlibiAttention(MultiHeadAttention):
             alibi = alibi / self.divisor  # a division, as transformers (not × 1/√D: other roundings)
         return alibi
 
+    def own_score_bias(self, keys: int, dtype: torch.dtype, device: Any = None) -> Tensor:
+        """ALiBi's bias (1, H, 1, S), added to the scaled scores."""
+        return self.alibi(keys, dtype, device)[None, :, None, :]
+
     def forward(
         self,
         query: Tensor,
@@ -80,6 +84,6 @@ class AlibiAttention(MultiHeadAttention):
         score_bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         keys = (query if key is None else key).size(1)
-        alibi = self.alibi(keys, query.dtype, query.device)[None, :, None, :]  # (1, H, 1, S)
+        alibi = self.own_score_bias(keys, query.dtype, query.device)  # (1, H, 1, S)
         bias = alibi if score_bias is None else score_bias + alibi
         return super().forward(query, key, value, mask, qk_transform, request, bias)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +17,9 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ModelLoadError, UnsupportedArchitectureError
-from ..nn.attention import Ablation
+from ..nn import taps
 from ..nn.rows import RowRequest
 from ..shape import ModelShape
-
-# Head ablation in one layer of a pass: (layer, which heads, with what).
-LayerAblation = tuple[int, Ablation]
 
 
 @dataclass
@@ -53,10 +50,20 @@ class AttnModel(nn.Module):
     max_positions: int | None
     # Learned per-head sink logits: the weights of a row sum to 1 - the sink's share.
     attention_sinks: bool = False
+    # A hybrid's layers with softmax attention, by model layer number (() = every layer);
+    # its forward returns weights for these alone (``ModelShape.attention_layers``).
+    attention_layers: tuple[int, ...] = ()
 
     @property
     def shape(self) -> ModelShape:
-        return ModelShape(self.num_layers, self.num_heads, self.num_kv_heads, self.causal, self.attention_sinks)
+        return ModelShape(
+            self.num_layers,
+            self.num_heads,
+            self.num_kv_heads,
+            self.causal,
+            self.attention_sinks,
+            attention_layers=self.attention_layers,
+        )
 
     def forward(  # pragma: no cover - interface
         self,
@@ -67,14 +74,12 @@ class AttnModel(nn.Module):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
-        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """input_ids (B, S), attention_mask (B, S) of 1/0; stop after layer ``max_layer``.
 
         ``layers`` (default all) return the weight rows of ``queries`` (default every
         row); the other layers return none. ``fused=False`` runs the eager reference.
-        ``ablate``: (layer, Ablation), heads of one layer removed before W^O; the
-        input then has batch 1 and the output batch len(Ablation.heads).
+        What a pass reads or changes inside a layer goes through the taps (nn/taps.py).
         """
         raise NotImplementedError
 
@@ -84,19 +89,34 @@ class AttnModel(nn.Module):
         layers: Collection[int] | None,
         queries: Sequence[int] | None,
         fused: bool,
-        ablate: LayerAblation | None = None,
     ) -> list[RowRequest]:
-        """Per layer 0..last: what its attention returns beside its output; ``ablate``
-        (layer, Ablation) removes heads of that one layer (``attention.Ablation``)."""
+        """Per layer 0..last: what its attention returns beside its output."""
         wanted = RowRequest(None if queries is None else tuple(queries), fused)
         nothing = RowRequest((), fused)
-        out = [wanted if layers is None or layer in layers else nothing for layer in range(last + 1)]
-        if ablate is not None:
-            layer, ablation = ablate
-            if not 0 <= layer <= last:
-                raise ValueError(f"cannot ablate layer {layer}: the pass runs layers 0..{last}")
-            out[layer] = replace(out[layer], ablation=ablation)
-        return out
+        return [wanted if layers is None or layer in layers else nothing for layer in range(last + 1)]
+
+
+def layer_loop(
+    x: Tensor, count: int, layer: Callable[[int, Tensor], tuple[Tensor, Any]], prefix: str = "blocks"
+) -> tuple[Tensor, list[Any]]:
+    """The layer loop of every stack: layers 0..count-1 in turn, each ``layer(n, x)`` ->
+    (its output (B, L, E), what it returns beside it: its weights). Here, and nowhere else,
+    the residual stream passes the taps ``{prefix}.N.resid_pre`` and ``.resid_post``
+    (nn/taps.py), and each layer's attention and blocks learn their taps' prefix.
+
+    Returns the last output and the list of what the layers returned beside it."""
+    site = taps.active()  # None unless a pass attached taps
+    beside: list[Any] = []
+    for n in range(count):
+        if site is not None:
+            site.layer = f"{prefix}.{n}"
+            x = site("resid_pre", x)
+        x, extra = layer(n, x)
+        if site is not None:
+            site.layer = f"{prefix}.{n}"  # a layer may run a stack of its own (an encoder inside)
+            x = site("resid_post", x)
+        beside.append(extra)
+    return x, beside
 
 
 # --- activations ---------------------------------------------------------------
@@ -113,6 +133,7 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu_pytorch_tanh": lambda x: nn.functional.gelu(x, approximate="tanh"),
     "gelu_fast": lambda x: 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x))),
     "relu": nn.functional.relu,
+    "relu2": lambda x: torch.square(nn.functional.relu(x)),  # Nemotron's, Arcee's: ReLU squared
     "silu": nn.functional.silu,
     "swish": nn.functional.silu,
 }

@@ -31,7 +31,8 @@ from torch import Tensor, nn
 from ..errors import UnsupportedArchitectureError
 from ..nn.attention import Mask, MultiHeadAttention
 from ..nn.rows import EAGER, RowRequest
-from .base import AttnModel, ForwardOutput, LayerAblation, activation
+from ..nn.taps import tap
+from .base import AttnModel, ForwardOutput, activation, layer_loop
 
 MODEL_TYPES = ("bert",)
 PREFIXES = ("bert.",)
@@ -131,9 +132,9 @@ class Block(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         # 1. Self-attention (with the family's position bias, if any), residual, LayerNorm.
         a, weights = self.attn(x, mask=mask, request=request, score_bias=score_bias)  # (B, S, E), (B, H, R, S)
-        x = self.attn_norm(x + a)
+        x = self.attn_norm(x + tap("attn_out", a))
         # 2. Position-wise feed-forward, residual, LayerNorm.
-        x = self.ffn_norm(x + self.ffn_out(self.act(self.ffn_in(x))))
+        x = self.ffn_norm(x + tap("mlp_out", self.ffn_out(self.act(self.ffn_in(x)))))
         return x, weights
 
 
@@ -181,7 +182,6 @@ class BertEncoder(AttnModel):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
-        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """As ``AttnModel.forward``, plus token_type_ids (B, S): the segments of a sentence pair."""
         # 1. Embeddings (and the projection up to the blocks' width, if any).
@@ -190,13 +190,12 @@ class BertEncoder(AttnModel):
         if self.project is not None:
             x = self.project(x)  # (B, S, E)
         # 2. The layers, each returning the weight rows asked of it.
-        attentions: list[Tensor] = []
         last = self.num_layers - 1 if max_layer is None else max_layer
-        requests = self.row_requests(last, layers, queries, fused, ablate)
+        requests = self.row_requests(last, layers, queries, fused)
         bias = self.position_bias(input_ids.size(1), x)  # (1, H, S, S) or None
-        for layer in range(last + 1):
-            x, weights = self.blocks[self.block_index(layer)](x, mask, requests[layer], bias)
-            attentions.append(weights)
+        x, attentions = layer_loop(
+            x, last + 1, lambda n, x: self.blocks[self.block_index(n)](x, mask, requests[n], bias)
+        )
         return ForwardOutput(hidden_states=x, attentions=attentions)
 
 

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from ..nn.attention import Mask, MultiHeadAttention, QKTransform
 from ..nn.rows import EAGER, RowRequest
+from ..nn.taps import tap
 from .base import activation
 
 
@@ -47,7 +48,8 @@ class ParallelBlock(nn.Module):
         # 1. Both sub-layers read the normed input of the layer.
         h = self.attn_norm(x)  # (B, S, E)
         a, weights = self.attn(h, mask=mask, qk_transform=qk_transform, request=request)  # (B, S, E), (B, H, R, S)
-        m = self.mlp(h if self.mlp_norm is None else self.mlp_norm(x))  # (B, S, E)
+        a = tap("attn_out", a)
+        m = tap("mlp_out", self.mlp(h if self.mlp_norm is None else self.mlp_norm(x)))  # (B, S, E)
         # 2. One residual update with both.
         if self.order == "mlp+attn+x":
             return m + a + x, weights
@@ -97,5 +99,5 @@ class PostNormBlock(nn.Module):
         self, x: Tensor, mask: Mask, qk_transform: QKTransform | None = None, request: RowRequest = EAGER
     ) -> tuple[Tensor, Tensor]:
         a, weights = self.attn(x, mask=mask, qk_transform=qk_transform, request=request)  # (B, S, E), (B, H, R, S)
-        x = self.attn_norm(x + a)
-        return self.mlp_norm(x + self.mlp(x)), weights
+        x = self.attn_norm(x + tap("attn_out", a))
+        return self.mlp_norm(x + tap("mlp_out", self.mlp(x))), weights

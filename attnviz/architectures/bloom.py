@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from ..nn.attention import Mask, QKTransform
 from ..nn.rows import EAGER, RowRequest
+from ..nn.taps import tap
 from .alibi import AlibiAttention
 from .base import config_value
 from .blocks import split_per_head
@@ -94,10 +95,10 @@ class BloomBlock(nn.Module):
         # 1. Attention on the normed input; the residual is the input, or its norm.
         h = self.attn_norm(x)  # (B, S, E)
         a, weights = self.attn(h, mask=mask, qk_transform=qk_transform, request=request)  # (B, S, E), (B, H, R, S)
-        a = (h if self.post_norm_residual else x) + a
+        a = (h if self.post_norm_residual else x) + tap("attn_out", a)
         # 2. The MLP likewise.
         g = self.mlp_norm(a)
-        return (g if self.post_norm_residual else a) + self.mlp(g), weights
+        return (g if self.post_norm_residual else a) + tap("mlp_out", self.mlp(g)), weights
 
 
 class BloomDecoder(DecoderModel):

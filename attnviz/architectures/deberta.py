@@ -22,7 +22,7 @@ padded positions zeroed. DeBERTa-v2 xlarge/xxlarge add a convolution beside laye
 
 The disentangled terms need q and k inside the attention, so this family computes its
 per-head q, k, v itself and hands the sum of the position terms to
-``attention.scaled_dot_product_attention`` as its additive bias. torch only.
+``attention.softmax_attention`` as its additive bias. torch only.
 """
 
 from __future__ import annotations
@@ -35,8 +35,10 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import UnsupportedArchitectureError
-from ..nn.attention import Ablation, MultiHeadAttention, ablate_heads, padding_mask, scaled_dot_product_attention
-from .base import AttnModel, ForwardOutput, LayerAblation, activation, config_value
+from ..nn import taps
+from ..nn.attention import MultiHeadAttention, padding_mask, softmax_attention
+from ..nn.taps import tap
+from .base import AttnModel, ForwardOutput, activation, config_value, layer_loop
 from .fields import given
 
 MODEL_TYPES = ("deberta-v2",)
@@ -192,11 +194,9 @@ class DisentangledAttention(MultiHeadAttention):
         mask: Tensor | None,
         positions: Tensor | None,
         rel: Tensor | None,
-        ablation: Ablation | None = None,
     ) -> tuple[Tensor, Tensor]:
         """x (B, L, E); positions (L, L) bucketed i - j; rel (2·span, E) the position
-        embeddings P; ``ablation``: heads removed before W^O (``attention.Ablation``).
-        Returns output (B, L, E) and weights (B, H, L, L)."""
+        embeddings P. Returns output (B, L, E) and weights (B, H, L, L)."""
         b, length, _ = x.shape
         # 1. Per-head projections.
         q = self._split(self.q_proj(x), self.n_heads)  # (B, H, L, D)
@@ -222,15 +222,18 @@ class DisentangledAttention(MultiHeadAttention):
                 flipped = torch.clamp(-positions + self.span, 0, 2 * self.span - 1)  # (L, L)
                 gathered = torch.gather(k @ pq.transpose(-1, -2), -1, flipped.expand(b, self.n_heads, length, length))
                 bias = bias + gathered.transpose(-1, -2) / scale  # (B, H, L, L)
+        site = taps.active()  # None unless a pass attached taps (nn/taps.py)
+        if site is not None:
+            q, k, v = site("attn.q", q), site("attn.k", k), site("attn.v", v)
         # 3. softmax(q·(k/scale)ᵀ + bias)·v: k is divided first, as transformers does, so
         #    the scores round alike.
-        heads, weights = scaled_dot_product_attention(
-            q, k / scale, v, mask, 1.0, score_bias=bias
-        )  # (B, H, L, D), (B, H, L, L)
-        concat = heads.transpose(1, 2).reshape(b, length, self.n_heads * self.head_dim)  # (B, L, H·D)
-        if ablation is not None:
-            concat = ablate_heads(concat, self.n_heads, ablation)  # (B', L, H·D)
-        return self.o_proj(concat), weights
+        heads, weights = softmax_attention(q, k / scale, v, mask, 1.0, score_bias=bias)  # (B, H, L, D), (B, H, L, L)
+        z = heads.transpose(1, 2)  # (B, L, H, D)
+        if site is not None:
+            weights, z = site("attn.pattern", weights), site("attn.z", z)
+        concat = z.reshape(z.size(0), length, self.n_heads * self.head_dim)  # (B, L, H·D)
+        out = self.o_proj(concat)  # (B, L, E)
+        return (out if site is None else site("attn.out", out)), weights
 
 
 class Block(nn.Module):
@@ -251,11 +254,10 @@ class Block(nn.Module):
         mask: Tensor | None,
         positions: Tensor | None,
         rel: Tensor | None,
-        ablation: Ablation | None = None,
     ) -> tuple[Tensor, Tensor]:
-        a, weights = self.attn.forward_disentangled(x, mask, positions, rel, ablation)  # (B, S, E), (B, H, S, S)
-        x = self.attn_norm(a + x)
-        x = self.ffn_norm(self.ffn_out(self.act(self.ffn_in(x))) + x)
+        a, weights = self.attn.forward_disentangled(x, mask, positions, rel)  # (B, S, E), (B, H, S, S)
+        x = self.attn_norm(tap("attn_out", a) + x)
+        x = self.ffn_norm(tap("mlp_out", self.ffn_out(self.act(self.ffn_in(x)))) + x)
         return x, weights
 
 
@@ -307,7 +309,6 @@ class Deberta(AttnModel):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = False,
-        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """input_ids (B, S), attention_mask (B, S) of 1/0, token_type_ids (B, S) for pairs.
 
@@ -332,15 +333,15 @@ class Deberta(AttnModel):
             rel = self.rel.weight if self.rel_norm is None else self.rel_norm(self.rel.weight)  # (2·span, E)
         mask = padding_mask(real)  # (B, 1, 1, S)
         # 3. The layers (and the convolution beside layer 0).
-        attentions: list[Tensor] = []
         last = self.num_layers - 1 if max_layer is None else max_layer
-        for layer in range(last + 1):
-            ablation = ablate[1] if ablate is not None and ablate[0] == layer else None
-            out, weights = self.blocks[layer](x, mask, positions, rel, ablation)
-            if layer == 0 and self.conv is not None:
+
+        def layer(n: int, x: Tensor) -> tuple[Tensor, Tensor]:
+            out, weights = self.blocks[n](x, mask, positions, rel)
+            if n == 0 and self.conv is not None:
                 out = self.conv(x, out, real)
-            x = out
-            attentions.append(weights if queries is None else weights[:, :, list(queries)])  # (B, H, R, S)
+            return out, weights if queries is None else weights[:, :, list(queries)]  # (B, H, R, S)
+
+        x, attentions = layer_loop(x, last + 1, layer)
         return ForwardOutput(hidden_states=x, attentions=attentions)
 
 

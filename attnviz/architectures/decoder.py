@@ -19,7 +19,8 @@ from torch import Tensor, nn
 
 from ..nn.attention import Mask, MultiHeadAttention, QKTransform
 from ..nn.rows import EAGER, RowRequest
-from .base import AttnModel, ForwardOutput, LayerAblation
+from ..nn.taps import tap
+from .base import AttnModel, ForwardOutput, layer_loop
 
 
 class PreNormBlock(nn.Module):
@@ -37,9 +38,9 @@ class PreNormBlock(nn.Module):
         a, weights = self.attn(
             self.attn_norm(x), mask=mask, qk_transform=qk_transform, request=request
         )  # (B, L, E), (B, H, R, S)
-        x = x + a
+        x = x + tap("attn_out", a)
         # 2. The MLP, likewise.
-        x = x + self.mlp(self.mlp_norm(x))
+        x = x + tap("mlp_out", self.mlp(self.mlp_norm(x)))
         return x, weights
 
 
@@ -74,7 +75,6 @@ class DecoderModel(AttnModel):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
-        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """input_ids (B, S), attention_mask (B, S) of 1/0; the rest as in ``AttnModel.forward``.
 
@@ -89,12 +89,11 @@ class DecoderModel(AttnModel):
         padding = None if attention_mask is None else attention_mask.bool()  # (B, S)
         masks = {window: Mask(causal=True, window=window, padding=padding) for window in set(self.windows)}
         # 3. The layers, each returning the weight rows asked of it.
-        attentions: list[Tensor] = []
         last = self.num_layers - 1 if max_layer is None else max_layer
-        requests = self.row_requests(last, layers, queries, fused, ablate)
-        for layer in range(last + 1):
-            x, weights = self.blocks[layer](x, masks[self.windows[layer]], qk[layer], requests[layer])
-            attentions.append(weights)
+        requests = self.row_requests(last, layers, queries, fused)
+        x, attentions = layer_loop(
+            x, last + 1, lambda n, x: self.blocks[n](x, masks[self.windows[n]], qk[n], requests[n])
+        )
         # 4. The final norm belongs to the output of the whole stack.
         if last == self.num_layers - 1:
             x = self.final_norm(x)

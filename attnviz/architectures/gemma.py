@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from ..errors import UnsupportedArchitectureError
 from ..nn.attention import Mask, MultiHeadAttention, QKTransform
 from ..nn.rows import EAGER, RowRequest
+from ..nn.taps import tap
 from . import llama
 from .fields import given, number, sequence, text, whole
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU, default_layer_types
@@ -85,9 +86,9 @@ class SandwichBlock(nn.Module):
         a, weights = self.attn(
             self.attn_norm(x), mask=mask, qk_transform=qk_transform, request=request
         )  # (B, L, E), (B, H, R, S)
-        x = x + self.post_attn_norm(a)
+        x = x + tap("attn_out", self.post_attn_norm(a))
         # 2. The MLP, likewise.
-        x = x + self.post_mlp_norm(self.mlp(self.mlp_norm(x)))
+        x = x + tap("mlp_out", self.post_mlp_norm(self.mlp(self.mlp_norm(x))))
         return x, weights
 
 

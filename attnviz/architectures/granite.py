@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from ..nn.attention import Mask, MultiHeadAttention, QKTransform
 from ..nn.rows import EAGER, RowRequest
+from ..nn.taps import tap
 from . import llama
 from .llama import LlamaConfig, LlamaDecoder
 
@@ -54,9 +55,9 @@ class ScaledResidualBlock(nn.Module):
         a, weights = self.attn(
             self.attn_norm(x), mask=mask, qk_transform=qk_transform, request=request
         )  # (B, L, E), (B, H, R, S)
-        x = x + a * self.multiplier
+        x = x + tap("attn_out", a * self.multiplier)
         # 2. The MLP, likewise.
-        x = x + self.mlp(self.mlp_norm(x)) * self.multiplier
+        x = x + tap("mlp_out", self.mlp(self.mlp_norm(x)) * self.multiplier)
         return x, weights
 
 

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from ..errors import UnsupportedArchitectureError
 from ..nn.attention import MultiHeadAttention, QKTransform, padding_mask
-from .base import AttnModel, ForwardOutput, LayerAblation, activation, config_value
+from .base import AttnModel, ForwardOutput, activation, config_value, layer_loop
 from .decoder import PreNormBlock
 from .fields import given, number, sequence, whole
 from .rope import RopeConfig, rotary
@@ -160,7 +160,6 @@ class ModernBert(AttnModel):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
-        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """input_ids (B, S), attention_mask (B, S) of 1/0; ``layers``, ``queries`` and
         ``fused`` as ``AttnModel.forward`` says. ``hidden_states`` is after the final norm
@@ -180,13 +179,12 @@ class ModernBert(AttnModel):
         pad = everything if attention_mask is None else padding_mask(attention_mask)  # (B, 1, 1, S)
         masks = {GLOBAL: pad, LOCAL: pad & near[None, None]}  # (B, 1, 1, S), (B, 1, L, S)
         # 3. The layers.
-        attentions: list[Tensor] = []
         last = self.num_layers - 1 if max_layer is None else max_layer
-        requests = self.row_requests(last, layers, queries, fused, ablate)
-        for layer in range(last + 1):
-            kind = c.layer_types[layer]
-            x, weights = self.blocks[layer](x, masks[kind], rope[kind], requests[layer])
-            attentions.append(weights)
+        requests = self.row_requests(last, layers, queries, fused)
+        kinds = c.layer_types
+        x, attentions = layer_loop(
+            x, last + 1, lambda n, x: self.blocks[n](x, masks[kinds[n]], rope[kinds[n]], requests[n])
+        )
         if last == self.num_layers - 1:
             x = self.final_norm(x)
         return ForwardOutput(hidden_states=x, attentions=attentions)

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from ..nn.attention import Mask, MultiHeadAttention, QKTransform
 from ..nn.rows import EAGER, RowRequest
+from ..nn.taps import tap
 from . import llama
 from .llama import LlamaConfig, LlamaDecoder, RMSNorm
 
@@ -49,9 +50,9 @@ class PostNormBlock(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         # 1. Self-attention on the raw residual stream, normed on the way back.
         a, weights = self.attn(x, mask=mask, qk_transform=qk_transform, request=request)  # (B, L, E), (B, H, R, S)
-        x = x + self.post_attn_norm(a)
+        x = x + tap("attn_out", self.post_attn_norm(a))
         # 2. The MLP, likewise.
-        x = x + self.post_mlp_norm(self.mlp(x))
+        x = x + tap("mlp_out", self.post_mlp_norm(self.mlp(x)))
         return x, weights
 
 

@@ -52,7 +52,8 @@ class RopeConfig:
 
     Attributes:
         rotary_dim: R, the leading dims of each head that rotate (D, or less with a
-            ``partial_rotary_factor``); the rest pass through unchanged.
+            ``partial_rotary_factor``; an odd R rotates R + 1, see ``pairs``); the rest
+            pass through unchanged.
         max_position_embeddings: M, the model's context length (dynamic and longrope
             compare the input length with it or with ``original_max_position_embeddings``).
     """
@@ -81,8 +82,8 @@ class RopeConfig:
                 f"(it implements: {', '.join(ROPE_TYPES)})",
                 setting=f"rope_type={self.rope_type}",
             )
-        if self.rotary_dim < 2 or self.rotary_dim % 2:
-            raise ValueError(f"rotary dim {self.rotary_dim} must be even and at least 2")
+        if self.rotary_dim < 1:
+            raise ValueError(f"rotary dim {self.rotary_dim} must be at least 1")
         if self.rope_type == "dynamic" and self.rotary_dim == 2:
             # dynamic grows θ by a power of R/(R-2).
             raise ValueError("rope_type 'dynamic' needs a rotary dim above 2 (it divides by R - 2)")
@@ -100,10 +101,15 @@ class RopeConfig:
                 raise ValueError(f"rope_parameters with rope_type {self.rope_type!r} lack {name!r}")
         for name in ("short_factor", "long_factor"):
             values = getattr(self, name)
-            if values is not None and len(values) != self.rotary_dim // 2:
-                raise ValueError(
-                    f"rope_parameters.{name} has {len(values)} entries, rotary dim/2 is {self.rotary_dim // 2}"
-                )
+            if values is not None and len(values) != self.pairs:
+                raise ValueError(f"rope_parameters.{name} has {len(values)} entries, not one per pair: {self.pairs}")
+
+    @property
+    def pairs(self) -> int:
+        """How many (i, i + R'/2) pairs rotate: ⌈R/2⌉. An odd R (Phi-3 at 0.75 × head_dim
+        10 = 7) rotates R + 1 dims, as transformers does: its frequencies are
+        θ^(-2i/R) for i < ⌈R/2⌉, and it rotates as many dims as cos/sin are wide."""
+        return (self.rotary_dim + 1) // 2
 
     def frequencies(self, length: int) -> tuple[Tensor, float]:
         """inv_freq (R/2,) in float32 on the CPU, and the factor on cos/sin, for an input of ``length`` tokens."""
@@ -217,10 +223,11 @@ def rope_config(
             setting=f"partial_rotary_factor={partial}",
         )
     rotary_dim = int(head_dim * partial)
-    if rotary_dim < 2 or rotary_dim % 2:
+    # An odd R rotates R + 1 dims, as transformers does (``RopeConfig.pairs``): they must fit the head.
+    if rotary_dim < 1 or rotary_dim + rotary_dim % 2 > head_dim:
         raise ValueError(
             f"partial_rotary_factor {partial} of the head dim {head_dim} gives a rotary dim of {rotary_dim}; "
-            "it must be even and at least 2"
+            f"it must be at least 1, and rounded up to even at most the head dim"
         )
     max_positions = whole(config, "max_position_embeddings", 2048)
     original = None

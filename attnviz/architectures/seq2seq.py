@@ -25,11 +25,12 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from ..nn.attention import Ablation, MultiHeadAttention, causal_mask, padding_mask
+from ..nn.attention import MultiHeadAttention, causal_mask, padding_mask
 from ..nn.rows import EAGER, RowRequest
+from ..nn.taps import tap
 from ..select import PARTS
 from ..shape import ModelShape
-from .base import AttnModel, ForwardOutput, LayerAblation
+from .base import AttnModel, ForwardOutput, layer_loop
 
 
 @dataclass
@@ -82,6 +83,8 @@ class Seq2SeqBlock(nn.Module):
         self.pre_norm = pre_norm
         self.attn, self.attn_norm = attn, attn_norm
         self.cross, self.cross_norm = cross, cross_norm
+        if cross is not None:
+            cross.tap_role = "cross"  # its taps: decoder.blocks.N.cross.z, ...
         self.mlp, self.mlp_norm = mlp, mlp_norm
 
     def _residual(self, x: Tensor, norm: nn.Module, out: Tensor) -> Tensor:
@@ -107,16 +110,16 @@ class Seq2SeqBlock(nn.Module):
         # 1. Self-attention (with the family's position bias, if any).
         h = self.attn_norm(x) if self.pre_norm else x
         a, weights = self.attn(h, mask=mask, request=request, score_bias=bias)  # (B, L, E), (B, H, R, L)
-        x = self._residual(x, self.attn_norm, a)
+        x = self._residual(x, self.attn_norm, tap("attn_out", a))
         # 2. Cross-attention: queries from the decoder, keys and values from the encoder.
         cross_weights = None
         if self.cross is not None and self.cross_norm is not None and memory is not None:
             h = self.cross_norm(x) if self.pre_norm else x
             a, cross_weights = self.cross(h, memory, mask=memory_mask, request=cross_request)  # (B, L, E), (B, H, L, S)
-            x = self._residual(x, self.cross_norm, a)
+            x = self._residual(x, self.cross_norm, tap("cross_out", a))
         # 3. The MLP.
         h = self.mlp_norm(x) if self.pre_norm else x
-        x = self._residual(x, self.mlp_norm, self.mlp(h))
+        x = self._residual(x, self.mlp_norm, tap("mlp_out", self.mlp(h)))
         return x, weights, cross_weights
 
 
@@ -154,16 +157,18 @@ class Stack(nn.Module):
             mask = future if mask is None else mask & future  # (B, 1, L, L)
         cross_mask = None if memory_mask is None else padding_mask(memory_mask)  # (B, 1, 1, S)
         # 2. The layers.
-        attentions: list[Tensor] = []
-        crosses: list[Tensor] = []
         last = len(self.blocks) - 1 if max_layer is None else max_layer
-        for layer in range(last + 1):
-            request = EAGER if requests is None else requests[layer]
-            cross_request = EAGER if cross_requests is None else cross_requests[layer]
-            x, weights, cross = self.blocks[layer](x, mask, bias, memory, cross_mask, request, cross_request)
-            attentions.append(weights)
-            if cross is not None:
-                crosses.append(cross)
+
+        def layer(n: int, x: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor | None]]:
+            request = EAGER if requests is None else requests[n]
+            cross_request = EAGER if cross_requests is None else cross_requests[n]
+            x, weights, cross = self.blocks[n](x, mask, bias, memory, cross_mask, request, cross_request)
+            return x, (weights, cross)
+
+        # The decoder's taps are decoder.blocks.N...; the encoder's, as a one-stack model's, blocks.N...
+        x, beside = layer_loop(x, last + 1, layer, "decoder.blocks" if self.causal else "blocks")
+        attentions = [weights for weights, _ in beside]
+        crosses = [cross for _, cross in beside if cross is not None]
         # 3. The final norm belongs to the output of the whole stack.
         if self.final_norm is not None and last == len(self.blocks) - 1:
             x = self.final_norm(x)
@@ -208,14 +213,13 @@ class EncoderDecoder(AttnModel):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
-        ablate: LayerAblation | None = None,
     ) -> ForwardOutput:
         """The encoder alone: input_ids (B, S), attention_mask (B, S) of 1/0; ``layers``,
-        ``queries``, ``fused`` and ``ablate`` as ``AttnModel.forward`` says."""
+        ``queries`` and ``fused`` as ``AttnModel.forward`` says."""
         x = self.embed(input_ids, "encoder")  # (B, S, E)
         bias = self.position_bias("encoder", input_ids.size(1), x)
         last = len(self.encoder.blocks) - 1 if max_layer is None else max_layer
-        requests = self.row_requests(last, layers, queries, fused, ablate)
+        requests = self.row_requests(last, layers, queries, fused)
         hidden, attentions, _ = self.encoder(x, attention_mask, bias, max_layer=max_layer, requests=requests)
         return ForwardOutput(hidden_states=hidden, attentions=attentions)
 
@@ -225,32 +229,18 @@ class EncoderDecoder(AttnModel):
         decoder_input_ids: Tensor,
         attention_mask: Tensor | None = None,
         decoder_attention_mask: Tensor | None = None,
-        ablate: tuple[str, int, Ablation] | None = None,
     ) -> Seq2SeqOutput:
         """Source input_ids (B, S) through the encoder, target decoder_input_ids (B, L)
         through the decoder (teacher forcing: the whole target at once, causally masked).
-
-        ``ablate``: (part, layer, Ablation), heads of one layer of "encoder", "decoder"
-        (self-attention) or "cross" removed before W^O (see ``AttnModel.forward``)."""
-        part, at = (None, None) if ablate is None else (ablate[0], (ablate[1], ablate[2]))
-        if part not in (None, *PARTS):
-            raise ValueError(f"unknown part {part!r} (parts: {', '.join(PARTS)})")
+        Every weight of every part, by the eager reference."""
         # 1. The encoder, all layers: the decoder cross-attends to its final output.
-        encoded = self.forward(input_ids, attention_mask, fused=False, ablate=at if part == "encoder" else None)
-        # 2. The decoder, cross-attending to it.
+        encoded = self.forward(input_ids, attention_mask, fused=False)
+        # 2. The decoder, cross-attending to it (a batch of encoder outputs, when a tap made
+        #    copies of the encoder's stream, meets the one decoder input by broadcasting).
         y = self.embed(decoder_input_ids, "decoder")  # (B, L, E)
         bias = self.position_bias("decoder", decoder_input_ids.size(1), y)
-        last = len(self.decoder.blocks) - 1
-        requests = self.row_requests(last, None, None, False, at if part == "decoder" else None)
-        cross_requests = self.row_requests(last, None, None, False, at if part == "cross" else None)
         hidden, attentions, cross = self.decoder(
-            y,
-            decoder_attention_mask,
-            bias,
-            memory=encoded.hidden_states,
-            memory_mask=attention_mask,
-            requests=requests,
-            cross_requests=cross_requests,
+            y, decoder_attention_mask, bias, memory=encoded.hidden_states, memory_mask=attention_mask
         )
         return Seq2SeqOutput(
             encoder=encoded, decoder=ForwardOutput(hidden_states=hidden, attentions=attentions), cross=cross

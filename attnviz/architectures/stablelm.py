@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from ..nn.attention import Mask, MultiHeadAttention, QKTransform
 from ..nn.rows import EAGER, RowRequest
+from ..nn.taps import tap
 from .fields import number
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU, attention_options
 from .qwen3 import QKNormAttention
@@ -56,7 +57,7 @@ class ParallelBlock(nn.Module):
         h = self.attn_norm(x)  # (B, L, E)
         # 2. Attention and MLP side by side, summed in transformers' order.
         a, weights = self.attn(h, mask=mask, qk_transform=qk_transform, request=request)  # (B, L, E), (B, H, R, S)
-        return x + a + self.mlp(h), weights
+        return x + tap("attn_out", a) + tap("mlp_out", self.mlp(h)), weights
 
 
 class PerHeadLayerNorm(nn.Module):

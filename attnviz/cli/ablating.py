@@ -16,10 +16,8 @@ import typer
 from .common import stderr_console
 
 if TYPE_CHECKING:
-    from ..engines import Engine
     from ..measures.ablation import Effects
     from ..measures.metrics import HeadStats
-    from ..pipeline import Plan
 
 
 class AblateWith(str, Enum):
@@ -77,36 +75,6 @@ def delayed_progress(label: str, quiet: bool) -> Iterator[Callable[[int, int], N
     finally:
         if shown:
             progress.stop()
-
-
-def ablate_reading(
-    eng: Engine,
-    planned: Plan,
-    layers: Sequence[int],
-    mode: str,
-    max_memory: int | None,
-    quiet: bool,
-) -> Effects:
-    """The effects of removing each head of ``layers`` of the planned part, for its first
-    query (``planned.queries[0]``), with the LM numbers where the checkpoint has an LM head."""
-    from ..engines import cpu_threads_for
-    from ..measures.ablation import Runner, ablate_text, batch_size
-    from ..measures.lm import load_lm_head
-
-    runner = Runner(eng, planned.tokens, planned.part, planned.target)
-    queries = planned.queries[0] if planned.queries else ()
-    lm = load_lm_head(eng, planned.part)
-    # A masked LM predicts the query's own token with it masked: a pass over that text.
-    lm_query = queries[0] if lm is not None and queries else None
-    batch = batch_size(eng, len(planned.tokens) + (len(planned.target) if planned.target else 0), max_memory)
-    size = len(planned.tokens) * batch
-    with delayed_progress("ablating", quiet) as progress, cpu_threads_for(eng, size):
-        if lm is not None and lm.kind == "causal":  # the next token: from the same passes
-            return ablate_text(runner, mode, batch, layers, lm=lm, lm_query=lm_query, progress=progress)
-        effects = ablate_text(runner, mode, batch, layers, progress=progress)
-        if lm is not None and lm_query is not None and not effects.partial:
-            effects = lm.effects(runner, effects, mode, batch, layers, lm_query, progress)
-    return effects
 
 
 def with_effects(rows: Sequence[HeadStats], effects: Effects, queries: Sequence[int]) -> list[HeadStats]:

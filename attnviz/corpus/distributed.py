@@ -172,7 +172,7 @@ def reach(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
 
     target = address.removeprefix("ray://")
     host, sep, port = target.rpartition(":")
-    if not sep or not port.isdigit() or not host:
+    if not sep or not (port.isascii() and port.isdigit()) or not host:
         return
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):

@@ -7,9 +7,17 @@ engines share (tokenizing, parts of an encoder-decoder, padding, provenance).
 Callers use this protocol and nothing else: the weights' sizes the memory estimate
 needs are ``sizes`` (numbers), the tokenizer is ``tokenizer``, the length limit is
 ``max_positions``; our attention modules, for the callers that hook them (explain, the
-kept rows), are ``attention_modules``, W^O and the last hidden states for ablation
-``output_projections`` and ``final_hidden``, and what a model in memory must be set to
-while it runs is ``running``. torch is imported inside the functions.
+kept rows), are ``attention_modules``, the last hidden states ``final_hidden``, and
+what a model in memory must be set to while it runs is ``running``. Taps (``tapping``,
+nn/taps.py) are the way into a head: a caller records or replaces q, k, v, the pattern,
+z, W^O's output and the residual stream of any layer by name, on either engine, e.g.::
+
+    taps = Taps().record("blocks.2.attn.z").replace("blocks.3.attn.z", 0.0, heads=[1])
+    with engine.tapping(taps):
+        hidden = engine.final_hidden(tokens)
+    z = taps["blocks.2.attn.z"]  # (1, Q, H, Dv)
+
+torch is imported inside the functions.
 """
 
 from __future__ import annotations
@@ -32,7 +40,8 @@ if TYPE_CHECKING:
 
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
-    from ..nn.attention import Ablation, MultiHeadAttention
+    from ..nn.attention import MultiHeadAttention
+    from ..nn.taps import Taps
 
 
 def score_terms(files: ModelFiles) -> tuple[str, ...]:
@@ -109,20 +118,8 @@ class Engine(Protocol):
         self, batch: Sequence[Tokens], max_layer: int | None = None, norms: bool = False
     ) -> ForwardOutput:
         """One pass over right-padded texts: full (B, H, S, S) weights of layers 0..max_layer
-        (and, ``norms``, their (B, H, S) value norms)."""
-        ...
-
-    def output_projections(self, part: str | None = None) -> list[torch.nn.Module]:
-        """Per layer 0..N-1 of ``part`` (None: the only stack, or the encoder): the module
-        whose input is Concat(head_1, ..., head_H), (B, S, H·D), that is W^O. A forward
-        pre-hook on it reads or replaces each head's output (head ablation). A module
-        shared by several layers (ALBERT's) is listed once per layer, and called once per
-        layer, in order.
-
-        Raises:
-            UsageError: a part the model does not have.
-            UnsupportedArchitectureError: a layout whose projections are not known (hf).
-        """
+        (and, ``norms``, their (B, H, S) value norms); a hybrid's, of its attention layers
+        among those (``shape.layers``), in order."""
         ...
 
     def final_hidden(
@@ -130,16 +127,15 @@ class Engine(Protocol):
         tokens: Tokens,
         target: Tokens | None = None,
         *,
-        part: str | None = None,
-        ablate: tuple[int, Ablation] | None = None,
+        batch: int = 1,
     ) -> torch.Tensor:
         """(B, Q, E) the last layer's hidden states of one pass that keeps no weights: the
         decoder's (Q = len(target)) given the decoder text ``target``, else those of the
         only stack or the encoder (Q = len(tokens)).
 
-        ``ablate`` (layer, Ablation): the heads ``Ablation.heads`` of that layer of ``part``
-        (None: the only stack, or the encoder) removed before W^O, one batch element per
-        head (B = len(heads)); B = 1 without it.
+        ``batch``: B copies of the text, for taps that make them differ (a replacement
+        given a batch-1 value may return B copies of it: head ablation). The own engine
+        runs identical copies once, until a replacement makes them B; the hf engine runs B.
         """
         ...
 
@@ -153,6 +149,21 @@ class Engine(Protocol):
 
         Raises:
             UsageError: a part the model does not have.
+        """
+        ...
+
+    def tapping(self, taps: Taps) -> contextlib.AbstractContextManager[Taps]:
+        """Around one or more passes (``forward``, ``forward_batch``, ``forward_seq2seq``,
+        ``final_hidden``): each pass applies ``taps`` (``attnviz.nn.taps``: record or
+        replace q, k, v, pattern, z, out per attention module, resid_pre, attn_out,
+        mlp_out, resid_post per layer, by the one naming scheme). Both engines give the
+        same values under the same names; an analysis reads and writes heads through this
+        and nothing else.
+
+        Raises:
+            UsageError: a name for a layer or part the model does not have (reason "tap").
+            UnsupportedArchitectureError: a tap the hf engine cannot map onto this
+                transformers model (the own engine taps every family).
         """
         ...
 
@@ -272,6 +283,35 @@ class EngineBase(HasShape):
         """Nothing to set: the model runs as it is (see ``Engine.running``)."""
         return contextlib.nullcontext()
 
+    def tap_stacks(self) -> dict[str, int]:
+        """Layers per tap-name stack: {"blocks": N}, and "decoder.blocks" for an encoder-decoder."""
+        stacks = {"blocks": self.shape.num_layers}
+        if self.decoder_shape is not None:
+            stacks["decoder.blocks"] = self.decoder_shape.num_layers
+        return stacks
+
+    def check_taps(self, taps: Taps) -> None:
+        """Every name attached to ``taps`` names a layer and part the model has.
+
+        Raises:
+            UsageError: one that does not (reason "tap").
+        """
+        from ..nn.taps import attention_layer, check_names
+
+        try:
+            check_names(taps, self.tap_stacks())
+        except ValueError as exc:
+            raise UsageError(f"{self.files.spec}: {exc}", reason="tap") from None
+        if self.shape.hybrid:  # a hybrid's layers without softmax attention have no attention taps
+            for pattern in taps.patterns:
+                layer = attention_layer(pattern)
+                if layer is not None and layer not in self.shape.layers:
+                    raise UsageError(
+                        f"{self.files.spec}: {pattern!r}: layer {layer} has no softmax attention "
+                        f"(its attention layers: {', '.join(map(str, self.shape.layers))})",
+                        reason="tap",
+                    )
+
     model: Any  # the torch module: the subclass's, not the protocol's
     _sizes: ModelSizes | None = None
 
@@ -325,7 +365,8 @@ class EngineBase(HasShape):
 def decoder_start_id(files: ModelFiles, target_ids: Sequence[int] = ()) -> int:
     """The token an encoder-decoder's decoder starts from, as its training shifted the labels:
     ``decoder_start_token_id`` of config.json or generation_config.json; for T5 without
-    one, the pad token (T5's convention); for mBART, the target's last token (its language
+    one, the pad token (T5's convention); for T5Gemma, its decoder config's
+    ``bos_token_id`` (what its ``_shift_right`` starts from); for mBART, the target's last token (its language
     code: mBART's ``shift_tokens_right`` wraps it around).
 
     Raises:
@@ -339,6 +380,9 @@ def decoder_start_id(files: ModelFiles, target_ids: Sequence[int] = ()) -> int:
     if start is None and generation.is_file():
         with contextlib.suppress(OSError, ValueError, AttributeError, UsageError):
             start = loads(generation.read_bytes(), str(generation)).get("decoder_start_token_id")
+    decoder = config.get("decoder")
+    if start is None and files.model_type == "t5gemma" and isinstance(decoder, dict):
+        start = decoder.get("bos_token_id")  # transformers' T5Gemma._shift_right
     if start is None and files.model_type in ("t5", "mt5", "umt5"):
         start = config.get("pad_token_id", 0)
     if start is None and files.model_type == "mbart" and target_ids:
@@ -371,9 +415,12 @@ def module_sizes(model: Any, dtype: torch.dtype, full_matrices: bool) -> ModelSi
 
 def engine_provenance(engine: Engine) -> Provenance:
     """Which model, engine, device and dtype ``engine`` runs."""
+    from ..io.models import full_provenance, shareable_name
+
+    name = shareable_name(engine.files.spec)
     return Provenance(
-        model=engine.files.spec,
-        model_path=str(engine.files.path),
+        model=name,
+        model_path=str(engine.files.path) if full_provenance() else name,  # no local path by default
         architecture=engine.files.model_type,
         engine=engine.name,
         device=str(engine.device),

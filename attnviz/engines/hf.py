@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import EngineError, ModelLoadError
 from ..io.checkpoint import check_tensors
 from ..select import PARTS
-from ..shape import ModelShape
+from ..shape import ModelShape, layer_list
 from ..tokens import Tokens
 from .base import EngineBase
 
@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
     from ..io.models import ModelFiles
-    from ..nn.attention import Ablation, MultiHeadAttention
+    from ..nn.attention import MultiHeadAttention
+    from ..nn.taps import Taps
+    from . import hf_model
 
 
 class HFEngine(EngineBase):
@@ -111,30 +113,42 @@ class HFEngine(EngineBase):
 
         # Dynamic RoPE's grown state is put back before every pass (issue 23, D4).
         self._rotary = hf_model.RotaryState(self.model)
-        encoder = self.model.get_encoder() if getattr(text_cfg, "is_encoder_decoder", False) else self.model
-        num_heads = int(_cfg(text_cfg, "num_attention_heads", "n_head", "num_heads"))
+        # An encoder-decoder says so in its top config: T5Gemma's text config is its decoder's.
+        seq2seq = bool(getattr(cfg, "is_encoder_decoder", False) or getattr(text_cfg, "is_encoder_decoder", False))
+        # T5Gemma keeps a config per stack (``encoder``, ``decoder``); the others one for both.
+        enc_cfg = getattr(cfg, "encoder", None) if seq2seq else None
+        enc_cfg = enc_cfg if enc_cfg is not None and hasattr(enc_cfg, "num_attention_heads") else text_cfg
+        dec_cfg = getattr(cfg, "decoder", None) if seq2seq else None
+        dec_cfg = dec_cfg if dec_cfg is not None and hasattr(dec_cfg, "num_attention_heads") else None
+        encoder = self.model.get_encoder() if seq2seq else self.model
+        num_heads = int(_cfg(enc_cfg, "num_attention_heads", "n_head", "num_heads"))
+        num_layers = int(_cfg(enc_cfg, "num_hidden_layers", "n_layer", "num_layers"))
+        probed = hf_model.probe(encoder, self.device)  # the mask the model builds (D1), its attention layers
         self.shape = ModelShape(
-            num_layers=int(_cfg(text_cfg, "num_hidden_layers", "n_layer", "num_layers")),
+            num_layers=num_layers,
             num_heads=num_heads,
-            num_kv_heads=int(_cfg(text_cfg, "num_key_value_heads", default=num_heads)),
-            causal=hf_model.is_causal(encoder, self.device),  # the mask the model builds (D1)
+            num_kv_heads=int(_cfg(enc_cfg, "num_key_value_heads", default=num_heads)),
+            causal=probed.causal,
             # GPT-OSS-style learned sink logits: a ``sinks`` parameter in the attention modules.
             attention_sinks=any(name.endswith(".sinks") for name, _ in self.model.named_parameters()),
+            attention_layers=_attention_layers(probed, num_layers, files.model_type),
         )
-        limit = _cfg(text_cfg, "max_position_embeddings", "n_positions", default=None)
+        limit = _cfg(enc_cfg, "max_position_embeddings", "n_positions", default=None)
         # T5 has relative positions only; its n_positions is a length it was trained on, not a limit.
         self.max_positions = int(limit) if limit and files.model_type not in ("t5", "mt5", "umt5") else None
         if hf_model.runs_past_positions(self.model):
             self.max_positions = None  # dynamic RoPE (D3) or ALiBi: no limit, as in the own engine
-        if getattr(text_cfg, "is_encoder_decoder", False):
+        if seq2seq:
             self.parts = PARTS
-            heads = int(_cfg(text_cfg, "decoder_attention_heads", default=self.num_heads))
-            self.decoder_shape = ModelShape(
-                num_layers=int(_cfg(text_cfg, "num_decoder_layers", "decoder_layers", default=self.num_layers)),
-                num_heads=heads,
-                num_kv_heads=heads,
-                causal=True,
-            )
+            if dec_cfg is not None:
+                heads = int(_cfg(dec_cfg, "num_attention_heads"))
+                layers = int(_cfg(dec_cfg, "num_hidden_layers"))
+                kv_heads = int(_cfg(dec_cfg, "num_key_value_heads", default=heads))
+            else:
+                heads = int(_cfg(text_cfg, "decoder_attention_heads", default=self.num_heads))
+                layers = int(_cfg(text_cfg, "num_decoder_layers", "decoder_layers", default=self.num_layers))
+                kv_heads = heads
+            self.decoder_shape = ModelShape(num_layers=layers, num_heads=heads, num_kv_heads=kv_heads, causal=True)
 
     def forward(
         self,
@@ -161,11 +175,24 @@ class HFEngine(EngineBase):
         with torch.inference_mode(), recording(model, projections=projections, active=norms) as record:
             out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True, **kwargs)
         full = _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
-        chosen = range(len(full.attentions)) if layers is None else layers
+        # transformers returns one tensor per layer with attention: a hybrid's are fewer
+        # than its layers, and are found by their model layer numbers, never by position.
+        slot = {layer: i for i, layer in enumerate(self.shape.layers)}
+        chosen = self.shape.layers if layers is None else tuple(layers)
+        missing = [layer for layer in chosen if layer not in slot]
+        if missing or len(full.attentions) != len(slot):
+            raise EngineError(
+                f"transformers returned {len(full.attentions)} attention tensors; layer(s) "
+                f"{', '.join(map(str, missing)) or '?'} of {self.files.spec} have none "
+                f"(its attention layers: {layer_list(self.shape.layers)})",
+                hint="ask for the layers with attention",
+                reason="no_attention_layer",
+            )
         rows = slice(None) if queries is None else list(queries)
+        picked = [slot[layer] for layer in chosen]
         if norms:
-            full.value_norms = per_layer(record.part(None), len(full.attentions), chosen, self.files.model_type)
-        full.attentions = [full.attentions[layer][:, :, rows] for layer in chosen]
+            full.value_norms = per_layer(record.part(None), len(full.attentions), picked, self.files.model_type)
+        full.attentions = [full.attentions[i][:, :, rows] for i in picked]
         return full
 
     def _projections(self, model: Any) -> list[Any]:
@@ -176,6 +203,7 @@ class HFEngine(EngineBase):
         """
         from ..errors import MeasureError
         from ..measures.norms import NoProjections, hf_projections
+        from .support import own_types
 
         decoder = self.decoder_shape.num_heads if self.decoder_shape is not None else self.num_heads
         try:
@@ -184,9 +212,10 @@ class HFEngine(EngineBase):
             raise MeasureError(
                 f"the norm measure needs each head's value projection and W^O, and transformers' "
                 f"{self.files.model_type!r} model has none we can hook: {exc}",
-                hint="its values come out of a fused q/k/v projection; the own engine gives the norms",
+                hint="its values come out of a fused q/k/v projection",
                 reason="norm_projections",
                 measure="norm",
+                own=self.files.model_type in own_types(),
             ) from None
 
     def forward_batch(
@@ -239,13 +268,28 @@ class HFEngine(EngineBase):
             attach_seq2seq(result, record, self.files.model_type)
         return result
 
-    def output_projections(self, part: str | None = None) -> list[torch.nn.Module]:
-        """Per layer of ``part``: transformers' W^O, found by module name
-        (``hf_ablation.PATTERNS``)."""
-        from .hf_ablation import output_projections
+    def tapping(self, taps: Taps) -> contextlib.AbstractContextManager[Taps]:
+        """The same taps on transformers' modules (``hf_taps``): the attention function
+        through transformers' attention interface, W^O, the MLP and layer modules by name."""
+        from ..errors import UnsupportedArchitectureError
+        from .hf_taps import tapping
+        from .support import own_types
 
-        shape = self.part_shape(part)  # refuses a part the model does not have
-        return output_projections(self.model, part or "encoder", shape.num_layers)
+        self.check_taps(taps)
+        heads = {"blocks": self.shape.num_heads}
+        if self.decoder_shape is not None:
+            heads["decoder.blocks"] = self.decoder_shape.num_heads
+        try:
+            return tapping(self.model, taps, self.tap_stacks(), heads, self.files.model_type, self.shape.layers)
+        except UnsupportedArchitectureError as exc:
+            own = self.files.model_type in own_types()
+            raise UnsupportedArchitectureError(
+                exc.message,
+                hint=None if own else "attnviz show gives this model's weights; taps need each head's W^O",
+                model_type=self.files.model_type,
+                engine="hf",
+                own=own,
+            ) from None
 
     def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
         """[]: transformers computes attention in its own modules, not ours."""
@@ -267,25 +311,17 @@ class HFEngine(EngineBase):
         tokens: Tokens,
         target: Tokens | None = None,
         *,
-        part: str | None = None,
-        ablate: tuple[int, Ablation] | None = None,
+        batch: int = 1,
     ) -> torch.Tensor:
-        """transformers' forward on one copy of the text per ablated head, each head's
-        slice of Concat(heads) zeroed (or filled) by a forward pre-hook on the layer's W^O
-        (``output_projections``); an encoder-decoder's encoder alone without ``target``."""
+        """transformers' forward on ``batch`` copies of the text (taps make them differ: head
+        ablation replaces one head's z per copy); an encoder-decoder's encoder alone
+        without ``target``."""
         import torch
-
-        from .hf_ablation import ablating
 
         if target is not None:
             self.part_shape("cross")  # refuses a model with one stack
-        batch = 1 if ablate is None else len(ablate[1].heads)
         self._rotary.restore()  # each pass as a freshly loaded model's
-        with contextlib.ExitStack() as stack, torch.inference_mode():
-            if ablate is not None:
-                layer, ablation = ablate
-                heads = self.part_shape(part).num_heads
-                stack.enter_context(ablating(self.output_projections(part), layer, ablation, heads))
+        with torch.inference_mode():
             inputs = self._inputs(tokens, batch)
             mask = torch.ones_like(inputs["input_ids"])  # (B, S)
             if target is not None:
@@ -296,6 +332,29 @@ class HFEngine(EngineBase):
             else:
                 out = self.model(**inputs, attention_mask=mask)
             return out.last_hidden_state
+
+
+def _attention_layers(probed: hf_model.Probe, num_layers: int, model_type: str) -> tuple[int, ...]:
+    """``ModelShape.attention_layers`` from the probe's trace (``hf_model.probe``): () when
+    every layer has attention; a hybrid's attention layers by their model numbers.
+
+    Raises:
+        EngineError: tensors that could not be traced to layers while fewer than the
+            layers, or a trace past the last layer.
+    """
+    traced = probed.layers
+    if traced is None and probed.count == num_layers:
+        return ()  # one tensor a layer: layer i is the i-th
+    if traced == tuple(range(num_layers)):
+        return ()
+    if not traced or traced[-1] >= num_layers:
+        raise EngineError(
+            f"cannot tell which of the {num_layers} layers of this {model_type!r} model the attention "
+            "weights transformers returns belong to",
+            hint="report the model type; no layer number is shown rather than a wrong one",
+            reason="layer_numbers",
+        )
+    return traced
 
 
 def _parameters(fn: Any) -> set[str]:
@@ -311,7 +370,7 @@ def _output(attentions: Any, hidden: Any) -> ForwardOutput:
     if not attentions or any(a is None for a in attentions):
         raise EngineError(
             "transformers returned no attention weights for this model",
-            hint="its attention implementation does not expose weights; try the own engine",
+            hint="its attention implementation does not expose weights (attnviz check --list says what runs where)",
         )
     if hidden is None:
         raise EngineError(

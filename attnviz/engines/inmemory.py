@@ -18,6 +18,7 @@ never imported here: the model brought them, and its objects are duck-typed.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,7 +105,14 @@ def backend_tokenizer(tokenizer: Any, files: ModelFiles) -> Tokenizer:
         )
     from tokenizers import Tokenizer
 
-    copy = Tokenizer.from_str(backend.to_str())
+    try:
+        copy = Tokenizer.from_str(backend.to_str())
+    except Exception as exc:  # a Python (custom) pre-tokenizer, normalizer or decoder: no JSON form
+        raise UsageError(
+            f"the {type(tokenizer).__name__} cannot be copied: {str(exc)[:120]}",
+            hint="pass a tokenizer without custom Python components (AutoTokenizer.from_pretrained(...))",
+            reason="tokenizer",
+        ) from None
     copy.no_padding()
     copy.no_truncation()
     vocab = files.config.get("vocab_size")
@@ -172,6 +180,15 @@ def from_model(model: Any, tokenizer: Any, name: str = "own", device: str = "aut
     here = model_device(model)
     dev = here if device == "auto" else pick_device(device)
     floats = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    mixed = len(floats) > 1
+    if mixed and name == "hf":
+        shown = ", ".join(sorted(str(d).removeprefix("torch.") for d in floats))
+        raise UsageError(
+            f"{files.spec} mixes float dtypes ({shown}): transformers' own pass cannot multiply them",
+            hint="cast the model to one dtype (model.to(torch.float32)), or use the own engine, which reads "
+            "every weight in float32",
+            reason="dtype",
+        )
     held = floats.pop() if len(floats) == 1 else torch.float32
     torch_dtype = held if dtype is None else getattr(torch, dtype)
     tok = backend_tokenizer(tokenizer, files)
@@ -179,8 +196,11 @@ def from_model(model: Any, tokenizer: Any, name: str = "own", device: str = "aut
         from ..architectures import build_from, family
 
         family(files.config)  # an architecture we have not written: before touching a weight
+        check_no_hooks(model, files.spec)
         # state_dict() holds detached views of the module's tensors: build_from takes them as they are.
         built = build_from(files.config, dict(model.state_dict()), Path(files.spec), dev, torch_dtype)
+        if not mixed:  # the module's own pass cannot run with mixed dtypes: nothing to hold ours to
+            check_computes_the_same(model, built, files.spec)
         return OwnEngine(files, dev, torch_dtype, model=built, tokenizer=tok)
     if dev != here or torch_dtype != held:
         raise UsageError(
@@ -192,3 +212,93 @@ def from_model(model: Any, tokenizer: Any, name: str = "own", device: str = "aut
     if getattr(base, "config", None) is None:
         raise ModelLoadError(f"{files.spec} has no base model to read attention from", hint=ACCEPTED)
     return HFEngine(files, dev, torch_dtype, model=base, tokenizer=tok)
+
+
+# --- the own engine reads a model in memory only where it computes what the module does --
+
+_USE_HF = 'inspect(..., engine="hf") runs the module itself, hooks and edits included'
+PROBE_TOKENS = 8
+
+
+def _not_own(spec: str, what: str) -> UnsupportedArchitectureError:
+    return UnsupportedArchitectureError(f"the own engine cannot read {spec}: {what}", hint=_USE_HF, reason="own_model")
+
+
+def check_no_hooks(model: Any, spec: str) -> None:
+    """Refuse a model whose modules (or torch, globally) carry forward hooks: the own
+    engine runs its own stack on the state_dict, so a hook's change would be left out.
+
+    Raises:
+        UnsupportedArchitectureError (facts: reason "own_model"): with the hint to use the hf engine.
+    """
+    from torch.nn.modules import module as torch_module
+
+    if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
+        raise _not_own(spec, "torch has global forward hooks registered, which the own stack would leave out")
+    for name, sub in model.named_modules():
+        hooks = (*sub._forward_hooks.values(), *sub._forward_pre_hooks.values())
+        # transformers' own output recorders (installed on a first output_attentions call)
+        # only read what passes; anyone else's hook may change it.
+        if any(not str(getattr(hook, "__module__", "")).startswith("transformers.") for hook in hooks):
+            where = name or type(model).__name__
+            raise _not_own(spec, f"its module {where} carries forward hooks, which the own stack would leave out")
+
+
+def check_computes_the_same(model: Any, built: Any, spec: str) -> None:
+    """One probe pass of ``PROBE_TOKENS`` tokens through the module (eager) and through
+    ``built`` (our stack from its config and state_dict): every layer's weights and the
+    final hidden states must agree. A config edited after loading (other heads over the
+    same shapes, another eps or activation) makes them differ: refused, not answered.
+
+    Encoder-decoders are not probed here (their pass needs decoder inputs).
+
+    Raises:
+        UnsupportedArchitectureError (facts: reason "own_model"): they differ.
+    """
+    import torch
+
+    from ..architectures.base import ForwardOutput
+    from .hf_model import eager_for_the_call
+
+    config = model.config
+    if getattr(config, "is_encoder_decoder", False):
+        return
+    base = getattr(model, "base_model", model)
+    vocab = getattr(config, "vocab_size", None)
+    vocab = vocab if isinstance(vocab, int) and vocab >= 1 else 1
+    # Ordinary tokens: a padding id inside the text moves RoBERTa's and MPNet's positions,
+    # which no tokenized text does.
+    special = {getattr(config, f"{k}_token_id", None) for k in ("pad", "bos", "eos", "sep", "cls", "mask", "unk")}
+    usable = [i for i in range(min(vocab, PROBE_TOKENS + len(special) + 8)) if i not in special] or [0]
+    here = next(iter(base.parameters())).device
+    ids = torch.tensor([usable[i % len(usable)] for i in range(PROBE_TOKENS)], device=here)[None]  # (1, T)
+    with torch.inference_mode():
+        ours = built(ids.to(next(iter(built.parameters())).device), torch.ones_like(ids).to(ids.device))
+        if not isinstance(ours, ForwardOutput):
+            return
+        with eager_for_the_call(model):
+            theirs = base(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
+    low = {p.dtype for p in (*base.parameters(), *built.parameters())} - {torch.float32, torch.float64}
+    tol = 2e-2 if low else 1e-4  # half precision rounds each layer
+    found = getattr(theirs, "attentions", None) or ()
+    pairs = [(a, b) for a, b in zip(ours.attentions, found, strict=False) if b is not None]
+    worst = max(
+        (
+            float((a.double().cpu() - b.double().cpu()).abs().max()) if a.shape == b.shape else math.inf
+            for a, b in pairs
+        ),
+        default=0.0,
+    )  # other shapes: another head count than the module's
+    what = "attention weights"
+    last = getattr(theirs, "last_hidden_state", None)
+    if last is not None and last.shape == ours.hidden_states.shape:
+        ref = last.double().cpu()
+        off = float((ours.hidden_states.double().cpu() - ref).abs().max()) / (1.0 + float(ref.abs().max()))
+        if off > worst:
+            worst, what = off, "final hidden states"
+    if len(pairs) != len(ours.attentions) or not worst <= tol:
+        raise _not_own(
+            spec,
+            f"the module does not compute what its config says (a probe pass differs by {worst:.3g} in its "
+            f"{what}: the config was edited after loading, or the modules were)",
+        )

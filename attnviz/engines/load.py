@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import DeviceError, UsageError
+from ..errors import DeviceError, UnsupportedArchitectureError, UsageError
 from ..io.checkpoint import require_tokenizer, validate_checkpoint
 from ..io.models import ModelFiles, resolve
 
@@ -78,10 +78,22 @@ def load_engine(
     torch_dtype = getattr(torch, dtype)
     dev = pick_device(device)
     files = model if isinstance(model, ModelFiles) else resolve(model)
+    from .support import refusal
+
     if name == "own":  # an architecture we have not written: say so before judging its files
         from ..architectures import family
 
-        family(files.config)
+        try:
+            family(files.config)
+        except UnsupportedArchitectureError as exc:
+            why = refusal(files.model_type)  # imports transformers, on this path alone
+            if why is not None:
+                raise UnsupportedArchitectureError(why, model_type=files.model_type, engine="none") from exc
+            raise
+    else:
+        why = refusal(files.model_type)
+        if why is not None:  # audio, images, block-sparse attention: before any model work
+            raise UnsupportedArchitectureError(why, model_type=files.model_type, engine="none")
     # Config, weight headers and tokenizer agree, or nothing is built.
     validate_checkpoint(files.path, files.config)
     require_tokenizer(files.path)

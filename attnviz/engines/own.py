@@ -3,6 +3,7 @@ it never imports transformers."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,8 @@ if TYPE_CHECKING:
     from ..architectures.base import AttnModel, ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
     from ..io.models import ModelFiles
-    from ..nn.attention import Ablation, MultiHeadAttention
+    from ..nn.attention import MultiHeadAttention
+    from ..nn.taps import Taps
 
 
 class OwnEngine(EngineBase):
@@ -62,17 +64,30 @@ class OwnEngine(EngineBase):
 
         from ..measures.norms import per_layer, recording
 
-        chosen = tuple(range(self.num_layers)) if layers is None else tuple(layers)
+        # Layers by model number; a hybrid returns weights for its attention layers alone,
+        # the i-th of them in slot i (``ModelShape.attention_layers``).
+        chosen = self.shape.layers if layers is None else tuple(layers)
+        slot = {layer: i for i, layer in enumerate(self.shape.layers)}
+        missing = [layer for layer in chosen if layer not in slot]
+        if missing:
+            raise ValueError(f"layers {missing} have no softmax attention (attention layers: {self.shape.layers})")
         kwargs: dict[str, Any] = {}
         types = getattr(self.model, "type_vocab_size", None)
         if any(tokens.type_ids) and types:
             # A sentence pair, into a model with token-type embeddings (else ignored, as transformers does).
             kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
         with torch.inference_mode(), recording(self.model, active=norms) as record:
-            out = self.model(self._ids(tokens), max_layer=max(chosen), layers=set(chosen), queries=queries, **kwargs)
+            every = _pattern_tapped()  # a pattern tap sees every row of every layer, as on the hf engine
+            rows, asked = (None, None) if every else (queries, set(chosen))
+            # Every layer when every layer is asked for (a hybrid's last ones may have no attention).
+            last = None if layers is None else max(chosen)
+            out = self.model(self._ids(tokens), max_layer=last, layers=asked, queries=rows, **kwargs)
+        if rows is None and queries is not None:
+            out.attentions = [weights[:, :, list(queries)] for weights in out.attentions]  # (B, H, R, S)
+        picked = [slot[layer] for layer in chosen]
         if norms:
-            out.value_norms = per_layer(record.part(None), len(out.attentions), chosen, self.files.model_type)
-        out.attentions = [out.attentions[layer] for layer in chosen]
+            out.value_norms = per_layer(record.part(None), len(out.attentions), picked, self.files.model_type)
+        out.attentions = [out.attentions[i] for i in picked]
         return out
 
     def forward_seq2seq(self, tokens: Tokens, target: Tokens, norms: bool = False) -> Seq2SeqOutput:
@@ -109,16 +124,12 @@ class OwnEngine(EngineBase):
             out.value_norms = per_layer(record.part(None), run, range(run), self.files.model_type)
         return out
 
-    def output_projections(self, part: str | None = None) -> list[torch.nn.Module]:
-        """Per layer of ``part``: its attention module's ``o_proj`` (W^O); ALBERT's one
-        shared block once per layer (``block_index``)."""
-        shape = self.part_shape(part)  # refuses a part the model does not have
-        if self.parts:  # an encoder-decoder: the part's stack, self- or cross-attention
-            stack = self.model.decoder if part in ("decoder", "cross") else self.model.encoder
-            name = "cross" if part == "cross" else "attn"
-            return [getattr(block, name).o_proj for block in stack.blocks]
-        index = getattr(self.model, "block_index", lambda layer: layer)
-        return [self.model.blocks[index(layer)].attn.o_proj for layer in range(shape.num_layers)]
+    def tapping(self, taps: Taps) -> contextlib.AbstractContextManager[Taps]:
+        """Our modules and layer loop apply ``taps`` (``attnviz.nn.taps``) in the passes inside."""
+        from ..nn.taps import attached
+
+        self.check_taps(taps)
+        return attached(taps)
 
     def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
         """Our modules (``norms.attention_modules``), those of ``part`` told by their names
@@ -133,20 +144,30 @@ class OwnEngine(EngineBase):
         tokens: Tokens,
         target: Tokens | None = None,
         *,
-        part: str | None = None,
-        ablate: tuple[int, Ablation] | None = None,
+        batch: int = 1,
     ) -> torch.Tensor:
-        """Fused attention, no weights kept. The ablated layer gets the batch-1 stream and
-        gives one copy per ablated head, so the layers before it run once
-        (``attention.Ablation``)."""
+        """Fused attention, no weights kept. The ``batch`` copies of the text are identical
+        until a tap's replacement returns copies of its value (head ablation: the layers
+        before it run once, at batch 1); copies nothing made differ are expanded at the end."""
         import torch
 
         with torch.inference_mode():
             inputs = self._inputs(tokens)
             if target is not None:
                 self.part_shape("cross")  # refuses a model with one stack
-                at = None if ablate is None else (part or "encoder", *ablate)
-                out = self.model.forward_seq2seq(inputs["input_ids"], self._ids(target), ablate=at)
-                return out.decoder.hidden_states
-            ids = inputs.pop("input_ids")
-            return self.model(ids, layers=(), queries=(), fused=True, ablate=ablate, **inputs).hidden_states
+                hidden = self.model.forward_seq2seq(inputs["input_ids"], self._ids(target)).decoder.hidden_states
+            else:
+                ids = inputs.pop("input_ids")
+                # No weights kept, but where a pattern tap asks for them: every row, as on the hf engine.
+                rows = None if _pattern_tapped() else ()
+                hidden = self.model(ids, layers=rows, queries=rows, fused=True, **inputs).hidden_states
+            return hidden.expand(batch, -1, -1) if hidden.size(0) == 1 else hidden  # (B, Q, E)
+
+
+def _pattern_tapped() -> bool:
+    """Whether the running pass records a ``pattern`` (nn/taps.py): its layers then compute
+    every weight row, whatever rows the caller keeps."""
+    from ..nn.taps import active
+
+    site = active()
+    return site is not None and site.taps.records_pattern

@@ -51,6 +51,8 @@ _OFF_WHEN_ZERO = {"sliding_window": "use_sliding_window"}
 _NONNEGATIVE_INTS = ("type_vocab_size", "max_window_layers")
 _POSITIVE_FLOATS = ("layer_norm_eps", "layer_norm_epsilon", "rms_norm_eps", "rope_theta")
 _INT_LIMIT = 2**31
+# Sizes a family may give per layer, as a list of whole numbers (Gemma 3n's intermediate_size).
+_PER_LAYER_INTS = ("intermediate_size",)
 
 LAYER_FIELDS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
 _HIDDEN_FIELDS = ("hidden_size", "n_embd", "dim", "d_model")
@@ -80,6 +82,9 @@ def validate_config(config: Mapping[str, Any], where: str = "config.json") -> No
         switch = _OFF_WHEN_ZERO.get(name)
         if switch is not None and value == 0 and config.get(switch) is False:
             continue
+        if name in _PER_LAYER_INTS and isinstance(value, list):
+            _check_per_layer(config, name, value, where, hint)
+            continue
         if isinstance(value, bool) or not isinstance(value, int):
             raise ModelLoadError(f"{where}: {name} must be a whole number, not {_shown(value)}", hint=hint)
         if not low <= value < _INT_LIMIT:
@@ -104,6 +109,21 @@ def validate_config(config: Mapping[str, Any], where: str = "config.json") -> No
     own_head_dim = config.get("head_dim") is not None or config.get("d_kv") is not None
     if isinstance(hidden, int) and isinstance(heads, int) and not own_head_dim and hidden % heads:
         raise ModelLoadError(f"{where}: the width {hidden} is not divisible by the {heads} attention heads", hint=hint)
+
+
+def _check_per_layer(config: Mapping[str, Any], name: str, values: list[Any], where: str, hint: str) -> None:
+    """A size given per layer (Gemma 3n's ``intermediate_size``): one whole number in
+    [1, 2**31) for each of the ``num_hidden_layers`` layers."""
+    layers = config.get("num_hidden_layers")
+    if isinstance(layers, int) and not isinstance(layers, bool) and len(values) != layers:
+        raise ModelLoadError(f"{where}: {name} lists {len(values)} sizes for {layers} layers", hint=hint)
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < _INT_LIMIT:
+            raise ModelLoadError(
+                f"{where}: {name} must be whole numbers from 1 to {_INT_LIMIT - 1}, one per layer; "
+                f"it holds {_shown(value)}",
+                hint=hint,
+            )
 
 
 def _shown(value: Any) -> str:
@@ -136,7 +156,9 @@ def check_regular_file(path: Path, max_bytes: int | None = None) -> None:
 
 
 MAX_CONFIG_BYTES = 16 * 2**20
-MAX_TOKENIZER_BYTES = 2**30
+# The largest real tokenizer.json files are ~35 MB (Gemma 3's 262k-piece vocabulary);
+# a 1 GiB one was read whole and parsed (2.3 GB) before its refusal. 256 MiB is 7x that.
+MAX_TOKENIZER_BYTES = 256 * 2**20
 
 
 # --- weight files and their headers --------------------------------------------------
@@ -342,6 +364,8 @@ def estimate_min_params(config: Mapping[str, Any]) -> int | None:
     if not isinstance(layers, int) or not isinstance(hidden, int):
         return None
     inner = _first(config, _INTERMEDIATE_FIELDS)
+    if isinstance(inner, list) and inner and all(isinstance(v, int) for v in inner):
+        inner = min(inner)  # per layer (Gemma 3n): the smallest bounds every layer from below
     inner = inner if isinstance(inner, int) else hidden
     if config.get("model_type") == "albert":
         groups, per_group = config.get("num_hidden_groups", 1), config.get("inner_group_num", 1)

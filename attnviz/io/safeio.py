@@ -24,6 +24,7 @@ import errno
 import importlib.abc
 import importlib.util
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -161,7 +162,17 @@ def exit_code_for(exc: KeyboardInterrupt) -> int:
 # --- text ----------------------------------------------------------------------------
 
 
-def check_text(text: str, what: str = "the sentence", *, blank_ok: bool = False) -> str:
+# A sentence end followed by more text (or a line break inside it): a paragraph, not a sentence.
+_SENTENCE_END = re.compile(r"[.!?。！？](?=[\"'”’)\]]*\s+\S)|\n\s*\S")
+
+
+def text_noun(text: str) -> str:
+    """What messages call ``text``: "the sentence" for one sentence, "the text" for more
+    (errors called a paragraph "the sentence")."""
+    return "the text" if _SENTENCE_END.search(text.strip()) else "the sentence"
+
+
+def check_text(text: str, what: str | None = None, *, blank_ok: bool = False) -> str:
     """The one check of a text before anything runs: not blank (unless ``blank_ok``), and
     valid Unicode: no lone surrogates, which Python makes of the invalid UTF-8 bytes of a
     command line (``'\\udcff'`` for byte 0xff). Positions are 1-based characters.
@@ -170,6 +181,7 @@ def check_text(text: str, what: str = "the sentence", *, blank_ok: bool = False)
         UsageError: naming ``what``: blank (facts: reason "empty"), or not encodable, with
             the position and the byte (reason "encoding").
     """
+    what = what or text_noun(text)
     if not blank_ok and not text.strip():
         raise UsageError(f"{what} is empty", reason="empty")
     try:

@@ -25,7 +25,7 @@ with q masked), p̃ the same ablated, t the top token of p:
 
 Batching (``passes``): a pass ablates heads of one layer. Layers 0..l-1 run once on the
 unablated batch-1 stream; at layer l the stream becomes one copy per ablated head
-(``attention.ablate_heads``) and the rest of the model runs on that batch, on the fused
+(``removing``, a replacement of the layer's z tap) and the rest of the model runs on that batch, on the fused
 path. So L layers of H heads take L passes (more when memory limits a batch), not L·H,
 and the layers before each ablation run once at batch 1, not once per head.
 
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     import torch
 
     from ..engines import Engine
-    from ..nn.attention import Ablation
     from ..tokens import Tokens
 
 MODES = ("zero", "mean")
@@ -129,6 +128,20 @@ class Effects:
         """(N, H) effects at query position ``query``."""
         return self.effect[:, :, query]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The "ablation" object of ``compare --ablate --json``: what was removed, how the
+        effect is measured, the passes; the LM head's kind and top token when there was one."""
+        out: dict[str, Any] = {
+            "with": self.mode,
+            "effect": "1 - cos(final hidden state at the query, the same with the head removed before W^O)",
+            "passes": self.passes,
+            "partial": self.partial,
+        }
+        if self.lm_kind is not None:
+            out["lm"] = self.lm_kind
+            out["top_token"] = self.top_token
+        return out
+
 
 def check_mode(mode: str) -> str:
     """``mode`` if it is one of MODES. Raises UsageError (reason "ablate_mode")."""
@@ -157,13 +170,90 @@ def lm_numbers(clean: torch.Tensor, ablated: torch.Tensor) -> tuple[torch.Tensor
     return kl, logq[:, top] - logp[top], top
 
 
+# --- the intervention: one head removed per copy of the stream --------------------------
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """Heads whose output is removed before W^O, one head per batch element made.
+
+    The layer's z (each head's output, nn/taps.py) comes in with batch 1 (the unablated
+    stream, on the own engine) or with one copy per head (the hf engine, whose input is
+    copied); it goes on with batch ``len(heads)``: element b is that z with head
+    ``heads[b]``'s output replaced by zero, or by ``fill[heads[b]]`` (the head's mean
+    output, mean-ablation). Residual sums broadcast a batch-1 stream against it, so every
+    later layer runs once per ablated head, in one batched pass.
+
+    Attributes:
+        heads: query heads in 0..H-1, one per batch element.
+        fill: None (zero-ablation) or (H, D): each head's replacement vector.
+    """
+
+    heads: tuple[int, ...]
+    fill: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if not self.heads or min(self.heads) < 0:
+            raise ValueError(f"an ablation needs heads in 0..H-1, not {self.heads}")
+        if self.fill is not None and self.fill.dim() != 2:
+            raise ValueError(f"fill must be (H, D), not {tuple(self.fill.shape)}")
+
+
+def ablate_heads(concat: torch.Tensor, n_heads: int, ablation: Ablation) -> torch.Tensor:
+    """Concat(head_1, ..., head_H) with one head removed per new batch element.
+
+    Args:
+        concat: (1, L, H·D), the heads side by side, before W^O.
+        n_heads: H.
+        ablation: which head each of the B = len(heads) copies loses, and with what.
+
+    Returns:
+        (B, L, H·D): copy b equals ``concat`` except head ``heads[b]``'s D columns, which
+        hold 0 or ``fill[heads[b]]`` at every position.
+    """
+    if concat.size(0) != 1:
+        raise ValueError(f"an ablated layer takes the batch-1 unablated stream, not batch {concat.size(0)}")
+    _, length, width = concat.shape
+    z = concat.reshape(1, length, n_heads, width // n_heads)  # (1, L, H, D)
+    return removing(ablation, n_heads)(z).reshape(len(ablation.heads), length, width)  # (B, L, H·D)
+
+
+def removing(ablation: Ablation, n_heads: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The replacement of a layer's z tap that ablates: z (1 or B, L, H, D) -> (B, L, H, D)
+    with B = len(ablation.heads), copy b's head ``heads[b]`` 0 or ``fill[heads[b]]`` at
+    every position (the input is not written into).
+
+    Raises:
+        ValueError: a head out of range, or a z whose batch is neither 1 nor B.
+    """
+    import torch
+
+    if max(ablation.heads) >= n_heads:
+        raise ValueError(f"head {max(ablation.heads)} is out of range for {n_heads} heads")
+    b = len(ablation.heads)
+
+    def remove(z: torch.Tensor) -> torch.Tensor:
+        if z.size(0) not in (1, b):
+            raise ValueError(f"an ablation of {b} heads takes z of batch 1 or {b}, not {z.size(0)}")
+        out = z.expand(b, *z.shape[1:]).clone()  # (B, L, H, D)
+        index = torch.arange(b, device=out.device)
+        which = torch.as_tensor(ablation.heads, device=out.device)
+        if ablation.fill is None:
+            out[index, :, which] = 0.0
+        else:
+            out[index, :, which] = ablation.fill.to(out)[which][:, None, :]  # (B, 1, D) over every position
+        return out
+
+    return remove
+
+
 # --- the engines' passes ---------------------------------------------------------
 
 
 class Runner:
     """One text's passes through an engine: the unablated pass, head means, ablated passes.
     It asks the engine for nothing beyond the ``Engine`` protocol: ``part_shape``,
-    ``output_projections`` and ``final_hidden``.
+    ``final_hidden`` and ``tapping`` (each head's output is the tap z of its layer).
 
     Args:
         engine: an own or hf engine.
@@ -179,10 +269,11 @@ class Runner:
         self.engine, self.tokens, self.part, self.target = engine, tokens, part, target
         self.shape = engine.part_shape(part)
 
-    # 1. The module whose input is Concat(heads) in each layer (the engines' output projections).
-    def projections(self) -> list[torch.nn.Module]:
-        """Per layer of the part: the module W^O is (``Engine.output_projections``)."""
-        return self.engine.output_projections(self.part)
+    def _z(self, layer: int | str) -> str:
+        """The tap name of layer ``layer``'s z (each head's output before W^O) in the part."""
+        from ..nn.taps import tap_name
+
+        return tap_name(self.part, layer, "z")
 
     @property
     def _seq2seq(self) -> bool:
@@ -190,35 +281,32 @@ class Runner:
 
     def hidden(self, ablate: tuple[int, Ablation] | None = None) -> torch.Tensor:
         """(B, Q, E) final hidden states on the part's query side: B = 1 unablated, else
-        one per ablated head. ``ablate`` = (layer, attention.Ablation)."""
+        one per ablated head. ``ablate`` = (layer, Ablation): that layer's z tap replaced
+        (``removing``)."""
+        from ..nn.taps import Taps
+
         target = self.target if self._seq2seq else None
-        return self.engine.final_hidden(self.tokens, target, part=self.part, ablate=ablate)
+        if ablate is None:
+            return self.engine.final_hidden(self.tokens, target)
+        layer, ablation = ablate
+        taps = Taps().replace(self._z(layer), removing(ablation, self.shape.num_heads))
+        with self.engine.tapping(taps):
+            return self.engine.final_hidden(self.tokens, target, batch=len(ablation.heads))
 
     def head_means(self) -> torch.Tensor:
         """(N, H, D) each head's output averaged over the text's tokens, from one
-        unablated pass (the input of each layer's output projection, read by a hook)."""
+        unablated pass (every layer's z tap, recorded)."""
         import torch
 
-        modules = self.projections()
-        seen: dict[int, list[torch.Tensor]] = {}
+        from ..nn.taps import Taps
 
-        def hook(module: Any, args: tuple[Any, ...]) -> None:
-            seen.setdefault(id(module), []).append(args[0].detach()[0].double().mean(0))  # (H·D,)
-
-        handles = [m.register_forward_pre_hook(hook) for m in {id(m): m for m in modules}.values()]
-        try:
+        taps = Taps().record(self._z("*"))
+        with self.engine.tapping(taps):
             self.hidden()
-        finally:
-            for handle in handles:
-                handle.remove()
-        calls: dict[int, int] = {}
-        means = []
-        for module in modules:  # a shared block (ALBERT) is called once per layer, in order
-            k = calls.get(id(module), 0)
-            calls[id(module)] = k + 1
-            means.append(seen[id(module)][k])
-        h = self.shape.num_heads
-        return torch.stack(means).view(len(modules), h, -1)  # (N, H, D)
+        means = {layer: taps[self._z(layer)][0].double().mean(0) for layer in self.shape.layers}  # (H, D) each
+        # A hybrid's layers without attention have no heads: zeros, never used (no pass ablates them).
+        none = torch.zeros_like(next(iter(means.values())))
+        return torch.stack([means.get(layer, none) for layer in range(self.shape.num_layers)])  # (N, H, D)
 
 
 def ablate_text(
@@ -246,11 +334,10 @@ def ablate_text(
     """
     import torch
 
-    from ..nn.attention import Ablation
-
     check_mode(mode)
     n, h = runner.shape.num_layers, runner.shape.num_heads
-    plan = passes(n, h, batch or h, layers)
+    # A hybrid's layers without attention have no heads to ablate: their rows stay NaN.
+    plan = passes(n, h, batch or h, runner.shape.layers if layers is None else layers)
     if mode == "mean" and fill is None:
         fill = runner.head_means()  # (N, H, D)
     clean = runner.hidden()  # (1, Q, E)

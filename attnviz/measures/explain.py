@@ -84,6 +84,8 @@ class Explanation:
         steps: the family's extras in words ("rotary", "q/k norm", ...).
         neuron: with a key asked for, its q ⊙ k (``Neuron``).
         provenance: the model and engine.
+        query_indices: every token position of the asked word (``query`` is the first);
+            () when not given.
     """
 
     tokens: Tokens
@@ -111,6 +113,7 @@ class Explanation:
     steps: tuple[str, ...]
     provenance: Provenance
     neuron: Neuron | None = None
+    query_indices: tuple[int, ...] = ()
 
     @property
     def head_dim(self) -> int:
@@ -168,6 +171,8 @@ class Explanation:
             }
         p = self.provenance
         out.update(model=p.model, engine=p.engine, device=p.device, dtype=p.dtype, provenance=p.to_dict())
+        if self.query_indices:
+            out["query_indices"] = list(self.query_indices)
         return jsonable(out)
 
 
@@ -258,7 +263,10 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
     check_head(engine.num_layers, engine.shape.num_heads, layer, head)
     # 1. The forward pass up to the layer, the module's inputs caught on the way (on the
     # threads its work calls for, as show's pass: the whole pool on a busy machine spins).
-    with _caught(modules, layer) as caught, cpu_threads_for(engine, len(tokens)):
+    # The modules are called once per layer with attention: a hybrid's layer N is the call
+    # of its place among the attention layers (``ModelShape.layers``).
+    call = engine.shape.layers.index(layer) if layer in engine.shape.layers else -1
+    with _caught(modules, call) as caught, cpu_threads_for(engine, len(tokens)):
         engine.forward(tokens, (layer,), (query,))
     if "module" not in caught:
         raise UsageError(
@@ -267,6 +275,12 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
             reason="explain_family",
         )
     m = caught["module"]
+    if m.output_gated:
+        raise UsageError(
+            f"the {engine.files.model_type!r} attention of layer {layer} gates each head's output by the query "
+            "after the softmax; explain decomposes outputs that are the weights times the values",
+            reason="explain_family",
+        )
     bound = inspect.signature(m.forward).bind(*caught["args"], **caught["kwargs"])
     bound.apply_defaults()
     args = dict(bound.arguments)
@@ -300,6 +314,11 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
     scores = k @ q  # (S,)
     logits = scores * scale
     bias = args.get("score_bias")
+    # A bias the module adds by itself (ALiBi: BLOOM, Falcon-RW), with any it was given,
+    # in the module's dtype, as it adds them (left out, BLOOM's weights were off by 0.13).
+    own_bias = m.own_score_bias(keys, out.dtype, k_all.device)
+    if own_bias is not None:
+        bias = own_bias if bias is None else bias + own_bias
     bias_row = None
     if bias is not None:
         b = bias[..., query, :] if bias.size(-2) > 1 else bias[..., 0, :]
@@ -352,7 +371,9 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
         steps.append("q and k after the family's position transform (rotary)")
     if hasattr(m, "q_norm"):
         steps.insert(0, "q and k normed per head (q_norm, k_norm) before it")
-    if bias_row is not None:
+    if own_bias is not None:
+        steps.append("ALiBi's linear position bias (slope · key position) added to the scaled scores")
+    elif bias_row is not None:
         steps.append("a learned position bias added to the scaled scores")
     if m.softcap is not None:
         steps.append(f"scores soft-capped: {m.softcap:g}·tanh(s/{m.softcap:g})")

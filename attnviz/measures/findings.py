@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -206,3 +207,38 @@ def pair_shifts(
         for k, (layer, head) in enumerate(heads)
     ]
     return sorted(out, key=lambda s: -s.mean)
+
+
+SUMMARY_RULE = (
+    "toward referent: weight on the pair's first target (the referent in A) in A minus in B, "
+    "mean over {n} pairs; pairs: how many moved that way; interval: percentile bootstrap of the mean "
+    "(2000 resamples of the pairs, seed {seed})"
+)
+
+
+def pairs_dict(
+    att: Attention,
+    exclude: Sequence[str],
+    by: str,
+    rows: Sequence[dict[str, Any]],
+    shifts: Sequence[HeadShift],
+    pairs: int,
+    seed: int,
+) -> dict[str, Any]:
+    """The document of ``attnviz compare --pairs FILE --json``: compare's header
+    (``metrics.ranking_meta``), each pair's rows (with its pair number, sentences and
+    token), and the summary across the ``pairs`` pairs with the rule that made it."""
+    from .metrics import ranking_meta
+
+    out = ranking_meta(att, exclude, by)
+    out["rows"] = list(rows)
+    out["summary"] = [s.to_dict() for s in shifts]
+    out["summary_rule"] = SUMMARY_RULE.format(n=pairs, seed=seed)
+    return out
+
+
+def pair_rows(n: int, sentence: str, sentence_vs: str, token: str, rows: Sequence[Any]) -> list[dict[str, Any]]:
+    """The rows of pair number ``n`` in ``compare --pairs --json``: each head's row
+    (``HeadStats.to_dict``) after the pair's number, sentences and token."""
+    meta = {"pair": n, "sentence": sentence, "sentence_vs": sentence_vs, "token": token}
+    return [{**meta, **row.to_dict()} for row in rows]

@@ -6,7 +6,7 @@ base model (tied heads reuse the token embeddings, which are then not stored twi
 
     causal   logits = t(h · W_U^T + b_U)              lm_head.weight (.bias: GPT-J, Phi), or the
                                                       embeddings; t the family's transform:
-             Cohere     z · logit_scale               (default 0.0625)
+             Cohere 1/2 z · logit_scale               (default 0.0625)
              Granite    z / logits_scaling            (default 1.0)
              Gemma 2/3  c·tanh(z/c), c = final_logit_softcapping (Gemma 2's default 30.0,
                         Gemma 3's none; null: none)
@@ -96,8 +96,12 @@ class LMHead:
         return out
 
     def token(self, index: int) -> str:
-        piece = self.tokenizer.id_to_token(index) if self.tokenizer is not None else None
-        return piece if piece is not None else f"<{index}>"
+        """The vocabulary entry ``index`` as the views label tokens (``tokens.vocab_label``)."""
+        if self.tokenizer is None:
+            return f"<{index}>"
+        from ..tokens import vocab_label
+
+        return vocab_label(self.tokenizer, index)
 
     def effects(
         self,
@@ -216,6 +220,7 @@ def load_lm_head(engine: Engine, part: str | None = None) -> LMHead | None:
 # soft-caps (transformers tests ``is not None``); 0 is refused (a divisor or a dead head).
 _LOGIT_TRANSFORMS: dict[str, tuple[str, str, float | None]] = {
     "cohere": ("logit_scale", "scale", 0.0625),
+    "cohere2": ("logit_scale", "scale", 0.0625),
     "granite": ("logits_scaling", "divisor", 1.0),
     "gemma2": ("final_logit_softcapping", "softcap", 30.0),
     "gemma3_text": ("final_logit_softcapping", "softcap", None),

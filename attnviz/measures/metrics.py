@@ -501,3 +501,33 @@ def sort_rows(rows: Sequence[Row], by: str | None = None, limit: int | None = No
     sign = -1.0 if SORT_KEYS[by] else 1.0
     ordered = sorted(rows, key=lambda row: sign * sort_key(row, by))  # stable: ties keep order
     return ordered[:limit] if limit is not None else ordered
+
+
+def ranking_dict(
+    att: Attention,
+    rows: Sequence[HeadStats],
+    exclude: Sequence[str],
+    by: str,
+    ablation: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The document of ``attnviz compare --json``: the model's provenance, the measure and
+    the reading's steps, the exclusions and the sort, every head's row, and with
+    ``--ablate`` the "ablation" object (``measures.ablation.Effects.to_dict``)."""
+    out = ranking_meta(att, exclude, by)
+    out["rows"] = [row.to_dict() for row in rows]
+    if ablation is not None:
+        out["ablation"] = dict(ablation)
+    return out
+
+
+def ranking_meta(att: Attention, exclude: Sequence[str], by: str) -> dict[str, Any]:
+    """What every compare document carries: the model's provenance, the reading, the sort."""
+    from ..result import provenance_fields
+
+    out: dict[str, Any] = provenance_fields(att.provenance)
+    out["measure"] = att.measure
+    if att.steps:
+        out["steps"] = list(att.steps)
+    out["exclude"] = list(exclude)
+    out["sort"] = by
+    return out

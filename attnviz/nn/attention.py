@@ -9,7 +9,7 @@ W^Q = [W_1^Q | ... | W_h^Q], so one ``nn.Linear`` computes every Q_i at once and
 a reshape hands each head its own block. Nothing is averaged: every head's weights
 come back separately.
 
-In reading order: the eager function ``scaled_dot_product_attention`` returning
+In reading order: the eager function ``softmax_attention`` returning
 (output, weights), the masks (``causal_mask``, ``padding_mask``, and ``Mask``, a mask
 described rather than materialised), ``eager_attention`` (the function with grouped
 key/value heads and a mask), and ``MultiHeadAttention``, the module every family's
@@ -17,7 +17,8 @@ layers are built on. This is the reference everything is tested against.
 
 A layer may be asked for less or computed faster: the module takes an ``Attend``
 strategy, and rows.py's ``RowRequest`` is the one the models pass (torch's fused kernel
-for the output, the asked query rows' weights computed exactly beside it).
+for the output and the asked query rows' weights computed exactly beside it, or these
+steps one cache-sized block at a time). Nothing here is an optimisation.
 
 Shape legend (as in PyTorch's ``scaled_dot_product_attention``):
     B batch, H query heads, G key/value heads (G divides H; G = H without
@@ -38,12 +39,14 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from . import taps
+
 # (q, k) -> (q, k): applied to the projected, split heads before the dot product.
 # This is where rotary position embeddings enter (Llama-family models).
 QKTransform = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 
 
-def scaled_dot_product_attention(
+def softmax_attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -79,9 +82,6 @@ def scaled_dot_product_attention(
     """
     if scale is None:
         scale = 1.0 / math.sqrt(q.size(-1))
-    if score_bias is None and softcap is None and sinks is None and _in_blocks(q, k, v):
-        # Steps 1-4 below, bit for bit, one cache-sized block of rows at a time (CPU).
-        return _plain_in_blocks(q, k, v, mask, scale)  # (B, H, L, Dv), (B, H, L, S)
     # 1. Similarity of every query with every key. (Scaled in place: at 2,048 tokens a
     #    second (B, H, L, S) tensor made this function 1.8x slower than torch's module.)
     scores = (q @ k.transpose(-2, -1)).mul_(scale)  # (B, H, L, S)
@@ -97,7 +97,7 @@ def scaled_dot_product_attention(
     #    float32 whatever the model's dtype, then back, as transformers' eager attention
     #    does: half-precision exp/sum loses digits, and the reference must round alike.
     if sinks is None:
-        weights = _softmax_(scores)  # (B, H, L, S)
+        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)  # (B, H, L, S)
     else:
         b, h, length, _ = scores.shape
         sink = sinks.to(scores.dtype).reshape(1, h, 1, 1).expand(b, h, length, 1)  # (B, H, L, 1)
@@ -111,114 +111,6 @@ def scaled_dot_product_attention(
         weights = weights.masked_fill_(~mask, 0.0)
     # 4. Mix the values.
     return weights @ v, weights  # (B, H, L, Dv), (B, H, L, S)
-
-
-# Weights one block holds: 2^18 float32 = 1 MiB, an L2 cache's size on most x86 cores
-# (measured on a 1 MiB-L2 core at 2,048 tokens: 1 MiB blocks 131.8 ms, 512 KiB 135.9,
-# 256 KiB 148.0, 128 KiB 161.8, the unblocked steps 143.5).
-BLOCK_ELEMENTS = 1 << 18
-
-
-def _in_blocks(q: Tensor, k: Tensor, v: Tensor) -> bool:
-    """Whether ``_plain_in_blocks`` applies: CPU tensors of one (B, H) shape, no autograd
-    (``out=`` products record no graph)."""
-    if not q.is_cpu or q.dim() != 4 or k.shape[:2] != q.shape[:2] or v.shape[:2] != q.shape[:2]:
-        return False
-    return not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
-
-
-Block = tuple[tuple[Any, ...], tuple[Any, ...]]  # (index into (B·H, L, ·), index into (B, H, L, ·))
-
-
-def _blocks(b: int, h: int, length: int, keys: int) -> list[Block]:
-    """Blocks of about ``BLOCK_ELEMENTS`` weights: all of them when they fit, else whole
-    heads of one batch element (h', L, S) while a head fits, else rows of one head (l, S)."""
-    if b * h * length * keys <= BLOCK_ELEMENTS:
-        return [((), ())]  # the whole tensors
-    rows = max(1, BLOCK_ELEMENTS // max(1, keys))
-    if rows >= length:
-        step = rows // max(1, length)
-        return [
-            ((slice(i * h + j, i * h + min(j + step, h)),), (i, slice(j, j + step)))
-            for i in range(b)
-            for j in range(0, h, step)
-        ]
-    return [
-        ((i * h + j, slice(r, r + rows)), (i, j, slice(r, r + rows)))
-        for i in range(b)
-        for j in range(h)
-        for r in range(0, length, rows)
-    ]
-
-
-def _plain_in_blocks(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> tuple[Tensor, Tensor]:
-    """Steps 1-4 of ``scaled_dot_product_attention`` without score modifiers, the same
-    float operations in the same order, one cache-sized block of rows at a time.
-
-    The unblocked steps pass over the (B, H, L, S) scores five times (the product writes
-    them, the scale, the softmax's reads and writes, the product with v), each from
-    memory once they outgrow the cache; here each block is written by q·kᵀ, scaled,
-    masked, normalised and multiplied into v while it stays in cache, and the weights
-    go to memory once. A weight depends on its own row only, and a product's element on
-    its own row and column, so the blocks give the unblocked result bit for bit
-    (tests/test_attention.py holds them to the textbook order in three dtypes).
-
-    Args: as ``scaled_dot_product_attention``; q, k, v share (B, H).
-    Returns: output (B, H, L, Dv) and weights (B, H, L, S).
-    """
-    b, h, length, d = q.shape
-    keys, dv = k.size(2), v.size(-1)
-    # (B, H, ·, ·) -> (B·H, ·, ·): views when contiguous, so that bmm and mm run on them
-    # as they are (torch.matmul on the 4-D operands with out= was ~12% slower at 128 tokens).
-    q3 = q.reshape(b * h, length, d)  # (B·H, L, D)
-    kt = k.reshape(b * h, keys, d).transpose(1, 2)  # (B·H, D, S)
-    v3 = v.reshape(b * h, keys, dv)  # (B·H, S, Dv)
-    weights = q.new_empty(b * h, length, keys)  # (B·H, L, S)
-    out = q.new_empty(b * h, length, dv)  # (B·H, L, Dv)
-    allowed = None if mask is None else mask.expand(b, h, length, keys)  # (B, H, L, S), a view
-    for block, in_mask in _blocks(b, h, length, keys):
-        product = torch.mm if len(block) == 2 else torch.bmm  # rows of one head, or whole heads
-        heads = block[:1]  # the key and value heads of the block's queries
-        w = weights[block]  # (B·H, L, S), (h', L, S) or (l, S)
-        product(q3[block], kt[heads], out=w)  # 1. q·kᵀ
-        w.mul_(scale)
-        forbidden = None if allowed is None else (~allowed[in_mask]).reshape(w.shape)
-        if forbidden is not None:  # 2. forbidden positions get -inf
-            w.masked_fill_(forbidden, float("-inf"))
-        _softmax_block_(w)  # 3. softmax in float32, back into the block
-        if forbidden is not None:  # a fully masked row is NaN: make it 0
-            w.masked_fill_(forbidden, 0.0)
-        product(w, v3[heads], out=out[block])  # 4. mix the values
-    return out.view(b, h, length, dv), weights.view(b, h, length, keys)
-
-
-def _softmax_(scores: Tensor) -> Tensor:
-    """torch.softmax(scores, -1, dtype=float32).to(scores.dtype), written back into
-    ``scores`` one ``BLOCK_ELEMENTS`` block of rows at a time: bit-identical, without a
-    second (B, H, L, S) tensor. (Measured at 2,048 tokens: a fresh 128 MB result's page
-    faults made the softmax 3x slower than over 1 MB row blocks.) The path of the score
-    modifiers; the plain formula runs whole in blocks (``_plain_in_blocks``)."""
-    if not scores.is_contiguous() or (scores.requires_grad and torch.is_grad_enabled()):
-        # Out of place: ``out=`` softmax has no derivative, and gradients may be wanted.
-        return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
-    rows = scores.view(-1, scores.size(-1))
-    step = max(1, BLOCK_ELEMENTS // max(1, scores.size(-1)))
-    for start in range(0, rows.size(0), step):
-        _softmax_block_(rows[start : start + step])
-    return scores
-
-
-def _softmax_block_(block: Tensor) -> None:
-    """torch.softmax(block, -1, dtype=float32).to(block.dtype), written back into ``block``
-    (contiguous rows). A float32 block is softmaxed into itself, as torch's
-    nn.MultiheadAttention fast path does (its native kernel calls _softmax_out(scores,
-    scores)): each row's max and sum are read before the row is written. Saves a copy of
-    every block (~15% of the softmax at 2,048 tokens); tests/test_attention.py holds it to
-    the out-of-place result."""
-    if block.dtype == torch.float32:
-        torch.softmax(block, dim=-1, out=block)
-    else:
-        block.copy_(torch.softmax(block, dim=-1, dtype=torch.float32))
 
 
 def causal_mask(length: int, device: torch.device | str | None = None, window: int | None = None) -> Tensor:
@@ -317,7 +209,7 @@ def eager_attention(
     Args:
         q: (B, H, L, D); k: (B, G, S, D); v: (B, G, S, Dv).
         mask: ``Mask`` or boolean tensor, True = may attend.
-        modifiers: keyword arguments of ``scaled_dot_product_attention`` (a score bias,
+        modifiers: keyword arguments of ``softmax_attention`` (a score bias,
             soft-capping, sinks); None values are ignored.
 
     Returns:
@@ -326,7 +218,7 @@ def eager_attention(
     modifiers = {name: value for name, value in modifiers.items() if value is not None}
     k, v = repeat_kv(q, k, v)  # (B, H, S, D)
     dense = mask.dense(k.size(2), q.device) if isinstance(mask, Mask) else mask
-    return scaled_dot_product_attention(q, k, v, dense, scale, **modifiers)  # (B, H, L, Dv), (B, H, L, S)
+    return softmax_attention(q, k, v, dense, scale, **modifiers)  # (B, H, L, Dv), (B, H, L, S)
 
 
 class Attend(Protocol):
@@ -338,67 +230,6 @@ class Attend(Protocol):
     def __call__(
         self, q: Tensor, k: Tensor, v: Tensor, mask: MaskLike, scale: float | None, **modifiers: Any
     ) -> tuple[Tensor, Tensor]: ...
-
-
-@dataclass(frozen=True)
-class Ablation:
-    """Heads whose output is removed before W^O, one head per batch element made.
-
-    The layer's input has batch 1 (the unablated stream); its output has batch
-    ``len(heads)``: element b is that one output with head ``heads[b]``'s slice of
-    Concat(head_1, ..., head_H) replaced by zero, or by ``fill[heads[b]]`` (the head's
-    mean output, mean-ablation). Residual sums broadcast the batch-1 stream against
-    it, so every later layer runs once per ablated head, in one batched pass.
-    A request (``rows.RowRequest``) carries it to the layer as ``ablation``.
-
-    Attributes:
-        heads: query heads in 0..H-1, one per batch element.
-        fill: None (zero-ablation) or (H, D): each head's replacement vector.
-    """
-
-    heads: tuple[int, ...]
-    fill: Tensor | None = None
-
-    def __post_init__(self) -> None:
-        if not self.heads or min(self.heads) < 0:
-            raise ValueError(f"an ablation needs heads in 0..H-1, not {self.heads}")
-        if self.fill is not None and self.fill.dim() != 2:
-            raise ValueError(f"fill must be (H, D), not {tuple(self.fill.shape)}")
-
-
-def ablate_heads(concat: Tensor, n_heads: int, ablation: Ablation) -> Tensor:
-    """Concat(head_1, ..., head_H) with one head removed per new batch element.
-
-    Args:
-        concat: (1, L, H·D), the heads side by side, before W^O.
-        n_heads: H.
-        ablation: which head each of the B = len(heads) copies loses, and with what.
-
-    Returns:
-        (B, L, H·D): copy b equals ``concat`` except head ``heads[b]``'s D columns, which
-        hold 0 or ``fill[heads[b]]`` at every position.
-    """
-    if concat.size(0) != 1:
-        raise ValueError(f"an ablated layer takes the batch-1 unablated stream, not batch {concat.size(0)}")
-    if max(ablation.heads) >= n_heads:
-        raise ValueError(f"head {max(ablation.heads)} is out of range for {n_heads} heads")
-    _, length, width = concat.shape
-    b, d = len(ablation.heads), width // n_heads
-    out = concat.expand(b, length, width).reshape(b, length, n_heads, d).clone()  # (B, L, H, D)
-    return remove_heads_(out, ablation).reshape(b, length, width)  # (B, L, H·D)
-
-
-def remove_heads_(heads: Tensor, ablation: Ablation) -> Tensor:
-    """In place on the heads side by side, (B, L, H, D) with B = len(ablation.heads): copy
-    b's head ``ablation.heads[b]`` becomes 0, or ``fill[heads[b]]``, at every position.
-    ``ablate_heads`` and the hf engine's hook on W^O (``ablation_hf.ablating``) both use it."""
-    index = torch.arange(len(ablation.heads), device=heads.device)
-    which = torch.as_tensor(ablation.heads, device=heads.device)
-    if ablation.fill is None:
-        heads[index, :, which] = 0.0
-    else:
-        heads[index, :, which] = ablation.fill.to(heads)[which][:, None, :]  # (B, 1, D) over every position
-    return heads
 
 
 class MultiHeadAttention(nn.Module):
@@ -413,12 +244,16 @@ class MultiHeadAttention(nn.Module):
         bias: whether the q/k/v projections carry biases.
         out_bias: whether W^O carries a bias; defaults to ``bias``.
         scale: the factor on q·kᵀ; defaults to 1/√D.
-        softcap: attention logit soft-capping (see ``scaled_dot_product_attention``).
+        softcap: attention logit soft-capping (see ``softmax_attention``).
         sinks: whether each head has a learned sink logit, the parameter ``sinks`` (H,).
 
     Projections are named ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj``
     (``o_proj`` is W^O).
     """
+
+    # This module's name in its layer's taps: blocks.N.attn.z; a decoder's cross-attention
+    # is "cross" (nn/taps.py).
+    tap_role = "attn"
 
     def __init__(
         self,
@@ -466,6 +301,22 @@ class MultiHeadAttention(nn.Module):
         v = self._split(self.v_proj(value), self.n_kv_heads)  # (B, G, S, D)
         return q, k, v
 
+    # Whether ``gate_output`` scales each head's output by a gate of the query (Qwen3-Next):
+    # a key's part of the output then depends on the query, so the norm measure refuses.
+    output_gated = False
+
+    def gate_output(self, z: Tensor, query: Tensor) -> Tensor:
+        """Between steps 2 and 3: each head's output z (B, L, H, Dv) as W^O reads it (the
+        ``z`` tap sees it after this); unchanged here. A gated family (qwen3_next.py)
+        multiplies it by σ(its gate of ``query`` (B, L, E))."""
+        return z
+
+    def own_score_bias(self, keys: int, dtype: torch.dtype, device: Any = None) -> Tensor | None:
+        """The bias this module adds to its scaled scores by itself, beside any ``score_bias``
+        it is given, broadcastable to (1, H, 1, S); None here (ALiBi's modules add one).
+        What reads the scores back (explain) adds it as the module does."""
+        return None
+
     def forward(
         self,
         query: Tensor,
@@ -500,6 +351,9 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.project(query, key, value)  # (B, H, L, D), (B, G, S, D), (B, G, S, Dv)
         if qk_transform is not None:
             q, k = qk_transform(q, k)
+        site = taps.active()  # None unless a pass attached taps (nn/taps.py)
+        if site is not None:
+            q, k, v = site(f"{self.tap_role}.q", q), site(f"{self.tap_role}.k", k), site(f"{self.tap_role}.v", v)
         # 2. head_i = softmax(Q_i K_iᵀ / √d_k) V_i, all heads at once; with grouped-query
         #    attention each key/value head serves H/G query heads (``repeat_kv``). Score
         #    modifiers (a position bias, soft-capping, sinks) send a fused request to the
@@ -508,10 +362,12 @@ class MultiHeadAttention(nn.Module):
             q, k, v, mask, self.scale, score_bias=score_bias, softcap=self.softcap, sinks=self.sinks
         )  # (B, H, L, D), (B, H, R, S)
         # 3. Concat(head_1, ..., head_H): put the heads back side by side.
-        b, _, length, dv = heads.shape  # Dv = D but in multi-head latent attention (mla.py)
-        concat = heads.transpose(1, 2).reshape(b, length, self.n_heads * dv)  # (B, L, H·Dv)
-        ablation: Ablation | None = getattr(request, "ablation", None)
-        if ablation is not None:  # head ablation (rows.RowRequest.ablation): one copy per removed head
-            concat = ablate_heads(concat, self.n_heads, ablation)  # (B', L, H·D)
+        z = heads.transpose(1, 2)  # (B, L, H, Dv); Dv = D but in multi-head latent attention (mla.py)
+        z = self.gate_output(z, query)  # the identity but in gated attention (qwen3_next.py)
+        if site is not None:
+            weights, z = site(f"{self.tap_role}.pattern", weights), site(f"{self.tap_role}.z", z)
+        b, length, _, dv = z.shape
+        concat = z.reshape(b, length, self.n_heads * dv)  # (B, L, H·Dv)
         # 4. ·W^O.
-        return self.o_proj(concat), weights
+        out = self.o_proj(concat)  # (B, L, E)
+        return (out if site is None else site(f"{self.tap_role}.out", out)), weights

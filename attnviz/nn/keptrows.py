@@ -68,7 +68,6 @@ class _Recorder:
 
     def __init__(self, request: Any, into: Capture) -> None:
         self.request, self.into = request, into
-        self.ablation = getattr(request, "ablation", None)
 
     def __call__(
         self, q: Tensor, k: Tensor, v: Tensor, mask: MaskLike, scale: float | None, **modifiers: Any

@@ -32,6 +32,14 @@ from torch import Tensor
 FALLBACK_ELEMENTS = 1 << 26
 
 
+def blocks(count: int, size: int, elements: int) -> list[tuple[int, int]]:
+    """[start, stop) ranges over ``count`` items of ``size`` elements each (query rows, heads),
+    as many items a range as ``elements`` hold, at least one: the one block helper of every
+    row-blocking loop (rows.py's cache-blocked eager steps and row chunks, and the math fallback here)."""
+    step = max(1, elements // max(1, size))
+    return [(start, min(start + step, count)) for start in range(0, count, step)]
+
+
 def expands_for_gqa(device_type: str, dtype: torch.dtype) -> bool:
     """Whether GQA calls copy the key/value heads (True) or pass ``enable_gqa`` (False)."""
     return device_type == "cuda" and dtype == torch.float32
@@ -103,13 +111,12 @@ def _blocked_math(
     q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: bool, scale: float | None, gqa: bool
 ) -> Tensor:
     """The math kernel over blocks of query rows: one block's (B, H, l, S) scores at a time."""
+
     b, h, length, _ = q.shape
     keys = k.size(2)
     out = q.new_empty(b, h, length, v.size(-1))  # (B, H, L, Dv)
-    size = max(1, FALLBACK_ELEMENTS // max(1, b * h * keys))
     f = torch.nn.functional.scaled_dot_product_attention
-    for start in range(0, length, size):
-        stop = min(start + size, length)
+    for start, stop in blocks(length, b * h * keys, FALLBACK_ELEMENTS):
         mask = None
         if attn_mask is not None:
             mask = attn_mask if attn_mask.dim() < 2 or attn_mask.size(-2) == 1 else attn_mask[..., start:stop, :]

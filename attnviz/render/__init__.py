@@ -17,9 +17,13 @@ def matplotlib_config_dir() -> None:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config") if "HOME" in os.environ else ""
     target = Path(base) / "matplotlib" if base else None
     probe = target
-    while probe is not None and not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if probe is None or not (probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)):
+    try:
+        while probe is not None and not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        usable = probe is not None and probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
+    except (OSError, ValueError):  # stat refused (a 5,000-character path, EACCES), a NUL in it
+        usable = False
+    if not usable:
         import tempfile
 
         # One directory per user, reused (matplotlib caches its font list there); a
@@ -73,7 +77,11 @@ HTML_FORMATS = (".html",)
 EXPORT_FORMATS = IMAGE_FORMATS + HTML_FORMATS
 DEFAULT_DPI = 150
 DEFAULT_FONT_PT = 8.0  # tick labels; titles scale with it
+EXPLAIN_TOP = 10  # explain's table: the top keys by default (a 343-token text printed 357 lines)
 COLUMN_IN = 6.3  # a one-layer figure fits this width (a paper's text column) by default
+
+
+XLABELS = ("auto", "all", "none")
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,9 @@ class FigureStyle:
             weight drawn). The bottom is always 0.
         title: draw the sentence and provenance above the panels.
         cmap: a matplotlib colormap name (checked when drawing).
+        xlabels: the token axis's labels: "auto" thins them so none overlap, always
+            keeping the query, each drawn head's strongest key and the targets; "all"
+            labels every column (they may touch); "none" draws none.
     """
 
     figsize: tuple[float, float] | None = None
@@ -97,8 +108,11 @@ class FigureStyle:
     vmax: float | str = 1.0
     title: bool = True
     cmap: str = "viridis"
+    xlabels: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.xlabels not in XLABELS:
+            raise ValueError(f"xlabels {self.xlabels!r} is not one of {', '.join(XLABELS)}")
         if self.figsize is not None:
             w, h = self.figsize
             if not (0.5 <= w <= 100 and 0.5 <= h <= 100):

@@ -90,7 +90,8 @@ def query_position(att: Any, token: str | int | None) -> int | None:
 
         raise UsageError(f"token must be a word or a position, not {type(token).__name__}")
     word, sep, nth = token.rpartition(":")
-    if sep and nth.isdigit() and word:
+    # ASCII digits only: "²".isdigit() is true and int() refuses it; "١" reads as 1.
+    if sep and nth.isascii() and nth.isdigit() and word:
         return find_word(att.tokens, word, int(nth))[0]
     return find_word(att.tokens, token)[0]
 
@@ -293,7 +294,7 @@ def _widget_class() -> Any:
             try:
                 layer = None if self.layer == -1 else self.layer
                 token: str | int | None = self.token or None
-                if isinstance(token, str) and token.isdigit():
+                if isinstance(token, str) and token.isascii() and token.isdigit():
                     token = int(token)
                 options = Options(self.head, self.words, self.hide_special, self.mean)
                 page = html_page(att, query_position(att, token), self.view, layer, options=options)
@@ -309,7 +310,7 @@ def _widget_class() -> Any:
 
 def _finds(att: Any, token: str) -> bool:
     try:
-        query_position(att, int(token) if token.isdigit() else token)
+        query_position(att, int(token) if token.isascii() and token.isdigit() else token)
     except AttnvizError:
         return False
     return True

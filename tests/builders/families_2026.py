@@ -113,6 +113,77 @@ SPECS_2026: tuple[Spec, ...] = (
         perturb=True,
     ),
 )
+# Qwen3-Next at odd sizes: layers 0, 1, 3 Gated DeltaNet, 2 and 4 gated softmax attention;
+# 2 key heads shared by 4 value heads; partial rotary 0.5 of D = 8; MoE on layers 1-4 with a
+# shared expert, layer 0 dense (mlp_only_layers).
+_QWEN3_NEXT = dict(
+    _DEC,
+    # Half the others' init: at 0.2 a Gated DeltaNet layer of this tiny random stack
+    # multiplies a difference in its input tenfold, and the fused kernel's float32
+    # rounding (1.9e-6 at layer 2) reached 1.4e-5 in the hidden states two layers on.
+    initializer_range=0.1,
+    hidden_size=48,
+    intermediate_size=37,
+    num_hidden_layers=5,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention", "full_attention"],
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=6,
+    linear_value_head_dim=5,
+    linear_conv_kernel_dim=3,
+    num_experts=6,
+    num_experts_per_tok=2,
+    moe_intermediate_size=9,
+    shared_expert_intermediate_size=11,
+    mlp_only_layers=[0],
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+    attention_bias=True,
+)
+SPECS_2026 += (
+    Spec("qwen3_next", "qwen3_next", _config("Qwen3NextConfig", **_QWEN3_NEXT), "causal", "llama", perturb=True),
+    Spec(
+        "qwen3_next-dense",  # no experts; every other layer attention; top-k not renormalised
+        "qwen3_next",
+        _config(
+            "Qwen3NextConfig",
+            **{**_QWEN3_NEXT, "num_experts": 0, "layer_types": None, "attention_bias": False},
+            full_attention_interval=2,
+            norm_topk_prob=False,
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
+# Qwen3.5's text stacks: Qwen3-Next's hybrid with the DeltaNet's projections apart; dense
+# MLPs everywhere, or experts everywhere (Qwen3-Next's keys they do not read left out).
+_QWEN3_5 = {
+    k: v
+    for k, v in _QWEN3_NEXT.items()
+    if k not in ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size")
+    and k != "mlp_only_layers"
+}
+SPECS_2026 += (
+    Spec("qwen3_5_text", "qwen3_5_text", _config("Qwen3_5TextConfig", **_QWEN3_5), "causal", "llama", perturb=True),
+    Spec(
+        "qwen3_5_moe_text",
+        "qwen3_5_moe_text",
+        _config(
+            "Qwen3_5MoeTextConfig",
+            **_QWEN3_5,
+            num_experts=6,
+            num_experts_per_tok=2,
+            moe_intermediate_size=9,
+            shared_expert_intermediate_size=11,
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
 SPECS_2026_BY_NAME = {spec.name: spec for spec in SPECS_2026}
 
 

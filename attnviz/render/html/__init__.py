@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import UsageError
+from ...io.safeio import text_noun
 from ...result import Attention, Provenance, atomic_write, check_writable
 from ...shape import head_label
 from ...tokens import Tokens
@@ -235,7 +236,9 @@ def page_data(
     if view not in VIEWS:
         raise UsageError(f"unknown view {view!r}", hint="use one of " + ", ".join(VIEWS))
     if query is not None and not 0 <= query < n_tok:
-        raise UsageError(f"token {query} is out of range: the sentence has {n_tok} tokens (0..{n_tok - 1})")
+        raise UsageError(
+            f"token {query} is out of range: {text_noun(att.tokens.text)} has {n_tok} tokens (0..{n_tok - 1})"
+        )
     slot = att.layer_slot(layer) if layer is not None else (len(att.layers) - 1) // 2
     options = options or Options()
     if not 0 <= options.head < att.num_heads:

@@ -135,7 +135,11 @@ def _steps_text(att: Attention) -> str:
 
 
 def token_figure(
-    att: Attention, query: int, layers: Sequence[int] | None = None, style: FigureStyle | None = None
+    att: Attention,
+    query: int,
+    layers: Sequence[int] | None = None,
+    style: FigureStyle | None = None,
+    targets: Sequence[int] = (),
 ) -> Figure:
     """One token's attention: per layer, a panel of heads (rows) × tokens (columns).
 
@@ -144,6 +148,10 @@ def token_figure(
     and one colour bar. Aggregate slots (head mean/max, rollout) are extra rows below a
     white rule. Tokens set aside (``att.hidden``) are not drawn. For causal models the
     tokens after ``query`` cannot be attended to and are drawn masked (grey).
+
+    The token labels (``style.xlabels`` "auto") keep the finding when they must thin out:
+    the query, ``targets`` (key positions) and each drawn row's strongest key in each
+    drawn layer are labelled first (the strongest first), the others around them.
 
     Raises:
         UsageError: ``query`` was not kept as a query row, a layer was not computed, a
@@ -213,6 +221,9 @@ def token_figure(
     vmax = _vmax(style, shown)
     # The query's own column(s) bold; cross-attention's keys are another text.
     bold = tuple(sorted({c // block for c in span_cols})) if att.is_self_attention else ()
+    where = {c: n for n, c in enumerate(cols)}
+    marked = tuple(where[t] // block for t in targets if t in where)
+    must = _peaks(shown)
     dim = tuple(_bin_all(np.array([att.keys.special[i] for i in cols])[None, :], 1, block)[0])  # all special
     image: AxesImage | None = None
     for i, (layer, d) in enumerate(zip(layers, data)):
@@ -225,11 +236,38 @@ def token_figure(
         # Label each grid axis once: tokens under the bottom panel of each column, heads
         # left of the first column.
         bottom_of_column = i + ncols >= len(layers)
-        _ticks(ax, "x", short, grid.cell_w, pt, show=bottom_of_column, bold=bold, dim=dim)
+        _ticks(
+            ax,
+            "x",
+            short,
+            grid.cell_w,
+            pt,
+            show=bottom_of_column,
+            bold=bold,
+            dim=dim,
+            must=must,
+            always=marked,
+            mode=style.xlabels,
+        )
         _ticks(ax, "y", head_names, grid.cell_h, pt, show=i % ncols == 0)
     assert image is not None  # layers is not empty (checked above)
     _colorbar(fig, grid, image, pt, _bar_label(att))
     return fig
+
+
+def _peaks(shown: Sequence[np.ndarray]) -> list[int]:
+    """The columns a thinned axis should still name: each drawn row's strongest column in
+    each panel (``shown``: each (H', S'/block), masked where the key is in the future),
+    the strongest first."""
+    peaks: list[tuple[float, int]] = []
+    for d in shown:
+        filled: np.ndarray = np.ma.filled(np.ma.asarray(d, dtype=float), -1.0)  # (H', S'/block)
+        for row in filled:
+            k = int(np.argmax(row))
+            if row[k] >= 0:
+                peaks.append((float(row[k]), k))
+    peaks.sort(key=lambda p: (-p[0], p[1]))
+    return list(dict.fromkeys(k for _, k in peaks))
 
 
 def matrix_figure(
@@ -310,7 +348,7 @@ def matrix_figure(
         ax.set_title(att.head_name(h), fontsize=pt, pad=3, loc="left")
         for r in rows_hl:
             ax.add_patch(Rectangle((-0.5, r - 0.5), len(short), 1, fill=False, edgecolor="#ff3030", linewidth=1.0))
-        _ticks(ax, "x", short, grid.cell_w, pt, show=i + ncols >= n_panels, dim=dim_k)
+        _ticks(ax, "x", short, grid.cell_w, pt, show=i + ncols >= n_panels, dim=dim_k, mode=style.xlabels)
         _ticks(ax, "y", q_short, grid.cell_h, pt, show=i % ncols == 0, bold=tuple(rows_hl), dim=dim_q)
     assert image is not None  # a model has at least one head
     _colorbar(fig, grid, image, pt, _bar_label(att))

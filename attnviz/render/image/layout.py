@@ -283,19 +283,36 @@ def _ticks(
     show: bool,
     bold: Sequence[int] = (),
     dim: Sequence[bool] = (),
+    must: Sequence[int] = (),
+    always: Sequence[int] = (),
+    mode: str = "auto",
 ) -> None:
     """Label an axis with ``labels`` once per grid axis, thinned so that no two overlap.
 
     ``cell`` is the size (inches) of one row/column; x labels are rotated to vertical,
-    so along either axis a label needs one line height of room.
+    so along either axis a label needs one line height of room. ``mode`` "all" labels
+    every cell (labels may touch), "none" none; "auto" labels ``bold`` (the chosen token)
+    and ``always`` (the targets a user named) whatever their spacing, then ``must`` in its
+    order (the strongest keys, strongest first) unless one would overprint a label
+    already kept, then fills the gaps between them from the left at the thinned spacing.
     """
     n = len(labels)
-    step = max(1, math.ceil(_line_in(pt) * 1.1 / cell))
-    keep = list(range(0, n, step))
-    for b in bold:  # the chosen token is always labelled; its close neighbours make room
-        keep = [k for k in keep if abs(k - b) >= step or k == b]
-        if b not in keep:
-            keep = sorted([*keep, b])
+    step = max(1, math.ceil(_line_in(pt) * 1.1 / cell))  # a label and a little air
+    # Closer than one em (a glyph's height, without the line's leading), two labels overprint.
+    touch = max(1, math.ceil(pt / 72 / cell - 1e-9))
+    if mode == "all":
+        keep = list(range(n))
+    elif mode == "none":
+        keep = []
+    else:
+        chosen = list(dict.fromkeys(k for k in [*bold, *always] if 0 <= k < n))
+        for k in must:
+            if 0 <= k < n and all(abs(k - j) >= touch for j in chosen):
+                chosen.append(k)
+        keep = sorted(chosen)
+        for k in range(n):
+            if all(abs(k - j) >= step for j in keep):
+                keep = sorted([*keep, k])
     ax.tick_params(axis="x" if axis == "x" else "y", length=0, pad=2, labelsize=pt)
     x = axis == "x"
     (ax.set_xticks if x else ax.set_yticks)(keep if show else [])

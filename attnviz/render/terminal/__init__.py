@@ -283,6 +283,14 @@ def matrix_heatmap(
     return Group(*tables, Text(""))
 
 
+def _steps_beside_notes(att: Attention) -> list[str]:
+    """The reading's steps, less the norm shares' step where NORM_NOTE already says it
+    (``--measure norm`` explained itself twice, once per line)."""
+    from ...transforms import SHARES_STEP
+
+    return [s for s in att.steps if not (att.measure == "norm" and s == SHARES_STEP)]
+
+
 NORM_NOTE = (
     "measure norm: ‖α·f(x)‖ with f(x) = (x·W_V + b_V)·W_O, the size of what each token adds to the "
     "head's output (Kobayashi et al. 2020); cells are each row's shares"
@@ -362,7 +370,11 @@ def links_text(
         text.append("\n  ")
         text.append(name.ljust(max(map(len, names))), style="bold")
         text.append(f"  → {target.ljust(max(map(len, targets)))}  {x.weight:.2f}")
-        head = int(x.head.removeprefix("h")) if x.head.removeprefix("h").isdigit() else None
+        head = (
+            int(x.head.removeprefix("h"))
+            if x.head.removeprefix("h").isascii() and x.head.removeprefix("h").isdigit()
+            else None
+        )
         if effects is not None and head is not None and not np.isnan(effects[x.layer, head]):
             text.append(f"  effect {effects[x.layer, head]:.3f}", style="bold" if effects[x.layer, head] >= top else "")
     if effects is not None:
@@ -415,7 +427,7 @@ def render_show(
     if p.score_terms:
         parts.append(Text(score_note(p.score_terms), style="dim"))
     parts += [Text(note, style="dim") for note in p.shape.notes()]
-    parts += [Text(step, style="dim") for step in att.steps]
+    parts += [Text(step, style="dim") for step in _steps_beside_notes(att)]
     compact = not full and grid_blocks(att, width, values) > MAX_GRID_BLOCKS
     if compact:
         parts.append(Text(COMPACT_NOTE, style="dim"))

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from ...engines.support import Support
     from ...measures.check import CheckResult
 
 
@@ -70,3 +71,18 @@ def render_check(result: CheckResult) -> Group:
 
 def _status(diff: float, tolerance: float, what: str) -> str:
     return f"{what} ok" if diff <= tolerance else f"{what} OVER"
+
+
+def render_support(rows: list[Support]) -> str:
+    """``attnviz check --list``: one line per model type (engines that show it, and why
+    not where neither does), then the counts. Plain text, for grep."""
+    width = max(len(r.model_type) for r in rows) + 2
+    shown = {"own": "own, hf", "hf": "hf", "none": "none"}
+    lines = [f"{'model_type':<{width}}{'engines':<10}why not own / why not at all"]
+    lines += [f"{r.model_type:<{width}}{shown[r.verdict]:<10}{r.why}".rstrip() for r in rows]
+    counts = {v: sum(1 for r in rows if r.verdict == v) for v in shown}
+    lines.append(
+        f"{len(rows)} model types: {counts['own']} in the own engine (and hf), "
+        f"{counts['hf']} in the hf engine only, {counts['none']} in neither"
+    )
+    return "\n".join(lines)

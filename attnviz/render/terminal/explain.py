@@ -13,8 +13,33 @@ from rich.table import Table
 from rich.text import Text
 
 from ...measures.explain import Explanation
+from .. import EXPLAIN_TOP
 
 BAR = 10  # characters of a full bar
+SORTS = ("weight", "norm", "contribution", "position")
+DEFAULT_TOP = EXPLAIN_TOP
+
+
+def shown_keys(x: Explanation, top: int | None = DEFAULT_TOP, sort: str = "weight") -> list[int]:
+    """The keys the table shows, in its order: the ``top`` keys (None: all) by ``sort``
+    ("weight" α, "norm" ‖f(x)‖, "contribution" α·‖f(x)‖, largest first; "position": the
+    top by α, in text order), with the query and the neuron view's key always among them.
+
+    Raises:
+        ValueError: an unknown sort, or ``top`` below 1.
+    """
+    if sort not in SORTS:
+        raise ValueError(f"unknown sort {sort!r} (known: {', '.join(SORTS)})")
+    if top is not None and top < 1:
+        raise ValueError(f"top must be 1 or more, not {top}")
+    by = {"norm": x.value_norms, "contribution": x.contribution}.get(sort, x.weights)
+    # Masked keys (weight 0, a norm that reaches nothing) go last; ties in text order.
+    value = np.where(x.mask, np.nan_to_num(by.astype(np.float64), nan=-np.inf), -np.inf)
+    order = sorted(range(len(value)), key=lambda j: (-value[j], j))
+    keep = set(order if top is None else order[:top]) | {x.query}
+    if x.neuron is not None:
+        keep.add(x.neuron.key)
+    return sorted(keep) if sort == "position" else [j for j in order if j in keep]
 
 
 def _bar(value: float, top: float, width: int = BAR, style: str = "cyan") -> Text:
@@ -31,8 +56,11 @@ def _vector(v: np.ndarray, shown: int = 6) -> str:
     return f"[{head}{', …' if len(v) > shown else ''}]  ‖·‖ = {float(np.linalg.norm(v)):.2f}"
 
 
-def explain_view(x: Explanation, note: str | None = None) -> RenderableType:
-    """Every step as text and one table over the keys; with a key, the neuron view."""
+def explain_view(
+    x: Explanation, note: str | None = None, top: int | None = DEFAULT_TOP, sort: str = "weight"
+) -> RenderableType:
+    """Every step as text and one table over the keys (``shown_keys``: the top keys by
+    ``sort``, a line saying how many more there are); with a key, the neuron view."""
     p, labels = x.provenance, x.tokens.labels
     d = x.head_dim
     who = labels[x.query]
@@ -65,7 +93,9 @@ def explain_view(x: Explanation, note: str | None = None) -> RenderableType:
     top_w = float(x.weights.max()) or 1.0
     top_c = float(x.contribution.max()) or 1.0
     best_w, best_c = int(np.argmax(x.weights)), int(np.argmax(x.contribution))
-    for j, label in enumerate(labels):
+    rows = shown_keys(x, top, sort)
+    for j in rows:
+        label = labels[j]
         masked = not x.mask[j]
         name = Text(label, style="bold" if j == x.query else ("dim" if x.tokens.special[j] else ""))
         if x.neuron is not None and j == x.neuron.key:
@@ -84,6 +114,16 @@ def explain_view(x: Explanation, note: str | None = None) -> RenderableType:
             _bar(float(x.contribution[j]), top_c, style="magenta"),
         )
     parts.append(table)
+    if len(rows) < len(labels):
+        what = {"weight": "α", "norm": "‖f(x)‖", "contribution": "α·‖f‖", "position": "α, in text order"}[sort]
+        parts.append(
+            Text(
+                f"{len(rows)} of {len(labels)} keys (the top {top} by {what}, the query"
+                + (" and --key" if x.neuron is not None else "")
+                + "): --top all shows every key; --json and -o keep them all",
+                style="dim",
+            )
+        )
     total = float(x.contribution.sum())
     share_w = float(x.weights[best_c])
     share_n = float(x.contribution[best_c]) / total if total > 0 else 0.0

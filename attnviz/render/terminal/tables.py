@@ -168,29 +168,37 @@ def pair_rows_table(
     num_heads: int | None = None,
     num_kv_heads: int | None = None,
     width: int | None = None,
+    names: dict[str, str] | None = None,
 ) -> RenderableType:
     """One line per head of a minimal pair: each target's weight in A and B, the change
-    B - A, and where the token looks in each sentence (stacked when ``width`` is short)."""
+    B - A, and where the token looks in each sentence (stacked when ``width`` is short).
+    ``names``: each target's header, as the sentence spells it (the file may say "anna").
+
+    Too narrow for the top lists beside the changes even stacked: they follow in a table
+    of their own, the same heads in the same order, so nothing is left out."""
     targets = list(rows[0].a.targets) if rows else []
-    fixed = 6 + 5 + sum(2 * max(len(w) + 3, 5) + 6 for w in targets)
+    names = names or {}
+    fixed = 6 + 5 + sum(2 * max(len(names.get(w, w)) + 3, 5) + 6 for w in targets)
     columns = [[row.a for row in rows], [row.b for row in rows]]
     stacked = _stack(columns, fixed, width)
-    # Too narrow even stacked: the changes are what this table is for, so the top-k
-    # lists give way (they are in --json, and in the table on a wider terminal).
-    show_top = not (stacked and _stack(columns, fixed, width, widest_entry=True))
+    beside = not (stacked and _stack(columns, fixed, width, widest_entry=True))
     table = _table()
     table.add_column("layer", justify="right", no_wrap=True)
     table.add_column("head", justify="right", no_wrap=True)
     for word in targets:
-        table.add_column(f"{word} A", justify="right", no_wrap=True)
-        table.add_column(f"{word} B", justify="right", no_wrap=True)
+        table.add_column(f"{names.get(word, word)} A", justify="right", no_wrap=True)
+        table.add_column(f"{names.get(word, word)} B", justify="right", no_wrap=True)
         table.add_column("Δ", justify="right", no_wrap=True)
-    if show_top:
-        table.add_column("top A", no_wrap=True)
-        table.add_column("top B", no_wrap=True)
-    note = None if show_top else "(top targets left out to fit the terminal: widen it, or use --json)"
+    tops = table if beside else _table()
+    if not beside:
+        tops.add_column("layer", justify="right", no_wrap=True)
+        tops.add_column("head", justify="right", no_wrap=True)
+        stacked = _stack(columns, 6 + 5, width)
+    tops.add_column("top A", no_wrap=True)
+    tops.add_column("top B", no_wrap=True)
     for row in rows:
-        cells: list[Any] = [str(row.layer), row.a.name or _head(row.head, num_heads, num_kv_heads)]
+        head = [str(row.layer), row.a.name or _head(row.head, num_heads, num_kv_heads)]
+        cells: list[Any] = list(head)
         delta = row.delta
         for word in targets:
             cells += [
@@ -198,10 +206,29 @@ def pair_rows_table(
                 _weight(row.b.targets[word], color=color),
                 _delta(delta[word], color=color),
             ]
-        if show_top:
-            cells += [_top(row.a, stacked=stacked), _top(row.b, stacked=stacked)]
-        table.add_row(*cells)
-    return _titled(title, table, note)
+        top = [_top(row.a, stacked=stacked), _top(row.b, stacked=stacked)]
+        if beside:
+            table.add_row(*cells, *top)
+        else:
+            table.add_row(*cells)
+            tops.add_row(*head, *top)
+    if beside:
+        return _titled(title, table)
+    return Group(
+        _titled(title, table),
+        Text("top targets in sentence A and B, the same heads in the same order:", style="italic"),
+        tops,
+    )
+
+
+def as_written(text: str, word: str) -> str:
+    """``word`` (a target as given, ``WORD`` or ``WORD:N``) spelled as ``text`` spells it:
+    targets are found whatever their case, and a header says the sentence's word."""
+    import re
+
+    base, sep, n = word.partition(":")
+    found = re.search(rf"(?<!\w){re.escape(base)}(?!\w)", text, flags=re.IGNORECASE)
+    return (found.group(0) if found else base) + sep + n
 
 
 def render_compare(
@@ -250,7 +277,8 @@ def render_compare(
         title = f"{word!r}: {what} on each target in sentence A and B, Δ = B − A, {shown}, largest change first"
         if sort != "delta":
             title = title.rsplit(",", 1)[0] + f", sorted by {sort}"
-        parts.append(pair_rows_table(rows, title=title + note, color=color, **kv))  # type: ignore[arg-type]
+        names = {w: as_written(att.tokens.text, w) for w in rows[0].a.targets} if rows else {}
+        parts.append(pair_rows_table(rows, title=title + note, color=color, names=names, **kv))  # type: ignore[arg-type]
         return Group(*parts)
     if att.part == "cross" and kind == "token":
         kind = "source token"

@@ -1,0 +1,327 @@
+"""Named taps (attnviz.nn.taps) through the Engine protocol, on both engines, proved
+against transformers itself: its eager model with its own hooks (the family's
+``eager_attention_forward`` spied on by monkeypatch, forward hooks on W^O and the MLP,
+``output_hidden_states``), on tiny BERT, Llama (GQA + RoPE), GPT-2 and BART checkpoints."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from attnviz.engines import load_engine
+from attnviz.errors import UsageError
+from attnviz.io.models import resolve
+from attnviz.nn.taps import Taps, check_name, tap_name
+from tests.builders import SPECS_BY_NAME, save_tiny
+from tests.helpers import ProtocolOnly
+
+TOL = 1e-5
+SENTENCE = "the cat sat on the mat and the dog sat by the door"
+TARGET = "the dog sat by the door"
+ATTENTION = ("q", "k", "v", "pattern", "z", "out")
+LAYER = ("resid_pre", "attn_out", "mlp_out", "resid_post")
+
+# Per family, transformers' own modules: the layers, the attention module (whose module
+# holds eager_attention_forward), W^O and the MLP's output, of the stack asked for.
+Modules = dict[str, Callable[[Any], Any]]
+FAMILIES: dict[str, Modules] = {
+    "bert": {
+        "layers": lambda m: m.encoder.layer,
+        "o": lambda layer: layer.attention.output.dense,
+        "mlp": lambda layer: layer.output.dense,
+    },
+    "llama": {"layers": lambda m: m.layers, "o": lambda layer: layer.self_attn.o_proj, "mlp": lambda layer: layer.mlp},
+    "gpt2": {"layers": lambda m: m.h, "o": lambda layer: layer.attn.c_proj, "mlp": lambda layer: layer.mlp},
+    "bart": {
+        "layers": lambda m: m.encoder.layers,
+        "o": lambda layer: layer.self_attn.out_proj,
+        "mlp": lambda layer: layer.fc2,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    made: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in made:
+            made[name] = save_tiny(SPECS_BY_NAME[name], tmp_path_factory.mktemp(name))
+        return made[name]
+
+    return get
+
+
+def _all_taps(layers: int, stack: str = "blocks", roles: tuple[str, ...] = ("attn",)) -> Taps:
+    taps = Taps()
+    for n in range(layers):
+        for role in roles:
+            for what in ATTENTION:
+                taps.record(f"{stack}.{n}.{role}.{what}")
+        for what in LAYER:
+            taps.record(f"{stack}.{n}.{what}")
+    return taps
+
+
+class Reference:
+    """transformers' eager base model and what its own hooks see in one pass."""
+
+    def __init__(self, path: Path, family: str) -> None:
+        from transformers import AutoModel
+
+        self.model = AutoModel.from_pretrained(str(path), attn_implementation="eager").eval()
+        self.modules = FAMILIES[family]
+
+    def run(
+        self, ids: list[int], monkeypatch: pytest.MonkeyPatch, target: list[int] | None = None
+    ) -> tuple[dict[str, torch.Tensor], Any]:
+        """Every tap of every layer of the (encoder) stack, by transformers' own means."""
+        seen: dict[str, torch.Tensor] = {}
+        layers = self.modules["layers"](self.model)
+        attention = [m for m in self.model.modules() if hasattr(m, "layer_idx") or "Attention" in type(m).__name__]
+        family = sys.modules[type(attention[0]).__module__]
+        eager = family.eager_attention_forward
+        calls: list[tuple[torch.Tensor, ...]] = []
+
+        def spy(module: Any, q: Any, k: Any, v: Any, *args: Any, **kwargs: Any) -> Any:
+            out, w = eager(module, q, k, v, *args, **kwargs)
+            calls.append((q, k, v, w, out))
+            return out, w
+
+        monkeypatch.setattr(family, "eager_attention_forward", spy)
+        handles = []
+        for n, layer in enumerate(layers):
+
+            def grab(name: str) -> Callable[..., None]:
+                def hook(_: Any, __: Any, out: Any) -> None:
+                    seen[name] = out[0] if isinstance(out, tuple) else out
+
+                return hook
+
+            handles.append(self.modules["o"](layer).register_forward_hook(grab(f"blocks.{n}.attn.out")))
+            handles.append(self.modules["mlp"](layer).register_forward_hook(grab(f"blocks.{n}.mlp_out")))
+            handles.append(layer.register_forward_hook(grab(f"blocks.{n}.resid_post")))
+        try:
+            with torch.no_grad():
+                x = torch.tensor([ids])
+                if target is not None:
+                    out = self.model(input_ids=x, decoder_input_ids=torch.tensor([target]), output_hidden_states=True)
+                    hidden = out.encoder_hidden_states
+                else:
+                    out = self.model(input_ids=x, output_hidden_states=True)
+                    hidden = out.hidden_states
+        finally:
+            for handle in handles:
+                handle.remove()
+            monkeypatch.undo()
+        for n in range(len(layers)):
+            q, k, v, w, z = calls[n]  # the encoder's layers come first
+            seen.update({f"blocks.{n}.attn.{t}": x for t, x in zip(("q", "k", "v", "pattern", "z"), (q, k, v, w, z))})
+            seen[f"blocks.{n}.resid_pre"] = hidden[n]
+            seen[f"blocks.{n}.attn_out"] = seen[f"blocks.{n}.attn.out"]
+        return seen, out
+
+
+@pytest.mark.parametrize("family", ["bert", "llama", "gpt2", "bart"])
+def test_recorded_taps_equal_across_engines_and_transformers(
+    tiny: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch, family: str
+) -> None:
+    path = tiny(family)
+    engines = {name: ProtocolOnly(load_engine(name, resolve(str(path)), "cpu")) for name in ("own", "hf")}
+    tokens = engines["own"].tokenize(SENTENCE)
+    seq2seq = bool(engines["own"].parts)
+    target = engines["own"].tokenize_target(TARGET) if seq2seq else None
+    layers = engines["own"].shape.num_layers
+    recorded: dict[str, Taps] = {}
+    for name, engine in engines.items():
+        taps = _all_taps(layers)
+        if seq2seq:
+            taps.hooks.extend(
+                _all_taps(engine.part_shape("decoder").num_layers, "decoder.blocks", ("attn", "cross")).hooks
+            )
+        with engine.tapping(taps):
+            if target is not None:
+                engine.forward_seq2seq(tokens, target)
+            else:
+                engine.forward(tokens)
+        recorded[name] = taps
+    reference, _ = Reference(path, family).run(
+        list(tokens.ids), monkeypatch, None if target is None else list(target.ids)
+    )
+    own, hf = recorded["own"], recorded["hf"]
+    names = [f"blocks.{n}.attn.{t}" for n in range(layers) for t in ATTENTION]
+    names += [f"blocks.{n}.{t}" for n in range(layers) for t in LAYER]
+    for name in names:
+        torch.testing.assert_close(own[name], hf[name], atol=TOL, rtol=0, msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            own[name], reference[name], atol=TOL, rtol=0, msg=lambda m, name=name: f"{name}: {m}"
+        )
+        assert len(own.recorded[name]) == len(hf.recorded[name]) == 1
+    if seq2seq:  # the decoder's names, both engines alike
+        decoder = [n for n in own.recorded if n.startswith("decoder.")]
+        assert {n.rsplit(".", 1)[-1] for n in decoder} == {*ATTENTION, *LAYER}
+        for name in decoder:
+            torch.testing.assert_close(own[name], hf[name], atol=TOL, rtol=0, msg=lambda m, name=name: f"{name}: {m}")
+    # The shapes the module docstring promises.
+    b, h, q, d = own["blocks.0.attn.q"].shape
+    g = own["blocks.0.attn.k"].shape[1]
+    assert (b, q) == (1, len(tokens)) and h % g == 0
+    assert own["blocks.0.attn.pattern"].shape == (1, h, q, q)
+    assert own["blocks.0.attn.z"].shape[:3] == (1, q, h)
+    if family == "llama":
+        assert g < h  # grouped-query attention: k and v have the key/value heads
+
+
+def _hidden(engine: Any, tokens: Any, target: Any = None) -> torch.Tensor:
+    return engine.final_hidden(tokens, target)
+
+
+@pytest.mark.parametrize("family", ["bert", "llama", "gpt2", "bart"])
+@pytest.mark.parametrize("engine_name", ["own", "hf"])
+def test_replacing_one_heads_z_equals_a_prehook_on_w_o(
+    tiny: Callable[[str], Path], family: str, engine_name: str
+) -> None:
+    path = tiny(family)
+    engine = ProtocolOnly(load_engine(engine_name, resolve(str(path)), "cpu"))
+    tokens = engine.tokenize(SENTENCE)
+    layer, head = 1, 1
+    heads = engine.shape.num_heads
+    d = None
+    fill = None
+
+    ref = Reference(path, family)
+    stack = ref.modules["layers"](ref.model if family != "bart" else ref.model)
+    o_proj = ref.modules["o"](stack[layer])
+    width = o_proj.in_features if hasattr(o_proj, "in_features") else o_proj.weight.shape[0]
+    d = width // heads
+    fill = torch.linspace(-1.0, 1.0, d)  # one (D,) vector at every position
+
+    def prehook(_: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        concat = args[0].clone()
+        b, length, _w = concat.shape
+        concat.view(b, length, heads, d)[:, :, head] = fill
+        return (concat, *args[1:])
+
+    handle = o_proj.register_forward_pre_hook(prehook)
+    try:
+        with torch.no_grad():
+            x = torch.tensor([list(tokens.ids)])
+            model = ref.model.get_encoder() if family == "bart" else ref.model
+            expect = model(input_ids=x).last_hidden_state
+    finally:
+        handle.remove()
+    taps = Taps().replace(tap_name(None, layer, "z"), fill, heads=[head])
+    with engine.tapping(taps):
+        got = _hidden(engine, tokens)
+    clean = _hidden(engine, tokens)
+    torch.testing.assert_close(got, expect, atol=TOL, rtol=0)
+    assert (got - clean).abs().max() > 1e-3  # the replacement did something
+
+
+@pytest.mark.parametrize("family", ["bert", "llama", "gpt2", "bart"])
+@pytest.mark.parametrize("engine_name", ["own", "hf"])
+def test_unused_taps_change_nothing(tiny: Callable[[str], Path], family: str, engine_name: str) -> None:
+    engine = load_engine(engine_name, resolve(str(tiny(family))), "cpu")
+    tokens = engine.tokenize(SENTENCE)
+    plain = engine.forward(tokens)
+    for taps in (Taps(), Taps().record("blocks.0.attn.z"), Taps().record("blocks.*.resid_post")):
+        with engine.tapping(taps):
+            tapped = engine.forward(tokens)
+        assert torch.equal(tapped.hidden_states, plain.hidden_states)
+        for a, b in zip(tapped.attentions, plain.attentions, strict=True):
+            assert torch.equal(a, b)
+    after = engine.forward(tokens)  # and nothing stays attached
+    assert torch.equal(after.hidden_states, plain.hidden_states)
+
+
+def test_wildcards_record_every_layer_and_select_heads_and_positions(tiny: Callable[[str], Path]) -> None:
+    engine = load_engine("own", resolve(str(tiny("llama"))), "cpu")
+    tokens = engine.tokenize(SENTENCE)
+    every = Taps().record("blocks.*.attn.z")
+    some = Taps().record("blocks.*.attn.z", heads=[0, 2], positions=[1, 3, 4])
+    with engine.tapping(every), engine.tapping(some):
+        engine.forward(tokens)
+    assert sorted(some.recorded) == [f"blocks.{n}.attn.z" for n in range(engine.num_layers)]
+    with engine.tapping(every):
+        engine.forward(tokens)
+    name = "blocks.1.attn.z"
+    torch.testing.assert_close(some[name], every[name][:, [1, 3, 4]][:, :, [0, 2]], atol=0, rtol=0)
+    assert len(every.recorded[name]) == 1  # the inner context replaced the outer one for its passes
+
+
+def test_replacing_by_a_function(tiny: Callable[[str], Path]) -> None:
+    """A function of the slice: doubling a head's values equals replacing them by their double."""
+    engine = load_engine("own", resolve(str(tiny("gpt2"))), "cpu")
+    tokens = engine.tokenize(SENTENCE)
+    seen = Taps().record("blocks.0.attn.v")
+    with engine.tapping(seen):
+        engine.forward(tokens)
+    doubled = seen["blocks.0.attn.v"][:, 1] * 2
+    by_fn = Taps().replace("blocks.0.attn.v", lambda v: v * 2, heads=[1])
+    by_tensor = Taps().replace("blocks.0.attn.v", doubled[:, None], heads=[1])
+    with engine.tapping(by_fn):
+        a = engine.final_hidden(tokens)
+    with engine.tapping(by_tensor):
+        b = engine.final_hidden(tokens)
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("engine_name", ["own", "hf"])
+def test_names_the_model_does_not_have_are_refused_before_the_pass(
+    tiny: Callable[[str], Path], engine_name: str
+) -> None:
+    engine = load_engine(engine_name, resolve(str(tiny("gpt2"))), "cpu")
+    for name, words in (
+        (f"blocks.{engine.num_layers}.attn.z", "out of range"),
+        ("decoder.blocks.0.attn.z", "no decoder"),
+        ("blocks.0.cross.z", "decoder's"),
+    ):
+        with pytest.raises(UsageError, match=words), engine.tapping(Taps().record(name)):
+            pytest.fail("entered")
+
+
+def test_names_follow_one_scheme() -> None:
+    assert tap_name(None, 3, "z") == tap_name("encoder", 3, "z") == "blocks.3.attn.z"
+    assert tap_name("decoder", 0, "resid_pre") == "decoder.blocks.0.resid_pre"
+    assert tap_name("cross", 2, "out") == "decoder.blocks.2.cross.out"
+    for bad in ("blocks.0.z", "blocks.0.attn.hook_z", "layers.0.attn.z", "blocks.x.attn.q", "encoder.blocks.0.attn.q"):
+        with pytest.raises(ValueError, match="not a tap name"):
+            check_name(bad)
+    with pytest.raises(ValueError, match="recorded, not replaced"):
+        Taps().replace("blocks.0.attn.pattern", 0.0)
+    with pytest.raises(ValueError, match="no head axis"):
+        Taps().record("blocks.0.resid_post", heads=[0])
+    with pytest.raises(KeyError, match="nothing was recorded"):
+        Taps()["blocks.0.attn.z"]
+
+
+def test_the_development_guides_example_runs() -> None:
+    """docs/development.md's Taps section: its Python block, on both engines and the packaged model."""
+    import re
+
+    page = (Path(__file__).parent.parent / "docs" / "development.md").read_text(encoding="utf-8")
+    section = page.split("## Taps", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    exec(compile(code, "docs/development.md", "exec"), {})
+
+
+@pytest.mark.parametrize("engine_name", ["own", "hf"])
+def test_a_pattern_tap_sees_every_row_whatever_rows_are_kept(tiny: Callable[[str], Path], engine_name: str) -> None:
+    engine = load_engine(engine_name, resolve(str(tiny("llama"))), "cpu")
+    tokens = engine.tokenize(SENTENCE)
+    full = engine.forward(tokens).attentions  # (1, H, Q, Q) per layer
+    taps = Taps().record("blocks.*.attn.pattern")
+    with engine.tapping(taps):
+        kept = engine.forward(tokens, layers=[1], queries=[2])
+        engine.final_hidden(tokens)
+    assert kept.attentions[0].shape[2] == 1
+    torch.testing.assert_close(kept.attentions[0], full[1][:, :, [2]], atol=TOL, rtol=0)
+    for layer in (0, 1):
+        first, second = taps.recorded[f"blocks.{layer}.attn.pattern"]  # forward's, final_hidden's
+        torch.testing.assert_close(first, full[layer], atol=TOL, rtol=0)
+        torch.testing.assert_close(second, full[layer], atol=TOL, rtol=0)
