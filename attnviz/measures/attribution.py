@@ -228,9 +228,11 @@ def attribute(
     *,
     position: int | None = None,
     top: int = 5,
+    labels: tuple[str, str] | None = None,
 ) -> Attribution:
     """Direct logit attribution and the logit lens of one text at ``position`` (default:
-    the last token), from one forward pass.
+    the last token), from one forward pass. ``labels``: the answer's and the wrong
+    token's names (default: their vocabulary pieces).
 
     Raises:
         UsageError: a family without a known final norm, a soft-capped LM head, an
@@ -290,8 +292,8 @@ def attribute(
     return Attribution(
         model=engine.files.spec,
         engine=engine.name,
-        answer=lm.token(answer),
-        wrong=lm.token(wrong),
+        answer=lm.token(answer) if labels is None else labels[0],
+        wrong=lm.token(wrong) if labels is None else labels[1],
         position=q,
         tokens=tuple(tokens.labels),
         heads=heads,
@@ -322,6 +324,6 @@ def attribute_text(
         )
     tokens = engine.tokenize(text)
     at = position.resolve(tokens)[-1] if isinstance(position, Query) else position
-    a, _ = answer_id(engine.tokenizer, answer)
-    w, _ = answer_id(engine.tokenizer, wrong)
-    return attribute(engine, tokens, a, w, lm, position=at, top=top)
+    a, a_label = answer_id(engine.tokenizer, answer)
+    w, w_label = answer_id(engine.tokenizer, wrong)
+    return attribute(engine, tokens, a, w, lm, position=at, top=top, labels=(a_label, w_label))
