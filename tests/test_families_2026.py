@@ -345,7 +345,7 @@ def test_family_module_declares_what_the_registry_maps_to_it() -> None:
 
 # --- Qwen3-Next: a hybrid of Gated DeltaNet and gated softmax attention ------------------------------
 
-HYBRID = ("qwen3_next", "qwen3_next-dense")
+HYBRID = ("qwen3_next", "qwen3_next-dense", "qwen3_5_text", "qwen3_5_moe_text")
 
 
 @pytest.mark.parametrize("name", HYBRID)
@@ -410,16 +410,17 @@ def test_hybrid_norms_and_explain_are_refused_in_one_line(name: str, saved: dict
         assert len(lines) == 1 and "gates each head's output" in lines[0], result.stderr
 
 
-def test_hybrid_ablation_matches_a_transformers_hook_on_o_proj(saved: dict[str, Path]) -> None:
+@pytest.mark.parametrize("name", ["qwen3_next", "qwen3_5_moe_text"])
+def test_hybrid_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[str, Path]) -> None:
     """Each head of each softmax layer zeroed (or set to its mean) in the input of
     transformers' o_proj (after the output gate), one head per pass."""
     from attnviz.measures.ablation import Runner, ablate_text
 
     from .test_ablation import Reference
 
-    engine = _engines("qwen3_next", saved)[0]
+    engine = _engines(name, saved)[0]
     tokens = engine.tokenize(SENTENCES[1])
-    ref = Reference(saved["qwen3_next"], "llama")
+    ref = Reference(saved[name], "llama")
     layers = engine.shape.attention_layers
     for mode in ("zero", "mean"):
         got = ablate_text(Runner(engine, tokens), mode=mode, batch=2, layers=layers)
@@ -457,6 +458,8 @@ HYBRID_QUIRKS: list[tuple[str, dict[str, Any]]] = [
     ("qwen3_next", {"norm_topk_prob": False}),
     ("qwen3_next", {"mlp_only_layers": []}),
     ("qwen3_next-dense", {"rms_norm_eps": 0.5}),
+    ("qwen3_5_text", {"model_type": "qwen3_next"}),  # Qwen3-Next's grouped projections
+    ("qwen3_5_moe_text", {"layer_types": ["full_attention"] * 5}),
 ]
 
 

@@ -118,6 +118,10 @@ SPECS_2026: tuple[Spec, ...] = (
 # shared expert, layer 0 dense (mlp_only_layers).
 _QWEN3_NEXT = dict(
     _DEC,
+    # Half the others' init: at 0.2 a Gated DeltaNet layer of this tiny random stack
+    # multiplies a difference in its input tenfold, and the fused kernel's float32
+    # rounding (1.9e-6 at layer 2) reached 1.4e-5 in the hidden states two layers on.
+    initializer_range=0.1,
     hidden_size=48,
     intermediate_size=37,
     num_hidden_layers=5,
@@ -148,6 +152,32 @@ SPECS_2026 += (
             **{**_QWEN3_NEXT, "num_experts": 0, "layer_types": None, "attention_bias": False},
             full_attention_interval=2,
             norm_topk_prob=False,
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
+# Qwen3.5's text stacks: Qwen3-Next's hybrid with the DeltaNet's projections apart; dense
+# MLPs everywhere, or experts everywhere (Qwen3-Next's keys they do not read left out).
+_QWEN3_5 = {
+    k: v
+    for k, v in _QWEN3_NEXT.items()
+    if k not in ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size")
+    and k != "mlp_only_layers"
+}
+SPECS_2026 += (
+    Spec("qwen3_5_text", "qwen3_5_text", _config("Qwen3_5TextConfig", **_QWEN3_5), "causal", "llama", perturb=True),
+    Spec(
+        "qwen3_5_moe_text",
+        "qwen3_5_moe_text",
+        _config(
+            "Qwen3_5MoeTextConfig",
+            **_QWEN3_5,
+            num_experts=6,
+            num_experts_per_tok=2,
+            moe_intermediate_size=9,
+            shared_expert_intermediate_size=11,
         ),
         "causal",
         "llama",

@@ -259,6 +259,35 @@ SPECS_C += (
         perturb=True,
     ),
 )
+SPECS_C += (
+    Spec(
+        "modernbert-decoder",
+        "modernbert-decoder",
+        _config(
+            "ModernBertDecoderConfig",
+            vocab_size=VOCAB_SIZE,
+            hidden_size=48,
+            intermediate_size=37,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            max_position_embeddings=64,
+            local_attention=6,  # a local layer sees its last 3 tokens
+            global_attn_every_n_layers=2,
+            norm_bias=True,
+            attention_bias=True,
+            mlp_bias=True,
+            initializer_range=0.2,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            cls_token_id=1,
+            sep_token_id=2,
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
 SPECS_C_BY_NAME = {spec.name: spec for spec in SPECS_C}
 
 
