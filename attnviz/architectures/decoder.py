@@ -88,9 +88,10 @@ class DecoderModel(AttnModel):
         # 2. One mask per distinct window and chunk: causal, limited to them, and never to
         #    padding. Described, not materialised: (S, S) booleans are 1 GiB at 32k tokens.
         padding = None if attention_mask is None else attention_mask.bool()  # (B, S)
+        # (``causal`` False: a bidirectional encoder on this stack, EuroBERT.)
         chunks = self.chunks or (None,) * len(self.windows)
         kinds = list(zip(self.windows, chunks, strict=True))  # per layer: (window, chunk)
-        masks = {kind: Mask(causal=True, window=kind[0], chunk=kind[1], padding=padding) for kind in set(kinds)}
+        masks = {kind: Mask(causal=self.causal, window=kind[0], chunk=kind[1], padding=padding) for kind in set(kinds)}
         # 3. The layers, each returning the weight rows asked of it.
         last = self.num_layers - 1 if max_layer is None else max_layer
         requests = self.row_requests(last, layers, queries, fused)
