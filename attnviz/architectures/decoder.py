@@ -87,7 +87,8 @@ class DecoderModel(AttnModel):
         # 2. One mask per distinct window: causal, limited to the window, and never to
         #    padding. Described, not materialised: (S, S) booleans are 1 GiB at 32k tokens.
         padding = None if attention_mask is None else attention_mask.bool()  # (B, S)
-        masks = {window: Mask(causal=True, window=window, padding=padding) for window in set(self.windows)}
+        # (``causal`` False: a bidirectional encoder on this stack, EuroBERT.)
+        masks = {window: Mask(causal=self.causal, window=window, padding=padding) for window in set(self.windows)}
         # 3. The layers, each returning the weight rows asked of it.
         last = self.num_layers - 1 if max_layer is None else max_layer
         requests = self.row_requests(last, layers, queries, fused)
