@@ -30,6 +30,7 @@ from .version import __version__
 
 if TYPE_CHECKING:
     from .analyses import HeadAblation, HeadScan, ablate, check, explain, scan
+    from .measures.attribution import Attribution
     from .measures.patching import PatchResult
     from .result import Attention, HeadEffects
     from .select import LayerSpec
@@ -41,6 +42,7 @@ __all__ = [
     "explain",
     "scan",
     "patch",
+    "attribute",
     "check",
     "Attention",
     "HeadAblation",
@@ -280,6 +282,41 @@ def patch(
         layers=chosen,
         batch=batch,
     )
+
+
+def attribute(
+    text: str,
+    answer: str,
+    wrong: str,
+    *,
+    token: str | None = None,
+    occurrence: int | None = None,
+    index: int | None = None,
+    model: str | None = None,
+    engine: str = "own",
+    device: str = "auto",
+    dtype: str = "float32",
+    lens_top: int = 3,
+) -> Attribution:
+    """Direct logit attribution, as ``attnviz patch TEXT --dla --answer A --wrong W``: each
+    head's (``r.heads``, (layers, heads)), each MLP's, the embeddings' and the biases'
+    direct contribution to logit(answer) − logit(wrong) at the last token (or ``token`` /
+    ``index``), through the final norm with its scale frozen; ``r.total`` sums them and
+    ``r.sum_error`` is what they miss the logit difference by. ``r.lens``: the logit lens,
+    each layer's top tokens there. GPT-2, Llama, Mistral and Qwen2 checkpoints with their
+    LM head. ``r.to_dict()`` is the command's ``--json``.
+    """
+    from .engines import load_engine
+    from .io.safeio import check_text
+    from .measures.attribution import attribute_text
+    from .select import Query
+
+    if not isinstance(text, str):
+        raise UsageError(f"attribute(): text must be a str, not {type(text).__name__}", reason="type")
+    check_text(text)
+    query = Query.maybe(token, occurrence, index)
+    eng = load_engine(engine, model, device, dtype)
+    return attribute_text(eng, text, answer, wrong, position=query, top=lens_top)
 
 
 # What each argument of inspect() may be, checked before anything runs: index=1.5 was

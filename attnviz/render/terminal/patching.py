@@ -15,6 +15,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from ...measures.attribution import Attribution
 from ...measures.patching import PatchResult
 from .glyphs import shade
 
@@ -100,4 +101,72 @@ def patch_view(result: PatchResult, *, top: int = 10, color: bool = True) -> Ren
         parts.append(table)
     for note in result.notes:
         parts.append(Text(note, style="dim"))
+    return Group(*parts)
+
+
+def attribution_view(result: Attribution, *, top: int = 10, color: bool = True) -> RenderableType:
+    """The sum check, the heads' contributions (layers × heads, with each layer's MLP and
+    W^O bias), the ``top`` components by |contribution| and the logit lens."""
+    parts: list[RenderableType] = [
+        Text(f"{result.model} · engine {result.engine}", style="dim"),
+        Text(result.label(), style="dim"),
+    ]
+    check = (
+        f"sum check: Σ components = {result.total:.6g}; logit({result.answer}) − logit({result.wrong}) = "
+        f"{result.logit_diff:.6g}; error {result.sum_error:+.2e}"
+    )
+    parts.append(Text(check, style="bold"))
+    scale = max(1e-12, float(np.abs(result.heads).max()), float(np.abs(result.mlps).max()))
+    grid = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold", padding=(0, 0, 0, 1))
+    grid.add_column("", justify="right", no_wrap=True)
+    for head in range(result.heads.shape[1]):
+        grid.add_column(f"H{head}", justify="right", no_wrap=True)
+    grid.add_column("mlp", justify="right", no_wrap=True)
+    grid.add_column("bias", justify="right", no_wrap=True)
+
+    def cell(value: float) -> Text:
+        label = f"{value:+.2f}"
+        if not color:
+            return Text(label)
+        shown = value / scale
+        return Text(label, style=Style(color="white" if abs(shown) > 0.55 else "black", bgcolor=effect_colour(shown)))
+
+    for layer in range(result.heads.shape[0]):
+        grid.add_row(
+            f"L{layer}",
+            *(cell(v) for v in result.heads[layer]),
+            cell(float(result.mlps[layer])),
+            cell(float(result.attn_biases[layer])),
+        )
+    parts.append(grid)
+    parts.append(
+        Text(
+            f"embeddings {result.embeddings:+.3f}; other biases (final norm's β, b_U) {result.biases:+.3f}", style="dim"
+        )
+    )
+    table = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
+    table.add_column("rank", justify="right")
+    table.add_column("component", no_wrap=True)
+    table.add_column("contribution", justify="right")
+    for k, (name, value) in enumerate(result.ranked(top), 1):
+        table.add_row(str(k), name, f"{value:+.4f}")
+    parts.append(Text(f"top {min(top, len(result.components()))} components by |contribution|:", style="bold"))
+    parts.append(table)
+    lens = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
+    lens.add_column("after", no_wrap=True)
+    lens.add_column(f"logit({result.answer}) − logit({result.wrong})", justify="right")
+    lens.add_column("top tokens (logit)")
+    for layer, tops in enumerate(result.lens):
+        lens.add_row(
+            f"L{layer}",
+            f"{result.lens_diff[layer]:+.3f}",
+            "  ".join(f"{t} {v:.2f}" for t, v in tops),
+        )
+    parts.append(
+        Text(
+            f"logit lens at {result.tokens[result.position]!r}: each layer's stream through the final norm and W_U",
+            style="bold",
+        )
+    )
+    parts.append(lens)
     return Group(*parts)
