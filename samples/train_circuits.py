@@ -144,6 +144,7 @@ class Config:
     eval_ioi: int = 500
     arch: str = "gpt2"  # gpt2 (learned absolute positions) or llama (rotary positions)
     fill: str = "random"  # after the second copy: random words, or r again ("cycle")
+    pool: str = "all"  # the training runs' words: every non-special word, or the symbols alone
 
     def __post_init__(self) -> None:
         for name in ("steps", "d_model", "layers", "heads", "mlp", "batch_repeat", "batch_ioi", "threads"):
@@ -151,6 +152,8 @@ class Config:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
         if self.arch not in ("gpt2", "llama"):
             raise ValueError(f"--arch {self.arch!r} is not gpt2 or llama")
+        if self.pool not in ("all", "symbols"):
+            raise ValueError(f"--pool {self.pool!r} is not all or symbols")
         if self.fill not in ("random", "cycle"):
             raise ValueError(f"--fill {self.fill!r} is not random or cycle")
         if self.d_model % self.heads:
@@ -276,6 +279,8 @@ def train(cfg: Config, progress: bool = True) -> tuple[Any, Any, dict[str, Any]]
     model = build_model(cfg, len(vocab))
     model.train()
     data = Data(vocab, random.Random(cfg.seed))
+    if cfg.pool == "symbols":  # a small alphabet for the repeated runs (the evaluation keeps every word)
+        data.pool = [data.ids[s] for s in SYMBOLS]
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     keep = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW(
@@ -457,9 +462,16 @@ def card(cfg: Config, metrics: dict[str, Any], run: dict[str, Any], digest: str,
         "",
         f"Each step: {cfg.batch_repeat} sequences of {cfg.context} tokens `<bos> p r m r f` (r: {cfg.min_half} to",
         f"{(cfg.context - 1) // 2} tokens seen twice; p, m and f random, p and m of random lengths; every token",
-        f"drawn uniformly from every non-special word) and {cfg.batch_ioi} indirect-object sentences from",
+        (
+            "drawn uniformly from every non-special word)"
+            if cfg.pool == "all"
+            else f"drawn uniformly from the {len(SYMBOLS)} symbols; the evaluation below draws from every word)"
+        )
+        + f" and {cfg.batch_ioi} indirect-object sentences from",
         f"{len(TEMPLATES)} templates, e.g. `When Mary and John went to the store , John gave a drink to Mary`",
-        "(the subject repeated, the other name the answer; both name orders). The loss is next-token",
+        "(the subject repeated, the other name the answer; both name orders)."
+        + (" With `--fill cycle` f is r again, to the end." if cfg.fill == "cycle" else "")
+        + " The loss is next-token",
         "cross-entropy on every token of both, summed.",
         "",
         "## Training",
