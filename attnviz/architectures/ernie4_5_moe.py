@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from . import llama
 from .ernie4_5 import Ernie45Decoder
+from .fields import number, whole
 from .grouped_moe import GroupedMoE
 from .llama import LlamaConfig, SwiGLU
 from .moe import convert as moe_convert
@@ -82,7 +83,7 @@ def build(config: dict[str, Any]) -> Ernie45MoeDecoder:
     start = int(config.get("moe_layer_start_index", 1))
     end = int(config.get("moe_layer_end_index", -1))
     end = layers - 1 if end == -1 else end
-    interval = int(config.get("moe_layer_interval") or 1)
+    interval = whole(config, "moe_layer_interval", 1)
     sparse = tuple(i for i in range(layers) if (i + 1) % interval == 0 and start <= i <= end)
     bias = bool(config.get("use_bias", False))
     base = LlamaConfig.from_dict(config, qkv_bias=bias, o_bias=bias, mlp_bias=bias)
@@ -90,11 +91,11 @@ def build(config: dict[str, Any]) -> Ernie45MoeDecoder:
         Ernie45MoeConfig(
             **vars(base),
             sparse_layers=sparse,
-            num_experts=int(config.get("moe_num_experts") or config["num_experts"]),
-            top_k=int(config.get("moe_k") or config["num_experts_per_tok"]),
+            num_experts=whole(config, "moe_num_experts", config.get("num_experts")),
+            top_k=whole(config, "moe_k", config.get("num_experts_per_tok")),
             moe_intermediate_size=int(config["moe_intermediate_size"]),
-            shared_experts=int(config.get("moe_num_shared_experts") or 0),
-            norm_min=float(config.get("moe_norm_min") or 1e-12),
+            shared_experts=whole(config, "moe_num_shared_experts", 0, low=0),
+            norm_min=number(config, "moe_norm_min", 1e-12, low=0.0),
         )
     )
 

@@ -29,6 +29,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention
+from .fields import given, sequence, whole
 from .grouped_moe import GroupedMoE, GroupedTopkRouter
 from .llama import LlamaConfig, LlamaDecoder, SwiGLU, _windows_of
 from .moe import convert as moe_convert
@@ -79,7 +80,7 @@ class Glm4MoeDecoder(LlamaDecoder):
 def build(config: dict[str, Any]) -> Glm4MoeDecoder:
     dots = config.get("model_type") == "dots1"
     heads = int(config["num_attention_heads"])
-    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    head_dim = whole(config, "head_dim", int(config["hidden_size"]) // heads)
     layers = int(config["num_hidden_layers"])
     # transformers' GLM-4.5 config defaults to half the head; dots1 rotates all of it.
     rope = rope_config(config if dots else {"partial_rotary_factor": 0.5, **config}, head_dim, partial_rotary=not dots)
@@ -87,10 +88,12 @@ def build(config: dict[str, Any]) -> Glm4MoeDecoder:
     fields: dict[str, Any] = dict(ropes=(rope,) * layers, qkv_bias=bias, o_bias=dots and bias, mlp_bias=False)
     if dots:
         window = config.get("sliding_window")
-        first = int(config.get("max_window_layers") or layers)
-        types = config.get("layer_types") or [
-            "sliding_attention" if window is not None and i >= first else "full_attention" for i in range(layers)
-        ]
+        first = whole(config, "max_window_layers", layers, low=0)
+        types = sequence(
+            config,
+            "layer_types",
+            ["sliding_attention" if window is not None and i >= first else "full_attention" for i in range(layers)],
+        )
         if window is None and "sliding_attention" in types:
             raise ValueError("sliding_attention layers need a sliding_window")
         fields["windows"] = _windows_of(types, window, "dots1", layers)
@@ -100,12 +103,12 @@ def build(config: dict[str, Any]) -> Glm4MoeDecoder:
             **vars(base),
             qk_norm=dots or bool(config.get("use_qk_norm", False)),
             first_dense=int(config.get("first_k_dense_replace", 0 if dots else 1)),
-            num_experts=int(config.get("n_routed_experts") or config.get("num_local_experts") or 1),
+            num_experts=whole(config, "n_routed_experts", given(config, "num_local_experts", 1)),
             num_experts_per_tok=int(config["num_experts_per_tok"]),
             moe_intermediate_size=int(config["moe_intermediate_size"]),
-            shared_experts=int(config.get("n_shared_experts") or 0) if dots else int(config.get("n_shared_experts", 1)),
-            groups=int(config.get("n_group") or 1),
-            top_groups=int(config.get("topk_group") or 1),
+            shared_experts=whole(config, "n_shared_experts", 0 if dots else 1, low=0),
+            groups=whole(config, "n_group", 1),
+            top_groups=whole(config, "topk_group", 1),
             norm_topk_prob=bool(config.get("norm_topk_prob", not dots)),
             routed_scaling_factor=float(config.get("routed_scaling_factor", 1.0)),
         )

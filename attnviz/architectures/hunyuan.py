@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from ..errors import UnsupportedArchitectureError
 from ..nn.attention import MultiHeadAttention, QKTransform
+from .fields import given, whole
 from .grouped_moe import GroupedMoE
 from .llama import LlamaConfig, LlamaDecoder, RMSNorm
 from .moe import convert as moe_convert
@@ -100,9 +101,11 @@ class HunyuanDecoder(LlamaDecoder):
 
 def build(config: dict[str, Any]) -> HunyuanDecoder:
     heads = int(config["num_attention_heads"])
-    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    head_dim = whole(config, "head_dim", int(config["hidden_size"]) // heads)
     layers = int(config["num_hidden_layers"])
-    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    params: Any = config.get("rope_parameters")
+    if not params:  # absent, null or {}: the older rope_scaling, as transformers reads it
+        params = given(config, "rope_scaling", {})
     alpha = params.get("alpha") if isinstance(params, dict) else None
     kind = params.get("rope_type", params.get("type")) if isinstance(params, dict) else None
     if kind == "dynamic" and alpha:

@@ -380,7 +380,7 @@ _DEFAULTS: dict[str, dict[str, int]] = {
 
 
 def build(config: dict[str, Any]) -> Qwen3NextDecoder:
-    model_type = str(config.get("model_type") or "qwen3_next")
+    model_type = str(given(config, "model_type", "qwen3_next"))
     defaults = _DEFAULTS.get(model_type, _DEFAULTS["qwen3_next"])
     # Absent keys read as transformers' config classes default them (0 and [] are values).
     layers = whole(config, "num_hidden_layers", defaults["num_hidden_layers"])
