@@ -30,6 +30,8 @@ from .version import __version__
 
 if TYPE_CHECKING:
     from .analyses import HeadAblation, HeadScan, ablate, check, explain, scan
+    from .measures.attribution import Attribution
+    from .measures.patching import PatchResult
     from .result import Attention, HeadEffects
     from .select import LayerSpec
 
@@ -39,6 +41,8 @@ __all__ = [
     "ablate",
     "explain",
     "scan",
+    "patch",
+    "attribute",
     "check",
     "Attention",
     "HeadAblation",
@@ -213,6 +217,106 @@ def widget(
             return read(planned, eng).attention
 
     return make(run, text, view=view, token=token)
+
+
+def patch(
+    clean: str,
+    corrupted: str,
+    *,
+    answer: str | None = None,
+    wrong: str | None = None,
+    metric: str | None = None,
+    direction: str = "denoise",
+    token: str | None = None,
+    occurrence: int | None = None,
+    index: int | None = None,
+    model: str | None = None,
+    engine: str = "own",
+    layers: LayerSpec = None,
+    device: str = "auto",
+    dtype: str = "float32",
+    batch: int | None = None,
+    max_memory: int | str | None = None,
+) -> PatchResult:
+    """Activation patching, as ``attnviz patch CLEAN CORRUPTED``: for every head, one prompt
+    runs with that head's z (its output before W^O) from the other prompt's run.
+
+        >>> r = attnviz.patch("... because it was too tired", "... because it was too wide", token="it")
+        >>> r.effect.shape        # (layers, heads): 0 = the corrupted run, 1 = the clean one
+        >>> r.ranked(5)           # [(layer, head, effect, raw metric), ...]
+
+    ``direction``: "denoise" (the corrupted run, the clean z: the default) or "noise".
+    ``metric``: "logit-diff" (``answer`` − ``wrong``), "prob", "logprob", "kl" (to the
+    clean next-token distribution; these need a causal LM head) or "hidden" (the final
+    hidden state's restoration, 1 − ‖h − h_clean‖ / ‖h_corrupted − h_clean‖); by default
+    logit-diff with both answers, prob with one, kl with an LM head, else hidden. ``token``
+    / ``index``: the scored position of the clean prompt (default: the last token the two
+    share). ``result.to_dict()`` is the command's ``--json``. See docs/patching.md.
+    """
+    from .engines import load_engine
+    from .engines.memory import parse_size
+    from .io.safeio import check_text
+    from .measures.ablation import batch_size
+    from .measures.patching import patch_texts
+    from .select import Query, parse_layers
+
+    for name, value in (("clean", clean), ("corrupted", corrupted)):
+        if not isinstance(value, str):
+            raise UsageError(f"patch(): {name} must be a str, not {type(value).__name__}", reason="type")
+        check_text(value, f"the {name} text")
+    query = Query.maybe(token, occurrence, index)
+    eng = load_engine(engine, model, device, dtype)
+    chosen = parse_layers(layers, eng.num_layers, eng.shape.layers)
+    if batch is None:
+        budget = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
+        batch = batch_size(eng, len(eng.tokenize(clean)) + 2, budget)
+    return patch_texts(
+        eng,
+        clean,
+        corrupted,
+        answer=answer,
+        wrong=wrong,
+        metric=metric,
+        direction=direction,
+        position=query,
+        layers=chosen,
+        batch=batch,
+    )
+
+
+def attribute(
+    text: str,
+    answer: str,
+    wrong: str,
+    *,
+    token: str | None = None,
+    occurrence: int | None = None,
+    index: int | None = None,
+    model: str | None = None,
+    engine: str = "own",
+    device: str = "auto",
+    dtype: str = "float32",
+    lens_top: int = 3,
+) -> Attribution:
+    """Direct logit attribution, as ``attnviz patch TEXT --dla --answer A --wrong W``: each
+    head's (``r.heads``, (layers, heads)), each MLP's, the embeddings' and the biases'
+    direct contribution to logit(answer) − logit(wrong) at the last token (or ``token`` /
+    ``index``), through the final norm with its scale frozen; ``r.total`` sums them and
+    ``r.sum_error`` is what they miss the logit difference by. ``r.lens``: the logit lens,
+    each layer's top tokens there. GPT-2, Llama, Mistral and Qwen2 checkpoints with their
+    LM head. ``r.to_dict()`` is the command's ``--json``.
+    """
+    from .engines import load_engine
+    from .io.safeio import check_text
+    from .measures.attribution import attribute_text
+    from .select import Query
+
+    if not isinstance(text, str):
+        raise UsageError(f"attribute(): text must be a str, not {type(text).__name__}", reason="type")
+    check_text(text)
+    query = Query.maybe(token, occurrence, index)
+    eng = load_engine(engine, model, device, dtype)
+    return attribute_text(eng, text, answer, wrong, position=query, top=lens_top)
 
 
 # What each argument of inspect() may be, checked before anything runs: index=1.5 was

@@ -115,6 +115,31 @@ class Tokens:
         return " ".join(items)
 
 
+def vocab_label(tokenizer: Tokenizer, index: int) -> str:
+    """One vocabulary entry (a predicted token, say) by the labels' rule, whatever the
+    tokenizer's kind: the text it decodes to, ``##``-prefixed when it continues a word.
+    WordPiece marks a continuation (``##al``); byte-level BPE (``Ġshe``) and SentencePiece
+    or Unigram (``▁she``) mark a word start, so an entry without their mark continues one
+    (``he`` -> ``##he``). Special tokens, and bytes that decode to no whole character,
+    stay the tokenizer's own string (the ablation footer printed ``'Ġshe'``)."""
+    piece = tokenizer.id_to_token(index)
+    if piece is None:
+        return f"<{index}>"
+    if piece in {t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special}:
+        return piece
+    text = tokenizer.decode([index], skip_special_tokens=False)
+    if not text.strip() or "\ufffd" in text:
+        return piece
+    word = text.strip()
+    kind = type(tokenizer.model).__name__
+    if kind == "WordPiece":
+        return "##" + piece[2:] if piece.startswith("##") else word
+    if kind == "WordLevel":  # every entry is a whole word (samples/circuits-2l printed '##Mary')
+        return word
+    starts = piece.startswith(("Ġ", "▁")) or text[:1].isspace()
+    return word if starts else "##" + word
+
+
 def joins_previous(tokens: Tokens, i: int) -> bool:
     """Whether token ``i`` continues the word of token ``i - 1``: neither is special, it
     starts where that one ends, the characters on both sides of the joint are letters or

@@ -6,6 +6,12 @@ Both commands run interleaved in one session (these machines are noisy), several
 each; we print the medians and their ratio. The hf engine is timed too, for contrast.
 
     python bench/startup_bench.py [--runs 7]
+    python bench/startup_bench.py --trees BEFORE AFTER [--runs 9]   # two checkouts, interleaved
+
+With ``--trees``, ``--help``, ``--version`` and ``show`` run with each directory first on
+PYTHONPATH (e.g. ``git archive COMMIT | tar -x -C DIR``, then ``python -m compileall -q
+DIR/attnviz`` so that neither side compiles its modules on every start), interleaved, and
+the after/before ratios are printed.
 """
 
 from __future__ import annotations
@@ -52,10 +58,31 @@ def time_commands(commands: dict[str, list[str]], runs: int) -> dict[str, float]
     return med
 
 
+def compare_trees(before: str, after: str, runs: int) -> None:
+    """The start-up commands of two checkouts, interleaved, and their after/before ratios."""
+    commands: dict[str, list[str]] = {}
+    for side, root in (("before", before), ("after", after)):
+        env = ["env", f"PYTHONPATH={os.path.abspath(root)}"]
+        commands[f"{side} --help"] = [*env, ATTNVIZ, "--help"]
+        commands[f"{side} --version"] = [*env, ATTNVIZ, "--version"]
+        commands[f"{side} show (own)"] = [*env, ATTNVIZ, "show", EXAMPLE, "--token", "it"]
+    commands["python -c pass"] = COMMANDS["python -c pass"]
+    commands["import torch"] = COMMANDS["import torch"]
+    med = time_commands(commands, runs)
+    for what in ("--help", "--version", "show (own)"):
+        print(f"{what}: after / before = {med['after ' + what] / med['before ' + what]:.3f}")
+    for side in ("before", "after"):
+        print(f"{side}: show (own) / import torch = {med[side + ' show (own)'] / med['import torch']:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--trees", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two checkouts")
     args = parser.parse_args()
+    if args.trees:
+        compare_trees(*args.trees, args.runs)
+        return
     med = time_commands(COMMANDS, args.runs)
     base = med["import torch"]
     print(f"ratio attnviz show (own) / import torch: {med['attnviz show (own)'] / base:.2f}")

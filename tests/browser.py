@@ -49,14 +49,16 @@ def missing() -> str | None:
 
 
 def gate(why: str | None, what: str = "the browser tests", reason: str = "no headless browser") -> Any:
-    """The skip mark of a module's browser tests, given why they cannot run (``missing()``):
-    none when they can. Under ``ATTNVIZ_REQUIRE_BROWSER=1`` (.ci/run) a missing browser
-    fails the run instead of skipping, so CI cannot pass without them."""
+    """The mark of a module's browser tests, given why they cannot run (``missing()``; None
+    when they can): the slow tier ``browser`` (conftest: skipped without --all-tiers), and
+    skipped with ``reason`` where no browser can run. Under ``ATTNVIZ_REQUIRE_BROWSER=1``
+    (.ci/run) a missing browser fails the run instead of skipping, so CI cannot pass
+    without them."""
     import pytest
 
     if why is not None and os.environ.get("ATTNVIZ_REQUIRE_BROWSER") == "1":
         pytest.fail(f"ATTNVIZ_REQUIRE_BROWSER=1 but {what} cannot run: {why}", pytrace=False)
-    return pytest.mark.skipif(why is not None, reason=f"{reason}: {why}")
+    return pytest.mark.browser(missing=None if why is None else f"{reason}: {why}")
 
 
 @contextmanager

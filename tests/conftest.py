@@ -118,14 +118,49 @@ def driver():  # type: ignore[no-untyped-def]
         yield d
 
 
+# The slow tiers: tests that drive a real Chromium, a real Jupyter kernel or JupyterLab, or
+# run bench/gpu_check.py's CPU rehearsal. They take most of a run's time for what a change
+# to the library rarely touches; `python -m pytest --all-tiers` runs them, and .ci/run
+# always does (a tier asked for with -m runs too).
+TIERS = {
+    "browser": "pages and notebooks opened in headless Chromium",
+    "notebook": "notebooks executed in a real Jupyter kernel, or opened in JupyterLab",
+    "bench": "bench/gpu_check.py rehearsed on the CPU",
+}
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--device", default="cpu", help="device of the tests marked 'device' (cpu, cuda, cuda:N, mps); default cpu"
+    )
+    parser.addoption(
+        "--all-tiers",
+        action="store_true",
+        help="also run the slow tiers (" + ", ".join(TIERS) + "); .ci/run does",
     )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "device: an engine path run on --device (bench/gpu_check.py: on CUDA)")
+    for tier, what in TIERS.items():
+        config.addinivalue_line("markers", f"{tier}: a slow tier, {what} (run with --all-tiers)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the slow tiers unless --all-tiers (or -m naming the tier) asks for them, and
+    the browser tests where no browser can run (their gate's reason)."""
+    asked = str(config.getoption("markexpr", "") or "")
+    everything = bool(config.getoption("--all-tiers"))
+    for item in items:
+        tier = next((t for t in TIERS if item.get_closest_marker(t) is not None), None)
+        if tier is None and "driver" in getattr(item, "fixturenames", ()):
+            tier = "browser"  # the module's Chromium
+        if tier is not None and not everything and tier not in asked:
+            item.add_marker(pytest.mark.skip(reason=f"slow tier '{tier}': run with --all-tiers, as .ci/run does"))
+            continue
+        gate = item.get_closest_marker("browser")  # tests/browser.py's gate: why no browser can run here
+        if gate is not None and gate.kwargs.get("missing"):
+            item.add_marker(pytest.mark.skip(reason=str(gate.kwargs["missing"])))
 
 
 @pytest.fixture(scope="session")
@@ -140,6 +175,10 @@ def device(request: pytest.FixtureRequest) -> str:
 
 # What a skip's reason says -> how to run the tests it skipped.
 HOW_TO_RUN = {
+    "slow-tier": (
+        "slow tier ",
+        "python -m pytest --all-tiers runs them (.ci/run does); -m browser, -m notebook or -m bench one.",
+    ),
     "browser": (
         "headless browser",
         "install Debian's headless Chromium (sudo apt-get install chromium chromium-driver) and rerun; "

@@ -475,6 +475,29 @@ def test_heads_ablate_means_and_sds_are_over_the_corpus_tokens(own_engine: Any, 
         assert abs(row["mean"] - values.mean()) <= 1e-6 and abs(row["sd"] - values.std(ddof=1)) <= 1e-6
 
 
+def test_heads_ablate_adds_its_row_to_the_detector_table(tmp_path: Path) -> None:
+    """heads --ablate replaced the detector table; now the detectors are scored as without
+    it (the same numbers) and the ablation effect is a row of its own, last."""
+    import json
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(f"{EXAMPLE}.\nThe cat sat on the mat.\n")
+    plain = json.loads(_cli("heads", str(corpus), "--layer", "4-5", "--json").stdout)["scores"]
+    both = json.loads(_cli("heads", str(corpus), "--layer", "4-5", "--ablate", "--json").stdout)["scores"]
+    key = lambda r: (r["detector"], r["layer"], r["head"])  # noqa: E731
+    detectors = {key(r): r for r in both if r["detector"] != "ablation"}
+    assert set(detectors) == {key(r) for r in plain}
+    for r in plain:
+        got = detectors[key(r)]
+        # The JSON rounds to 6 decimals: a pass a text at a time may move the last one.
+        assert got["n"] == r["n"] and abs(got["mean"] - r["mean"]) <= 2e-6 and abs(got["sd"] - r["sd"]) <= 2e-6
+    assert len([r for r in both if r["detector"] == "ablation"]) == 24
+    table = _cli("heads", str(corpus), "--layer", "4-5", "--ablate").stdout
+    names = [line.split()[0] for line in table.splitlines()[2:] if line.strip()]
+    assert names[:3] == ["previous", "next", "self"] and "ablation" in names
+    assert "mean ± sd over texts" in table and "ablation: 1 − cos" in table
+
+
 def test_heads_ablate_over_budget_is_refused_with_the_pass_count(no_model: list[str], tmp_path: Path) -> None:
     from tests.helpers import one_error_line
 

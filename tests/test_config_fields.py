@@ -27,6 +27,8 @@ def test_fields_tell_missing_from_zero() -> None:
         whole({"w": 0}, "w", 256)
     with pytest.raises(ValueError, match="must be a whole number"):
         whole({"w": True}, "w", 256)
+    with pytest.raises(ValueError, match="below 2147483648"):  # found by bench/fuzz_reliability.py
+        whole({"w": 1e308}, "w", 256)
     assert fraction({"p": 0.25}, "p", 1.0) == 0.25
     for bad in (0, -0.5, 1.5, float("nan")):
         with pytest.raises(ValueError, match="p is"):

@@ -119,3 +119,20 @@ def test_completion_without_a_detectable_shell_names_the_explicit_form(
     assert result.exit_code == 2, result.output
     assert "_ATTNVIZ_COMPLETE=source_bash attnviz" in result.output and "not supported" not in result.output
     assert not list(tmp_path.rglob("*attnviz*"))  # nothing written
+
+
+@pytest.mark.parametrize("engine", ["own", "hf"])
+def test_a_1_gib_tokenizer_json_is_refused_before_parsing(tmp_path: Path, engine: str) -> None:
+    """Parsed whole, it took 2.3 GB before its refusal; the largest real ones are ~35 MB."""
+    import shutil
+
+    from .helpers import save_tiny_bert
+
+    model = save_tiny_bert(tmp_path / "bert")
+    (model / "tokenizer.json").unlink()
+    with (model / "tokenizer.json").open("wb") as f:
+        f.truncate(1 << 30)
+    done = cli("show", "the cat", "--token", "cat", "--model", str(model), "--engine", engine, xdg=tmp_path / "x")
+    line = one_line(done, 2)
+    assert "tokenizer.json" in line and "1,073,741,824 bytes" in line, line
+    shutil.rmtree(model)

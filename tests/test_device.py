@@ -135,7 +135,11 @@ def test_explain_norms_and_ablation_on_the_device_match_the_cpu(device: str, dty
     a, b = (json.loads(cli(*head, *where).stdout) for where in (here, cpu))
     assert a["device"].startswith(device.split(":")[0]) and a["dtype"] == dtype
     for key in ("scores", "weights", "value_norms", "contribution", "output", "head_shares"):
-        _close(a[key], b[key], tol)
+        # A half-precision score q·k rounds relative to the row's largest score (its
+        # operands' scale), not to its own value: a score of -0.89 beside one of 23.4
+        # came out -0.99 in bfloat16 on a CPU whose oneDNN kernels sum in another order.
+        scale = max(1.0, float(np.nanmax(np.abs(np.array(b[key], dtype=np.float64))))) if key == "scores" else 1.0
+        _close(a[key], b[key], tol * scale)
     norm = ("show", EXAMPLE, "--token", "it", "--measure", "norm", "--json")
     a, b = (json.loads(cli(*norm, *where).stdout) for where in (here, cpu))
     assert a["measure"] == b["measure"] == "norm"

@@ -221,12 +221,12 @@ def _key_rows(text: str) -> list[str]:
 
 
 def test_top_and_sort_pick_the_keys_and_the_json_keeps_every_key(shared_model: None) -> None:
-    """A 343-token text printed a row per key (357 lines). --top K (default 10) keeps the
+    """A 343-token text printed a row per key (357 lines); here 130 tokens. --top K (default 10) keeps the
     K largest by --sort, the query and --key always; the JSON keeps all of them."""
     base = ("explain", LONG, "--token", "it:3", "--layer", "3", "--head", "1")
     data = json.loads(run_cli(*base, "--json").stdout)
     n = len(data["tokens"])
-    assert n > 300
+    assert n > 120
     weights, norms, contrib = (np.array(data[k]) for k in ("weights", "value_norms", "contribution"))
     it = data["query_indices"][0]
     default = run_cli(*base)

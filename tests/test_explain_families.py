@@ -18,8 +18,9 @@ from .builders import SENTENCES, SPECS, Spec, save_tiny
 from .builders.families_2026 import SPECS_2026
 from .builders.families_a import FAMILY_A_SPECS
 from .builders.families_b import SPECS_B
+from .builders.families_c import SPECS_C
 
-ALL = {s.name: s for s in (*SPECS, *SPECS_B, *FAMILY_A_SPECS, *SPECS_2026) if s.head != "seq2seq"}
+ALL = {s.name: s for s in (*SPECS, *SPECS_B, *FAMILY_A_SPECS, *SPECS_2026, *SPECS_C) if s.head != "seq2seq"}
 
 
 @pytest.mark.parametrize("spec", list(ALL.values()), ids=lambda s: s.name)

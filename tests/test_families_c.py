@@ -176,6 +176,16 @@ QUIRKS: list[tuple[str, dict[str, Any]]] = [
     ("arcee", {"hidden_act": "relu"}),
     ("apertus", {"model_type": "arcee", "hidden_act": "relu2"}),
     ("ernie4_5", {"use_bias": False}),
+    ("ernie4_5_moe", {"moe_layer_end_index": 3}),
+    ("ernie4_5_moe", {"moe_num_shared_experts": 0}),
+    ("hunyuan_v1_moe", {"moe_topk": 1}),
+    ("dots1", {"layer_types": ["full_attention"] * 3}),
+    ("dots1", {"n_shared_experts": None}),
+    ("dots1", {"routed_scaling_factor": 1.0}),
+    ("eurobert", {"model_type": "llama"}),  # Llama's causal mask
+    ("eurobert", {"mlp_bias": False}),
+    ("modernbert-decoder", {"local_attention": 64}),
+    ("modernbert-decoder", {"layer_types": ["full_attention"] * 3}),
     ("hunyuan_v1_dense", {"rope_parameters": {"rope_type": "default", "rope_theta": 1000.0}}),
 ]
 
@@ -204,13 +214,15 @@ def test_each_quirk_changes_the_numbers(name: str, change: dict[str, Any], saved
     assert _worst(wrong, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
 
 
-def test_glm4_moe_routes_with_the_correction_bias(saved: dict[str, Path]) -> None:
+@pytest.mark.parametrize("name", ["glm4_moe", "ernie4_5_moe", "dots1"])
+def test_the_correction_bias_chooses_experts(name: str, saved: dict[str, Path]) -> None:
     """The score-correction bias chooses experts: zeroed, the choice and the numbers change."""
-    own, hf = _engines("glm4_moe", saved)
+    own, hf = _engines(name, saved)
     ids = torch.tensor([own.tokenize(SENTENCES[0]).ids])
-    model: Any = architectures.load(saved["glm4_moe"])
-    assert model.blocks[1].mlp.router.e_score_correction_bias.abs().sum() > 0
+    model: Any = architectures.load(saved[name])
+    routers = [block.mlp.router for block in model.blocks if hasattr(block.mlp, "router")]
+    assert len(routers) == 2 and all(r.e_score_correction_bias.abs().sum() > 0 for r in routers)
     with torch.no_grad():
-        for layer in (1, 2):
-            model.blocks[layer].mlp.router.e_score_correction_bias.zero_()
+        for router in routers:
+            router.e_score_correction_bias.zero_()
     assert _worst(model, hf.model, ids) > 1e-3  # type: ignore[attr-defined]

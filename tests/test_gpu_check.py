@@ -14,6 +14,7 @@ import torch
 from attnviz.example import EXAMPLE
 
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "gpu_check.py"
+pytestmark = pytest.mark.bench  # the CPU rehearsal of the GPU script: a slow tier (conftest.TIERS)
 
 
 def test_small_run_on_the_cpu_prints_the_table(tmp_path: Path) -> None:

@@ -251,9 +251,10 @@ def test_ray_path_ablation_equals_the_local_scan(own_engine, local_ray) -> None:
             for t in MINILM_TEXTS
         ]
         every = np.concatenate(samples)  # (T, 2, H): every real token of every text
-        assert int(local.heads.count[0]) == len(every)
-        np.testing.assert_allclose(local.heads.mean[0], every.mean(0), atol=1e-9)
-        np.testing.assert_allclose(local.heads.sd[0], every.std(0, ddof=1), atol=1e-9)
+        a = local.heads.detectors.index("ablation")  # after the detectors (issue 39)
+        assert int(local.heads.count[a]) == len(every)
+        np.testing.assert_allclose(local.heads.mean[a], every.mean(0), atol=1e-9)
+        np.testing.assert_allclose(local.heads.sd[a], every.std(0, ddof=1), atol=1e-9)
         assert every.max() > 0.01  # heads that matter: the comparison is not of zeros
 
 

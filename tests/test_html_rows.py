@@ -364,10 +364,16 @@ def test_encoder_and_decoder_parts_of_an_encoder_decoder(runner: CliRunner, tmp_
     mat = list(src.labels).index("mat")
     assert data["labels"] == list(src.labels) and data["queries"] == [mat]
     assert np.abs(decode(data["rows"]) - encoder[:, :, [mat]]).max() <= data["rows"]["max_error"] + 2e-6
-    # Cross-attention: the decoder text's rows over the source, in row mode only.
-    line = one_error_line(runner.invoke(app, [*base, "-o", str(tmp_path / "x.html")]), 2)
-    assert "cross-attention is in row mode only" in line and "--rows" in line and "--part encoder or decoder" in line
+    # Cross-attention: the decoder text's rows over the source, in row mode; without --rows
+    # and --token (issue 39: it was refused) every decoder token's rows.
     cross = np.stack([a[0].double().numpy() for a in out.cross_attentions])  # (N, H, T, S)
+    page = tmp_path / "x.html"
+    result = runner.invoke(app, [*base, "-o", str(page)])
+    assert result.exit_code == 0, result.output
+    data = embedded(page)
+    assert data["cross"] is True and data["queries"] == list(range(len(tgt.labels)))
+    assert data["key_labels"] == list(src.labels)
+    assert np.abs(decode(data["rows"]) - cross).max() <= data["rows"]["max_error"] + 2e-6
     page = tmp_path / "cross.html"
     result = runner.invoke(app, [*base, "--rows", "--token", "dog", "-o", str(page)])
     assert result.exit_code == 0, result.output

@@ -97,6 +97,7 @@ needs_kernel = pytest.mark.skipif(_why is not None, reason=f"cannot execute note
 
 
 @needs_kernel
+@pytest.mark.notebook
 def test_a_notebook_executed_in_a_real_kernel_carries_the_page(tmp_path: Path, att: Attention) -> None:
     nb = notebooks.run_notebook(
         tmp_path / "view.ipynb",
@@ -139,6 +140,11 @@ def test_the_widget_recomputes_through_its_traitlets(own_engine: Any) -> None:
     assert w.page == html_page(ref) and w.error == ""
     assert w._esm == (ASSETS / "widget.js").read_text(encoding="utf-8")  # the packaged front end, no CDN
     assert "http" not in (ASSETS / "widget.js").read_text(encoding="utf-8")
+    # One layer control (issue 39: the widget's own and the page's): the page's.
+    front = (ASSETS / "widget.js").read_text(encoding="utf-8")
+    assert '"aria-label": "layer"' not in front and "attnviz-layer" not in front
+    assert '"aria-label": "head"' in front  # the picker a control is drawn with
+    assert 'id="layer"' in w.page
 
     w.text = "The cat sat on the mat"  # a new text: one more forward pass through the same engine
     cat = inspect("The cat sat on the mat", own_engine, layers=[2, 3, 4])

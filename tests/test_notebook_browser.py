@@ -26,7 +26,10 @@ from attnviz.example import EXAMPLE
 from . import browser, notebooks
 
 _why = browser.missing() or notebooks.missing()
-pytestmark = browser.gate(_why, "the notebook browser tests", "no headless browser or notebook tools")
+pytestmark = [
+    browser.gate(_why, "the notebook browser tests", "no headless browser or notebook tools"),
+    pytest.mark.notebook,
+]
 
 READ = (
     "function readable(c) { const r = document.createElement('canvas'); r.width = c.width; r.height = c.height;"

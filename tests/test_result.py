@@ -52,7 +52,7 @@ def test_json_round_trip(att: Attention) -> None:
     data = json.loads(att.to_json(10))
     assert data["query_index"] == 10 and data["query_token"] == "it"
     assert np.allclose(np.array(data["weights"]), att.rows(10), atol=1e-6)
-    assert data["provenance"]["model_path"].endswith("model")
+    assert data["provenance"]["model_path"] == "all-MiniLM-L6-v2"  # no local path unless --provenance full
 
 
 def test_npz_round_trip(tmp_path: Path, att: Attention) -> None:

@@ -136,7 +136,7 @@ def test_errors_call_a_paragraph_the_text_and_a_sentence_the_sentence(own_engine
     from attnviz.io.safeio import text_noun
     from attnviz.select import find_targets
 
-    assert text_noun("The animal didn't cross the street because it was too tired.") == "the sentence"
+    assert text_noun(EXAMPLE + ".") == "the sentence"
     assert text_noun("It costs 3.5 dollars.") == "the sentence"  # a point inside a number ends nothing
     assert text_noun("The cat sat. Then it ran.") == "the text"
     assert text_noun("one line\nanother line") == "the text"
@@ -152,3 +152,52 @@ def test_errors_call_a_paragraph_the_text_and_a_sentence_the_sentence(own_engine
             check_index(tokens, 99)
     with pytest.raises(TokenNotFoundError, match="is not in sentence B"):
         find_word(paragraph, "dog", where="sentence B")  # a name given by the caller stays
+
+
+def test_vocab_labels_follow_one_rule_for_every_tokenizer_kind() -> None:
+    """A vocabulary entry (the ablation footer's predicted token) is labelled as the views
+    label tokens: the decoded text, ``##`` on a continuation, whatever the tokenizer marks
+    (WordPiece marks continuations; byte-level BPE and SentencePiece/Unigram word starts)."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers
+    from tokenizers.models import BPE, Unigram, WordLevel, WordPiece
+
+    from attnviz.measures.lm import LMHead
+    from attnviz.tokens import vocab_label
+
+    wordpiece = Tokenizer(WordPiece({"[UNK]": 0, "[CLS]": 1, "she": 2, "##al": 3}, unk_token="[UNK]"))
+    wordpiece.decoder = decoders.WordPiece()
+    wordpiece.add_special_tokens(["[CLS]"])
+    byte = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {c: i for i, c in enumerate(sorted(byte))}
+    vocab.update({"Ġshe": len(vocab), "he": len(vocab) + 1, "<|endoftext|>": len(vocab) + 2})
+    bpe = Tokenizer(BPE(vocab, []))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.add_special_tokens(["<|endoftext|>"])
+    unigram = Tokenizer(Unigram([("<unk>", 0.0), ("▁she", -1.0), ("he", -2.0), ("</s>", 0.0)], 0))
+    unigram.decoder = decoders.Metaspace()
+    unigram.add_special_tokens(["</s>"])
+    wordlevel = Tokenizer(WordLevel({"<unk>": 0, "<bos>": 1, "Mary": 2}, unk_token="<unk>"))  # no decoder
+    wordlevel.add_special_tokens(["<bos>"])
+    cases = [
+        (wordpiece, "she", "she"),
+        (wordpiece, "##al", "##al"),
+        (wordpiece, "[CLS]", "[CLS]"),
+        (bpe, "Ġshe", "she"),
+        (bpe, "he", "##he"),
+        (bpe, "<|endoftext|>", "<|endoftext|>"),
+        (bpe, "Ã", "Ã"),  # one byte of a two-byte character: no whole character to show
+        (unigram, "▁she", "she"),
+        (unigram, "he", "##he"),
+        (unigram, "</s>", "</s>"),
+        (wordlevel, "Mary", "Mary"),  # every word-level entry is a whole word
+        (wordlevel, "<bos>", "<bos>"),
+    ]
+    for tok, piece, label in cases:
+        index = tok.token_to_id(piece)
+        assert index is not None, piece
+        assert vocab_label(tok, index) == label, (type(tok.model).__name__, piece)
+    assert vocab_label(bpe, 10**6) == "<1000000>"
+    lm = LMHead.__new__(LMHead)
+    object.__setattr__(lm, "tokenizer", bpe)  # the footer's path: LMHead.token (a frozen dataclass)
+    assert lm.token(bpe.token_to_id("Ġshe")) == "she"

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention
 from .base import activation
+from .fields import text
 from .llama import LlamaConfig, LlamaDecoder
 from .qwen3 import QK_NORM_RULES, qk_norm_attention
 
@@ -89,7 +90,7 @@ def build(config: dict[str, Any]) -> ArceeDecoder:
     apertus = config.get("model_type") == "apertus"
     base = LlamaConfig.from_dict(
         config,
-        hidden_act=str(config.get("hidden_act") or ("xielu" if apertus else "relu2")),
+        hidden_act=text(config, "hidden_act", "xielu" if apertus else "relu2"),
         mlp_bias=False if apertus else bool(config.get("mlp_bias", False)),
     )
     return ArceeDecoder(ArceeConfig(**vars(base), qk_norm=apertus))

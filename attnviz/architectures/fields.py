@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+_INT_LIMIT = 2**31  # as checkpoint.validate_config bounds the sizes it knows
 
 __all__ = ["fraction", "given", "number", "sequence", "text", "whole"]
 
@@ -43,6 +44,8 @@ def whole(config: Mapping[str, Any], key: str, default: Any, *, low: int = 1, na
         raise ValueError(f"{label} is {_shown(value)}; it must be a whole number")
     if value < low:
         raise ValueError(f"{label} is {value}; it must be at least {low}")
+    if value >= _INT_LIMIT:  # a size or a window no tensor index reaches (1e308 is integral)
+        raise ValueError(f"{label} is {_shown(value)}; it must be below {_INT_LIMIT}")
     return value
 
 

@@ -14,6 +14,10 @@ Deltas from llama.py:
               group-limited top-k, ``n_shared_experts``·``moe_intermediate_size`` shared);
               the first layers a dense SwiGLU of ``intermediate_size``
 
+dots1 (rednote's dots.llm1) is the same stack with Qwen3's attention: RoPE over the whole
+head, the per-head q/k norms always, sliding windows on the ``sliding_attention`` layers of
+``layer_types``; ``n_shared_experts`` may be none, ``norm_topk_prob`` is off by default.
+
 torch only.
 """
 
@@ -25,14 +29,14 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention
-from .fields import given, whole
+from .fields import given, sequence, whole
 from .grouped_moe import GroupedMoE, GroupedTopkRouter
-from .llama import LlamaConfig, LlamaDecoder, SwiGLU
+from .llama import LlamaConfig, LlamaDecoder, SwiGLU, _windows_of
 from .moe import convert as moe_convert
 from .qwen3 import QK_NORM_RULES, qk_norm_attention
 from .rope import rope_config
 
-MODEL_TYPES = ("glm4_moe",)
+MODEL_TYPES = ("glm4_moe", "dots1")
 PREFIXES = ("model.",)
 
 
@@ -70,28 +74,42 @@ class Glm4MoeDecoder(LlamaDecoder):
             c.routed_scaling_factor,
         )
         inner = c.moe_intermediate_size
-        return GroupedMoE(router, c.hidden_size, inner, inner * c.shared_experts, c.hidden_act)
+        return GroupedMoE(router, c.num_experts, c.hidden_size, inner, inner * c.shared_experts, c.hidden_act)
 
 
 def build(config: dict[str, Any]) -> Glm4MoeDecoder:
+    dots = config.get("model_type") == "dots1"
     heads = int(config["num_attention_heads"])
     head_dim = whole(config, "head_dim", int(config["hidden_size"]) // heads)
     layers = int(config["num_hidden_layers"])
-    rope = rope_config({"partial_rotary_factor": 0.5, **config}, head_dim, partial_rotary=True)
+    # transformers' GLM-4.5 config defaults to half the head; dots1 rotates all of it.
+    rope = rope_config(config if dots else {"partial_rotary_factor": 0.5, **config}, head_dim, partial_rotary=not dots)
     bias = bool(config.get("attention_bias", False))
-    base = LlamaConfig.from_dict(config, ropes=(rope,) * layers, qkv_bias=bias, o_bias=False, mlp_bias=False)
+    fields: dict[str, Any] = dict(ropes=(rope,) * layers, qkv_bias=bias, o_bias=dots and bias, mlp_bias=False)
+    if dots:
+        window = config.get("sliding_window")
+        first = whole(config, "max_window_layers", layers, low=0)
+        types = sequence(
+            config,
+            "layer_types",
+            ["sliding_attention" if window is not None and i >= first else "full_attention" for i in range(layers)],
+        )
+        if window is None and "sliding_attention" in types:
+            raise ValueError("sliding_attention layers need a sliding_window")
+        fields["windows"] = _windows_of(types, window, "dots1", layers)
+    base = LlamaConfig.from_dict(config, **fields)
     return Glm4MoeDecoder(
         Glm4MoeConfig(
             **vars(base),
-            qk_norm=bool(config.get("use_qk_norm", False)),
-            first_dense=int(config.get("first_k_dense_replace", 1)),
+            qk_norm=dots or bool(config.get("use_qk_norm", False)),
+            first_dense=int(config.get("first_k_dense_replace", 0 if dots else 1)),
             num_experts=whole(config, "n_routed_experts", given(config, "num_local_experts", 1)),
             num_experts_per_tok=int(config["num_experts_per_tok"]),
             moe_intermediate_size=int(config["moe_intermediate_size"]),
-            shared_experts=int(config.get("n_shared_experts", 1)),
-            groups=int(config.get("n_group", 1)),
-            top_groups=int(config.get("topk_group", 1)),
-            norm_topk_prob=bool(config.get("norm_topk_prob", True)),
+            shared_experts=whole(config, "n_shared_experts", 0 if dots else 1, low=0),
+            groups=whole(config, "n_group", 1),
+            top_groups=whole(config, "topk_group", 1),
+            norm_topk_prob=bool(config.get("norm_topk_prob", not dots)),
             routed_scaling_factor=float(config.get("routed_scaling_factor", 1.0)),
         )
     )

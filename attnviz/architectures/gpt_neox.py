@@ -76,6 +76,12 @@ def build(config: dict[str, Any]) -> GPTNeoXDecoder:
     if hidden % heads:
         raise ValueError(f"hidden_size={hidden} is not divisible by num_attention_heads={heads}")
     head_dim = hidden // heads
+    if config.get("head_dim") is not None and config["head_dim"] != head_dim:
+        # transformers' attention splits hidden/heads but its rotary frequencies read head_dim:
+        # two head sizes in one layer (found by bench/fuzz_reliability.py: 0.78 off).
+        raise ValueError(
+            f"head_dim is {config['head_dim']!r}; GPT-NeoX heads are hidden_size/num_attention_heads = {head_dim}"
+        )
     layers = int(config["num_hidden_layers"])
     bias = bool(config.get("attention_bias", True))
     c = LlamaConfig.from_dict(

@@ -67,13 +67,25 @@ class GroupedTopkRouter(nn.Module):
 
 
 class GroupedMoE(nn.Module):
-    """The routed SwiGLU experts plus ``shared`` (a SwiGLU on every token)."""
+    """The routed SwiGLU experts plus ``shared`` (a SwiGLU on every token; none when
+    ``shared_inner`` is 0; biased with ``shared_bias``, ERNIE 4.5's). ``router``: flat
+    (T, E) -> chosen experts (T, k) and their weights (T, k), ``GroupedTopkRouter`` or a
+    family's own (ERNIE 4.5's, Hunyuan's)."""
 
-    def __init__(self, router: GroupedTopkRouter, hidden: int, inner: int, shared_inner: int, act: str) -> None:
+    def __init__(
+        self,
+        router: nn.Module,
+        num_experts: int,
+        hidden: int,
+        inner: int,
+        shared_inner: int,
+        act: str,
+        shared_bias: bool = False,
+    ) -> None:
         super().__init__()
         self.router = router
-        self.experts = nn.ModuleList(SwiGLU(hidden, inner, act) for _ in range(router.weight.size(0)))
-        self.shared = SwiGLU(hidden, shared_inner, act)
+        self.experts = nn.ModuleList(SwiGLU(hidden, inner, act) for _ in range(num_experts))
+        self.shared = SwiGLU(hidden, shared_inner, act, shared_bias) if shared_inner else None
 
     def forward(self, x: Tensor) -> Tensor:
         b, s, e = x.shape
@@ -84,5 +96,7 @@ class GroupedMoE(nn.Module):
             slot, token = torch.where((chosen == expert).T)  # transformers' order: by slot, then token
             if token.numel():
                 out.index_add_(0, token, (mlp(flat[token]) * weights[token, slot, None]).to(out.dtype))
+        if self.shared is None:
+            return out.reshape(b, s, e)
         shared: Tensor = self.shared(x)  # (B, S, E)
         return out.reshape(b, s, e) + shared

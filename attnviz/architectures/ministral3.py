@@ -24,6 +24,7 @@ from torch import Tensor
 
 from ..nn.attention import QKTransform
 from . import llama
+from .fields import given
 from .llama import LlamaConfig, LlamaDecoder
 
 MODEL_TYPES = ("ministral3",)
@@ -66,7 +67,7 @@ class Ministral3Decoder(LlamaDecoder):
 
 
 def build(config: dict[str, Any]) -> Ministral3Decoder:
-    params = config.get("rope_parameters") or {}
+    params: Any = given(config, "rope_parameters", {})
     beta = params.get("llama_4_scaling_beta") if isinstance(params, dict) else None
     original = params.get("original_max_position_embeddings") if isinstance(params, dict) else None
     if beta is not None and not isinstance(original, int):

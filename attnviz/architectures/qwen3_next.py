@@ -35,7 +35,14 @@ the same float operations (its torch fallback), which is what runs. The tests ho
 two to each other and the chunks to transformers (tests/test_families_2026.py).
 
 Views list the softmax layers alone, by their model layer numbers (``AttnModel.
-attention_layers``, ``ModelShape.attention_layers``). torch only.
+attention_layers``, ``ModelShape.attention_layers``).
+
+Qwen3.5 (``qwen3_5_text``, ``qwen3_5_moe_text``: the text stacks) is the same hybrid with
+the Gated DeltaNet's projections apart (``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``,
+``in_proj_a``, each head after head, where Qwen3-Next groups them per key head); dense
+SwiGLU MLPs in every layer (``qwen3_5_text``) or the routed and shared experts in every
+layer with the top-k always renormalised (``qwen3_5_moe_text``). Its multimodal RoPE gives
+text tokens one position on every axis, which is plain RoPE. torch only.
 """
 
 from __future__ import annotations
@@ -60,7 +67,7 @@ from .qwen2_moe import SharedExpertMoE
 from .qwen3 import QKNormAttention
 from .rope import rope_config, rotary
 
-MODEL_TYPES = ("qwen3_next",)
+MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 PREFIXES = ("model.",)
 
 
@@ -78,6 +85,8 @@ class Qwen3NextConfig(LlamaConfig):
     shared_expert_intermediate_size: int = 1
     norm_topk_prob: bool = True
     sparse_layers: tuple[int, ...] = ()
+    # The Gated DeltaNet's projections: "grouped" per key head (Qwen3-Next), "split" (Qwen3.5).
+    projections: str = "grouped"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -86,6 +95,8 @@ class Qwen3NextConfig(LlamaConfig):
         unknown = sorted(set(self.layer_types) - {"full_attention", "linear_attention"})
         if unknown:
             raise ValueError(f"layer_types {unknown} are neither full_attention nor linear_attention")
+        if self.projections not in ("grouped", "split"):
+            raise ValueError(f"unknown Gated DeltaNet projections {self.projections!r}")
         if "full_attention" not in self.layer_types:
             raise ValueError("no full_attention layer: nothing has attention weights to show")
         if self.linear_num_value_heads % self.linear_num_key_heads:
@@ -207,7 +218,8 @@ def chunked_gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: T
         new = u[:, :, i] - w[:, :, i] @ state  # (B, Hv, C, dv)
         out[:, :, i] = q[:, :, i] @ state + intra[:, :, i] @ new
         state = state * chunk_decay[:, :, i] + k[:, :, i].transpose(-1, -2) @ new
-    return out.reshape(b, h, -1, dv)[:, :, :t].transpose(1, 2)  # (B, T, Hv, dv)
+    # Contiguous, as transformers returns it: the norm after sums each row in memory order.
+    return out.reshape(b, h, -1, dv)[:, :, :t].transpose(1, 2).contiguous()  # (B, T, Hv, dv)
 
 
 class GatedDeltaNet(nn.Module):
@@ -220,8 +232,15 @@ class GatedDeltaNet(nn.Module):
         key_dim, value_dim = self.hk * self.dk, self.hv * self.dv
         self.key_dim, self.value_dim = key_dim, value_dim
         channels = 2 * key_dim + value_dim
-        self.in_proj_qkvz = nn.Linear(c.hidden_size, 2 * key_dim + 2 * value_dim, bias=False)
-        self.in_proj_ba = nn.Linear(c.hidden_size, 2 * self.hv, bias=False)
+        self.grouped = c.projections == "grouped"
+        if self.grouped:
+            self.in_proj_qkvz = nn.Linear(c.hidden_size, 2 * key_dim + 2 * value_dim, bias=False)
+            self.in_proj_ba = nn.Linear(c.hidden_size, 2 * self.hv, bias=False)
+        else:
+            self.in_proj_qkv = nn.Linear(c.hidden_size, channels, bias=False)
+            self.in_proj_z = nn.Linear(c.hidden_size, value_dim, bias=False)
+            self.in_proj_b = nn.Linear(c.hidden_size, self.hv, bias=False)
+            self.in_proj_a = nn.Linear(c.hidden_size, self.hv, bias=False)
         self.conv1d = nn.Conv1d(channels, channels, c.linear_conv_kernel_dim, groups=channels, bias=False)
         self.dt_bias = nn.Parameter(torch.ones(self.hv))
         self.A_log = nn.Parameter(torch.zeros(self.hv))
@@ -235,12 +254,17 @@ class GatedDeltaNet(nn.Module):
             x = x * padding[:, :, None].to(x.dtype)  # padding tokens write nothing into the state
         b, t, _ = x.shape
         r = self.hv // self.hk  # value heads per query/key head
-        # 1. Projections, laid out per key head: [q | k | v (r heads) | z (r heads)], [b (r) | a (r)].
-        qkvz = self.in_proj_qkvz(x).view(b, t, self.hk, 2 * self.dk + 2 * r * self.dv)
-        q, k, v, z = qkvz.split([self.dk, self.dk, r * self.dv, r * self.dv], dim=-1)
-        beta_in, a = self.in_proj_ba(x).view(b, t, self.hk, 2 * r).split([r, r], dim=-1)
+        # 1. Projections: Qwen3-Next's laid out per key head, [q | k | v (r heads) | z (r heads)]
+        #    and [b (r) | a (r)]; Qwen3.5's apart, q, k, v of every head side by side.
+        if self.grouped:
+            qkvz = self.in_proj_qkvz(x).view(b, t, self.hk, 2 * self.dk + 2 * r * self.dv)
+            q, k, v, z = qkvz.split([self.dk, self.dk, r * self.dv, r * self.dv], dim=-1)
+            beta_in, a = self.in_proj_ba(x).view(b, t, self.hk, 2 * r).split([r, r], dim=-1)
+            mixed = torch.cat((q.reshape(b, t, -1), k.reshape(b, t, -1), v.reshape(b, t, -1)), dim=-1)  # (B, T, C)
+        else:
+            mixed = self.in_proj_qkv(x)  # (B, T, C): [q | k | v]
+            z, beta_in, a = self.in_proj_z(x), self.in_proj_b(x), self.in_proj_a(x)
         # 2. The causal depthwise convolution over q, k, v (each channel its own kernel).
-        mixed = torch.cat((q.reshape(b, t, -1), k.reshape(b, t, -1), v.reshape(b, t, -1)), dim=-1)  # (B, T, C)
         kernel = self.conv1d.kernel_size[0]
         mixed = nn.functional.conv1d(
             mixed.transpose(1, 2), self.conv1d.weight, padding=kernel - 1, groups=mixed.size(-1)
@@ -347,9 +371,19 @@ class Qwen3NextDecoder(LlamaDecoder):
         return ForwardOutput(hidden_states=x, attentions=attentions)
 
 
+# transformers' class defaults that differ between the three (absent keys read as these).
+_DEFAULTS: dict[str, dict[str, int]] = {
+    "qwen3_next": {"num_hidden_layers": 48, "num_experts": 512, "num_experts_per_tok": 10},
+    "qwen3_5_text": {"num_hidden_layers": 32, "num_experts": 0, "num_experts_per_tok": 1},
+    "qwen3_5_moe_text": {"num_hidden_layers": 40, "num_experts": 256, "num_experts_per_tok": 8},
+}
+
+
 def build(config: dict[str, Any]) -> Qwen3NextDecoder:
-    # Absent keys read as transformers' Qwen3NextConfig defaults them (0 and [] are values).
-    layers = whole(config, "num_hidden_layers", 48)
+    model_type = str(given(config, "model_type", "qwen3_next"))
+    defaults = _DEFAULTS.get(model_type, _DEFAULTS["qwen3_next"])
+    # Absent keys read as transformers' config classes default them (0 and [] are values).
+    layers = whole(config, "num_hidden_layers", defaults["num_hidden_layers"])
     interval = whole(config, "full_attention_interval", 4)
     types = tuple(
         sequence(
@@ -364,10 +398,16 @@ def build(config: dict[str, Any]) -> Qwen3NextDecoder:
     if not (isinstance(nested, dict) and nested.get("partial_rotary_factor") is not None):
         params["partial_rotary_factor"] = fraction(config, "partial_rotary_factor", 0.25)
     rope = rope_config(params, head_dim, partial_rotary=True)
-    experts = whole(config, "num_experts", 512, low=0)
-    step = whole(config, "decoder_sparse_step", 1)
-    dense = {int(i) for i in sequence(config, "mlp_only_layers", [])}
-    sparse = tuple(i for i in range(layers) if i not in dense and experts > 0 and (i + 1) % step == 0)
+    if model_type == "qwen3_5_text":
+        experts, sparse = 0, tuple[int, ...]()  # dense SwiGLU in every layer
+    elif model_type == "qwen3_5_moe_text":
+        experts = whole(config, "num_experts", defaults["num_experts"])
+        sparse = tuple(range(layers))  # the experts in every layer
+    else:
+        experts = whole(config, "num_experts", defaults["num_experts"], low=0)
+        step = whole(config, "decoder_sparse_step", 1)
+        dense = {int(i) for i in sequence(config, "mlp_only_layers", [])}
+        sparse = tuple(i for i in range(layers) if i not in dense and experts > 0 and (i + 1) % step == 0)
     bias = bool(given(config, "attention_bias", False))
     base = LlamaConfig.from_dict(
         config,
@@ -388,11 +428,13 @@ def build(config: dict[str, Any]) -> Qwen3NextDecoder:
             linear_value_head_dim=whole(config, "linear_value_head_dim", 128),
             linear_conv_kernel_dim=whole(config, "linear_conv_kernel_dim", 4),
             num_experts=experts,
-            num_experts_per_tok=whole(config, "num_experts_per_tok", 10),
+            num_experts_per_tok=whole(config, "num_experts_per_tok", defaults["num_experts_per_tok"]),
             moe_intermediate_size=whole(config, "moe_intermediate_size", 512),
             shared_expert_intermediate_size=whole(config, "shared_expert_intermediate_size", 512),
-            norm_topk_prob=bool(given(config, "norm_topk_prob", True)),
+            # Qwen3.5-MoE renormalises the top-k always; it has no such key.
+            norm_topk_prob=model_type == "qwen3_5_moe_text" or bool(given(config, "norm_topk_prob", True)),
             sparse_layers=sparse,
+            projections="grouped" if model_type == "qwen3_next" else "split",
         )
     )
 
@@ -403,12 +445,8 @@ RULES = (
     (r"layers\.(\d+)\.post_attention_layernorm\.weight", r"blocks.\1.mlp_norm.weight"),
     (r"layers\.(\d+)\.self_attn\.([qkvo])_proj\.(weight|bias)", r"blocks.\1.attn.\2_proj.\3"),  # q: split in convert
     (r"layers\.(\d+)\.self_attn\.([qk])_norm\.weight", r"blocks.\1.attn.\2_norm.weight"),
-    (
-        r"layers\.(\d+)\.linear_attn\.(in_proj_qkvz|in_proj_ba|out_proj|conv1d)\.weight",
-        r"blocks.\1.linear_attn.\2.weight",
-    ),
-    (r"layers\.(\d+)\.linear_attn\.(dt_bias|A_log)", r"blocks.\1.linear_attn.\2"),
-    (r"layers\.(\d+)\.linear_attn\.norm\.weight", r"blocks.\1.linear_attn.norm.weight"),
+    # The Gated DeltaNet's parameters keep their names (in_proj_*, conv1d, dt_bias, A_log, norm, out_proj).
+    (r"layers\.(\d+)\.linear_attn\.([\w.]+)", r"blocks.\1.linear_attn.\2"),
     (r"layers\.(\d+)\.mlp\.shared_expert\.(gate|up|down)_proj\.weight", r"blocks.\1.mlp.shared.\2.weight"),
     (r"layers\.(\d+)\.mlp\.shared_expert_gate\.weight", r"blocks.\1.mlp.shared_gate.weight"),
     (r"layers\.(\d+)\.mlp\.gate\.weight", r"blocks.\1.mlp.routed.router.weight"),

@@ -12,7 +12,7 @@ stderr, one line each.
 
 from __future__ import annotations
 
-from . import check, compare, explain, explore, export, heads, show  # noqa: F401  (registers the commands)
+from . import check, compare, explain, explore, export, heads, patching, show  # noqa: F401  (registers the commands)
 from .app import EXAMPLE, app, errors, fail, hint_for, main
 
 __all__ = ["EXAMPLE", "app", "errors", "fail", "hint_for", "main"]

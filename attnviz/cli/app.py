@@ -214,8 +214,35 @@ def _main(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Show the version and exit."
     ),
+    model_name: str | None = typer.Option(
+        None,
+        "--model-name",
+        envvar="ATTNVIZ_MODEL_NAME",
+        metavar="NAME",
+        help="What pages, images and JSON call the model (default: the Hub id or name typed, or the "
+        "checkpoint directory's own name; never a local path).",
+    ),
+    provenance: str = typer.Option(
+        "short",
+        "--provenance",
+        envvar="ATTNVIZ_PROVENANCE",
+        metavar="[short|full]",
+        help="full: outputs also carry the local path the weights were read from.",
+    ),
 ) -> None:
     """See what each attention head of a transformer does with a token."""
+    from ..io.models import MODEL_NAME_VAR, PROVENANCE_VAR
+
+    if provenance not in ("short", "full"):
+        raise typer.BadParameter(f"must be short or full, not {provenance!r}", param_hint="--provenance")
+    # The library reads them where it writes a provenance (engines.base.engine_provenance).
+    os.environ[PROVENANCE_VAR] = provenance
+    if model_name is None:
+        os.environ.pop(MODEL_NAME_VAR, None)  # nothing left from an earlier call in this process
+    elif not model_name.strip():
+        raise typer.BadParameter("must not be empty", param_hint="--model-name")
+    else:
+        os.environ[MODEL_NAME_VAR] = model_name
 
 
 def main() -> None:

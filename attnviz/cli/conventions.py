@@ -34,7 +34,13 @@ except ImportError:  # pragma: no cover - older typer on top of click
     from click.core import ParameterSource  # type: ignore[assignment]
 
 # The defaults a user may set outside the command line: config key -> variable.
-ENV_VARS: dict[str, str] = {"model": "ATTNVIZ_MODEL", "engine": "ATTNVIZ_ENGINE", "device": "ATTNVIZ_DEVICE"}
+ENV_VARS: dict[str, str] = {
+    "model": "ATTNVIZ_MODEL",
+    "engine": "ATTNVIZ_ENGINE",
+    "device": "ATTNVIZ_DEVICE",
+    "model_name": "ATTNVIZ_MODEL_NAME",  # the root options: what outputs call the model
+    "provenance": "ATTNVIZ_PROVENANCE",
+}
 DEVICE_RE = re.compile(r"(auto|cpu|mps|cuda(:\d+)?)")
 
 
@@ -100,9 +106,9 @@ def read_config() -> dict[str, str]:
     return data
 
 
-def default_map(group: Any, config: dict[str, str]) -> dict[str, dict[str, str]]:
+def default_map(group: Any, config: dict[str, str]) -> dict[str, Any]:
     """The config file's defaults for every command that takes the option."""
-    out: dict[str, dict[str, str]] = {}
+    out: dict[str, Any] = {p.name: config[p.name] for p in group.params if p.name in config}  # the root's own
     for name, command in group.commands.items():
         names = {p.name for p in command.params}
         picked = {k: v for k, v in config.items() if k in names}

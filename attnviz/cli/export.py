@@ -374,11 +374,15 @@ def _page(
     chosen = choose_part(eng, second.part_name, target is not None)
     check_heads(toggles.shown, eng.part_shape(chosen).num_heads)
     if chosen == "cross" and not rows:
-        # The full page's script draws square self-attention matrices over one text.
-        raise UsageError(
-            "the full HTML page draws self-attention over one text; cross-attention is in row mode only",
-            hint="add --rows with --token (the decoder text's tokens), or give --part encoder or decoder",
-        )
+        # The full page's script draws square self-attention matrices over one text;
+        # cross-attention is a row-mode page, of every decoder token unless --token
+        # picks (a short text's rows are a few kilobytes; the page's budget refuses more).
+        rows = True
+        if not queries:
+            from ..select import Query
+
+            assert target is not None  # the cross part needs the decoder text
+            queries = [Query(None, None, i) for i in range(len(eng.tokenize_target(target)))]
     if chosen == "cross" and matrix_layer:
         raise UsageError("cross-attention's page holds rows only", hint="drop --matrix-layer")
     first = second.source(eng, sentence, target)

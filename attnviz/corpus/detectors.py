@@ -277,6 +277,20 @@ class HeadAccumulator:
         m2 = self.m2 + other.m2 + delta**2 * na * nb / safe
         return HeadAccumulator(self.detectors, self.layers, self.num_heads, self.count + other.count, mean, m2)
 
+    def joined(self, other: HeadAccumulator) -> HeadAccumulator:
+        """This accumulator's detectors, then ``other``'s (the same heads: heads --ablate's
+        effects beside the detectors)."""
+        if (other.layers, other.num_heads) != (self.layers, self.num_heads):
+            raise ValueError(f"cannot join accumulators of different heads: {self.layers} vs {other.layers}")
+        return HeadAccumulator(
+            (*self.detectors, *other.detectors),
+            self.layers,
+            self.num_heads,
+            np.concatenate([self.count, other.count]),
+            np.concatenate([self.mean, other.mean]),
+            np.concatenate([self.m2, other.m2]),
+        )
+
     @property
     def sd(self) -> np.ndarray:
         """(D, N, H) sample standard deviation over texts (0 with fewer than 2 texts)."""

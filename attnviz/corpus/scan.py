@@ -49,7 +49,7 @@ class ScanOptions:
     window: int = 8  # batches held and sorted by length (padding waste vs memory)
     # "norm": detectors read each row's norm shares ‖α·f(x)‖ / row sum (attnviz.measures.norms).
     measure: str = "weight"
-    # Head ablation instead of the detectors (heads --ablate): "zero" or "mean"; the
+    # Head ablation beside the detectors (heads --ablate): "zero" or "mean"; the
     # queries ("all" real tokens or the "last"); mean-ablation's corpus means (N, H, D).
     ablate: str | None = None
     query_rule: str = "all"
@@ -60,8 +60,8 @@ class ScanOptions:
 
     @property
     def accumulated(self) -> tuple[str, ...]:
-        """What the accumulator holds: the detectors, or ("ablation",)."""
-        return ("ablation",) if self.ablate is not None else self.config.detectors
+        """What the accumulator holds: the detectors, and "ablation" last with --ablate."""
+        return (*self.config.detectors, "ablation") if self.ablate is not None else self.config.detectors
 
     def __post_init__(self) -> None:
         if self.measure not in ("weight", "norm"):
@@ -189,16 +189,24 @@ def score_batch(
     engine: Engine, batch: Sequence[Prepared], options: ScanOptions
 ) -> tuple[HeadAccumulator, CorefTally | None]:
     """One padded forward pass over ``batch`` -> its accumulator (and coreference tally).
-    With ``options.ablate``: each text's head-ablation effects at its query tokens, one
-    sample per token (``ablation.token_effects``)."""
+    With ``options.ablate``: the detectors as without it, a text at a time (ablation's
+    memory is estimated per text), and beside them each text's head-ablation effects at
+    its query tokens, one sample per token (``ablation.token_effects``)."""
     if options.ablate is not None:
         from ..measures.ablation import token_effects
 
-        acc = HeadAccumulator.empty(options.accumulated, options.layers, engine.shape.num_heads)
+        plain = replace(options, ablate=None, fill=None)
+        acc = HeadAccumulator.empty(options.config.detectors, options.layers, engine.shape.num_heads)
+        effects = HeadAccumulator.empty(("ablation",), options.layers, engine.shape.num_heads)
+        tally: CorefTally | None = None
         for p in batch:
+            one_acc, one_tally = score_batch(engine, [p], plain)
+            acc = acc.merge(one_acc)
+            if one_tally is not None:
+                tally = one_tally if tally is None else tally.merge(one_tally)
             one = token_effects(engine, p.tokens, options.layers, options.ablate, options.fill, options.query_rule)
-            acc = acc.add(one[:, None], np.ones((one.shape[0], 1), dtype=bool))  # (T, 1, N, H)
-        return acc, None
+            effects = effects.add(one[:, None], np.ones((one.shape[0], 1), dtype=bool))  # (T, 1, N, H)
+        return acc.joined(effects), tally
     import torch
 
     if options.measure == "norm":

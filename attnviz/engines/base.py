@@ -415,9 +415,12 @@ def module_sizes(model: Any, dtype: torch.dtype, full_matrices: bool) -> ModelSi
 
 def engine_provenance(engine: Engine) -> Provenance:
     """Which model, engine, device and dtype ``engine`` runs."""
+    from ..io.models import full_provenance, shareable_name
+
+    name = shareable_name(engine.files.spec)
     return Provenance(
-        model=engine.files.spec,
-        model_path=str(engine.files.path),
+        model=name,
+        model_path=str(engine.files.path) if full_provenance() else name,  # no local path by default
         architecture=engine.files.model_type,
         engine=engine.name,
         device=str(engine.device),

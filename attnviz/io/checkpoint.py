@@ -156,7 +156,9 @@ def check_regular_file(path: Path, max_bytes: int | None = None) -> None:
 
 
 MAX_CONFIG_BYTES = 16 * 2**20
-MAX_TOKENIZER_BYTES = 2**30
+# The largest real tokenizer.json files are ~35 MB (Gemma 3's 262k-piece vocabulary);
+# a 1 GiB one was read whole and parsed (2.3 GB) before its refusal. 256 MiB is 7x that.
+MAX_TOKENIZER_BYTES = 256 * 2**20
 
 
 # --- weight files and their headers --------------------------------------------------

@@ -13,6 +13,7 @@ shards). stdlib only at import time; torch and safetensors load inside the reade
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,45 @@ def _resolve(name: str) -> ModelFiles:
 
     check_regular_file(path / "config.json", MAX_CONFIG_BYTES)  # not /dev/zero behind a symlink
     return ModelFiles(spec=name, path=path, config=read_config(path))
+
+
+# --- the name shareable outputs carry ------------------------------------------------
+
+MODEL_NAME_VAR = "ATTNVIZ_MODEL_NAME"  # the name outputs carry (the command line sets it too)
+PROVENANCE_VAR = "ATTNVIZ_PROVENANCE"  # "full": the absolute path too
+_IN_MEMORY = re.compile(r"^(?P<kind>.* in memory) \((?P<source>.*)\)$")
+
+
+def full_provenance() -> bool:
+    """Whether outputs may carry the local path the weights were read from."""
+    return os.environ.get(PROVENANCE_VAR, "").strip().lower() == "full"
+
+
+def shareable_name(spec: str) -> str:
+    """What a page, a notebook output or a JSON document calls the model, by default:
+    ``ATTNVIZ_MODEL_NAME`` when set; else what the user typed, when it names no place on this
+    machine (a Hub id, the packaged model's name, a relative path that stays below the
+    working directory); else the directory's own name. A page mailed to co-authors showed
+    ``/home/<user>/models/...`` (issue 38); ``ATTNVIZ_PROVENANCE=full`` keeps the path.
+    """
+    given = os.environ.get(MODEL_NAME_VAR, "").strip()
+    if given:
+        return given
+    memory = _IN_MEMORY.match(spec)
+    if memory:  # "BertModel in memory (/home/u/models/x)": the source named as any spec
+        return f"{memory['kind']} ({shareable_name_of_place(memory['source'])})"
+    return shareable_name_of_place(spec)
+
+
+def shareable_name_of_place(spec: str) -> str:
+    if not spec:
+        return spec
+    path = Path(spec)
+    local = spec.startswith(("/", "~", "\\")) or path.is_absolute() or ".." in path.parts or "\\" in spec
+    if not local:
+        return spec  # a Hub id, a builtin name, or a relative path below the working directory
+    name = Path(os.path.normpath(os.path.expanduser(spec))).name
+    return name or "model"
 
 
 def _looks_like_path(name: str) -> bool:

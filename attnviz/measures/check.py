@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import EngineError, UsageError
 from ..example import EXAMPLE
-from ..io.models import ModelFiles, resolve
+from ..io.models import ModelFiles, full_provenance, resolve, shareable_name
 from ..shape import ModelShape
 
 if TYPE_CHECKING:
@@ -155,8 +155,8 @@ def compare_engines(
             attention[layer] = max(attention[layer], _max_abs_diff(a, b, f"layer {layer} attention"))
         hidden = max(hidden, _max_abs_diff(ours.hidden_states, theirs.hidden_states, "hidden states"))
     return CheckResult(
-        model=files.spec,
-        model_path=str(files.path),
+        model=shareable_name(files.spec),
+        model_path=str(files.path) if full_provenance() else shareable_name(files.spec),
         model_type=files.model_type,
         device=str(own.device),
         shape=own.shape,
@@ -196,8 +196,8 @@ def _compare_seq2seq(
         for part in parts
     )
     return CheckResult(
-        model=files.spec,
-        model_path=str(files.path),
+        model=shareable_name(files.spec),
+        model_path=str(files.path) if full_provenance() else shareable_name(files.spec),
         model_type=files.model_type,
         device=str(own.device),
         shape=own.shape,

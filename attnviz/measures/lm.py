@@ -96,8 +96,12 @@ class LMHead:
         return out
 
     def token(self, index: int) -> str:
-        piece = self.tokenizer.id_to_token(index) if self.tokenizer is not None else None
-        return piece if piece is not None else f"<{index}>"
+        """The vocabulary entry ``index`` as the views label tokens (``tokens.vocab_label``)."""
+        if self.tokenizer is None:
+            return f"<{index}>"
+        from ..tokens import vocab_label
+
+        return vocab_label(self.tokenizer, index)
 
     def effects(
         self,

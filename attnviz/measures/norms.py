@@ -315,6 +315,7 @@ _HF_SIBLINGS = (
     ("attention.out_lin", ("attention.v_lin",)),  # DistilBERT
     ("attention.dense", ("attention.value",)),  # ALBERT
     ("self_attn.o_proj", ("self_attn.v_proj",)),  # Llama-likes
+    ("attn.Wo", ("attn.v_proj",)),  # ModernBERT-decoder
     ("SelfAttention.o", ("SelfAttention.v",)),  # T5
     ("EncDecAttention.o", ("EncDecAttention.v",)),
     ("self_attn.out_proj", ("self_attn.v_proj",)),  # BART

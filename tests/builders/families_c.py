@@ -193,6 +193,111 @@ SPECS_C += (
         perturb=True,
     ),
 )
+SPECS_C += (
+    Spec(
+        "ernie4_5_moe",
+        "ernie4_5_moe",
+        _config(
+            "Ernie4_5_MoeConfig",
+            **_DEC,
+            num_hidden_layers=4,
+            use_bias=True,
+            moe_num_experts=6,
+            moe_k=2,
+            moe_intermediate_size=11,
+            moe_num_shared_experts=1,
+            moe_layer_start_index=1,
+            moe_layer_end_index=2,
+            moe_layer_interval=1,
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
+SPECS_C += (
+    Spec(
+        "hunyuan_v1_moe",
+        "hunyuan_v1_moe",
+        _config(
+            "HunYuanMoEV1Config",
+            **_DEC,
+            num_hidden_layers=2,
+            attention_bias=True,
+            num_experts=5,
+            moe_topk=2,
+            rope_parameters={"rope_type": "dynamic", "rope_theta": 1000.0, "alpha": 3.0, "factor": 1.0},
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
+SPECS_C += (
+    Spec(
+        "dots1",
+        "dots1",
+        _config(
+            "Dots1Config",
+            **_DEC,
+            num_hidden_layers=3,
+            attention_bias=True,
+            sliding_window=4,
+            layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+            first_k_dense_replace=1,
+            n_routed_experts=6,
+            num_experts_per_tok=2,
+            n_group=3,
+            topk_group=2,
+            n_shared_experts=1,
+            moe_intermediate_size=11,
+            norm_topk_prob=True,
+            routed_scaling_factor=1.5,
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
+SPECS_C += (
+    Spec(
+        "modernbert-decoder",
+        "modernbert-decoder",
+        _config(
+            "ModernBertDecoderConfig",
+            vocab_size=VOCAB_SIZE,
+            hidden_size=48,
+            intermediate_size=37,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            max_position_embeddings=64,
+            local_attention=6,  # a local layer sees its last 3 tokens
+            global_attn_every_n_layers=2,
+            norm_bias=True,
+            attention_bias=True,
+            mlp_bias=True,
+            initializer_range=0.2,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            cls_token_id=1,
+            sep_token_id=2,
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
+SPECS_C += (
+    Spec(
+        "eurobert",
+        "eurobert",
+        _config("EuroBertConfig", **_DEC, num_hidden_layers=2, attention_bias=True, mlp_bias=True),
+        "masked",
+        "llama",
+        perturb=True,
+    ),
+)
 SPECS_C_BY_NAME = {spec.name: spec for spec in SPECS_C}
 
 

@@ -64,7 +64,9 @@ def heads_table(
                 cells.append(cell)
         table.add_row(*cells)
     parts.append(table)
-    if acc.detectors == ("ablation",):
+    if acc.detectors != ("ablation",):
+        parts.append(Text("mean ± sd over texts; ▲ lowest first (most focused)", style="dim"))
+    if "ablation" in acc.detectors:
         parts.append(
             Text(
                 "ablation: 1 − cos of the final hidden state when the head's output is removed before W^O; "
@@ -72,8 +74,6 @@ def heads_table(
                 style="dim",
             )
         )
-    else:
-        parts.append(Text("mean ± sd over texts; ▲ lowest first (most focused)", style="dim"))
     if report.coref is not None and report.coref.total:
         parts.append(coref_table(report, p, top=top, color=color))
     return Group(*parts)

@@ -23,12 +23,13 @@ function options(select, items, value) {
 function render({ model, el: root }) {
   var text = el("input", { type: "text", class: "attnviz-text", "aria-label": "text", size: "60" });
   var token = el("select", { class: "attnviz-token", "aria-label": "token" });
-  var layer = el("select", { class: "attnviz-layer", "aria-label": "layer" });
   var head = el("select", { class: "attnviz-head", "aria-label": "head" });
   var view = el("select", { class: "attnviz-view-select", "aria-label": "view" });
   var boxes = {};
   var bar = el("div", { class: "attnviz-controls", style: "display:flex;flex-wrap:wrap;gap:8px;align-items:center;font:13px system-ui,sans-serif;margin-bottom:4px" }, [
-    text, el("label", {}, ["token ", token]), el("label", {}, ["layer ", layer]), el("label", {}, ["head ", head]),
+    // No layer control here: the page in the frame has its own (two disagreed); the
+    // layer traitlet still sets the layer the page opens on.
+    text, el("label", {}, ["token ", token]), el("label", {}, ["head ", head]),
     el("label", {}, ["view ", view]),
   ]);
   [["words", "words"], ["hide_special", "hide special tokens"], ["mean", "head mean"]].forEach(function (pair) {
@@ -52,7 +53,6 @@ function render({ model, el: root }) {
       var i = labels.findIndex(function (l) { return l.toLowerCase() === t.toLowerCase(); });
       if (i >= 0) token.value = String(i);
     }
-    options(layer, [[-1, "middle"]].concat(model.get("layers").map(function (n) { return [n, String(n)]; })), model.get("layer"));
     var heads = [];
     for (var h = 0; h < model.get("num_heads"); h++) heads.push([h, "h" + h]);
     options(head, heads, model.get("head"));
@@ -65,7 +65,6 @@ function render({ model, el: root }) {
 
   text.addEventListener("change", function () { model.set("text", text.value); model.save_changes(); });
   token.addEventListener("change", function () { model.set("token", token.value); model.save_changes(); });
-  layer.addEventListener("change", function () { model.set("layer", +layer.value); model.save_changes(); });
   head.addEventListener("change", function () { model.set("head", +head.value); model.save_changes(); });
   view.addEventListener("change", function () { model.set("view", view.value); model.save_changes(); });
   ["text", "token", "layer", "head", "view", "words", "hide_special", "mean", "labels", "layers", "num_heads", "page", "error"]

@@ -1,0 +1,248 @@
+"""attnviz patch: which heads carry the difference between a clean and a corrupted prompt."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..example import EXAMPLE, EXAMPLE_PAIR
+from .app import app, errors
+from .common import budget, query_from, stdout_console, wrote
+from .conventions import example
+from .options import (
+    DebugOpt,
+    DeviceOpt,
+    DType,
+    DtypeOpt,
+    EngineName,
+    EngineOpt,
+    IndexOpt,
+    JsonOpt,
+    LayerOpt,
+    MaxMemoryOpt,
+    ModelOpt,
+    NoPagerOpt,
+    Occurrence,
+    TokenOpt,
+)
+
+CLEAN_EXAMPLE, CORRUPTED_EXAMPLE = EXAMPLE, EXAMPLE_PAIR
+
+
+class Direction(str, Enum):
+    denoise = "denoise"
+    noise = "noise"
+
+
+class PatchMetric(str, Enum):
+    logit_diff = "logit-diff"
+    prob = "prob"
+    logprob = "logprob"
+    kl = "kl"
+    hidden = "hidden"
+
+
+@app.command(epilog=example(f'attnviz patch "{CLEAN_EXAMPLE}" "{CORRUPTED_EXAMPLE}" --token it'))
+def patch(
+    clean: Annotated[str, typer.Argument(metavar="CLEAN", help="The prompt that shows the behaviour.")],
+    corrupted: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[CORRUPTED]", help="The prompt that does not (not needed with --dla).", show_default=False
+        ),
+    ] = None,
+    answer: Annotated[
+        str | None,
+        typer.Option(
+            "--answer", metavar="TOKEN", help="The answer token (a causal LM's next token).", show_default=False
+        ),
+    ] = None,
+    wrong: Annotated[
+        str | None,
+        typer.Option("--wrong", metavar="TOKEN", help="The wrong token, for --metric logit-diff.", show_default=False),
+    ] = None,
+    metric: Annotated[
+        PatchMetric | None,
+        typer.Option(
+            "--metric",
+            help="logit-diff (answer − wrong), prob or logprob (of the answer), kl (to the clean distribution), "
+            "hidden (the final hidden state's restoration, for models without an LM head). "
+            "[default: logit-diff with --answer and --wrong, prob with --answer, kl with an LM head, else hidden]",
+            show_default=False,
+        ),
+    ] = None,
+    direction: Annotated[
+        Direction,
+        typer.Option(
+            "--direction",
+            help="denoise: the corrupted run with one head's z from the clean run; "
+            "noise: the clean run with one head's z from the corrupted run.",
+        ),
+    ] = Direction.denoise,
+    dla: Annotated[
+        bool,
+        typer.Option(
+            "--dla",
+            help="Direct logit attribution of CLEAN instead: each head's, MLP's, the embeddings' and the biases' "
+            "direct contribution to logit(answer) − logit(wrong) through the final norm (its scale frozen), "
+            "with the sum check, and the logit lens. Needs --answer, --wrong and a GPT-2 or Llama-like LM.",
+        ),
+    ] = False,
+    lens_top: Annotated[
+        int, typer.Option("--lens-top", metavar="K", min=1, help="With --dla: tokens per layer in the logit lens.")
+    ] = 3,
+    token: TokenOpt = None,
+    occurrence: Occurrence = None,
+    index: IndexOpt = None,
+    layer: LayerOpt = "all",
+    top: Annotated[int, typer.Option("--top", metavar="K", min=1, help="Heads in the ranked table.")] = 10,
+    model: ModelOpt = None,
+    engine: EngineOpt = EngineName.own,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = DType.float32,
+    max_memory: MaxMemoryOpt = None,
+    json_out: JsonOpt = False,
+    npz: Annotated[
+        Path | None,
+        typer.Option("--npz", metavar="PATH", help="Also write the effects and labels to an .npz file."),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", metavar="PATH", help="Also draw the heatmap to a .png, .svg or .pdf.", show_default=False
+        ),
+    ] = None,
+    no_pager: NoPagerOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Activation patching: for every head, run one prompt with that head's output (z, before
+    W^O) taken from the other prompt's run, and score how much of the clean behaviour it
+    restores (denoise) or destroys (noise): 0 = the corrupted run, 1 = the clean one.
+    """
+    with errors(debug):
+        from ..errors import UsageError
+        from ..io.safeio import check_text
+        from ..render import IMAGE_FORMATS
+        from ..result import check_writable
+
+        # Before any model work: the texts, the files, the token query, the metric's answers.
+        check_text(clean, "the clean text")
+        if dla:
+            _attribute(clean, corrupted, answer, wrong, token, occurrence, index, lens_top, top,
+                       model, engine.value, device, dtype.value, json_out, no_pager)  # fmt: skip
+            return
+        if corrupted is None:
+            raise UsageError("patch needs a corrupted prompt beside the clean one", reason="patch_pair")
+        check_text(corrupted, "the corrupted text")
+        if npz is not None:
+            check_writable(npz, (".npz",))
+        if output is not None:
+            check_writable(output, IMAGE_FORMATS)
+        query = query_from(token, occurrence, index, required=False)
+        if wrong is not None and answer is None:
+            raise UsageError("--wrong goes with --answer", reason="patch_answer")
+        if metric in (PatchMetric.logit_diff,) and (answer is None or wrong is None):
+            raise UsageError("--metric logit-diff needs --answer and --wrong", reason="patch_answer")
+        if metric in (PatchMetric.prob, PatchMetric.logprob) and answer is None:
+            raise UsageError(f"--metric {metric.value} needs --answer", reason="patch_answer")
+        limit = budget(max_memory)
+        from ..engines import cpu_threads_for, load_engine
+        from ..measures.ablation import batch_size
+        from ..measures.patching import align
+        from ..select import parse_layers
+
+        eng = load_engine(engine.value, model, device, dtype.value)
+        # The alignment and the token before the passes: a refusal costs no forward pass.
+        a, b = eng.tokenize(clean), eng.tokenize(corrupted)
+        align(a.ids, b.ids, a.labels, b.labels)
+        layers = parse_layers(layer, eng.num_layers, eng.shape.layers)
+        batch = batch_size(eng, max(len(a), len(b)), limit)
+        from ..measures.patching import patch_texts
+        from .ablating import delayed_progress
+
+        with delayed_progress("patching", json_out) as progress, cpu_threads_for(eng, max(len(a), len(b)) * batch):
+            result = patch_texts(
+                eng,
+                clean,
+                corrupted,
+                answer=answer,
+                wrong=wrong,
+                metric=None if metric is None else metric.value,
+                direction=direction.value,
+                position=query,
+                layers=layers,
+                batch=batch,
+                progress=progress,
+            )
+        if npz is not None:
+            from ..measures.patching import save_npz
+
+            save_npz(result, npz)
+        missing: tuple[str, ...] = ()
+        if output is not None:
+            from ..render.image import save_figure
+            from ..render.image.patching import patch_figure
+
+            missing = save_figure(patch_figure(result), output)
+        if json_out:
+            from .output import emit
+
+            emit(json.dumps(result.to_dict(), ensure_ascii=False), json=True)
+        else:
+            from ..render.terminal import paged, uses_colour
+            from ..render.terminal.patching import patch_view
+
+            console = stdout_console()
+            with paged(console, not no_pager):
+                console.print(patch_view(result, top=top, color=uses_colour(console)))
+        if npz is not None:
+            wrote(npz)
+        if output is not None:
+            wrote(output, missing)
+
+
+def _attribute(
+    text: str,
+    corrupted: str | None,
+    answer: str | None,
+    wrong: str | None,
+    token: str | None,
+    occurrence: int | None,
+    index: int | None,
+    lens_top: int,
+    top: int,
+    model: str | None,
+    engine: str,
+    device: str,
+    dtype: str,
+    json_out: bool,
+    no_pager: bool,
+) -> None:
+    """``patch CLEAN --dla``: the attribution of the clean prompt."""
+    from ..errors import UsageError
+
+    if corrupted is not None:
+        raise UsageError("--dla attributes one prompt: drop CORRUPTED", reason="patch_pair")
+    if answer is None or wrong is None:
+        raise UsageError("--dla needs --answer and --wrong", reason="patch_answer")
+    query = query_from(token, occurrence, index, required=False)
+    from ..engines import load_engine
+    from ..measures.attribution import attribute_text
+
+    eng = load_engine(engine, model, device, dtype)
+    result = attribute_text(eng, text, answer, wrong, position=query, top=lens_top)
+    if json_out:
+        from .output import emit
+
+        emit(json.dumps(result.to_dict(), ensure_ascii=False), json=True)
+        return
+    from ..render.terminal import paged, uses_colour
+    from ..render.terminal.patching import attribution_view
+
+    console = stdout_console()
+    with paged(console, not no_pager):
+        console.print(attribution_view(result, top=top, color=uses_colour(console)))

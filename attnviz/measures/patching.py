@@ -1,0 +1,605 @@
+"""Activation patching: which heads carry the difference between a clean and a corrupted prompt?
+
+Ablation (ablation.py) asks what a head does at all; patching asks which heads carry one
+behaviour (Vig et al. 2020; Meng et al. 2022; Wang et al. 2022; Heimersheim & Nanda 2024,
+"How to use and interpret activation patching"). Two prompts differ in a few tokens: the
+clean one shows the behaviour, the corrupted one does not. For every head h of layer l,
+the model runs on one prompt with that head's output ``z`` (its D columns of
+Concat(head_1, ..., head_H), before W^O: the tap ``blocks.l.attn.z``) taken from the other
+prompt's run:
+
+    denoise  (the default) run the corrupted prompt, head h's z from the clean run:
+             how much of the clean behaviour does this head alone restore?
+    noise    run the clean prompt, head h's z from the corrupted run:
+             how much of it survives losing this head's clean output?
+
+A metric m reads the patched run at one position; the effect is normalised so that 0 is
+the corrupted run and 1 the clean one, in both directions:
+
+    effect = (m(patched) − m(corrupted)) / (m(clean) − m(corrupted))
+
+The metrics (``METRICS``), with p the next-token distribution (a causal LM head, lm.py)
+at the position, a the answer and w the wrong token:
+
+    logit-diff   logit_a − logit_w
+    prob         p_a
+    logprob      log p_a
+    kl           −KL(p_clean ‖ p)        effect = 1 − KL(p_clean ‖ p) / KL(p_clean ‖ p_corrupted)
+    hidden       −‖h − h_clean‖           effect = 1 − ‖h − h_clean‖ / ‖h_corrupted − h_clean‖
+                 (h: the final hidden state at the position; for models without an LM
+                 head, such as the packaged MiniLM: the restoration of the clean state)
+
+Pairs of different lengths (``align``): the tokens the two prompts share at their start
+(prefix) and end (suffix) are matched position by position; a head's z is patched at the
+matched positions, and the differing span in the middle is left as it is (it has no
+counterpart). Equal lengths are matched position by position, the span included. Where
+lengths differ and the prompts share no suffix, no position after the span is matched
+and no alignment is sound: ``align`` raises.
+
+Batching (``patch_heads``): one pass per chunk of heads of a layer. Layers 0..l-1 run once
+on the batch-1 stream; at ``blocks.l.resid_pre`` the stream becomes one copy per patched
+head, and at ``blocks.l.attn.z`` copy i gets head i's slice from the other run. Memory is
+that of ``chunk`` copies, whatever the number of heads (``ablation.batch_size``).
+
+Everything goes through the engine's taps (nn/taps.py); torch + numpy only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..engines import Engine
+    from ..tokens import Tokens
+    from .lm import LMHead
+
+DIRECTIONS = ("denoise", "noise")
+METRICS = ("logit-diff", "prob", "logprob", "kl", "hidden")
+LM_METRICS = ("logit-diff", "prob", "logprob", "kl")
+
+Progress = Callable[[int, int], None]
+
+
+# --- aligning two tokenizations ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """How the positions of two tokenizations match.
+
+    Attributes:
+        clean, corrupted: the two token label tuples.
+        prefix, suffix: how many tokens they share at the start and at the end (the
+            suffix never overlaps the prefix).
+        pairs: the matched positions, (clean position, corrupted position), in order.
+    """
+
+    clean: tuple[str, ...]
+    corrupted: tuple[str, ...]
+    prefix: int
+    suffix: int
+    pairs: tuple[tuple[int, int], ...]
+
+    @property
+    def clean_span(self) -> tuple[int, int]:
+        """[start, end) of the clean prompt's differing tokens."""
+        return self.prefix, len(self.clean) - self.suffix
+
+    @property
+    def corrupted_span(self) -> tuple[int, int]:
+        """[start, end) of the corrupted prompt's differing tokens."""
+        return self.prefix, len(self.corrupted) - self.suffix
+
+    def to_corrupted(self, clean_position: int) -> int | None:
+        """The corrupted position matched to ``clean_position``, or None (in the span)."""
+        return dict(self.pairs).get(clean_position)
+
+    def describe(self) -> str:
+        """One line: the differing span of each prompt."""
+        a, b = self.clean_span
+        c, d = self.corrupted_span
+
+        def span(labels: tuple[str, ...], start: int, end: int) -> str:
+            if end <= start:
+                return f"[] (nothing) before position {start}"
+            return f"[{' '.join(labels[start:end])}] at {start}" + (f"..{end - 1}" if end - start > 1 else "")
+
+        return f"clean {span(self.clean, a, b)} vs corrupted {span(self.corrupted, c, d)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prefix": self.prefix,
+            "suffix": self.suffix,
+            "clean_span": list(self.clean_span),
+            "corrupted_span": list(self.corrupted_span),
+            "matched": len(self.pairs),
+        }
+
+
+def align(
+    clean: Sequence[int], corrupted: Sequence[int], clean_labels: Sequence[str], corrupted_labels: Sequence[str]
+) -> Alignment:
+    """Match the positions of two tokenizations (ids) on their common prefix and suffix.
+
+    Raises:
+        UsageError: (reason "patch_align") the lengths differ and the prompts share no
+            suffix, so no position after the differing span can be matched.
+    """
+    n, m = len(clean), len(corrupted)
+    prefix = 0
+    while prefix < min(n, m) and clean[prefix] == corrupted[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < min(n, m) - prefix and clean[n - 1 - suffix] == corrupted[m - 1 - suffix]:
+        suffix += 1
+    if n == m:
+        pairs = tuple((i, i) for i in range(n))
+    else:
+        if suffix == 0:
+            raise UsageError(
+                f"the prompts tokenize to {n} and {m} tokens and share no tokens at their end, so no "
+                f"position after where they differ can be matched. clean: {' '.join(clean_labels)} | "
+                f"corrupted: {' '.join(corrupted_labels)}",
+                reason="patch_align",
+            )
+        pairs = tuple((i, i) for i in range(prefix)) + tuple((n - suffix + j, m - suffix + j) for j in range(suffix))
+    return Alignment(tuple(clean_labels), tuple(corrupted_labels), prefix, suffix, pairs)
+
+
+# --- the metric --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What a run is scored by, at one position of each prompt.
+
+    Attributes:
+        name: one of METRICS.
+        answer, wrong: token ids (logit-diff needs both; prob and logprob the answer).
+        answer_text, wrong_text: their vocabulary pieces, for the labels.
+    """
+
+    name: str
+    answer: int | None = None
+    wrong: int | None = None
+    answer_text: str | None = None
+    wrong_text: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in METRICS:
+            raise UsageError(f"unknown metric {self.name!r} (known: {', '.join(METRICS)})", reason="patch_metric")
+        if self.name in ("logit-diff", "prob", "logprob") and self.answer is None:
+            raise UsageError(f"the {self.name} metric needs an answer token", reason="patch_answer")
+        if self.name == "logit-diff" and self.wrong is None:
+            raise UsageError("the logit-diff metric needs a wrong token beside the answer", reason="patch_answer")
+
+    def label(self) -> str:
+        if self.name == "logit-diff":
+            return f"logit({self.answer_text}) − logit({self.wrong_text})"
+        if self.name == "prob":
+            return f"p({self.answer_text})"
+        if self.name == "logprob":
+            return f"log p({self.answer_text})"
+        if self.name == "kl":
+            return "−KL(p_clean ‖ p)"
+        return "−‖h − h_clean‖"
+
+    def score(self, hidden: torch.Tensor, clean_hidden: torch.Tensor, lm: LMHead | None) -> torch.Tensor:
+        """(B,) float64 scores of final hidden states ``hidden`` (B, E) at the position,
+        ``clean_hidden`` (E,) the clean run's there."""
+        import torch
+
+        if self.name == "hidden":
+            return -torch.linalg.vector_norm(hidden.double() - clean_hidden.double(), dim=-1)
+        if lm is None:  # pragma: no cover - resolve_metric refuses it first
+            raise UsageError(f"the {self.name} metric needs a language-model head", reason="patch_metric")
+        logits = lm.logits(hidden).double()  # (B, V)
+        if self.name == "logit-diff":
+            assert self.answer is not None and self.wrong is not None
+            return logits[:, self.answer] - logits[:, self.wrong]
+        logp = torch.log_softmax(logits, dim=-1)
+        if self.name == "prob":
+            return logp[:, self.answer].exp()
+        if self.name == "logprob":
+            return logp[:, self.answer]
+        clean = torch.log_softmax(lm.logits(clean_hidden[None]).double(), dim=-1)  # (1, V)
+        return -(clean.exp() * (clean - logp)).sum(-1)
+
+
+def answer_id(tokenizer: Any, text: str) -> tuple[int, str]:
+    """The one token id of an answer: ``text`` as a vocabulary piece (``Ġtired``), else
+    ``text`` tokenized as it reads after a space (`` tired``), else on its own.
+
+    Raises:
+        UsageError: (reason "patch_answer") it is no single token.
+    """
+    if not text:
+        raise UsageError("an empty answer token", reason="patch_answer")
+    found = tokenizer.token_to_id(text)
+    if found is not None:
+        return int(found), text
+    for variant in (" " + text.lstrip(), text):
+        ids = tokenizer.encode(variant, add_special_tokens=False).ids
+        if len(ids) == 1:
+            return int(ids[0]), tokenizer.id_to_token(ids[0]) or text
+    pieces = tokenizer.encode(text, add_special_tokens=False).tokens
+    raise UsageError(
+        f"the answer {text!r} is not one token of this model's vocabulary (it tokenizes to {' '.join(pieces)})",
+        reason="patch_answer",
+    )
+
+
+# --- the result ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    """Every head's patching effect on one pair of prompts.
+
+    Attributes:
+        model, engine: which model and engine ran it.
+        site: what was patched ("z": each head's output before W^O).
+        direction: "denoise" (corrupted run, clean z) or "noise" (clean run, corrupted z).
+        metric: the metric's name; metric_label: what it computes.
+        effect: (N, H) float64 normalised effects (0 = the corrupted run, 1 = the clean
+            one); NaN where not computed (``partial``, a hybrid's layers without attention).
+        raw: (N, H) float64 the metric of each patched run.
+        clean_score, corrupted_score: the metric of the unpatched runs.
+        position: the scored position in the clean prompt; corrupted_position: in the corrupted one.
+        clean_tokens, corrupted_tokens: the two tokenizations' labels.
+        alignment: how their positions match.
+        passes: the forward passes the heads took (the unpatched runs not counted).
+        partial: interrupted: only the finite effects were computed.
+    """
+
+    model: str
+    engine: str
+    site: str
+    direction: str
+    metric: str
+    metric_label: str
+    effect: np.ndarray
+    raw: np.ndarray
+    clean_score: float
+    corrupted_score: float
+    position: int
+    corrupted_position: int
+    clean_tokens: tuple[str, ...]
+    corrupted_tokens: tuple[str, ...]
+    alignment: Alignment
+    passes: int
+    partial: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.effect.shape[0])
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.effect.shape[1])
+
+    def what(self) -> str:
+        """The label every view carries: what was patched, in which direction, by which metric."""
+        arrow = "corrupted run ← clean z" if self.direction == "denoise" else "clean run ← corrupted z"
+        return (
+            f"patched: each head's z (output before W^O), one at a time; {self.direction} ({arrow}); "
+            f"metric: {self.metric} = {self.metric_label} at {self.clean_tokens[self.position]!r} "
+            f"(position {self.position}); effect 0 = corrupted run, 1 = clean run"
+        )
+
+    def ranked(self, top: int | None = None) -> list[tuple[int, int, float, float]]:
+        """(layer, head, effect, raw) by |effect|, largest first; NaN left out."""
+        rows = [
+            (layer, head, float(self.effect[layer, head]), float(self.raw[layer, head]))
+            for layer in range(self.num_layers)
+            for head in range(self.num_heads)
+            if np.isfinite(self.effect[layer, head])
+        ]
+        rows.sort(key=lambda r: (-abs(r[2]), r[0], r[1]))
+        return rows if top is None else rows[:top]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The --json document."""
+        return {
+            "kind": "patch",
+            "model": self.model,
+            "engine": self.engine,
+            "site": self.site,
+            "direction": self.direction,
+            "metric": self.metric,
+            "metric_label": self.metric_label,
+            "label": self.what(),
+            "position": self.position,
+            "corrupted_position": self.corrupted_position,
+            "clean_tokens": list(self.clean_tokens),
+            "corrupted_tokens": list(self.corrupted_tokens),
+            "alignment": self.alignment.to_dict(),
+            "clean_score": self.clean_score,
+            "corrupted_score": self.corrupted_score,
+            "layers": self.num_layers,
+            "heads": self.num_heads,
+            "effect": [[_number(x) for x in row] for row in self.effect],
+            "raw": [[_number(x) for x in row] for row in self.raw],
+            "passes": self.passes,
+            "partial": self.partial,
+            "notes": list(self.notes),
+        }
+
+    def to_npz(self) -> dict[str, np.ndarray]:
+        """The arrays (and labels) for ``numpy.savez``."""
+        return {
+            "effect": self.effect,
+            "raw": self.raw,
+            "clean_tokens": np.array(self.clean_tokens),
+            "corrupted_tokens": np.array(self.corrupted_tokens),
+            "scores": np.array([self.clean_score, self.corrupted_score]),
+            "label": np.array(self.what()),
+        }
+
+
+def _number(x: float) -> float | None:
+    return None if not np.isfinite(x) else float(x)
+
+
+# --- the passes ---------------------------------------------------------------------------
+
+
+def _runs(engine: Engine, tokens: Tokens, layers: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """One unpatched pass: the final hidden states (1, Q, E) and each layer's z (1, Q, H, Dv)."""
+    from ..nn.taps import Taps, tap_name
+
+    taps = Taps()
+    for layer in layers:
+        taps.record(tap_name(None, layer, "z"))
+    with engine.tapping(taps):
+        hidden = engine.final_hidden(tokens)
+    return hidden, {layer: taps[tap_name(None, layer, "z")] for layer in layers}
+
+
+def patch_heads(
+    engine: Engine,
+    clean: Tokens,
+    corrupted: Tokens,
+    metric: Metric,
+    *,
+    position: int | None = None,
+    direction: str = "denoise",
+    layers: Sequence[int] | None = None,
+    batch: int | None = None,
+    lm: LMHead | None = None,
+    progress: Progress | None = None,
+) -> PatchResult:
+    """Patch every head's z of ``layers`` (default: every attention layer), one at a time.
+
+    Args:
+        position: the scored position in the clean prompt (default: the last matched
+            position that is not a special token).
+        batch: heads per pass (default: every head of a layer).
+        lm: the causal LM head the LM metrics read (``lm.load_lm_head``).
+        progress: called after each pass with (done, total).
+
+    Ctrl-C stops between passes: the effects done come back with ``partial`` True.
+
+    Raises:
+        UsageError: an unknown direction, a position in the differing span or out of
+            range, pairs without a sound alignment, an encoder-decoder.
+    """
+    import torch
+
+    from ..nn.taps import Taps, tap_name
+
+    if direction not in DIRECTIONS:
+        raise UsageError(f"unknown direction {direction!r} (known: {', '.join(DIRECTIONS)})", reason="patch_metric")
+    if engine.parts:
+        raise UsageError(
+            f"{engine.files.spec} is an encoder-decoder: patching reads one stack (its decoder is not done yet)",
+            reason="patch_metric",
+        )
+    alignment = align(clean.ids, corrupted.ids, clean.labels, corrupted.labels)
+    if position is None:
+        matched = [i for i, _ in alignment.pairs if not clean.special[i]] or [i for i, _ in alignment.pairs]
+        position = matched[-1]
+    if not 0 <= position < len(clean):
+        raise UsageError(
+            f"position {position} is out of range (the clean prompt has {len(clean)} tokens)", reason="index"
+        )
+    other = alignment.to_corrupted(position)
+    if other is None:
+        raise UsageError(
+            f"{clean.labels[position]!r} (position {position}) is in the span where the prompts differ "
+            f"({alignment.describe()}): it has no counterpart to compare",
+            reason="patch_align",
+        )
+    if metric.name in LM_METRICS and lm is None:
+        raise UsageError(
+            f"the {metric.name} metric needs a causal language-model head, and {engine.files.spec} has none",
+            reason="patch_metric",
+        )
+    shape = engine.shape
+    chosen = tuple(shape.layers if layers is None else layers)
+    n, h = shape.num_layers, shape.num_heads
+    per = batch or h
+    if per < 1:
+        raise ValueError(f"batch must be at least 1, not {per}")
+
+    with torch.inference_mode():
+        clean_hidden, clean_z = _runs(engine, clean, chosen)
+        corrupted_hidden, corrupted_z = _runs(engine, corrupted, chosen)
+        anchor = clean_hidden[0, position]  # (E,)
+        clean_score = float(metric.score(clean_hidden[:, position], anchor, lm)[0])
+        corrupted_score = float(metric.score(corrupted_hidden[:, other], anchor, lm)[0])
+    if direction == "denoise":  # run the corrupted prompt, write the clean z
+        run, source, at = corrupted, clean_z, other
+        to_run = [b for _, b in alignment.pairs]
+        from_source = [a for a, _ in alignment.pairs]
+    else:  # run the clean prompt, write the corrupted z
+        run, source, at = clean, corrupted_z, position
+        to_run = [a for a, _ in alignment.pairs]
+        from_source = [b for _, b in alignment.pairs]
+    plan = [(layer, tuple(range(s, min(s + per, h)))) for layer in chosen for s in range(0, h, per)]
+    effect = np.full((n, h), np.nan)
+    raw = np.full((n, h), np.nan)
+    denominator = clean_score - corrupted_score
+    partial = False
+    try:
+        for done, (layer, heads) in enumerate(plan, 1):
+            slices = source[layer][0][from_source][:, list(heads)]  # (P, b, Dv)
+            taps = (
+                Taps()
+                .replace(tap_name(None, layer, "resid_pre"), _copies(len(heads)))
+                .replace(tap_name(None, layer, "z"), _write(heads, to_run, slices))
+            )
+            with torch.inference_mode(), engine.tapping(taps):
+                hidden = engine.final_hidden(run)  # (b, Q, E)
+                scores = metric.score(hidden[:, at], anchor, lm).cpu().numpy()
+            raw[layer, list(heads)] = scores
+            effect[layer, list(heads)] = (scores - corrupted_score) / denominator if denominator else np.nan
+            if progress is not None:
+                progress(done, len(plan))
+    except KeyboardInterrupt:
+        partial = True
+    notes = []
+    if not denominator:
+        notes.append("the clean and corrupted runs score the same: the normalised effect is undefined (NaN)")
+    if len(clean) != len(corrupted):
+        notes.append(
+            f"different lengths: z patched at the {len(alignment.pairs)} matched positions; {alignment.describe()}"
+        )
+    return PatchResult(
+        model=engine.files.spec,
+        engine=engine.name,
+        site="z",
+        direction=direction,
+        metric=metric.name,
+        metric_label=metric.label(),
+        effect=effect,
+        raw=raw,
+        clean_score=clean_score,
+        corrupted_score=corrupted_score,
+        position=position,
+        corrupted_position=other,
+        clean_tokens=tuple(clean.labels),
+        corrupted_tokens=tuple(corrupted.labels),
+        alignment=alignment,
+        passes=len(plan),
+        partial=partial,
+        notes=tuple(notes),
+    )
+
+
+def _copies(count: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The batch-1 stream (1, Q, E) as ``count`` copies (count, Q, E): one per patched head."""
+
+    def expand(value: torch.Tensor) -> torch.Tensor:
+        return value.expand(count, *value.shape[1:]).contiguous()
+
+    return expand
+
+
+def _write(
+    heads: Sequence[int], positions: Sequence[int], slices: torch.Tensor
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """z (b, Q, H, Dv) with copy i's head ``heads[i]`` at ``positions`` set to ``slices[:, i]`` (P, Dv)."""
+    import torch
+
+    index = torch.as_tensor(list(positions), dtype=torch.long)
+
+    def write(value: torch.Tensor) -> torch.Tensor:
+        value = value.clone()
+        for i, head in enumerate(heads):
+            value[i, index.to(value.device), head] = slices[:, i].to(value)
+        return value
+
+    return write
+
+
+# --- from text to a result (the CLI and the Python face) ---------------------------------
+
+
+def choose_metric(name: str | None, answer: str | None, wrong: str | None, has_lm: bool) -> str:
+    """The metric asked for, or the default: logit-diff with an answer and a wrong token,
+    prob with an answer alone, kl with a causal LM head, else hidden.
+
+    Raises:
+        UsageError: (reason "patch_answer") a wrong token without an answer.
+    """
+    if wrong is not None and answer is None:
+        raise UsageError("a wrong token goes with an answer token", reason="patch_answer")
+    if name is not None:
+        if name not in METRICS:
+            raise UsageError(f"unknown metric {name!r} (known: {', '.join(METRICS)})", reason="patch_metric")
+        return name
+    if answer is not None:
+        return "logit-diff" if wrong is not None else "prob"
+    return "kl" if has_lm else "hidden"
+
+
+def patch_texts(
+    engine: Engine,
+    clean: str,
+    corrupted: str,
+    *,
+    answer: str | None = None,
+    wrong: str | None = None,
+    metric: str | None = None,
+    direction: str = "denoise",
+    position: Any = None,
+    layers: Sequence[int] | None = None,
+    batch: int | None = None,
+    progress: Progress | None = None,
+) -> PatchResult:
+    """``patch_heads`` from two texts: tokenized, aligned (before any model work past the
+    LM head's lookup), the metric and its answer tokens resolved.
+
+    Args:
+        position: the scored token of the clean text: a ``select.Query`` (its word's
+            last piece), an int position, or None (the last matched non-special token).
+    """
+    from ..select import Query
+    from .lm import load_lm_head
+
+    if direction not in DIRECTIONS:
+        raise UsageError(f"unknown direction {direction!r} (known: {', '.join(DIRECTIONS)})", reason="patch_metric")
+    clean_tokens, corrupted_tokens = engine.tokenize(clean), engine.tokenize(corrupted)
+    align(clean_tokens.ids, corrupted_tokens.ids, clean_tokens.labels, corrupted_tokens.labels)  # refuse early
+    at = position.resolve(clean_tokens, "the clean text")[-1] if isinstance(position, Query) else position
+    lm = None if engine.parts else load_lm_head(engine)
+    if lm is not None and lm.kind != "causal":
+        lm = None  # a masked LM predicts a masked token: not this metric's next token
+    name = choose_metric(metric, answer, wrong, lm is not None)
+    a = answer_id(engine.tokenizer, answer) if answer is not None else (None, None)
+    w = answer_id(engine.tokenizer, wrong) if wrong is not None else (None, None)
+    m = Metric(name, a[0], w[0], a[1], w[1])
+    return patch_heads(
+        engine,
+        clean_tokens,
+        corrupted_tokens,
+        m,
+        position=at,
+        direction=direction,
+        layers=layers,
+        batch=batch,
+        lm=lm,
+        progress=progress,
+    )
+
+
+def save_npz(result: PatchResult, path: Any) -> None:
+    """Write ``result``'s arrays and labels to ``path`` (.npz), atomically."""
+    import io
+
+    from ..result import atomic_write
+
+    arrays: dict[str, Any] = result.to_npz()
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    atomic_write(path, buffer.getvalue())

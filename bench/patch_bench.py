@@ -1,0 +1,177 @@
+"""Activation patching of every head: attnviz vs the naive loop, ratios in one run.
+
+    python bench/patch_bench.py [--tokens 15 200] [--naive-heads 12]
+
+A GPT-2-small-shaped random model (12 layers × 12 heads, hidden 768, vocabulary 50257,
+``GPT2LMHeadModel``) is saved in a temporary directory with a word-level tokenizer. For a
+clean/corrupted pair of each length (they differ in one token in the middle), every head's
+z is patched clean → corrupted (denoise) with a logit-difference metric at the last
+position:
+
+    attnviz   ``measures.patching.patch_heads`` on the own engine: one batched pass per
+              layer (its heads as one batch), the layers before it run once
+    naive     transformers' eager GPT2LMHeadModel, one forward per head with a forward
+              pre-hook on ``c_proj`` writing the clean run's slice (TransformerLens is not
+              installed; its ``get_act_patch_attn_head_out_all_pos`` loops the same way)
+
+The naive loop costs the same full forward for every head, whatever its layer, so it is
+timed on ``--naive-heads`` heads spread over the layers and scaled to all 144 (said in the
+output). Each side runs in a child process of its own, so its peak resident memory
+(``ru_maxrss``) is its own; the parent prints the ratios. Also checks the two agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WORDS = [f"w{i}" for i in range(1000)]
+
+
+def build(directory: Path) -> None:
+    import torch
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers.models import WordLevel
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=12, n_head=12, n_embd=768, n_positions=1024, vocab_size=50257)
+    GPT2LMHeadModel(config).eval().save_pretrained(directory)
+    vocab = {w: i for i, w in enumerate(["<|endoftext|>", "<unk>", *WORDS])}
+    tok = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<|endoftext|>").save_pretrained(
+        directory
+    )
+
+
+def texts(n: int) -> tuple[str, str]:
+    clean = [WORDS[(7 * i) % len(WORDS)] for i in range(n)]
+    corrupted = list(clean)
+    corrupted[n // 2] = WORDS[(7 * (n // 2) + 1) % len(WORDS)]
+    return " ".join(clean), " ".join(corrupted)
+
+
+def run_ours(path: str, n: int) -> dict[str, object]:
+    import torch
+
+    from attnviz.engines import load_engine
+    from attnviz.measures.lm import load_lm_head
+    from attnviz.measures.patching import Metric, patch_heads
+
+    torch.set_num_threads(2)
+    engine = load_engine("own", path, "cpu")
+    lm = load_lm_head(engine)
+    clean, corrupted = (engine.tokenize(t) for t in texts(n))
+    metric = Metric("logit-diff", 2, 3, "w0", "w1")
+    patch_heads(engine, clean, corrupted, metric, lm=lm, layers=[11])  # warm-up
+    start = time.perf_counter()
+    result = patch_heads(engine, clean, corrupted, metric, lm=lm)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "effect": result.effect.tolist(), "passes": result.passes}
+
+
+def run_naive(path: str, n: int, heads: int) -> dict[str, object]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(2)
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager").eval()
+    vocab = {w: i + 2 for i, w in enumerate(WORDS)}
+    clean, corrupted = ([vocab[w] for w in t.split()] for t in texts(n))
+    layers, width = model.config.n_layer, model.config.n_embd
+    d = width // model.config.n_head
+
+    def logit_diff(ids: list[int], write: tuple[int, int, torch.Tensor] | None = None) -> float:
+        handle = None
+        if write is not None:
+            layer, head, source = write
+
+            def hook(_: object, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+                x = args[0].clone()
+                x[0, :, head * d : (head + 1) * d] = source[:, head * d : (head + 1) * d]
+                return (x, *args[1:])
+
+            handle = model.transformer.h[layer].attn.c_proj.register_forward_pre_hook(hook)
+        try:
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
+        finally:
+            if handle is not None:
+                handle.remove()
+        return float(logits[2] - logits[3])
+
+    concat: list[torch.Tensor] = []
+    hooks = [
+        model.transformer.h[n].attn.c_proj.register_forward_pre_hook(lambda _m, a: concat.append(a[0][0].clone()))
+        for n in range(layers)
+    ]
+    with torch.no_grad():
+        model(input_ids=torch.tensor([clean]))
+    for h in hooks:
+        h.remove()
+    c, x = logit_diff(clean), logit_diff(corrupted)
+    picked = [(k % layers, (k * 5) % model.config.n_head) for k in range(heads)]
+    logit_diff(corrupted, (0, 0, concat[0]))  # warm-up
+    start = time.perf_counter()
+    effects = {}
+    for layer, head in picked:
+        effects[f"{layer}.{head}"] = (logit_diff(corrupted, (layer, head, concat[layer])) - x) / (c - x)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds * layers * model.config.n_head / heads, "timed_heads": heads, "effects": effects}
+
+
+def child(args: argparse.Namespace) -> None:
+    out = run_ours(args.path, args.n) if args.side == "ours" else run_naive(args.path, args.n, args.naive_heads)
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(out))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[15, 200])
+    parser.add_argument("--naive-heads", type=int, default=12)
+    parser.add_argument("--side", choices=["ours", "naive"], help=argparse.SUPPRESS)
+    parser.add_argument("--path", help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:
+        child(args)
+        return
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as tmp:
+        build(Path(tmp))
+        load = Path("/proc/loadavg").read_text().split()[0]
+        print(f"GPT-2-small-shaped random model (12 × 12, hidden 768); load average {load}")
+        for n in args.tokens:
+            results = {}
+            for side in ("ours", "naive"):
+                done = subprocess.run(
+                    [sys.executable, __file__, "--side", side, "--path", tmp, "--n", str(n),
+                     "--naive-heads", str(args.naive_heads)],
+                    capture_output=True, text=True, check=True,
+                )  # fmt: skip
+                results[side] = json.loads(done.stdout.strip().splitlines()[-1])
+            ours, naive = results["ours"], results["naive"]
+            effect = np.array(ours["effect"])
+            worst = max(
+                abs(effect[int(k.split(".")[0]), int(k.split(".")[1])] - v) for k, v in naive["effects"].items()
+            )
+            print(
+                f"{n:>4} tokens: attnviz {ours['seconds']:.2f} s ({ours['passes']} passes), peak RSS "
+                f"{ours['peak_rss_mb']:.0f} MB | naive {naive['seconds']:.2f} s (timed on {naive['timed_heads']} "
+                f"heads, scaled to 144), peak RSS {naive['peak_rss_mb']:.0f} MB | speed-up "
+                f"{naive['seconds'] / ours['seconds']:.1f}x (target >= 10x), memory ratio "
+                f"{ours['peak_rss_mb'] / naive['peak_rss_mb']:.2f} | max |effect diff| {worst:.1e}"
+            )
+
+
+if __name__ == "__main__":
+    main()
