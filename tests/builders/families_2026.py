@@ -118,6 +118,7 @@ SPECS_2026: tuple[Spec, ...] = (
 # shared expert, layer 0 dense (mlp_only_layers).
 _QWEN3_NEXT = dict(
     _DEC,
+    max_position_embeddings=128,  # the long-input test: two chunks of the delta rule
     # Half the others' init: at 0.2 a Gated DeltaNet layer of this tiny random stack
     # multiplies a difference in its input tenfold, and the fused kernel's float32
     # rounding (1.9e-6 at layer 2) reached 1.4e-5 in the hidden states two layers on.
