@@ -1,8 +1,9 @@
 """Train attnviz's sample model with known circuits: samples/circuits-2l.
 
-A 2-layer GPT-2 (4 heads per layer) learns, from a seeded synthetic mix, two behaviours
+A 2-layer GPT-2 (4 heads per layer) is trained, on a seeded synthetic mix, on two tasks
 whose mechanisms are known from the literature, so that a head detector, an ablation or a
-patching experiment has a right answer to find:
+patching experiment has a right answer to find (the card says which of them formed; in
+the shipped run of 3000 steps the indirect objects did and induction did not):
 
     repeated random sequences   <bos> r1 … rL r1 … rL: the second copy is predictable only
                                 by induction, a previous-token head in layer 0 composed
@@ -18,8 +19,8 @@ The model is saved with transformers' ``save_pretrained`` beside a word-level
 A model card (README.md in the model directory) records the config, the data, the steps,
 the seed, the wall and CPU time, the final metrics and the sha256 of model.safetensors.
 
-    python samples/train_circuits.py                           # the shipped model (minutes)
-    python samples/train_circuits.py --steps 200 --d-model 32 --out /tmp/m   # a smoke run
+    python samples/train_circuits.py --d-model 64 --mlp 256    # the shipped model (the defaults)
+    python samples/train_circuits.py --steps 200 --d-model 32 --mlp 64 --out /tmp/m   # a smoke run
 
 Everything is seeded (random, torch) and torch runs on ``--threads`` threads with
 deterministic algorithms, so a run repeats bit for bit on the same machine and thread
@@ -126,10 +127,10 @@ class Config:
 
     seed: int = 0
     steps: int = 3000
-    d_model: int = 128
+    d_model: int = 64  # the shipped model's (128 took 1.8× the CPU time: 385 s against 215 s)
     layers: int = 2
     heads: int = 4
-    mlp: int = 512
+    mlp: int = 256
     context: int = 64
     batch_repeat: int = 32
     batch_ioi: int = 32

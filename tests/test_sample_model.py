@@ -206,8 +206,10 @@ PROMPT = "When Mary and John went to the store , John gave a drink to"
 def test_compare_ablate_puts_the_name_gatherer_first(engine: str) -> None:
     result = cli("compare", PROMPT, "--token", "to:2", "--ablate", "--model", str(SAMPLE), "--engine", engine, "--json")
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.stdout)["rows"]
+    doc = json.loads(result.stdout)
+    rows = doc["rows"]
     assert len(rows) == 8
+    assert doc["ablation"]["top_token"] == "Mary"  # a word-level entry is a whole word, not '##Mary'
     drop = {(r["layer"], r["head"]): r["delta_logprob"] for r in rows}
     # The largest fall of "Mary"'s log-probability: the head that gathers the names (without
     # it there is no name to give). (The head on the repeated subject makes the names equally
@@ -236,6 +238,48 @@ def test_compare_target_finds_the_head_on_the_repeated_subject() -> None:
     assert best["targets"]["John:2"] == pytest.approx(
         float(forward(ids).attentions[layer][0, head, -1, S2_AT]), abs=1e-5
     )
+
+
+def test_patch_restores_the_answer_through_the_head_on_the_subject_alone() -> None:
+    """Denoising (the prompt with the other name repeated, one head's z from the clean run):
+    the head found by ablation above restores the clean logit difference on its own; its
+    patched score equals transformers' with the same z swapped in by a pre-hook."""
+    truth = ioi_truth()
+    corrupted = PROMPT.replace(", John gave", ", Mary gave")
+    result = cli("patch", PROMPT, corrupted, "--answer", "Mary", "--wrong", "John", "--model", str(SAMPLE), "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    effect = torch.tensor(doc["effect"])  # (N, H)
+    assert _argmax(effect) == truth["mover"]
+    layer, head = truth["mover"]
+    assert float(effect[layer, head]) > 0.9
+    assert float(effect.abs().flatten().sort().values[-2]) < 0.1  # no other head moves it
+    # transformers: the corrupted run with the head's slice of c_proj's input from the clean run.
+    model, vocab = reference()
+    ids = {t: torch.tensor([[vocab["<bos>"], *(vocab[w] for w in t.split())]]) for t in (PROMPT, corrupted)}
+    width = model.config.n_embd // model.config.n_head
+    caught: list[torch.Tensor] = []
+    proj = model.transformer.h[layer].attn.c_proj
+    hook = proj.register_forward_pre_hook(lambda m, a: caught.append(a[0].clone()))
+    forward(ids[PROMPT])
+    hook.remove()
+
+    def swap(module: Any, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        z = args[0].clone()
+        z[..., head * width : (head + 1) * width] = caught[0][..., head * width : (head + 1) * width]
+        return (z,)
+
+    hook = proj.register_forward_pre_hook(swap)
+    try:
+        last = forward(ids[corrupted]).logits[0, -1]
+    finally:
+        hook.remove()
+    assert doc["raw"][layer][head] == pytest.approx(float(last[vocab["Mary"]] - last[vocab["John"]]), abs=1e-4)
+
+
+def _argmax(scores: torch.Tensor) -> tuple[int, int]:
+    layer, head = divmod(int(scores.argmax()), scores.shape[1])
+    return layer, head
 
 
 # --- induction: not formed, and the card says so --------------------------------------

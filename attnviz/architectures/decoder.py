@@ -53,6 +53,7 @@ class DecoderModel(AttnModel):
     blocks: nn.ModuleList
     final_norm: nn.Module
     windows: Sequence[int | None]  # per layer: sliding-window size, or None for full causal attention
+    chunks: Sequence[int | None] = ()  # per layer: attention chunk size (Llama 4), or None; () = none
 
     def embed(self, input_ids: Tensor) -> Tensor:  # pragma: no cover - interface
         """(B, S) ids -> (B, S, E) input of the first block."""
@@ -98,24 +99,25 @@ class DecoderModel(AttnModel):
         if offset:
             x = x[:, offset:]  # (B, L, E)
             qk = [kv_cache.shifted(t, offset) for t in qk]
-        # 2. One mask per distinct window: causal, limited to the window, and never to
+        # 2. One mask per distinct window and chunk: causal, limited to them, and never to
         #    padding. Described, not materialised: (S, S) booleans are 1 GiB at 32k tokens.
         padding = None if attention_mask is None else attention_mask.bool()  # (B, S)
         # (``causal`` False: a bidirectional encoder on this stack, EuroBERT.)
-        masks: dict[int | None, Mask | torch.Tensor | None] = {
-            window: Mask(causal=self.causal, window=window, padding=padding) for window in set(self.windows)
+        chunks = self.chunks or (None,) * len(self.windows)
+        kinds = list(zip(self.windows, chunks, strict=True))  # per layer: (window, chunk)
+        masks: dict[tuple[int | None, int | None], Mask | torch.Tensor | None] = {
+            kind: Mask(causal=self.causal, window=kind[0], chunk=kind[1], padding=padding) for kind in set(kinds)
         }
         if offset:
             # A step's queries sit at offset..S-1 and see stored keys: the rows of the mask.
             index = torch.arange(offset, total, device=input_ids.device)  # (L,)
-            masks = {w: m.rows(index, total) if isinstance(m, Mask) else m for w, m in masks.items()}  # (1, 1, L, S)
+            # (1, 1, L, S) each
+            masks = {kind: m.rows(index, total) if isinstance(m, Mask) else m for kind, m in masks.items()}
         # 3. The layers, each returning the weight rows asked of it.
         last = self.num_layers - 1 if max_layer is None else max_layer
         requests = self.row_requests(last, layers, queries, fused)
         with kv_cache.using(cache):
-            x, attentions = layer_loop(
-                x, last + 1, lambda n, x: self.blocks[n](x, masks[self.windows[n]], qk[n], requests[n])
-            )
+            x, attentions = layer_loop(x, last + 1, lambda n, x: self.blocks[n](x, masks[kinds[n]], qk[n], requests[n]))
         # 4. The final norm belongs to the output of the whole stack.
         if last == self.num_layers - 1:
             x = self.final_norm(x)

@@ -144,16 +144,21 @@ class Mask:
     Attributes:
         causal: query i sees keys 0..i.
         window: and only the last ``window`` of them: i-window < j <= i (sliding window).
+        chunk: and only those of its own chunk of ``chunk`` positions: j // chunk == i // chunk
+            (Llama 4's chunked attention).
         padding: (B, S) boolean, True = real token; padding keys are seen by no query.
     """
 
     causal: bool = False
     window: int | None = None
     padding: Tensor | None = None
+    chunk: int | None = None
 
     def __post_init__(self) -> None:
         if self.window is not None and self.window < 1:
             raise ValueError(f"window={self.window} must be at least 1")
+        if self.chunk is not None and self.chunk < 1:
+            raise ValueError(f"chunk={self.chunk} must be at least 1")
         if self.padding is not None and (self.padding.dtype != torch.bool or self.padding.dim() != 2):
             raise ValueError(
                 f"padding must be a (B, S) boolean tensor, not {self.padding.dtype} {tuple(self.padding.shape)}"
@@ -162,11 +167,11 @@ class Mask:
     @property
     def plain_causal(self) -> bool:
         """Causal and nothing else: the fused kernel's ``is_causal`` says it all."""
-        return self.causal and self.window is None and self.padding is None
+        return self.causal and self.window is None and self.padding is None and self.chunk is None
 
     def rows(self, index: Tensor, length: int) -> Tensor | None:
         """(B or 1, 1, R, S) boolean rows ``index`` (R,) of the mask; None when all True."""
-        if not self.causal and self.window is None and self.padding is None:
+        if not self.causal and self.window is None and self.padding is None and self.chunk is None:
             return None
         keys = torch.arange(length, device=index.device)  # (S,)
         mask = torch.ones(len(index), length, dtype=torch.bool, device=index.device)  # (R, S)
@@ -174,6 +179,8 @@ class Mask:
             mask &= keys[None, :] <= index[:, None]
         if self.window is not None:
             mask &= keys[None, :] > index[:, None] - self.window
+        if self.chunk is not None:
+            mask &= keys[None, :] // self.chunk == index[:, None] // self.chunk
         out = mask[None, None]  # (1, 1, R, S)
         if self.padding is not None:
             out = out & self.padding.to(index.device)[:, None, None, :]  # (B, 1, R, S)
@@ -188,6 +195,9 @@ class Mask:
         no keys after it; a windowed one none before its window)."""
         hi = stop if self.causal else length
         lo = max(0, start - self.window + 1) if self.window is not None and self.causal else 0
+        if self.chunk is not None:
+            lo = max(lo, start // self.chunk * self.chunk)  # keys before the first query's chunk
+            hi = min(length, hi if self.causal else (stop - 1) // self.chunk * self.chunk + self.chunk)
         return lo, hi
 
 
