@@ -237,6 +237,8 @@ def patch(
     dtype: str = "float32",
     batch: int | None = None,
     max_memory: int | str | None = None,
+    site: str = "z",
+    by_position: bool = False,
 ) -> PatchResult:
     """Activation patching, as ``attnviz patch CLEAN CORRUPTED``: for every head, one prompt
     runs with that head's z (its output before W^O) from the other prompt's run.
@@ -251,7 +253,9 @@ def patch(
     hidden state's restoration, 1 − ‖h − h_clean‖ / ‖h_corrupted − h_clean‖); by default
     logit-diff with both answers, prob with one, kl with an LM head, else hidden. ``token``
     / ``index``: the scored position of the clean prompt (default: the last token the two
-    share). ``result.to_dict()`` is the command's ``--json``. See docs/patching.md.
+    share). ``site``: "z" (each head), "resid_pre", "attn_out" or "mlp_out" (each layer);
+    ``by_position``: each matched position apart (``result.axes`` names the effect's
+    axes). ``result.to_dict()`` is the command's ``--json``. See docs/patching.md.
     """
     from .engines import load_engine
     from .engines.memory import parse_size
@@ -281,6 +285,8 @@ def patch(
         position=query,
         layers=chosen,
         batch=batch,
+        site=site,
+        by_position=by_position,
     )
 
 
