@@ -57,3 +57,19 @@ def test_combine_equals_the_engines_norm_rows() -> None:
     weights = torch.rand(1, 2, 3, 4, generator=g)
     norms = torch.rand(1, 2, 4, generator=g)
     torch.testing.assert_close(NORM.combine(weights, norms), norm_rows(weights, norms))
+
+
+def test_the_page_scripts_read_properties_not_names() -> None:
+    """The HTML page's scripts test a measure's properties (``sums_to_one`` through
+    ``pageMeasures``), never its name: no asset compares a string to a measure name."""
+    from pathlib import Path
+
+    import attnviz.render.html as html
+
+    assets = Path(html.__file__).parent / "assets"
+    for script in sorted(assets.glob("*.js")):
+        text = script.read_text(encoding="utf-8")
+        for name in MEASURES:
+            if name == "weight":  # the first measure's default in pageMeasures, for older pages
+                continue
+            assert f'"{name}"' not in text, (script.name, name)
