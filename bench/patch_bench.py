@@ -87,6 +87,9 @@ def run_ours(path: str, n: int) -> dict[str, object]:
             times.append(time.perf_counter() - t0)
         return min(times)
 
+    t0 = time.perf_counter()
+    attribute(engine, clean, 2, 3, lm)  # the first call reads W^O and the final norm from the files
+    first = time.perf_counter() - t0
     forward = best(lambda: engine.final_hidden(clean))
     dla = best(lambda: attribute(engine, clean, 2, 3, lm))
     return {
@@ -95,6 +98,7 @@ def run_ours(path: str, n: int) -> dict[str, object]:
         "passes": result.passes,
         "forward": forward,
         "dla": dla,
+        "dla_first": first,
     }
 
 
@@ -194,7 +198,8 @@ def main() -> None:
             )
             print(
                 f"{n:>4} tokens: DLA {ours['dla'] * 1000:.1f} ms vs one forward {ours['forward'] * 1000:.1f} ms: "
-                f"{ours['dla'] / ours['forward']:.2f}x (target <= 1.3x)"
+                f"{ours['dla'] / ours['forward']:.2f}x (target <= 1.3x); first call (reads W^O and the "
+                f"final norm) {ours['dla_first'] * 1000:.1f} ms"
             )
 
 

@@ -137,6 +137,23 @@ def load_final_norm(engine: Engine) -> FinalNorm:
     raise UsageError(f"{files.spec} has no final norm weights ({stems[0]}.weight)", reason="patch_dla")
 
 
+# The final norm and W^O read once per checkpoint (its path, files' mtimes) and device:
+# reading them from the files took longer than the forward pass itself (bench/patch_bench.py).
+_LOADED: dict[tuple[str, tuple[int, ...], str], tuple[FinalNorm, list[tuple[Any, Any]]]] = {}
+
+
+def _weights(engine: Engine) -> tuple[FinalNorm, list[tuple[Any, Any]]]:
+    from ..io.checkpoint import weight_files
+
+    files = weight_files(engine.files.path)
+    key = (str(engine.files.path), tuple(f.stat().st_mtime_ns for f in files), str(engine.device))
+    if key not in _LOADED:
+        if len(_LOADED) >= 4:
+            _LOADED.clear()
+        _LOADED[key] = (load_final_norm(engine), load_output_projections(engine))
+    return _LOADED[key]
+
+
 @dataclass(frozen=True)
 class Attribution:
     """Each component's direct contribution to logit(answer) − logit(wrong) at one position.
@@ -246,7 +263,7 @@ def attribute(
         raise UsageError("direct logit attribution reads a causal LM's one stack", reason="patch_dla")
     if lm.softcap is not None or lm.transform is not None:
         raise UsageError("direct logit attribution needs a linear LM head (this one soft-caps)", reason="patch_dla")
-    norm = load_final_norm(engine)
+    norm, projections = _weights(engine)
     q = len(tokens) - 1 if position is None else position
     if not 0 <= q < len(tokens):
         raise UsageError(f"position {q} is out of range ({len(tokens)} tokens)", reason="index")
@@ -266,7 +283,6 @@ def attribute(
         def direct(c: torch.Tensor) -> torch.Tensor:
             return norm.frozen(c, x) @ u  # (...,)
 
-        projections = load_output_projections(engine)
         heads = np.zeros((n, h))
         attn_biases = np.zeros(n)
         mlps = np.zeros(n)
