@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import EngineError, ModelLoadError
 from ..io.checkpoint import check_tensors
+from ..measures.base import NORM
 from ..select import PARTS
 from ..shape import ModelShape, layer_list
 from ..tokens import Tokens
@@ -215,7 +216,7 @@ class HFEngine(EngineBase):
                 f"{self.files.model_type!r} model has none we can hook: {exc}",
                 hint="its values come out of a fused q/k/v projection",
                 reason="norm_projections",
-                measure="norm",
+                measure=NORM.name,
                 own=self.files.model_type in own_types(),
             ) from None
 
