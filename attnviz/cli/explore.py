@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..measures.base import NORM
 from ..render import DEFAULT_DPI
 from .app import EXAMPLE, app, errors
 from .common import load, query_from
@@ -83,7 +84,7 @@ def explore(
         att = first.attention
         start = first.queries[0] if query is not None else None
         run = runner(eng, att.layers)
-        run_norms = runner(eng, att.layers, measure="norm")
+        run_norms = runner(eng, att.layers, measure=NORM.name)
         explorer = ExploreApp(
             att,
             run,

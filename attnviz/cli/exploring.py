@@ -49,7 +49,7 @@ def runner(
     engine: Engine, layers: tuple[int, ...], budget: int = MAX_BYTES, measure: str = "weight"
 ) -> Callable[[str | Tokens], Attention]:
     """What the explorer runs a sentence with: ``engine`` (loaded once), every query row
-    of ``layers`` (of the weights, or ``measure`` "norm": the norms), the text and the
+    of ``layers`` (of the weights, or of another ``measure``: the norms), the text and the
     matrices' size checked before the forward pass.
 
     Raises (from the returned function):
@@ -98,14 +98,15 @@ class RowSource:
         return read(plan(self.tokens, self._engine, selection), self._engine).attention
 
     def __call__(self, queries: tuple[int, ...], measure: str = "weight") -> Attention:
+        from ..measures.base import measure_named
         from ..nn.keptrows import KeptRows, capture
 
         asked = tuple(sorted(queries))
         kept = self._kept
-        if kept is not None and (measure == "weight" or kept.has_norms):
+        if kept is not None and (not measure_named(measure).needs_values or kept.has_norms):
             return kept.rows(asked, measure)
         with self._lock:  # one capture pass at a time
-            keep = self._try_keep and self._kept is None and measure == "weight"
+            keep = self._try_keep and self._kept is None and not measure_named(measure).needs_values
             with capture(self._engine, active=keep) as caught:
                 att = self._read(asked, measure)
             if keep:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AttnvizError
+from ..measures.base import measure_named
 from ..tokens import find_word
 from . import HTML_BUDGET_BYTES
 from .html import VIEWS, Options, check_page_size, html_page
@@ -43,7 +44,7 @@ def page_problem(att: Any) -> str | None:
     every token's row and the engine's weights as they came (no option applied).
     """
     measure = getattr(att, "measure", "weight")
-    if measure != "weight":
+    if measure_named(measure).needs_values:
         # Drawn as weights, norms (not on [0, 1]) were clipped and labelled "weight".
         return (
             f"this Attention holds the {measure} measure, not attention weights, and the interactive view "
@@ -175,7 +176,7 @@ def _raw_rows(att: Any) -> bool:
     """True when ``att`` holds some tokens' raw rows (no option applied) of self-attention:
     the row-mode page draws it."""
     partial = tuple(att.queries) != tuple(range(len(att.tokens)))
-    raw = not (att.steps or att.aggregates) and getattr(att, "measure", "weight") == "weight"
+    raw = not (att.steps or att.aggregates) and not measure_named(getattr(att, "measure", "weight")).needs_values
     return bool(partial and raw and att.is_self_attention and len(att.queries))
 
 

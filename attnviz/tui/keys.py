@@ -12,6 +12,8 @@ from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from ..measures.base import NORM
+
 # The actions are ExploreApp's (``action_<name>``).
 BINDINGS: list[BindingType] = [
     Binding("left", "move_query(-1)", "previous token", show=False),
@@ -28,7 +30,7 @@ BINDINGS: list[BindingType] = [
     Binding("w", "toggle_reading('words')", "words", show=False),
     Binding("s", "toggle_reading('hide_special')", "specials", show=False),
     Binding("m", "toggle_reading('heads')", "mean", show=False),
-    Binding("o", "toggle_measure", "norm", show=False),
+    Binding("o", "toggle_measure", NORM.name, show=False),
     Binding("slash", "ask", "new sentence", show=False),
     Binding("e", "export", "export PNG", show=False),
     Binding("a", "ablate", "ablation", show=False),
@@ -52,7 +54,7 @@ FOOTER = (
     ("w", "words"),
     ("s", "specials"),
     ("m", "mean"),
-    ("o", "norm"),
+    ("o", NORM.name),
     ("/", "sentence"),
     ("e", "export PNG"),
     ("a", "ablation"),
