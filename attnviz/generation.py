@@ -32,19 +32,54 @@ if TYPE_CHECKING:
 # (Qwen3-Next's linear attention) or untested position rules.
 CACHED_FAMILIES = frozenset(
     {
-        "gpt2",
-        "llama",
-        "mistral",
-        "qwen2",
-        "qwen3",
-        "olmo2",
-        "phi3",
+        "apertus",
+        "arcee",
+        "bloom",
+        "cohere",
+        "cohere2",
+        "deepseek_v2",
+        "deepseek_v3",
+        "dots1",
+        "ernie4_5",
+        "ernie4_5_moe",
+        "exaone4",
+        "falcon",
         "gemma",
         "gemma2",
         "gemma3_text",
-        "mixtral",
-        "qwen3_moe",
+        "glm",
+        "glm4",
+        "glm4_moe",
+        "glm4_moe_lite",
+        "gpt2",
+        "gpt_bigcode",
+        "gpt_neo",
+        "gpt_neox",
         "gpt_oss",
+        "gptj",
+        "granite",
+        "hunyuan_v1_dense",
+        "hunyuan_v1_moe",
+        "llama",
+        "llama4_text",
+        "ministral3",
+        "mistral",
+        "mixtral",
+        "olmo",
+        "olmo2",
+        "olmo3",
+        "olmoe",
+        "opt",
+        "phi",
+        "phi3",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "seed_oss",
+        "smollm3",
+        "stablelm",
+        "starcoder2",
     }
 )
 
@@ -210,8 +245,7 @@ def _generate_own(
     if not isinstance(model, DecoderModel) or family not in CACHED_FAMILIES or model.attention_layers:
         raise UnsupportedArchitectureError(
             f"the own engine does not generate with {family} yet",
-            hint="the hf engine generates with transformers; the own engine's families: "
-            + ", ".join(sorted(CACHED_FAMILIES)),
+            hint="the hf engine generates with transformers' own generate",
         )
     lm = _lm_head(engine)
     eos = eos_ids(engine.files.config)

@@ -14,20 +14,27 @@ from attnviz.engines import load_engine  # noqa: E402
 from attnviz.errors import UsageError  # noqa: E402
 from attnviz.generation import CACHED_FAMILIES, Sampling, generate  # noqa: E402
 from tests.builders import SPECS_BY_NAME, build_tiny, save_tiny  # noqa: E402
+from tests.builders.families_2026 import SPECS_2026  # noqa: E402
+from tests.builders.families_a import CAUSALITY_SPECS, FAMILY_A_SPECS  # noqa: E402
+from tests.builders.families_b import SPECS_B  # noqa: E402
+from tests.builders.families_c import SPECS_C  # noqa: E402
 
 PROMPT = "the cat sat on the mat and the dog"
 COUNT = 8
-# Every claimed family's tiny checkpoint (sliding windows: mistral, gemma2, gemma3_text;
-# soft-capping: gemma2; sinks: gpt_oss; GQA: llama and the rest; learned positions: gpt2).
-FAMILIES = sorted(
-    name for name, spec in SPECS_BY_NAME.items() if spec.head == "causal" and spec.model_type in CACHED_FAMILIES
-)
+# Every claimed family's tiny checkpoints (sliding windows: mistral, gemma2, gemma3_text, cohere2;
+# chunks: llama4_text; soft-capping: gemma2; sinks: gpt_oss; ALiBi: bloom, falcon-alibi;
+# latent attention: deepseek; GQA: llama and the rest; learned positions: gpt2, opt).
+_ALL = {
+    spec.name: spec
+    for spec in (*SPECS_BY_NAME.values(), *FAMILY_A_SPECS, *CAUSALITY_SPECS, *SPECS_B, *SPECS_C, *SPECS_2026)
+}
+FAMILIES = sorted(name for name, spec in _ALL.items() if spec.head == "causal" and spec.model_type in CACHED_FAMILIES)
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("generate")
-    return {name: save_tiny(SPECS_BY_NAME[name], root / name) for name in FAMILIES}
+    return {name: save_tiny(_ALL[name], root / name) for name in FAMILIES}
 
 
 def _hf_greedy(path: Path, ids: list[int], count: int) -> list[int]:
