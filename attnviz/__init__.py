@@ -87,7 +87,7 @@ def inspect(
     seed: int | None = None,
 ) -> Attention | Generation:
     """Run ``sentence`` through ``model`` and return per-head attention weights (or, with
-    ``measure="norm"``, the norms ‖α·f(x)‖ of Kobayashi et al. 2020: ``att.measure`` says
+    ``measure`` the norm measure, the norms ‖α·f(x)‖ of Kobayashi et al. 2020: ``att.measure`` says
     which; norm rows do not sum to 1, ``attnviz.transforms.shares`` makes them shares).
 
     With ``token`` (a word, matched case-insensitively; ``occurrence`` is 1-based; or a

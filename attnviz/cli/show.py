@@ -184,7 +184,11 @@ def _check_outputs(
 def _writes(measure: str, json_out: bool, npz: Path | None) -> tuple[str, ...]:
     # Written after the pass: counted in the memory estimate (--all-tokens --json at
     # 8k tokens passed the pass's estimate and died writing the JSON, issue 25).
-    return (("json-plain" if measure == "norm" else "json",) if json_out else ()) + (("npz",) if npz else ())
+    from ..measures.base import measure_named
+
+    return (("json" if measure_named(measure).sums_to_one else "json-plain",) if json_out else ()) + (
+        ("npz",) if npz else ()
+    )
 
 
 def _print(
