@@ -119,3 +119,108 @@ def test_bad_requests_refused_before_model_work(saved: dict[str, Path], tmp_path
         (base / f.name).write_bytes(f.read_bytes())
     with pytest.raises(UsageError, match="no language-model head"):
         generate(load_engine("own", str(base), "cpu"), tokens, 4)
+
+
+# --- the command line and the Python face -------------------------------------------
+
+
+def test_show_generate_json_is_the_generation(saved: dict[str, Path]) -> None:
+    import json
+
+    from tests.helpers import in_process
+
+    path = str(saved["llama"])
+    done = in_process("show", PROMPT, "-m", path, "--generate", "5", "--layer", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    engine = load_engine("own", path, "cpu")
+    expected = generate(engine, engine.tokenize(PROMPT), 5, layers=[1])
+    assert doc["written_ids"] == expected.ids and doc["layers"] == [1] and not doc["partial"]
+    given = doc["given"]
+    assert given == len(engine.tokenize(PROMPT).ids)
+    # Written tokens are marked among the labels; given ones are not.
+    assert all(label.startswith("«") for label in doc["tokens"][given:])
+    assert not any(label.startswith("«") for label in doc["tokens"][:given])
+    for step, rows in zip(doc["steps"], expected.rows, strict=True):
+        torch.testing.assert_close(torch.tensor(step["rows"]), rows, atol=1e-5, rtol=0)
+
+
+def test_show_generate_terminal_views(saved: dict[str, Path]) -> None:
+    from tests.helpers import in_process
+
+    path = str(saved["gpt2"])
+    done = in_process("show", PROMPT, "-m", path, "--generate", "3")
+    assert done.returncode == 0, done.stderr
+    engine = load_engine("own", path, "cpu")
+    expected = generate(engine, engine.tokenize(PROMPT), 3)
+    assert f"continuation: {expected.text.strip()}" in done.stdout
+    # One block per written token, one line per layer, each head's strongest key.
+    assert done.stdout.count(" at position ") == 3
+    layers = engine.shape.num_layers
+    assert sum(line.startswith("  L") for line in done.stdout.splitlines()) == 3 * layers
+    word = expected.pieces[0]
+    one = in_process("show", PROMPT, "-m", path, "--generate", "3", "--token", word, "--layer", "0")
+    assert one.returncode == 0, one.stderr
+    heads = engine.shape.num_heads
+    assert sum(line.startswith("  L0 h") for line in one.stdout.splitlines()) == heads * expected.pieces.count(word)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--generate", "0"), "--generate 0: the number of tokens to write must be at least 1"),
+        (("--generate", "-2"), "--generate -2"),
+        (("--temperature", "0.5"), "add --generate N"),
+        (("--generate", "2", "--png", "x.png"), "--png cannot be combined with --generate"),
+        (("--generate", "2", "--sample", "--top-p", "0"), "top-p 0.0 must lie in (0, 1]"),
+    ],
+)
+def test_show_generate_refusals_before_loading(args: tuple[str, ...], needle: str, tmp_path: Path) -> None:
+    from tests.helpers import in_process, one_error_line
+
+    # The model directory does not exist: the option errors come before any loading.
+    done = in_process("show", PROMPT, "-m", str(tmp_path / "absent"), *args)
+    line = one_error_line(_result(done), 2)
+    assert needle in line
+
+
+def test_show_generate_refusals_with_the_numbers(saved: dict[str, Path], tmp_path: Path) -> None:
+    from tests.helpers import in_process, one_error_line
+
+    engine = load_engine("own", str(saved["gpt2"]), "cpu")
+    given, limit = len(engine.tokenize(PROMPT).ids), engine.max_positions
+    done = in_process("show", PROMPT, "-m", str(saved["gpt2"]), "--generate", str(limit))
+    line = one_error_line(_result(done), 2)
+    assert f"the prompt's {given} tokens plus {limit} to write pass the model's {limit} positions" in line
+    bert = save_tiny(SPECS_BY_NAME["bert"], tmp_path / "bert")
+    line = one_error_line(_result(in_process("show", PROMPT, "-m", str(bert), "--generate", "2")), 2)
+    assert "not a decoder" in line
+    absent = in_process("show", PROMPT, "-m", str(saved["gpt2"]), "--generate", "2", "--token", "zzz")
+    assert "no written token is zzz" in one_error_line(_result(absent), 2)
+
+
+def test_inspect_generate(saved: dict[str, Path]) -> None:
+    import attnviz
+
+    engine = load_engine("own", str(saved["qwen2"]), "cpu")
+    expected = generate(engine, engine.tokenize(PROMPT), 4)
+    got = attnviz.inspect(PROMPT, model=str(saved["qwen2"]), generate=4)
+    assert isinstance(got, type(expected)) and got.ids == expected.ids and got.text == expected.text
+    hf = attnviz.inspect(PROMPT, model=str(saved["qwen2"]), engine="hf", generate=4, layers="0")
+    assert isinstance(hf, type(expected)) and hf.ids == expected.ids
+    torch.testing.assert_close(hf.rows[0], expected.rows[0][:1], atol=1e-5, rtol=0)
+    with pytest.raises(UsageError, match="at least 1"):
+        attnviz.inspect(PROMPT, model=str(saved["qwen2"]), generate=0)
+
+
+def _result(done: object) -> object:
+    """A ``helpers.Done`` as ``one_error_line`` reads a CliRunner result."""
+    from types import SimpleNamespace
+
+    d = done  # type: ignore[assignment]
+    return SimpleNamespace(
+        exit_code=d.returncode,  # type: ignore[attr-defined]
+        stdout=d.stdout,  # type: ignore[attr-defined]
+        stderr=d.stderr,  # type: ignore[attr-defined]
+        output=d.stdout + d.stderr,  # type: ignore[attr-defined]
+    )

@@ -20,7 +20,9 @@ from ..tui.long import check_rows_size, window_of
 from ..tui.views import MAX_BYTES, check_size
 
 if TYPE_CHECKING:
+    from ..analyses import HeadAblation
     from ..engines import Engine
+    from ..measures.explain import Explanation
     from ..nn.keptrows import KeptRows
     from ..pipeline import Selection
     from ..result import Reading
@@ -145,3 +147,36 @@ def long_reading(
         start = next((i for i, special in enumerate(planned.tokens.special) if not special), 0)
     att = rows(window_of(start, len(planned.tokens)))
     return Reading(att, (start,), {}, ((start,),) if planned.queries else ()), rows
+
+
+def ablater(engine: Engine, layers: tuple[int, ...], mode: str = "zero") -> Callable[[Tokens, int], HeadAblation]:
+    """What the explorer's ``a`` key runs: each head of ``layers`` removed in turn (``mode``:
+    its output before W^O set to zero, or to its mean) and the effect at the token at raw
+    position ``query`` of ``tokens`` (``attnviz.ablate``'s numbers: ``analyses.ablation_of``).
+    One forward pass per batch of heads; tui.app calls it in a worker thread."""
+
+    def ablate(tokens: Tokens, query: int) -> HeadAblation:
+        from ..analyses import ablation_of
+        from ..pipeline import Selection, plan
+        from ..select import Query
+
+        planned = plan(tokens, engine, Selection(queries=(Query(index=query),), layers=layers))
+        return ablation_of(engine, planned, mode)
+
+    return ablate
+
+
+def explainer(engine: Engine) -> Callable[[Tokens, int, int, int], Explanation]:
+    """What the explorer's ``x`` key runs: head ``head`` of layer ``layer`` for the token
+    at raw position ``query`` of ``tokens``, step by step (``attnviz.explain``'s answer:
+    ``measures.explain.explain``; the own engine's modules, else a UsageError that the
+    explorer shows as its message line)."""
+
+    def explain(tokens: Tokens, query: int, layer: int, head: int) -> Explanation:
+        from ..measures.explain import check_head
+        from ..measures.explain import explain as run_explain
+
+        check_head(engine.shape.num_layers, engine.shape.num_heads, layer, head)
+        return replace(run_explain(engine, tokens, query, layer, head), query_indices=(query,))
+
+    return explain

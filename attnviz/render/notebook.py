@@ -146,8 +146,26 @@ def frame(
     return (
         f'<iframe class="attnviz-view" title="{title}" sandbox="allow-scripts" '
         f'style="width:100%;height:{int(height)}px;border:1px solid #ddd;resize:vertical" '
-        f'srcdoc="{html.escape(page, quote=True)}"></iframe>'
+        f'srcdoc="{html.escape(page, quote=True)}"></iframe>' + FIT_SCRIPT
     )
+
+
+# The cell's side of the page's height message (assets/common.js): the frame takes the height
+# its page reports, so the footer shows. A sandboxed srcdoc page has an opaque origin, so its
+# parent cannot measure it; the page posts {attnviz: "height", height} and this listener sets
+# the height of the attnviz frame whose window sent it (any other message, or a frame that is
+# not ours, is ignored). One listener per document, however many views the notebook holds;
+# inline, no CDN, so it runs offline in nbconvert's HTML, Notebook 7, JupyterLab (trusted
+# outputs run their scripts) and VS Code. Where scripts do not run, the frame keeps
+# ``height`` px and its resize handle.
+FIT_SCRIPT = (
+    "<script>(function(){if(window.attnvizFit)return;window.attnvizFit=true;"
+    'window.addEventListener("message",function(e){var d=e.data;'
+    'if(!d||d.attnviz!=="height"||typeof d.height!=="number"||!isFinite(d.height))return;'
+    'var fs=document.querySelectorAll("iframe.attnviz-view");'
+    "for(var i=0;i<fs.length;i++){if(fs[i].contentWindow===e.source){"
+    'fs[i].style.height=Math.max(120,Math.min(20000,Math.ceil(d.height)))+"px";}}});})();</script>'
+)
 
 
 def _raw_rows(att: Any) -> bool:

@@ -198,3 +198,32 @@ var attnvizCommon = (function () {
     pageMeasures: pageMeasures,
   };
 })();
+
+// In a frame (a notebook cell's iframe, the widget's), the page tells its parent how tall it
+// is, so the frame can grow to show all of it, footer included: a sandboxed srcdoc page has an
+// opaque origin, its parent cannot read its height, and a message is the one way out. Only
+// the height goes out ({attnviz: "height", height: px}); the parent's listener
+// (attnviz.render.notebook, widget.js) matches the frame by its window. Nothing else is sent.
+(function () {
+  "use strict";
+  if (window.parent === window || typeof window.parent.postMessage !== "function") return;
+  var last = -1;
+  function report() {
+    var body = document.body;
+    if (!body) return;
+    // The body's bottom edge and margin, not documentElement.scrollHeight (never less than
+    // the frame, so it could not shrink), plus a horizontal scroll bar's thickness if any.
+    var h = Math.ceil(body.getBoundingClientRect().bottom + window.scrollY
+      + (parseFloat(getComputedStyle(body).marginBottom) || 0)
+      + (window.innerHeight - document.documentElement.clientHeight));
+    if (h === last) return;
+    last = h;
+    window.parent.postMessage({ attnviz: "height", height: h }, "*");
+  }
+  if (typeof ResizeObserver === "function") {
+    var watch = function () { new ResizeObserver(report).observe(document.body || document.documentElement); };
+    if (document.body) watch(); else document.addEventListener("DOMContentLoaded", watch);
+  }
+  window.addEventListener("load", report);
+  document.addEventListener("DOMContentLoaded", report);
+})();
