@@ -91,6 +91,8 @@ class Reason(StrEnum):
     PATCH_ALIGN = "patch_align"  # two prompts whose positions cannot be matched
     PATCH_METRIC = "patch_metric"  # a metric, direction or model patching cannot use
     PATCH_ANSWER = "patch_answer"  # an answer that is not one token, or none given
+    PATCH_PAIR = "patch_pair"  # a clean prompt without its corrupted one
+    PATCH_DLA = "patch_dla"  # direct logit attribution on a model it cannot read
     # Models, engines, devices, memory
     ARCHITECTURE = "architecture"  # UnsupportedArchitectureError's reason
     MODEL_OBJECT = "model_object"  # a Python object that is no model attnviz reads

@@ -131,8 +131,11 @@ def vocab_label(tokenizer: Tokenizer, index: int) -> str:
     if not text.strip() or "\ufffd" in text:
         return piece
     word = text.strip()
-    if type(tokenizer.model).__name__ == "WordPiece":
+    kind = type(tokenizer.model).__name__
+    if kind == "WordPiece":
         return "##" + piece[2:] if piece.startswith("##") else word
+    if kind == "WordLevel":  # every entry is a whole word (samples/circuits-2l printed '##Mary')
+        return word
     starts = piece.startswith(("Ġ", "▁")) or text[:1].isspace()
     return word if starts else "##" + word
 

@@ -33,8 +33,9 @@ from .builders.families_2026 import SPECS_2026, SPECS_2026_BY_NAME, YARN, save_2
 
 TOL = 1e-5
 MLA = tuple(spec for spec in SPECS_2026 if spec.model_type in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite"))
+LLAMA4 = tuple(spec for spec in SPECS_2026 if spec.model_type == "llama4_text")
 # Families whose attention output splits by head into value norms (not Qwen3-Next's gated heads).
-NORMED = MLA
+NORMED = MLA + LLAMA4
 LONG = " ".join(SENTENCES * 2)  # 69 tokens, in row blocks of 4
 
 
@@ -124,7 +125,7 @@ def test_padded_batch_matches_transformers(spec: Any, saved: dict[str, Path]) ->
         assert _diff(ours.hidden_states[real], theirs.last_hidden_state[real]) <= TOL
 
 
-@pytest.mark.parametrize("name", ["deepseek_v3", "deepseek_v2"])
+@pytest.mark.parametrize("name", ["deepseek_v3", "deepseek_v2", "llama4_text", "qwen3_next", "qwen3_5_text"])
 def test_long_input_in_row_blocks_matches_full_matrices(
     name: str, saved: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,9 +141,11 @@ def test_long_input_in_row_blocks_matches_full_matrices(
     every = own.forward(tokens)
     asked = (0, 17, len(tokens) - 1)
     some = own.forward(tokens, queries=asked)
-    for layer, b in enumerate(theirs.attentions):
-        assert _diff(every.attentions[layer], b) <= TOL
-        assert _diff(some.attentions[layer], b[:, :, list(asked)]) <= TOL
+    assert len(every.attentions) == len(theirs.attentions) == len(own.shape.layers)
+    for slot, b in enumerate(theirs.attentions):
+        assert _diff(every.attentions[slot], b) <= TOL
+        assert _diff(some.attentions[slot], b[:, :, list(asked)]) <= TOL
+    # A hybrid's Gated DeltaNet runs this input in two chunks of the delta rule (64 + 5).
     assert _diff(every.hidden_states, theirs.hidden_states) <= TOL
 
 
@@ -155,10 +158,16 @@ def _transformers_value_norms(hf: Engine, tokens: Any) -> list[torch.Tensor]:
     ``o_proj`` weight, by hand."""
     model: Any = hf.model  # type: ignore[attr-defined]
     config = model.config
-    heads, nope, dv = config.num_attention_heads, config.qk_nope_head_dim, config.v_head_dim
+    mla = hasattr(config, "kv_lora_rank")
+    heads = config.num_attention_heads
+    # MLA: the value rows of kv_b_proj; otherwise v_proj, one value head per group of query heads.
+    nope, dv = (config.qk_nope_head_dim, config.v_head_dim) if mla else (0, config.head_dim)
+    groups = heads // config.num_key_value_heads if not mla else 1
     seen: list[torch.Tensor] = []
     handles = [
-        layer.self_attn.kv_b_proj.register_forward_hook(lambda m, args, out: seen.append(out.detach()))
+        getattr(layer.self_attn, "kv_b_proj" if mla else "v_proj").register_forward_hook(
+            lambda m, args, out: seen.append(out.detach())
+        )
         for layer in model.layers
     ]
     try:
@@ -169,7 +178,8 @@ def _transformers_value_norms(hf: Engine, tokens: Any) -> list[torch.Tensor]:
             handle.remove()
     out = []
     for layer, kv in zip(model.layers, seen, strict=True):
-        v = kv.reshape(-1, heads, nope + dv)[..., nope:].double()  # (S, H, Dv): batch 1, its latent (1, 1, S, r)
+        v = kv.reshape(-1, heads // groups, nope + dv)[..., nope:].double()  # (S, G, Dv), batch 1
+        v = v.repeat_interleave(groups, dim=1)  # (S, H, Dv): query head h reads value head h // (H/G)
         w_o = layer.self_attn.o_proj.weight.detach().double()  # (E, H·Dv)
         out.append(
             torch.stack(
@@ -203,7 +213,7 @@ def test_cli_show_norm_measure_runs(saved: dict[str, Path]) -> None:
 # --- head ablation ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["deepseek_v3", "glm4_moe_lite"])
+@pytest.mark.parametrize("name", ["deepseek_v3", "glm4_moe_lite", "llama4_text"])
 def test_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[str, Path]) -> None:
     """Each head's Dv columns of o_proj's input zeroed (or set to their mean) in
     transformers, one head per pass, against attnviz's batched ablation."""
@@ -224,7 +234,7 @@ def test_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[s
 # --- explain ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["deepseek_v2", "deepseek_v3", "deepseek_v3-plain-q"])
+@pytest.mark.parametrize("name", ["deepseek_v2", "deepseek_v3", "deepseek_v3-plain-q", "llama4_text"])
 def test_explain_matches_what_transformers_scores_with(name: str, saved: dict[str, Path]) -> None:
     """explain's q, k (rope part rotated, as transformers lays it out), scale, weights and
     value norms against the q, k, v transformers hands its attention function."""
@@ -238,7 +248,8 @@ def test_explain_matches_what_transformers_scores_with(name: str, saved: dict[st
     for layer, head, query, key in ((0, 0, 5, 1), (own.num_layers - 1, own.num_heads - 1, len(tokens) - 1, 2)):
         x = explain(own, tokens, query, layer, head, key)
         call = theirs["calls"][layer]
-        q, k, v = call["q"][0, head, query], call["k"][0, head], call["v"][0, head]  # (D,), (S, D), (S, Dv)
+        g = head // (own.num_heads // call["k"].size(1))  # the key/value head (GQA)
+        q, k, v = call["q"][0, head, query], call["k"][0, g], call["v"][0, g]  # (D,), (S, D), (S, Dv)
         assert np.abs(x.q - q.double().numpy()).max() <= TOL
         assert np.abs(x.k - k.double().numpy()).max() <= TOL
         assert x.scale == pytest.approx(float(call["scaling"]), rel=1e-6)
@@ -554,3 +565,37 @@ def test_cli_hybrid_layers_by_model_number_on_both_engines(saved: dict[str, Path
     assert result.exit_code == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "layer 3 has no softmax attention" in lines[0] and "2, 4" in lines[0]
+
+
+# --- Llama 4 ---------------------------------------------------------------------------------------------
+
+LLAMA4_QUIRKS: list[tuple[str, dict[str, Any]]] = [
+    ("llama4_text", {"layer_types": ["full_attention"] * 4}),  # no chunks
+    ("llama4_text", {"use_qk_norm": False}),
+    ("llama4_text", {"attn_temperature_tuning": False}),
+    ("llama4_text", {"floor_scale": 8192}),
+    ("llama4_text", {"no_rope_layers": [1, 1, 1, 1], "layer_types": ["chunked_attention"] * 4}),
+    ("llama4_text", {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}}),
+    ("llama4_text-plain", {"num_experts_per_tok": 1}),
+]
+
+
+@pytest.mark.parametrize(("name", "change"), LLAMA4_QUIRKS, ids=[f"{n}-{'-'.join(c)}" for n, c in LLAMA4_QUIRKS])
+def test_each_llama4_quirk_changes_the_numbers(name: str, change: dict[str, Any], saved: dict[str, Path]) -> None:
+    own, hf = _engines(name, saved)
+    ids = torch.tensor([own.tokenize(LONG).ids])  # past the chunk and the temperature's floor
+    assert _worst(own.model, hf.model, ids) <= TOL  # type: ignore[attr-defined]
+    wrong = architectures.load(saved[name], {**_config(saved[name]), **change})
+    assert _worst(wrong, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
+
+
+def test_llama4_layers_are_chunked_nope_and_moe_as_configured(saved: dict[str, Path]) -> None:
+    """RoPE layers 0 and 2 see their own chunk of 5 alone; NoPE layers 1 and 3 every token before."""
+    own, hf = _engines("llama4_text", saved)
+    model: Any = own.model
+    assert model.config.rope_layers == (True, False, True, False) and model.chunks == (5, None, 5, None)
+    assert model.config.moe_layers == (1, 3)
+    tokens = own.tokenize(SENTENCES[0])
+    rows = own.forward(tokens, queries=(7,)).attentions  # query 7: chunk 5..9
+    assert bool((rows[0][0, :, 0, :5] == 0).all()) and bool((rows[0][0, :, 0, 5:8] > 0).all())
+    assert bool((rows[1][0, :, 0, :8] > 0).all())

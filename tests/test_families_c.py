@@ -182,6 +182,8 @@ QUIRKS: list[tuple[str, dict[str, Any]]] = [
     ("dots1", {"layer_types": ["full_attention"] * 3}),
     ("dots1", {"n_shared_experts": None}),
     ("dots1", {"routed_scaling_factor": 1.0}),
+    ("eurobert", {"model_type": "llama"}),  # Llama's causal mask
+    ("eurobert", {"mlp_bias": False}),
     ("modernbert-decoder", {"local_attention": 64}),
     ("modernbert-decoder", {"layer_types": ["full_attention"] * 3}),
     ("hunyuan_v1_dense", {"rope_parameters": {"rope_type": "default", "rope_theta": 1000.0}}),

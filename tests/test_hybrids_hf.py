@@ -450,3 +450,16 @@ def test_every_refusal_hint_leads_somewhere_true(
     for args in cases:
         for line in _follow(args, engine):
             assert "encoder attention" not in line, line  # a decoder's attention is self-attention
+
+
+def test_the_corpus_scan_names_a_hybrids_true_layers(saved: dict[str, Path], tmp_path: Path) -> None:
+    """``attnviz heads`` (one padded batch through forward_batch) ranks heads of layers 1
+    and 3 of Jamba, named so, and refuses layer 0."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(f"{SENTENCES[0]}\n{SENTENCES[1]}\n", encoding="utf-8")
+    path = str(saved["jamba"])
+    done = _cli("heads", str(corpus), "--model", path, "--engine", "hf", "--json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["layers"] == [1, 3]
+    line = one_error_line(_cli("heads", str(corpus), "--model", path, "--engine", "hf", "--layer", "0"), 2)
+    assert "layer 0 has no softmax attention" in line

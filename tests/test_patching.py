@@ -319,3 +319,262 @@ def test_cli_refusals_are_one_line_exit_2_before_model_work(tmp_path: Path, tiny
     line = one_error_line(Result(in_process("patch", "the cat sat", "the cat sat by the", "--model", path)), 2)
     assert "the cat sat |" in line and "hint:" in line
     assert not list(tmp_path.iterdir())
+
+
+# --- direct logit attribution and the logit lens ----------------------------------------------
+
+NORM = {"gpt2": lambda m: m.transformer.ln_f, "llama": lambda m: m.model.norm}
+MLP = {"gpt2": lambda m, n: m.transformer.h[n].mlp, "llama": lambda m, n: m.model.layers[n].mlp}
+
+
+@torch.no_grad()
+def _reference_dla(path: Path, family: str, ids: list[int], answer: int, wrong: int) -> dict[str, Any]:
+    """Each component's direct effect, from transformers' modules and weights alone."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(path), attn_implementation="eager").eval()
+    base = model.base_model
+    heads = base.config.num_attention_heads
+    layers = base.config.num_hidden_layers
+    seen: dict[str, torch.Tensor] = {}
+    handles = []
+    for n in range(layers):
+        o = O_PROJ[family](base, n)
+        handles.append(o.register_forward_pre_hook(lambda _m, a, n=n: seen.__setitem__(f"z{n}", a[0][0, -1].clone())))
+        handles.append(
+            MLP[family](model, n).register_forward_hook(
+                lambda _m, _a, out, n=n: seen.__setitem__(f"mlp{n}", out[0, -1])
+            )
+        )
+    norm = NORM[family](model)
+    handles.append(norm.register_forward_pre_hook(lambda _m, a: seen.__setitem__("x", a[0][0, -1].clone())))
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+    for handle in handles:
+        handle.remove()
+    x = seen["x"].double()
+    gamma = norm.weight.double()
+    if family == "gpt2":
+        sigma = torch.sqrt(x.var(unbiased=False) + norm.eps)
+
+        def f(c: torch.Tensor) -> torch.Tensor:
+            return gamma * (c - c.mean()) / sigma
+
+        shift = norm.bias.double()
+    else:
+        rms = torch.sqrt(x.pow(2).mean() + norm.variance_epsilon)
+
+        def f(c: torch.Tensor) -> torch.Tensor:
+            return gamma * c / rms
+
+        shift = torch.zeros_like(x)
+    w_u = model.get_output_embeddings().weight.double()
+    u = w_u[answer] - w_u[wrong]
+    head_effects = np.zeros((layers, heads))
+    for n in range(layers):
+        o = O_PROJ[family](base, n)
+        w = o.weight.double()
+        w = w if family == "gpt2" else w.T  # (H·D, E) either way
+        d = w.shape[0] // heads
+        z = seen[f"z{n}"].double()
+        for h in range(heads):
+            head_effects[n, h] = float(f(z[h * d : (h + 1) * d] @ w[h * d : (h + 1) * d]) @ u)
+    logits = out.logits[0, -1].double()
+    return {
+        "heads": head_effects,
+        "mlps": np.array([float(f(seen[f"mlp{n}"].double()) @ u) for n in range(layers)]),
+        "embeddings": float(f(out.hidden_states[0][0, -1].double()) @ u),
+        "shift": float(shift @ u),
+        "logit_diff": float(logits[answer] - logits[wrong]),
+        "lens_last": float(logits[answer] - logits[wrong]),
+    }
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("engine_name", ["own", "hf"])
+def test_direct_logit_attribution_equals_transformers_and_sums(
+    tiny: Callable[[str], Path], family: str, engine_name: str
+) -> None:
+    from attnviz.measures.attribution import attribute
+
+    path = tiny(family)
+    engine = load_engine(engine_name, resolve(str(path)), "cpu")
+    lm = load_lm_head(engine)
+    assert lm is not None
+    tokens = engine.tokenize("the cat sat by the door")
+    answer, _ = answer_id(engine.tokenizer, "mat")
+    wrong, _ = answer_id(engine.tokenizer, "door")
+    got = attribute(engine, tokens, answer, wrong, lm)
+    want = _reference_dla(path, family, list(tokens.ids), answer, wrong)
+    np.testing.assert_allclose(got.heads, want["heads"], atol=TOL, rtol=0)
+    np.testing.assert_allclose(got.mlps, want["mlps"], atol=TOL, rtol=0)
+    assert got.embeddings == pytest.approx(want["embeddings"], abs=TOL)
+    assert got.logit_diff == pytest.approx(want["logit_diff"], abs=TOL)
+    # The components sum to the logit difference (1e-4 relative).
+    assert abs(got.sum_error) <= 1e-4 * abs(got.logit_diff)
+    assert abs(got.total - want["logit_diff"]) <= 1e-4 * abs(want["logit_diff"])
+    # The last layer's lens is the model's own output.
+    assert got.lens_diff[-1] == pytest.approx(want["lens_last"], abs=TOL)
+    assert got.lens[-1][0][1] == pytest.approx(float(lm.logits(engine.final_hidden(tokens)[0, -1]).max()), abs=TOL)
+
+
+def test_attribution_refuses_a_family_without_a_known_final_norm() -> None:
+    from attnviz.measures.attribution import load_final_norm
+
+    engine = load_engine("own", resolve(None), "cpu")
+    with pytest.raises(UsageError, match="final norm"):
+        load_final_norm(engine)
+
+
+def test_cli_dla_json_equals_python_and_prints_the_sum_check(tiny: Callable[[str], Path]) -> None:
+    import attnviz
+    from tests.helpers import in_process
+
+    path = str(tiny("llama"))
+    args = ("patch", "the cat sat by the door", "--dla", "--answer", "mat", "--wrong", "door", "--model", path)
+    done = in_process(*args, "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    result = attnviz.attribute("the cat sat by the door", "mat", "door", model=path)
+    assert doc == json.loads(json.dumps(result.to_dict()))
+    assert abs(doc["sum_error"]) <= 1e-4 * abs(doc["logit_diff"])
+    text = in_process(*args, "--no-pager", env={"NO_COLOR": "1"})
+    flat = " ".join(text.stdout.split())
+    assert text.returncode == 0 and "sum check: Σ components =" in flat and "logit lens at 'door'" in flat
+    refused = in_process("patch", "the cat sat", "--dla", "--answer", "cat", "--wrong", "sat")
+    assert refused.returncode == 2 and "final norm" in refused.stderr and "--model DIR" in refused.stderr
+    assert in_process("patch", "the cat sat").returncode == 2
+
+
+# --- sites and positions -----------------------------------------------------------------------
+
+
+class SiteReference:
+    """transformers' GPT-2 with a site of layer n written from another run: resid_pre by a
+    pre-hook on the block, mlp_out by a forward hook on the MLP, z by a pre-hook on c_proj."""
+
+    def __init__(self, path: Path) -> None:
+        from transformers import AutoModelForCausalLM
+
+        self.model = AutoModelForCausalLM.from_pretrained(str(path), attn_implementation="eager").eval()
+        self.blocks = self.model.transformer.h
+        self.heads = self.model.config.n_head
+
+    @torch.no_grad()
+    def record(self, ids: list[int], site: str, n: int) -> torch.Tensor:
+        seen: list[torch.Tensor] = []
+        if site == "resid_pre":
+            out = self.model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+            return out.hidden_states[n][0].clone()
+        module = self.blocks[n].mlp if site == "mlp_out" else self.blocks[n].attn.c_proj
+        if site == "mlp_out":
+            handle = module.register_forward_hook(lambda _m, _a, out: seen.append(out[0].clone()))
+        else:
+            handle = module.register_forward_pre_hook(lambda _m, a: seen.append(a[0][0].clone()))
+        self.model(input_ids=torch.tensor([ids]))
+        handle.remove()
+        return seen[0]
+
+    @torch.no_grad()
+    def logits(
+        self, ids: list[int], site: str, n: int, head: int | None, pairs: list[tuple[int, int]], src: Any
+    ) -> Any:
+        d = self.model.config.n_embd // self.heads
+
+        def put(x: torch.Tensor) -> torch.Tensor:
+            x = x.clone()
+            for s, r in pairs:
+                if head is None:
+                    x[0, r] = src[s]
+                else:
+                    x[0, r, head * d : (head + 1) * d] = src[s, head * d : (head + 1) * d]
+            return x
+
+        if site == "resid_pre":
+
+            def pre(_m: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+                if args:
+                    return (put(args[0]), *args[1:]), kwargs
+                return args, {**kwargs, "hidden_states": put(kwargs["hidden_states"])}
+
+            handle = self.blocks[n].register_forward_pre_hook(pre, with_kwargs=True)
+        elif site == "mlp_out":
+            handle = self.blocks[n].mlp.register_forward_hook(lambda _m, _a, out: put(out))
+        else:
+            handle = self.blocks[n].attn.c_proj.register_forward_pre_hook(lambda _m, a: (put(a[0]), *a[1:]))
+        try:
+            return self.model(input_ids=torch.tensor([ids])).logits[0, -1].double()
+        finally:
+            handle.remove()
+
+
+@pytest.mark.parametrize("engine_name", ["own", "hf"])
+@pytest.mark.parametrize(("site", "by_position"), [("resid_pre", True), ("mlp_out", False), ("z", True)])
+def test_sites_and_positions_equal_transformers(
+    tiny: Callable[[str], Path], engine_name: str, site: str, by_position: bool
+) -> None:
+    path = tiny("gpt2")
+    engine = load_engine(engine_name, resolve(str(path)), "cpu")
+    lm = load_lm_head(engine)
+    clean, corrupted = engine.tokenize("the cat sat by the door"), engine.tokenize("the dog sat by the door")
+    answer, _ = answer_id(engine.tokenizer, "mat")
+    wrong, _ = answer_id(engine.tokenizer, "door")
+    got = patch_heads(
+        engine,
+        clean,
+        corrupted,
+        Metric("logit-diff", answer, wrong),
+        lm=lm,
+        site=site,
+        by_position=by_position,
+        batch=5,
+    )
+    ref = SiteReference(path)
+    c_ids, x_ids = list(clean.ids), list(corrupted.ids)
+
+    def diff(logits: Any) -> float:
+        return float(logits[answer] - logits[wrong])
+
+    with torch.no_grad():
+        c = diff(ref.model(input_ids=torch.tensor([c_ids])).logits[0, -1].double())
+        x = diff(ref.model(input_ids=torch.tensor([x_ids])).logits[0, -1].double())
+    q = len(clean)
+    for index in np.ndindex(*got.effect.shape):
+        named = dict(zip(got.axes, index, strict=True))
+        n = named["layer"]
+        pairs = [(named["position"], named["position"])] if by_position else [(p, p) for p in range(q)]
+        src = ref.record(c_ids, site, n)
+        value = diff(ref.logits(x_ids, site, n, named.get("head"), pairs, src))
+        # The raw metric to 1e-5; the normalised effect to 1e-5 of the logit difference's
+        # range (it divides by clean − corrupted, here ~0.2: float32 rounding grows with it).
+        assert got.raw[index] == pytest.approx(value, abs=TOL), (site, index)
+        assert got.effect[index] == pytest.approx((value - x) / (c - x), abs=TOL / abs(c - x)), (site, index)
+    assert got.effect.shape == ((2, 3, q) if site == "z" else (2, q) if by_position else (2,))
+    # Causal tracing's sanity: entering layer 0 the runs differ at position 1 alone ("cat" /
+    # "dog"), so the clean stream there restores everything, and anywhere else nothing.
+    if site == "resid_pre":
+        assert got.effect[0, 1] == pytest.approx(1.0, abs=1e-5)
+        np.testing.assert_allclose(np.delete(got.effect[0], 1), 0.0, atol=1e-5)
+        assert got.unit_label((1, q - 1)) == f"L1 resid_pre @ door({q - 1})"
+
+
+def test_cli_sites_by_position_json(tiny: Callable[[str], Path]) -> None:
+    import attnviz
+    from tests.helpers import in_process
+
+    path = str(tiny("gpt2"))
+    args = ("the cat sat by the door", "the dog sat by the door", "--answer", "mat", "--wrong", "door")
+    done = in_process("patch", *args, "--model", path, "--site", "resid_pre", "--by-position", "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["axes"] == ["layer", "position"] and doc["positions"] == list(range(6))
+    assert doc["site"] == "resid_pre" and "at each position apart" in doc["label"]
+    engine = load_engine("own", resolve(path), "cpu")
+    a, b = engine.tokenize(args[0]), engine.tokenize(args[1])
+    m = Metric("logit-diff", answer_id(engine.tokenizer, "mat")[0], answer_id(engine.tokenizer, "door")[0])
+    direct = patch_heads(engine, a, b, m, lm=load_lm_head(engine), site="resid_pre", by_position=True)
+    np.testing.assert_allclose(np.array(doc["effect"], dtype=float), direct.effect, atol=1e-12)
+    text = in_process("patch", *args, "--model", path, "--site", "mlp_out", "--no-pager", env={"NO_COLOR": "1"})
+    flat = " ".join(text.stdout.split())
+    assert text.returncode == 0 and "each layer's MLP output (mlp_out)" in flat and "L1 mlp_out" in flat
+    assert attnviz.patch(args[0], args[1], model=path, site="mlp_out").effect.shape == (2,)

@@ -159,7 +159,7 @@ def test_vocab_labels_follow_one_rule_for_every_tokenizer_kind() -> None:
     label tokens: the decoded text, ``##`` on a continuation, whatever the tokenizer marks
     (WordPiece marks continuations; byte-level BPE and SentencePiece/Unigram word starts)."""
     from tokenizers import Tokenizer, decoders, pre_tokenizers
-    from tokenizers.models import BPE, Unigram, WordPiece
+    from tokenizers.models import BPE, Unigram, WordLevel, WordPiece
 
     from attnviz.measures.lm import LMHead
     from attnviz.tokens import vocab_label
@@ -177,6 +177,8 @@ def test_vocab_labels_follow_one_rule_for_every_tokenizer_kind() -> None:
     unigram = Tokenizer(Unigram([("<unk>", 0.0), ("▁she", -1.0), ("he", -2.0), ("</s>", 0.0)], 0))
     unigram.decoder = decoders.Metaspace()
     unigram.add_special_tokens(["</s>"])
+    wordlevel = Tokenizer(WordLevel({"<unk>": 0, "<bos>": 1, "Mary": 2}, unk_token="<unk>"))  # no decoder
+    wordlevel.add_special_tokens(["<bos>"])
     cases = [
         (wordpiece, "she", "she"),
         (wordpiece, "##al", "##al"),
@@ -188,6 +190,8 @@ def test_vocab_labels_follow_one_rule_for_every_tokenizer_kind() -> None:
         (unigram, "▁she", "she"),
         (unigram, "he", "##he"),
         (unigram, "</s>", "</s>"),
+        (wordlevel, "Mary", "Mary"),  # every word-level entry is a whole word
+        (wordlevel, "<bos>", "<bos>"),
     ]
     for tok, piece, label in cases:
         index = tok.token_to_id(piece)

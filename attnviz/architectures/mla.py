@@ -178,15 +178,24 @@ def latent_rotary(rope: RopeConfig, rope_dim: int, length: int, like: Tensor, la
     "halves": Llama's rotation of (i, i + R/2)."""
     cos, sin = rope.cos_sin(length, like)  # (S, R): cat(angles, angles)
     half_cos, half_sin = cos[..., : rope_dim // 2], sin[..., : rope_dim // 2]  # (S, R/2)
+    if layout == "pairs":
+        # e^(iθ)·attention_factor, from the angles in float32 as transformers' torch.polar.
+        inv_freq, scaling = rope.frequencies(length)
+        angles = torch.arange(length, device=like.device).float()[:, None] * inv_freq.to(like.device)  # (S, R/2)
+        turns = torch.polar(torch.ones_like(angles), angles) * scaling  # (S, R/2) complex
 
     def rotate(x: Tensor) -> Tensor:
         nope, pe = x[..., :-rope_dim], x[..., -rope_dim:]  # (..., S, d_nope), (..., S, R)
         if layout == "halves":
             return torch.cat((nope, apply_rotary(pe, cos, sin)), dim=-1)
+        if layout == "pairs":
+            # Each pair (x_2i, x_2i+1) a complex number times e^(iθ), as transformers writes it
+            # (complex products round otherwise than the real formula below, by an ulp).
+            pairs = torch.view_as_complex(pe.float().reshape(*pe.shape[:-1], -1, 2))  # (..., S, R/2)
+            turned = torch.view_as_real(pairs * turns).flatten(-2).type_as(pe)  # (..., S, R)
+            return torch.cat((nope, turned), dim=-1)  # (..., S, D)
         even, odd = pe[..., 0::2], pe[..., 1::2]  # (..., S, R/2) each
         rotated = (even * half_cos - odd * half_sin, odd * half_cos + even * half_sin)
-        if layout == "pairs":
-            return torch.cat((nope, torch.stack(rotated, dim=-1).flatten(-2)), dim=-1)  # (..., S, D)
         return torch.cat((nope, *rotated), dim=-1)  # (..., S, D)
 
     def apply(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -146,9 +145,9 @@ def explain(
 
             save_explain_page(x, output)
         if json_out:
-            from .output import emit
+            from .output import emit_json
 
-            emit(json.dumps(x.to_dict(), ensure_ascii=False), json=True)
+            emit_json(x.to_dict())
         else:
             from ..render.terminal import paged
             from ..render.terminal.explain import explain_view

@@ -38,6 +38,13 @@ class Direction(str, Enum):
     noise = "noise"
 
 
+class Site(str, Enum):
+    z = "z"
+    resid_pre = "resid_pre"
+    attn_out = "attn_out"
+    mlp_out = "mlp_out"
+
+
 class PatchMetric(str, Enum):
     logit_diff = "logit-diff"
     prob = "prob"
@@ -49,7 +56,12 @@ class PatchMetric(str, Enum):
 @app.command(epilog=example(f'attnviz patch "{CLEAN_EXAMPLE}" "{CORRUPTED_EXAMPLE}" --token it'))
 def patch(
     clean: Annotated[str, typer.Argument(metavar="CLEAN", help="The prompt that shows the behaviour.")],
-    corrupted: Annotated[str, typer.Argument(metavar="CORRUPTED", help="The prompt that does not.")],
+    corrupted: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[CORRUPTED]", help="The prompt that does not (not needed with --dla).", show_default=False
+        ),
+    ] = None,
     answer: Annotated[
         str | None,
         typer.Option(
@@ -78,6 +90,33 @@ def patch(
             "noise: the clean run with one head's z from the corrupted run.",
         ),
     ] = Direction.denoise,
+    site: Annotated[
+        Site,
+        typer.Option(
+            "--site",
+            help="What is patched: z (each head's output before W^O), resid_pre (the residual stream entering "
+            "each layer), attn_out or mlp_out (what each layer's attention or MLP adds).",
+        ),
+    ] = Site.z,
+    by_position: Annotated[
+        bool,
+        typer.Option(
+            "--by-position",
+            help="Each matched position apart (heads × positions; with --site resid_pre: causal tracing).",
+        ),
+    ] = False,
+    dla: Annotated[
+        bool,
+        typer.Option(
+            "--dla",
+            help="Direct logit attribution of CLEAN instead: each head's, MLP's, the embeddings' and the biases' "
+            "direct contribution to logit(answer) − logit(wrong) through the final norm (its scale frozen), "
+            "with the sum check, and the logit lens. Needs --answer, --wrong and a GPT-2 or Llama-like LM.",
+        ),
+    ] = False,
+    lens_top: Annotated[
+        int, typer.Option("--lens-top", metavar="K", min=1, help="With --dla: tokens per layer in the logit lens.")
+    ] = 3,
     token: TokenOpt = None,
     occurrence: Occurrence = None,
     index: IndexOpt = None,
@@ -114,6 +153,12 @@ def patch(
 
         # Before any model work: the texts, the files, the token query, the metric's answers.
         check_text(clean, "the clean text")
+        if dla:
+            _attribute(clean, corrupted, answer, wrong, token, occurrence, index, lens_top, top,
+                       model, engine.value, device, dtype.value, json_out, no_pager)  # fmt: skip
+            return
+        if corrupted is None:
+            raise UsageError("patch needs a corrupted prompt beside the clean one", reason="patch_pair")
         check_text(corrupted, "the corrupted text")
         if npz is not None:
             check_writable(npz, (".npz",))
@@ -154,6 +199,8 @@ def patch(
                 layers=layers,
                 batch=batch,
                 progress=progress,
+                site=site.value,
+                by_position=by_position,
             )
         if npz is not None:
             from ..measures.patching import save_npz
@@ -180,3 +227,46 @@ def patch(
             wrote(npz)
         if output is not None:
             wrote(output, missing)
+
+
+def _attribute(
+    text: str,
+    corrupted: str | None,
+    answer: str | None,
+    wrong: str | None,
+    token: str | None,
+    occurrence: int | None,
+    index: int | None,
+    lens_top: int,
+    top: int,
+    model: str | None,
+    engine: str,
+    device: str,
+    dtype: str,
+    json_out: bool,
+    no_pager: bool,
+) -> None:
+    """``patch CLEAN --dla``: the attribution of the clean prompt."""
+    from ..errors import UsageError
+
+    if corrupted is not None:
+        raise UsageError("--dla attributes one prompt: drop CORRUPTED", reason="patch_pair")
+    if answer is None or wrong is None:
+        raise UsageError("--dla needs --answer and --wrong", reason="patch_answer")
+    query = query_from(token, occurrence, index, required=False)
+    from ..engines import load_engine
+    from ..measures.attribution import attribute_text
+
+    eng = load_engine(engine, model, device, dtype)
+    result = attribute_text(eng, text, answer, wrong, position=query, top=lens_top)
+    if json_out:
+        from .output import emit
+
+        emit(json.dumps(result.to_dict(), ensure_ascii=False), json=True)
+        return
+    from ..render.terminal import paged, uses_colour
+    from ..render.terminal.patching import attribution_view
+
+    console = stdout_console()
+    with paged(console, not no_pager):
+        console.print(attribution_view(result, top=top, color=uses_colour(console)))

@@ -39,6 +39,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from . import cache as kv_cache
 from . import taps
 
 # (q, k) -> (q, k): applied to the projected, split heads before the dot product.
@@ -143,16 +144,21 @@ class Mask:
     Attributes:
         causal: query i sees keys 0..i.
         window: and only the last ``window`` of them: i-window < j <= i (sliding window).
+        chunk: and only those of its own chunk of ``chunk`` positions: j // chunk == i // chunk
+            (Llama 4's chunked attention).
         padding: (B, S) boolean, True = real token; padding keys are seen by no query.
     """
 
     causal: bool = False
     window: int | None = None
     padding: Tensor | None = None
+    chunk: int | None = None
 
     def __post_init__(self) -> None:
         if self.window is not None and self.window < 1:
             raise ValueError(f"window={self.window} must be at least 1")
+        if self.chunk is not None and self.chunk < 1:
+            raise ValueError(f"chunk={self.chunk} must be at least 1")
         if self.padding is not None and (self.padding.dtype != torch.bool or self.padding.dim() != 2):
             raise ValueError(
                 f"padding must be a (B, S) boolean tensor, not {self.padding.dtype} {tuple(self.padding.shape)}"
@@ -161,11 +167,11 @@ class Mask:
     @property
     def plain_causal(self) -> bool:
         """Causal and nothing else: the fused kernel's ``is_causal`` says it all."""
-        return self.causal and self.window is None and self.padding is None
+        return self.causal and self.window is None and self.padding is None and self.chunk is None
 
     def rows(self, index: Tensor, length: int) -> Tensor | None:
         """(B or 1, 1, R, S) boolean rows ``index`` (R,) of the mask; None when all True."""
-        if not self.causal and self.window is None and self.padding is None:
+        if not self.causal and self.window is None and self.padding is None and self.chunk is None:
             return None
         keys = torch.arange(length, device=index.device)  # (S,)
         mask = torch.ones(len(index), length, dtype=torch.bool, device=index.device)  # (R, S)
@@ -173,6 +179,8 @@ class Mask:
             mask &= keys[None, :] <= index[:, None]
         if self.window is not None:
             mask &= keys[None, :] > index[:, None] - self.window
+        if self.chunk is not None:
+            mask &= keys[None, :] // self.chunk == index[:, None] // self.chunk
         out = mask[None, None]  # (1, 1, R, S)
         if self.padding is not None:
             out = out & self.padding.to(index.device)[:, None, None, :]  # (B, 1, R, S)
@@ -187,6 +195,9 @@ class Mask:
         no keys after it; a windowed one none before its window)."""
         hi = stop if self.causal else length
         lo = max(0, start - self.window + 1) if self.window is not None and self.causal else 0
+        if self.chunk is not None:
+            lo = max(lo, start // self.chunk * self.chunk)  # keys before the first query's chunk
+            hi = min(length, hi if self.causal else (stop - 1) // self.chunk * self.chunk + self.chunk)
         return lo, hi
 
 
@@ -354,6 +365,10 @@ class MultiHeadAttention(nn.Module):
         site = taps.active()  # None unless a pass attached taps (nn/taps.py)
         if site is not None:
             q, k, v = site(f"{self.tap_role}.q", q), site(f"{self.tap_role}.k", k), site(f"{self.tap_role}.v", v)
+        cache = kv_cache.active()  # None unless generation runs (nn/cache.py)
+        if cache is not None and self.tap_role == "attn":
+            # The step's keys join the stored ones, after the position transform.
+            k, v = cache.append(k, v)  # (B, G, S, D), (B, G, S, Dv)
         # 2. head_i = softmax(Q_i K_iᵀ / √d_k) V_i, all heads at once; with grouped-query
         #    attention each key/value head serves H/G query heads (``repeat_kv``). Score
         #    modifiers (a position bias, soft-capping, sinks) send a fused request to the

@@ -118,6 +118,7 @@ SPECS_2026: tuple[Spec, ...] = (
 # shared expert, layer 0 dense (mlp_only_layers).
 _QWEN3_NEXT = dict(
     _DEC,
+    max_position_embeddings=128,  # the long-input test: two chunks of the delta rule
     # Half the others' init: at 0.2 a Gated DeltaNet layer of this tiny random stack
     # multiplies a difference in its input tenfold, and the fused kernel's float32
     # rounding (1.9e-6 at layer 2) reached 1.4e-5 in the hidden states two layers on.
@@ -178,6 +179,52 @@ SPECS_2026 += (
             num_experts_per_tok=2,
             moe_intermediate_size=9,
             shared_expert_intermediate_size=11,
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
+# Llama 4 text: NoPE every second layer (1, 3) with the attention temperature from position
+# 3 on (floor_scale 4), chunks of 5 tokens on the RoPE layers, L2 q/k norms, llama3 RoPE;
+# experts (top 2 of 3, a shared one) on layers 1 and 3, dense SwiGLUs on 0 and 2.
+_LLAMA4 = dict(
+    _DEC,
+    max_position_embeddings=128,  # room for the long-input test
+    hidden_size=48,
+    intermediate_size=13,
+    intermediate_size_mlp=37,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    num_local_experts=3,
+    num_experts_per_tok=2,
+    moe_layers=[1, 3],
+    no_rope_layer_interval=2,
+    attention_chunk_size=5,
+    floor_scale=4,
+    attn_scale=0.5,
+    rope_parameters={
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    },
+)
+SPECS_2026 += (
+    Spec("llama4_text", "llama4_text", _config("Llama4TextConfig", **_LLAMA4), "causal", "llama", perturb=True),
+    Spec(
+        "llama4_text-plain",  # the switches off: no q/k norm, no temperature, no chunks; every layer MoE
+        "llama4_text",
+        _config(
+            "Llama4TextConfig",
+            **{**_LLAMA4, "moe_layers": None, "attention_chunk_size": None},
+            use_qk_norm=False,
+            attn_temperature_tuning=False,
+            interleave_moe_layer_step=1,
         ),
         "causal",
         "llama",

@@ -288,6 +288,16 @@ SPECS_C += (
         perturb=True,
     ),
 )
+SPECS_C += (
+    Spec(
+        "eurobert",
+        "eurobert",
+        _config("EuroBertConfig", **_DEC, num_hidden_layers=2, attention_bias=True, mlp_bias=True),
+        "masked",
+        "llama",
+        perturb=True,
+    ),
+)
 SPECS_C_BY_NAME = {spec.name: spec for spec in SPECS_C}
 
 

@@ -15,6 +15,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from ...measures.attribution import Attribution
 from ...measures.patching import PatchResult
 from .glyphs import shade
 
@@ -61,7 +62,8 @@ def patch_view(result: PatchResult, *, top: int = 10, color: bool = True) -> Ren
         parts.append(Text("PARTIAL: interrupted; the heads not patched show –", style="bold"))
     parts.append(
         Text(
-            f"{result.model} · engine {result.engine} · {result.num_layers} layers × {result.num_heads} heads",
+            f"{result.model} · engine {result.engine} · {result.num_layers} layers"
+            + (f" × {result.num_heads} heads" if result.num_heads else ""),
             style="dim",
         )
     )
@@ -74,12 +76,18 @@ def patch_view(result: PatchResult, *, top: int = 10, color: bool = True) -> Ren
             style="dim",
         )
     )
+    values, columns, cell_what = result.grid()
+    rows = [f"L{layer}" for layer in range(values.shape[0])]
+    if result.axes == ("layer", "position"):  # tokens down, layers across (causal tracing's figure)
+        values, rows, columns = values.T, [f"{label} ({p})" for label, p in zip(columns, result.positions)], rows
     grid = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold", padding=(0, 0, 0, 1))
     grid.add_column("", justify="right", no_wrap=True)
-    for head in range(result.num_heads):
-        grid.add_column(f"H{head}", justify="center", no_wrap=True)
-    for layer in range(result.num_layers):
-        grid.add_row(f"L{layer}", *(_cell(result.effect[layer, head], color) for head in range(result.num_heads)))
+    for label in columns:
+        grid.add_column(label, justify="center", no_wrap=True)
+    for row, line in zip(rows, values):
+        grid.add_row(row, *(_cell(float(v), color) for v in line))
+    if cell_what != "each head's effect":
+        parts.append(Text(f"cells: {cell_what}", style="dim"))
     parts.append(grid)
     scale = Text("scale: ")
     for v in (-1.0, -0.5, 0.0, 0.5, 1.0):
@@ -87,17 +95,86 @@ def patch_view(result: PatchResult, *, top: int = 10, color: bool = True) -> Ren
         scale.append(" ")
     scale.append(" effect (1 = the clean run's metric, 0 = the corrupted run's)", style="dim")
     parts.append(scale)
-    ranked = result.ranked(top)
+    ranked = result.ranked_units(top)
     if ranked:
+        noun = "heads" if result.axes == ("layer", "head") else "patches"
         table = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold", title_justify="left")
         table.add_column("rank", justify="right")
-        table.add_column("head", no_wrap=True)
+        table.add_column("head" if noun == "heads" else "patched", no_wrap=True)
         table.add_column("effect", justify="right")
         table.add_column(result.metric_label, justify="right")
-        for k, (layer, head, value, raw) in enumerate(ranked, 1):
-            table.add_row(str(k), f"L{layer}.H{head}", _cell(value, color), f"{raw + 0.0:.4g}")
-        parts.append(Text(f"top {len(ranked)} heads by |effect|:", style="bold"))
+        for k, (label, value, raw) in enumerate(ranked, 1):
+            table.add_row(str(k), label, _cell(value, color), f"{raw + 0.0:.4g}")
+        parts.append(Text(f"top {len(ranked)} {noun} by |effect|:", style="bold"))
         parts.append(table)
     for note in result.notes:
         parts.append(Text(note, style="dim"))
+    return Group(*parts)
+
+
+def attribution_view(result: Attribution, *, top: int = 10, color: bool = True) -> RenderableType:
+    """The sum check, the heads' contributions (layers × heads, with each layer's MLP and
+    W^O bias), the ``top`` components by |contribution| and the logit lens."""
+    parts: list[RenderableType] = [
+        Text(f"{result.model} · engine {result.engine}", style="dim"),
+        Text(result.label(), style="dim"),
+    ]
+    check = (
+        f"sum check: Σ components = {result.total:.6g}; logit({result.answer}) − logit({result.wrong}) = "
+        f"{result.logit_diff:.6g}; error {result.sum_error:+.2e}"
+    )
+    parts.append(Text(check, style="bold"))
+    scale = max(1e-12, float(np.abs(result.heads).max()), float(np.abs(result.mlps).max()))
+    grid = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold", padding=(0, 0, 0, 1))
+    grid.add_column("", justify="right", no_wrap=True)
+    for head in range(result.heads.shape[1]):
+        grid.add_column(f"H{head}", justify="right", no_wrap=True)
+    grid.add_column("mlp", justify="right", no_wrap=True)
+    grid.add_column("bias", justify="right", no_wrap=True)
+
+    def cell(value: float) -> Text:
+        label = f"{value:+.2f}"
+        if not color:
+            return Text(label)
+        shown = value / scale
+        return Text(label, style=Style(color="white" if abs(shown) > 0.55 else "black", bgcolor=effect_colour(shown)))
+
+    for layer in range(result.heads.shape[0]):
+        grid.add_row(
+            f"L{layer}",
+            *(cell(v) for v in result.heads[layer]),
+            cell(float(result.mlps[layer])),
+            cell(float(result.attn_biases[layer])),
+        )
+    parts.append(grid)
+    parts.append(
+        Text(
+            f"embeddings {result.embeddings:+.3f}; other biases (final norm's β, b_U) {result.biases:+.3f}", style="dim"
+        )
+    )
+    table = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
+    table.add_column("rank", justify="right")
+    table.add_column("component", no_wrap=True)
+    table.add_column("contribution", justify="right")
+    for k, (name, value) in enumerate(result.ranked(top), 1):
+        table.add_row(str(k), name, f"{value:+.4f}")
+    parts.append(Text(f"top {min(top, len(result.components()))} components by |contribution|:", style="bold"))
+    parts.append(table)
+    lens = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
+    lens.add_column("after", no_wrap=True)
+    lens.add_column(f"logit({result.answer}) − logit({result.wrong})", justify="right")
+    lens.add_column("top tokens (logit)")
+    for layer, tops in enumerate(result.lens):
+        lens.add_row(
+            f"L{layer}",
+            f"{result.lens_diff[layer]:+.3f}",
+            "  ".join(f"{t} {v:.2f}" for t, v in tops),
+        )
+    parts.append(
+        Text(
+            f"logit lens at {result.tokens[result.position]!r}: each layer's stream through the final norm and W_U",
+            style="bold",
+        )
+    )
+    parts.append(lens)
     return Group(*parts)

@@ -1,0 +1,354 @@
+"""Direct logit attribution and the logit lens: what each component writes to the answer.
+
+The residual stream at the last layer is a sum (Elhage et al. 2021, "A Mathematical
+Framework for Transformer Circuits"): at position q,
+
+    x = embeddings + Σ_l ( Σ_h z_{l,h} W^O_{l,h} + b^O_l + mlp_l )
+
+where z_{l,h} is head h's output before W^O (the tap ``blocks.l.attn.z``), W^O_{l,h} its
+rows of the output projection, b^O_l that projection's bias and mlp_l the tap
+``blocks.l.mlp_out``; the embeddings are ``blocks.0.resid_pre``. The final norm is affine
+once its scale is frozen at the clean run (TransformerLens's ``apply_ln_to_stack``):
+
+    LayerNorm  f(c) = γ ⊙ (c − mean(c)) / σ_x          σ_x = sqrt(var(x) + ε)
+    RMSNorm    f(c) = γ ⊙ c / rms_x                    rms_x = sqrt(mean(x²) + ε)
+
+so with u = W_U[answer] − W_U[wrong] each component's direct effect on the logit difference
+is f(c) · u, and the biases' term collects β · u (LayerNorm's shift) and b_U[answer] −
+b_U[wrong]. The components sum to the clean run's logit difference; ``sum_error`` says by
+how much they miss it (float rounding, or a family whose stream is not this sum).
+
+The logit lens (nostalgebraist 2020): each layer's ``resid_post`` at q through the real
+final norm (not frozen) and the unembedding; its top tokens.
+
+Families: the final norm is read from the checkpoint (``FINAL_NORMS``): GPT-2's ``ln_f``
+(LayerNorm) and the Llama-likes' ``norm`` (RMSNorm); others are refused, as are logit
+soft-caps (not linear). Reads the stream through taps, and W^O (``OUTPUT_PROJECTIONS``)
+and the final norm from the checkpoint's files, as lm.py reads the LM head. torch + numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..engines import Engine
+    from ..tokens import Tokens
+    from .lm import LMHead
+
+# model_type -> (final norm's weight name stems, kind, config eps key, default eps)
+FINAL_NORMS: dict[str, tuple[tuple[str, ...], str, str, float]] = {
+    "gpt2": (("transformer.ln_f", "ln_f"), "layer", "layer_norm_epsilon", 1e-5),
+    "llama": (("model.norm", "norm"), "rms", "rms_norm_eps", 1e-6),
+    "mistral": (("model.norm", "norm"), "rms", "rms_norm_eps", 1e-6),
+    "qwen2": (("model.norm", "norm"), "rms", "rms_norm_eps", 1e-6),
+}
+# model_type -> (W^O's weight name stems, layer N as {n}; stored (in, out) as a Conv1D)
+OUTPUT_PROJECTIONS: dict[str, tuple[tuple[str, ...], bool]] = {
+    "gpt2": (("transformer.h.{n}.attn.c_proj", "h.{n}.attn.c_proj"), True),
+    "llama": (("model.layers.{n}.self_attn.o_proj", "layers.{n}.self_attn.o_proj"), False),
+    "mistral": (("model.layers.{n}.self_attn.o_proj", "layers.{n}.self_attn.o_proj"), False),
+    "qwen2": (("model.layers.{n}.self_attn.o_proj", "layers.{n}.self_attn.o_proj"), False),
+}
+
+
+@dataclass(frozen=True)
+class FinalNorm:
+    """The last norm before the unembedding: kind "layer" or "rms", γ, β (or None), ε."""
+
+    kind: str
+    weight: Any
+    bias: Any
+    eps: float
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """The norm itself (the logit lens): x (..., E)."""
+        return self.frozen(x, x) + (0.0 if self.bias is None else self.bias.double())
+
+    def frozen(self, c: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """f(c) without β, the scale taken from x: c (..., E), x (E,) or (..., E)."""
+        import torch
+
+        x, c = x.double(), c.double()
+        if self.kind == "layer":
+            scale = torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + self.eps)
+            return self.weight.double() * (c - c.mean(-1, keepdim=True)) / scale
+        scale = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight.double() * c / scale
+
+
+def _read(engine: Engine, names: set[str]) -> dict[str, Any]:
+    """The tensors of ``names`` found in the checkpoint's safetensors files."""
+    from safetensors import safe_open
+
+    from ..io.checkpoint import weight_files
+
+    tensors: dict[str, Any] = {}
+    for path in weight_files(engine.files.path):
+        if path.suffix != ".safetensors":
+            continue
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+                if name in names:
+                    tensors[name] = f.get_tensor(name).to(engine.device)
+    return tensors
+
+
+def load_output_projections(engine: Engine) -> list[tuple[Any, Any]]:
+    """Per layer, W^O as (weight (E, H·Dv), bias (E,) or None), read from the checkpoint."""
+    stems, conv1d = OUTPUT_PROJECTIONS[engine.files.model_type]
+    n = engine.num_layers
+    wanted = {f"{s.format(n=layer)}.{p}" for s in stems for layer in range(n) for p in ("weight", "bias")}
+    tensors = _read(engine, wanted)
+    out = []
+    for layer in range(n):
+        stem = next((s.format(n=layer) for s in stems if f"{s.format(n=layer)}.weight" in tensors), None)
+        if stem is None:
+            raise UsageError(f"{engine.files.spec} has no {stems[0].format(n=layer)}.weight", reason="patch_dla")
+        weight = tensors[f"{stem}.weight"]
+        out.append((weight.T if conv1d else weight, tensors.get(f"{stem}.bias")))
+    return out
+
+
+def load_final_norm(engine: Engine) -> FinalNorm:
+    """The checkpoint's final norm. Raises UsageError (reason "patch_dla") for a family
+    not in ``FINAL_NORMS`` or a checkpoint without its weights."""
+    files = engine.files
+    found = FINAL_NORMS.get(files.model_type)
+    if found is None:
+        raise UsageError(
+            f"direct logit attribution reads the final norm of {', '.join(FINAL_NORMS)} checkpoints; "
+            f"{files.spec} is {files.model_type!r}",
+            reason="patch_dla",
+        )
+    stems, kind, key, default = found
+    tensors = _read(engine, {f"{s}.{p}" for s in stems for p in ("weight", "bias")})
+    for stem in stems:
+        if f"{stem}.weight" in tensors:
+            eps = files.config.get(key, default)
+            return FinalNorm(kind, tensors[f"{stem}.weight"], tensors.get(f"{stem}.bias"), float(eps))
+    raise UsageError(f"{files.spec} has no final norm weights ({stems[0]}.weight)", reason="patch_dla")
+
+
+# The final norm and W^O read once per checkpoint (its path, files' mtimes) and device:
+# reading them from the files took longer than the forward pass itself (bench/patch_bench.py).
+_LOADED: dict[tuple[str, tuple[int, ...], str], tuple[FinalNorm, list[tuple[Any, Any]]]] = {}
+
+
+def _weights(engine: Engine) -> tuple[FinalNorm, list[tuple[Any, Any]]]:
+    from ..io.checkpoint import weight_files
+
+    files = weight_files(engine.files.path)
+    key = (str(engine.files.path), tuple(f.stat().st_mtime_ns for f in files), str(engine.device))
+    if key not in _LOADED:
+        if len(_LOADED) >= 4:
+            _LOADED.clear()
+        _LOADED[key] = (load_final_norm(engine), load_output_projections(engine))
+    return _LOADED[key]
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Each component's direct contribution to logit(answer) − logit(wrong) at one position.
+
+    Attributes:
+        heads: (N, H) float64, each head's.
+        mlps: (N,) float64, each MLP's.
+        attn_biases: (N,) float64, each attention output projection's bias.
+        embeddings, biases: the embeddings' and the rest of the biases' (the final norm's
+            shift, the unembedding's bias).
+        logit_diff: the clean run's logit difference (from its logits).
+        total: the sum of every component; sum_error = total − logit_diff.
+        lens: per layer, the logit lens's top tokens at the position, (token, logit).
+        lens_diff: (N,) the logit difference of each layer's lens.
+    """
+
+    model: str
+    engine: str
+    answer: str
+    wrong: str
+    position: int
+    tokens: tuple[str, ...]
+    heads: np.ndarray
+    mlps: np.ndarray
+    attn_biases: np.ndarray
+    embeddings: float
+    biases: float
+    logit_diff: float
+    lens: tuple[tuple[tuple[str, float], ...], ...]
+    lens_diff: np.ndarray
+
+    @property
+    def total(self) -> float:
+        return float(self.heads.sum() + self.mlps.sum() + self.attn_biases.sum() + self.embeddings + self.biases)
+
+    @property
+    def sum_error(self) -> float:
+        return self.total - self.logit_diff
+
+    def components(self) -> list[tuple[str, float]]:
+        """(name, contribution) of every component, in stream order."""
+        out = [("embeddings", self.embeddings)]
+        for layer in range(self.heads.shape[0]):
+            out += [(f"L{layer}.H{h}", float(self.heads[layer, h])) for h in range(self.heads.shape[1])]
+            out.append((f"L{layer}.attn_bias", float(self.attn_biases[layer])))
+            out.append((f"L{layer}.mlp", float(self.mlps[layer])))
+        out.append(("biases", self.biases))
+        return out
+
+    def ranked(self, top: int | None = None) -> list[tuple[str, float]]:
+        rows = sorted(self.components(), key=lambda r: -abs(r[1]))
+        return rows if top is None else rows[:top]
+
+    def label(self) -> str:
+        return (
+            f"direct logit attribution of logit({self.answer}) − logit({self.wrong}) at "
+            f"{self.tokens[self.position]!r} (position {self.position}), final norm's scale frozen at this run"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "attribution",
+            "model": self.model,
+            "engine": self.engine,
+            "label": self.label(),
+            "answer": self.answer,
+            "wrong": self.wrong,
+            "position": self.position,
+            "tokens": list(self.tokens),
+            "heads": self.heads.tolist(),
+            "mlps": self.mlps.tolist(),
+            "attn_biases": self.attn_biases.tolist(),
+            "embeddings": self.embeddings,
+            "biases": self.biases,
+            "logit_diff": self.logit_diff,
+            "sum": self.total,
+            "sum_error": self.sum_error,
+            "lens": [[{"token": t, "logit": v} for t, v in layer] for layer in self.lens],
+            "lens_diff": self.lens_diff.tolist(),
+        }
+
+
+def attribute(
+    engine: Engine,
+    tokens: Tokens,
+    answer: int,
+    wrong: int,
+    lm: LMHead,
+    *,
+    position: int | None = None,
+    top: int = 5,
+    labels: tuple[str, str] | None = None,
+    lens: bool = True,
+) -> Attribution:
+    """Direct logit attribution and the logit lens of one text at ``position`` (default:
+    the last token), from one forward pass. ``labels``: the answer's and the wrong
+    token's names (default: their vocabulary pieces). ``lens`` False: no logit lens (its
+    N products with W_U cost ~0.4 of a forward pass at 15 tokens of GPT-2 small).
+
+    Raises:
+        UsageError: a family without a known final norm, a soft-capped LM head, an
+            encoder-decoder, a position out of range.
+    """
+    import torch
+
+    from ..nn.taps import Taps, tap_name
+
+    if engine.parts or lm.kind != "causal":
+        raise UsageError("direct logit attribution reads a causal LM's one stack", reason="patch_dla")
+    if lm.softcap is not None or lm.transform is not None:
+        raise UsageError("direct logit attribution needs a linear LM head (this one soft-caps)", reason="patch_dla")
+    norm, projections = _weights(engine)
+    q = len(tokens) - 1 if position is None else position
+    if not 0 <= q < len(tokens):
+        raise UsageError(f"position {q} is out of range ({len(tokens)} tokens)", reason="index")
+    n, h = engine.num_layers, engine.num_heads
+    taps = Taps().record(tap_name(None, 0, "resid_pre"), positions=[q])
+    for layer in range(n):
+        taps.record(tap_name(None, layer, "z"), positions=[q])
+        taps.record(tap_name(None, layer, "mlp_out"), positions=[q])
+        taps.record(tap_name(None, layer, "resid_post"), positions=[q])
+    with torch.inference_mode():
+        with engine.tapping(taps):
+            hidden = engine.final_hidden(tokens)  # (1, Q, E)
+        factor = (lm.scale or 1.0) / (lm.divisor or 1.0)
+        u = (lm.unembed[answer].double() - lm.unembed[wrong].double()) * factor  # (E,)
+        x = taps[tap_name(None, n - 1, "resid_post")][0, 0]  # (E,) the stream into the final norm
+
+        def direct(c: torch.Tensor) -> torch.Tensor:
+            return norm.frozen(c, x) @ u  # (...,)
+
+        heads = np.zeros((n, h))
+        attn_biases = np.zeros(n)
+        mlps = np.zeros(n)
+        for layer in range(n):
+            z = taps[tap_name(None, layer, "z")][0, 0]  # (H, Dv)
+            weight, bias = projections[layer]  # (E, H·Dv), (E,)
+            per_head = weight.double().view(weight.shape[0], h, -1)  # (E, H, Dv)
+            written = torch.einsum("ehd,hd->he", per_head, z.double())  # (H, E): z_h W^O_h
+            heads[layer] = direct(written).cpu().numpy()
+            attn_biases[layer] = 0.0 if bias is None else float(direct(bias.double()))
+            mlps[layer] = float(direct(taps[tap_name(None, layer, "mlp_out")][0, 0]))
+        embeddings = float(direct(taps[tap_name(None, 0, "resid_pre")][0, 0]))
+        shift = 0.0 if norm.bias is None else float(norm.bias.double() @ u)
+        lm_bias = 0.0 if lm.bias is None else float((lm.bias[answer] - lm.bias[wrong]).double()) * factor
+        # The logit lens and the model's own output in one product with W_U (N + 1 rows): W_U
+        # is read once, not once a layer (12 matrix-vector products cost 1.5 forward passes).
+        streams = torch.stack([taps[tap_name(None, layer, "resid_post")][0, 0] for layer in range(n)])  # (N, E)
+        lensed = norm(streams).to(hidden.dtype) if lens else streams[:0]
+        rows = torch.cat([lensed, hidden[0, q][None]])  # (N + 1, E), or (1, E) without the lens
+        every = lm.logits(rows).double()  # (N + 1, V)
+        logits = every[-1]
+        lens_rows, lens_diff = [], np.full(n, np.nan)
+        if lens:
+            values, ids = every[:n].topk(top, dim=-1)  # (N, top)
+            lens_rows = [
+                tuple((lm.token(int(i)), float(v)) for v, i in zip(values[layer], ids[layer], strict=True))
+                for layer in range(n)
+            ]
+            lens_diff = (every[:n, answer] - every[:n, wrong]).cpu().numpy()
+    return Attribution(
+        model=engine.files.spec,
+        engine=engine.name,
+        answer=lm.token(answer) if labels is None else labels[0],
+        wrong=lm.token(wrong) if labels is None else labels[1],
+        position=q,
+        tokens=tuple(tokens.labels),
+        heads=heads,
+        mlps=mlps,
+        attn_biases=attn_biases,
+        embeddings=embeddings,
+        biases=shift + lm_bias,
+        logit_diff=float(logits[answer] - logits[wrong]),
+        lens=tuple(lens_rows),
+        lens_diff=lens_diff,
+    )
+
+
+def attribute_text(
+    engine: Engine, text: str, answer: str, wrong: str, *, position: Any = None, top: int = 5
+) -> Attribution:
+    """``attribute`` from a text and two answer words (``patching.answer_id``); ``position``
+    a ``select.Query`` (its last piece), an int, or None (the last token)."""
+    from ..select import Query
+    from .lm import load_lm_head
+    from .patching import answer_id
+
+    load_final_norm(engine)  # refuse a family before the pass
+    lm = None if engine.parts else load_lm_head(engine)
+    if lm is None or lm.kind != "causal":
+        raise UsageError(
+            f"direct logit attribution needs a causal LM head, and {engine.files.spec} has none", reason="patch_dla"
+        )
+    tokens = engine.tokenize(text)
+    at = position.resolve(tokens)[-1] if isinstance(position, Query) else position
+    a, a_label = answer_id(engine.tokenizer, answer)
+    w, w_label = answer_id(engine.tokenizer, wrong)
+    return attribute(engine, tokens, a, w, lm, position=at, top=top, labels=(a_label, w_label))
