@@ -224,3 +224,22 @@ def _result(done: object) -> object:
         stderr=d.stderr,  # type: ignore[attr-defined]
         output=d.stdout + d.stderr,  # type: ignore[attr-defined]
     )
+
+
+@pytest.mark.parametrize("engine_name", ["own", "hf"])
+def test_ctrl_c_keeps_what_was_written(saved: dict[str, Path], engine_name: str) -> None:
+    engine = load_engine(engine_name, str(saved["gpt2"]), "cpu")
+    tokens = engine.tokenize(PROMPT)
+    full = generate(engine, tokens, COUNT)
+    seen: list[str] = []
+
+    def interrupt(_: int, label: str) -> None:
+        seen.append(label)  # streamed as chosen
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    cut = generate(engine, tokens, COUNT, on_token=interrupt)
+    assert cut.partial and cut.stopped == "interrupted"
+    assert cut.ids == full.ids[:2] and len(cut.rows) == 2 and seen == full.pieces[:3]
+    for a, b in zip(cut.rows, full.rows, strict=False):
+        torch.testing.assert_close(a, b)

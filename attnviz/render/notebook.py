@@ -32,7 +32,9 @@ from ..tokens import find_word
 from . import HTML_BUDGET_BYTES
 from .html import VIEWS, Options, check_page_size, html_page
 
-DEFAULT_HEIGHT = 640  # px: the head view of a 15-token sentence with its detail panel
+# px: the frame's height until its page reports its own (FIT_SCRIPT), and where scripts do
+# not run in the notebook's document (then the frame's resize handle shows the rest).
+DEFAULT_HEIGHT = 640
 
 
 def page_problem(att: Any) -> str | None:
@@ -108,7 +110,9 @@ def frame(
     budget: int = HTML_BUDGET_BYTES,
 ) -> str:
     """The page for ``att`` in a sandboxed iframe (``srcdoc``), opening on ``view``,
-    ``layer`` (a model layer) and ``token`` (pinned: a word, ``WORD:N`` or a position).
+    ``layer`` (a model layer) and ``token`` (pinned: a word, ``WORD:N`` or a position),
+    followed by ``FIT_SCRIPT``: the frame opens ``height`` px tall and takes its page's
+    height once the page has laid itself out, footer included.
 
     Never raises for what a user can cause: an Attention the page cannot draw, a page over
     ``budget`` bytes or a bad initial state come back as a message in the cell.

@@ -81,7 +81,7 @@ def ablation_view(effects: HeadEffects, layer: int, word: str, head: int | None,
             text.append(f"  Δlog p {effects.delta_logprob[n, h]:+.4f}")
         text.append("\n")
     text.append(EFFECT_NOTE + "\n", style="dim")
-    text.append("any key goes back to the view", style="dim")
+    text.append("Esc, or a key that moves or changes the view, goes back to it", style="dim")
     return text
 
 
@@ -90,4 +90,4 @@ def explain_screen(x: Explanation) -> RenderableType:
     the top keys' table), then how to go back."""
     from ..render.terminal.explain import explain_view
 
-    return Group(explain_view(x), Text("any key goes back to the view", style="dim"))
+    return Group(explain_view(x), Text("Esc, or a key that moves or changes the view, goes back to it", style="dim"))
