@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..measures.base import NORM
 from ..select import PARTS
 from ..tokens import Tokens
 from .base import EngineBase
@@ -147,7 +148,7 @@ class OwnEngine(EngineBase):
                 f"the attention of {gated[0]} gates each head's output by the query after the softmax, "
                 "so a key's part of the output depends on the query: it has no value norm of its own",
                 reason="norm_split",
-                measure="norm",
+                measure=NORM.name,
             )
         return {layer: m.o_proj for layer, (_, m) in zip(layers, modules, strict=True)}
 

@@ -246,10 +246,12 @@ def attribute(
     position: int | None = None,
     top: int = 5,
     labels: tuple[str, str] | None = None,
+    lens: bool = True,
 ) -> Attribution:
     """Direct logit attribution and the logit lens of one text at ``position`` (default:
     the last token), from one forward pass. ``labels``: the answer's and the wrong
-    token's names (default: their vocabulary pieces).
+    token's names (default: their vocabulary pieces). ``lens`` False: no logit lens (its
+    N products with W_U cost ~0.4 of a forward pass at 15 tokens of GPT-2 small).
 
     Raises:
         UsageError: a family without a known final norm, a soft-capped LM head, an
@@ -297,14 +299,21 @@ def attribute(
         embeddings = float(direct(taps[tap_name(None, 0, "resid_pre")][0, 0]))
         shift = 0.0 if norm.bias is None else float(norm.bias.double() @ u)
         lm_bias = 0.0 if lm.bias is None else float((lm.bias[answer] - lm.bias[wrong]).double()) * factor
-        logits = lm.logits(hidden[0, q]).double()  # (V,)
-        lens, lens_diff = [], np.zeros(n)
-        for layer in range(n):
-            stream = taps[tap_name(None, layer, "resid_post")][0, 0]
-            layer_logits = lm.logits(norm(stream).to(hidden.dtype)).double()
-            values, ids = layer_logits.topk(top)
-            lens.append(tuple((lm.token(int(i)), float(v)) for v, i in zip(values, ids)))
-            lens_diff[layer] = float(layer_logits[answer] - layer_logits[wrong])
+        # The logit lens and the model's own output in one product with W_U (N + 1 rows): W_U
+        # is read once, not once a layer (12 matrix-vector products cost 1.5 forward passes).
+        streams = torch.stack([taps[tap_name(None, layer, "resid_post")][0, 0] for layer in range(n)])  # (N, E)
+        lensed = norm(streams).to(hidden.dtype) if lens else streams[:0]
+        rows = torch.cat([lensed, hidden[0, q][None]])  # (N + 1, E), or (1, E) without the lens
+        every = lm.logits(rows).double()  # (N + 1, V)
+        logits = every[-1]
+        lens_rows, lens_diff = [], np.full(n, np.nan)
+        if lens:
+            values, ids = every[:n].topk(top, dim=-1)  # (N, top)
+            lens_rows = [
+                tuple((lm.token(int(i)), float(v)) for v, i in zip(values[layer], ids[layer], strict=True))
+                for layer in range(n)
+            ]
+            lens_diff = (every[:n, answer] - every[:n, wrong]).cpu().numpy()
     return Attribution(
         model=engine.files.spec,
         engine=engine.name,
@@ -318,7 +327,7 @@ def attribute(
         embeddings=embeddings,
         biases=shift + lm_bias,
         logit_diff=float(logits[answer] - logits[wrong]),
-        lens=tuple(lens),
+        lens=tuple(lens_rows),
         lens_diff=lens_diff,
     )
 
