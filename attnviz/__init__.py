@@ -30,6 +30,7 @@ from .version import __version__
 
 if TYPE_CHECKING:
     from .analyses import HeadAblation, HeadScan, ablate, check, explain, scan
+    from .generation import Generation
     from .measures.attribution import Attribution
     from .measures.patching import PatchResult
     from .result import Attention, HeadEffects
@@ -79,9 +80,14 @@ def inspect(
     part: str | None = None,
     measure: str = "weight",
     ablate: bool | str = False,
-) -> Attention:
+    generate: int | None = None,
+    sample: bool = False,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+) -> Attention | Generation:
     """Run ``sentence`` through ``model`` and return per-head attention weights (or, with
-    ``measure="norm"``, the norms ‖α·f(x)‖ of Kobayashi et al. 2020: ``att.measure`` says
+    ``measure`` the norm measure, the norms ‖α·f(x)‖ of Kobayashi et al. 2020: ``att.measure`` says
     which; norm rows do not sum to 1, ``attnviz.transforms.shares`` makes them shares).
 
     With ``token`` (a word, matched case-insensitively; ``occurrence`` is 1-based; or a
@@ -111,6 +117,12 @@ def inspect(
     ``ablate``: True (or "zero", "mean") also removes each head of the kept layers in
     turn and sets ``att.effects`` (``result.HeadEffects``): 1 − cos of the final hidden
     state at each query; ``att.query_dict(q)`` is then ``show --ablate --json``'s.
+
+    ``generate`` (a decoder with its LM head): the model writes up to that many tokens after
+    ``sentence`` (greedy, or ``sample`` with ``temperature``, ``top_p`` and ``seed``; it stops
+    at end-of-sequence) and a ``generation.Generation`` comes back instead: ``.text`` the
+    continuation, ``.pieces`` its tokens, ``.rows[i]`` (layers × H × keys) written token i's
+    weights over everything before it, ``.partial`` after Ctrl-C.
     """
     from .engines import load_engine
     from .engines.memory import parse_size
@@ -120,6 +132,10 @@ def inspect(
     from .transforms import View
 
     _check_arguments(locals())
+    if generate is not None:
+        return _generate(
+            sentence, generate, model, tokenizer, engine, layers, device, dtype, sample, temperature, top_p, seed
+        )
     view = View(words=words, hide_special=hide_special, renorm=renorm, heads=tuple(heads), rollout=rollout)
     if token is None or isinstance(token, str):
         query = Query.maybe(token, occurrence, index)
@@ -138,6 +154,44 @@ def inspect(
     eng = from_model(model, tokenizer, engine, device, dtype)
     with eng.running():
         return _read(sentence, eng, selection, pair, target, budget, mode)
+
+
+def _generate(
+    sentence: str,
+    count: int,
+    model: Any,
+    tokenizer: Any,
+    engine: str,
+    layers: LayerSpec,
+    device: str,
+    dtype: str | None,
+    sample: bool,
+    temperature: float,
+    top_p: float,
+    seed: int | None,
+) -> Generation:
+    """``inspect(..., generate=N)``: the continuation and its tokens' rows."""
+    from .engines import load_engine
+    from .generation import Sampling, generate
+    from .io.safeio import check_text
+    from .select import parse_layers
+
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise UsageError(f"inspect(): generate must be an int or None, not {type(count).__name__}", reason="type")
+    if count <= 0:
+        raise UsageError(f"inspect(): generate={count}: the number of tokens to write must be at least 1")
+    sampling = Sampling(sample, temperature, top_p, seed)
+    check_text(sentence)
+    if model is None or isinstance(model, (str, os.PathLike)):
+        eng = load_engine(engine, None if model is None else os.fspath(model), device, dtype or "float32")
+        chosen = parse_layers(layers, eng.shape.num_layers, eng.shape.attention_layers)
+        return generate(eng, eng.tokenize(sentence), count, layers=chosen, sampling=sampling)
+    from .engines.inmemory import from_model
+
+    eng = from_model(model, tokenizer, engine, device, dtype)
+    chosen = parse_layers(layers, eng.shape.num_layers, eng.shape.attention_layers)
+    with eng.running():
+        return generate(eng, eng.tokenize(sentence), count, layers=chosen, sampling=sampling)
 
 
 def _read(
@@ -237,6 +291,8 @@ def patch(
     dtype: str = "float32",
     batch: int | None = None,
     max_memory: int | str | None = None,
+    site: str = "z",
+    by_position: bool = False,
 ) -> PatchResult:
     """Activation patching, as ``attnviz patch CLEAN CORRUPTED``: for every head, one prompt
     runs with that head's z (its output before W^O) from the other prompt's run.
@@ -251,7 +307,9 @@ def patch(
     hidden state's restoration, 1 − ‖h − h_clean‖ / ‖h_corrupted − h_clean‖); by default
     logit-diff with both answers, prob with one, kl with an LM head, else hidden. ``token``
     / ``index``: the scored position of the clean prompt (default: the last token the two
-    share). ``result.to_dict()`` is the command's ``--json``. See docs/patching.md.
+    share). ``site``: "z" (each head), "resid_pre", "attn_out" or "mlp_out" (each layer);
+    ``by_position``: each matched position apart (``result.axes`` names the effect's
+    axes). ``result.to_dict()`` is the command's ``--json``. See docs/patching.md.
     """
     from .engines import load_engine
     from .engines.memory import parse_size
@@ -281,6 +339,8 @@ def patch(
         position=query,
         layers=chosen,
         batch=batch,
+        site=site,
+        by_position=by_position,
     )
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from .errors import EngineError, MeasureError, UsageError
 from .io.checkpoint import first_nonfinite_layer
+from .measures.base import measure_named
 from .result import Attention, Reading
 from .select import PARTS, LayerSpec, Query, check_measure, find_targets, parse_layers, parse_target
 from .tokens import Tokens
@@ -48,7 +49,7 @@ class Selection:
         heads: the heads picked for showing (None: all), checked against the part's heads.
         all_rows: keep every token's rows even when queries are given; the queries are
             then only located (the explorer and the HTML page start on one).
-        measure: "weight", the attention weights α, or "norm", ‖α·f(x)‖ (Kobayashi et
+        measure: "weight", the attention weights α, or the norms ‖α·f(x)‖ (Kobayashi et
             al. 2020, see ``attnviz.measures.norms``): one value norm per head and key, beside the rows.
         writes: what the result is written as afterwards ("json", "json-plain" for values
             outside [0, 1], "npz"), counted in the memory estimate (``engines.memory``).
@@ -70,7 +71,7 @@ class Selection:
 
     def __post_init__(self) -> None:
         check_measure(self.measure)
-        if self.measure == "norm" and self.view.rollout:
+        if not measure_named(self.measure).sums_to_one and self.view.rollout:
             raise MeasureError(
                 "rollout multiplies attention weights through the layers; it is not defined for the norm measure",
                 hint="show the rollout with the weights, or the norms without rollout",
@@ -299,7 +300,7 @@ def forward(
     ``rows`` (token positions, in the order given; () = every token's rows), raw: no
     reading option applied. ``read`` calls it; tests use it for the engines' raw rows.
 
-    ``measure`` "norm": ‖α_hij·f_h(x_j)‖ = α_hij·‖f_h(x_j)‖ (Kobayashi et al. 2020), the
+    The norm ``measure``: ‖α_hij·f_h(x_j)‖ = α_hij·‖f_h(x_j)‖ (Kobayashi et al. 2020), the
     value norms (H, S) of each layer, computed beside the rows, times the rows.
 
     Before the pass, its memory (and that of writing the result as ``writes``, see
@@ -320,7 +321,7 @@ def forward(
 
     from .engines import cpu_threads_for, engine_provenance, memory
 
-    norms = check_measure(measure) == "norm"
+    norms = measure_named(check_measure(measure)).needs_values
     shape = engine.part_shape(part)
     query_tokens, key_tokens = tokens, None
     if part in ("decoder", "cross"):

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .errors import OutputError, UsageError
+from .measures.base import measure_named
 from .select import MEASURES, PARTS
 from .shape import HasShape, ModelShape
 from .tokens import Tokens
@@ -178,9 +179,9 @@ class Attention:
             (see attnviz.transforms); empty for raw per-head weights.
         effects: what removing each head does at each kept query (``inspect(...,
             ablate=True)``, ``show --ablate``), or None when the heads were not ablated.
-        measure: what ``weights`` holds: "weight", the attention weights α, or "norm",
-            ‖α_hij·f_h(x_j)‖ (Kobayashi et al. 2020, see attnviz.measures.norms), whose rows do not
-            sum to 1 (a row's shares are the row over its sum).
+        measure: the name of what ``weights`` holds (``attnviz.measures.base``): "weight",
+            the attention weights α, or the norms ‖α_hij·f_h(x_j)‖ (Kobayashi et al. 2020, see
+            attnviz.measures.norms), whose rows do not sum to 1 (a row's shares are the row over its sum).
     """
 
     tokens: Tokens
@@ -303,7 +304,7 @@ class Attention:
     def sink_defined(self) -> np.ndarray:
         """(H,) bool: the head slots whose rows still sum to 1 - the learned sink's share
         (see ``sink_share``)."""
-        defined = np.full(self.num_heads, not self.hidden and self.measure == "weight")
+        defined = np.full(self.num_heads, not self.hidden and measure_named(self.measure).sums_to_one)
         for i, name in enumerate(self.aggregates):
             defined[self.model_heads + i] &= name == "mean"
         return defined

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import LayerError, TokenNotFoundError, UsageError
+from .measures.base import MEASURES as _MEASURES
+from .measures.base import measure_named
 from .shape import layer_list
 from .tokens import Tokens, check_index, find_word, word_occurrences
 
@@ -22,9 +24,8 @@ LayerSpec = str | int | Sequence[int] | None
 # The attention an encoder-decoder has: encoder self-attention (source -> source),
 # decoder self-attention (target -> target, causal) and cross-attention (target -> source).
 PARTS = ("encoder", "decoder", "cross")
-# What a row shows: the attention weights α, or ‖α·f(x)‖, the norm of what each key adds to
-# the head's output (Kobayashi et al. 2020; see attnviz.measures.norms).
-MEASURES = ("weight", "norm")
+# What a row shows: the names of the measures (attnviz.measures.base: the objects).
+MEASURES = tuple(_MEASURES)
 
 
 def check_measure(measure: str) -> str:
@@ -33,13 +34,7 @@ def check_measure(measure: str) -> str:
     Raises:
         MeasureError: any other name (facts: reason "unknown_measure").
     """
-    from .errors import MeasureError
-
-    if measure not in MEASURES:
-        raise MeasureError(
-            f"unknown measure {measure!r} (known: {', '.join(MEASURES)})", reason="unknown_measure", measure=measure
-        )
-    return measure
+    return measure_named(measure).name
 
 
 # A layer spec longer than this is not a list of layers anyone typed.

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import UsageError
+from .measures.base import measure_named
 from .result import Attention
 from .tokens import Tokens, joins_previous
 
@@ -205,12 +206,13 @@ def hide_special(att: Attention, renorm: bool = True) -> Attention:
     weights[..., special] = 0.0
     # Norms are magnitudes, not a distribution: they stay as they are (a view's shares are
     # then over the remaining tokens anyway).
-    renorm = renorm and att.measure == "weight"
+    measure = measure_named(att.measure)
+    renorm = renorm and measure.sums_to_one
     if renorm:
         total = weights.sum(-1, keepdims=True)
         weights = np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
-    if att.measure == "norm":
-        step = "specials set aside: norm 0 as keys, the other norms as they are"
+    if not measure.sums_to_one:
+        step = f"specials set aside: {measure.name} 0 as keys, the other norms as they are"
     else:
         step = "specials set aside: " + (
             "weight 0 as keys, rows renormalised over the rest" if renorm else "weight 0 as keys, raw mass kept"
@@ -314,7 +316,7 @@ def rollout(att: Attention) -> Attention:
         raise ValueError("rollout needs every token's row (the full matrices)")
     if att.layers != tuple(range(len(att.layers))):
         raise ValueError(f"rollout needs every layer from 0 up; have {list(att.layers)}")
-    if att.aggregates or att.steps or att.measure != "weight":
+    if att.aggregates or att.steps or not measure_named(att.measure).sums_to_one:
         raise ValueError("rollout reads the raw per-head weights")
     rolled = rollout_matrices(att.weights)[:, None]  # (N, 1, S, S)
     return dataclasses.replace(att, weights=rolled.astype(np.float32), aggregates=("rollout",), steps=(ROLLOUT_STEP,))
@@ -471,10 +473,10 @@ SHARES_STEP = "norm shares: each row's norms over the row's sum (Kobayashi et al
 def shares(att: Attention) -> Attention:
     """What a view colours for the norm measure: each row's norms ‖α·f(x)‖ over the row's
     sum, so a row's cells are shares of 0..1 that sum to 1 (an all-zero row stays zero).
-    Weights are returned as they are; ``measure`` stays "norm" (the numbers are shares of
-    norms, not weights), and a step says so.
+    Rows that sum to one (the weights) are returned as they are; ``measure`` stays as it is
+    (the numbers are shares of norms, not weights), and a step says so.
     """
-    if att.measure == "weight" or SHARES_STEP in att.steps:
+    if measure_named(att.measure).sums_to_one or SHARES_STEP in att.steps:
         return att
     w = att.weights.astype(np.float64)  # (N, H, Q, S)
     total = w.sum(-1, keepdims=True)
@@ -483,7 +485,7 @@ def shares(att: Attention) -> Attention:
 
 
 def measure_label(att: Attention) -> str:
-    """How views name what a cell shows: "weight", or "norm share" (‖α·f(x)‖ / row sum)."""
-    if att.measure == "weight":
-        return "weight"
-    return "norm share" if SHARES_STEP in att.steps else "norm ‖α·f(x)‖"
+    """How views name what a cell shows: the measure's label ("weight", "norm ‖α·f(x)‖"),
+    or its share label once ``shares`` made its rows shares ("norm share")."""
+    measure = measure_named(att.measure)
+    return measure.share_label if SHARES_STEP in att.steps else measure.label

@@ -16,8 +16,10 @@ position:
 
 The naive loop costs the same full forward for every head, whatever its layer, so it is
 timed on ``--naive-heads`` heads spread over the layers and scaled to all 144 (said in the
-output). Each side runs in a child process of its own, so its peak resident memory
-(``ru_maxrss``) is its own; the parent prints the ratios. Also checks the two agree.
+output). Both sides run on one thread (the machine is shared), each in a child process of
+its own, so its peak resident memory (``ru_maxrss``) is its own; the parent prints the
+ratios and checks the two agree. The same child times direct logit attribution against
+one plain forward pass.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def run_ours(path: str, n: int) -> dict[str, object]:
     from attnviz.measures.lm import load_lm_head
     from attnviz.measures.patching import Metric, patch_heads
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     engine = load_engine("own", path, "cpu")
     lm = load_lm_head(engine)
     clean, corrupted = (engine.tokenize(t) for t in texts(n))
@@ -74,14 +76,39 @@ def run_ours(path: str, n: int) -> dict[str, object]:
     start = time.perf_counter()
     result = patch_heads(engine, clean, corrupted, metric, lm=lm)
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "effect": result.effect.tolist(), "passes": result.passes}
+    # Direct logit attribution against one plain forward pass (each the best of 3).
+    from attnviz.measures.attribution import attribute
+
+    def best(fn: object) -> float:
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()  # type: ignore[operator]
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    t0 = time.perf_counter()
+    attribute(engine, clean, 2, 3, lm)  # the first call reads W^O and the final norm from the files
+    first = time.perf_counter() - t0
+    forward = best(lambda: engine.final_hidden(clean))
+    dla = best(lambda: attribute(engine, clean, 2, 3, lm, lens=False))
+    with_lens = best(lambda: attribute(engine, clean, 2, 3, lm))
+    return {
+        "seconds": seconds,
+        "effect": result.effect.tolist(),
+        "passes": result.passes,
+        "forward": forward,
+        "dla": dla,
+        "dla_first": first,
+        "with_lens": with_lens,
+    }
 
 
 def run_naive(path: str, n: int, heads: int) -> dict[str, object]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager").eval()
     vocab = {w: i + 2 for i, w in enumerate(WORDS)}
     clean, corrupted = ([vocab[w] for w in t.split()] for t in texts(n))
@@ -170,6 +197,12 @@ def main() -> None:
                 f"heads, scaled to 144), peak RSS {naive['peak_rss_mb']:.0f} MB | speed-up "
                 f"{naive['seconds'] / ours['seconds']:.1f}x (target >= 10x), memory ratio "
                 f"{ours['peak_rss_mb'] / naive['peak_rss_mb']:.2f} | max |effect diff| {worst:.1e}"
+            )
+            print(
+                f"{n:>4} tokens: DLA {ours['dla'] * 1000:.1f} ms vs one forward {ours['forward'] * 1000:.1f} ms: "
+                f"{ours['dla'] / ours['forward']:.2f}x (target <= 1.3x); with the logit lens "
+                f"{ours['with_lens'] / ours['forward']:.2f}x; first call (reads W^O and the final norm, "
+                f"with the lens) {ours['dla_first'] * 1000:.1f} ms"
             )
 
 

@@ -322,13 +322,19 @@ def broken(kind: str) -> str:
 _EXPLORE = """
 import asyncio, sys
 import attnviz
+from attnviz.cli.exploring import ablater, explainer
+from attnviz.engines import load_engine
 from attnviz.tui.app import ExploreApp
 
 async def main(text, token, keys, width, height):
     att = attnviz.inspect(text)
-    app = ExploreApp(att, query=att.tokens.labels.index(token))
+    eng = load_engine("own", None, "cpu")  # the packaged model, as inspect's: for a and x
+    app = ExploreApp(
+        att, query=att.tokens.labels.index(token), ablate=ablater(eng, att.layers), explain=explainer(eng)
+    )
     async with app.run_test(size=(width, height)) as pilot:
         await pilot.press(*keys)
+        await app.workers.wait_for_complete()  # a and x answer from a worker thread
         await pilot.pause()
         print(app.query_one("#view").text)
 

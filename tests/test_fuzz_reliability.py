@@ -36,6 +36,8 @@ def test_the_generators_find_what_issue_38_found(saved: fr.Saved) -> None:
     assert fr.run_family(saved, ("gpt_neo", ("window_size",), 0)) == ("refused", "")
     outcome, problem = fr.run_family(saved, ("gpt_neox", ("rope_parameters", "partial_rotary_factor"), 0))
     assert problem == "" and outcome in ("refused", "ours_only")
+    # Found by the generator itself: a hidden_size the fused QKV weight does not split into.
+    assert fr.run_family(saved, ("gpt_neox", ("hidden_size",), 32)) == ("refused", "")
     assert fr.run_memory(saved, ("llama", "heads", 0.0)) == ("refused", "")
     assert fr.run_memory(saved, ("bert", "hook", 0.0)) == ("refused", "")
 

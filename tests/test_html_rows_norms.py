@@ -72,6 +72,14 @@ def test_row_page_norms_are_the_papers_norms_within_the_stated_error(tiny_bert: 
     assert result.exit_code == 0, result.output
     data = embedded(out)
     assert data["initial"]["measure"] == "norm"
+    # What the page's script reads of each measure (attnviz.measures.base), not its name.
+    assert data["measures"]["weight"]["sums_to_one"] is True
+    assert data["measures"]["norm"] == {
+        "name": "norm",
+        "label": "norm ‖α·f(x)‖",
+        "share_label": "norm share",
+        "sums_to_one": False,
+    }
     assert data["queries"] == [2, 7]
     weights, norms = hf_norm_rows(tiny_bert, TEXT, [2, 7])
     page_w, page_n = decode_rows(data["rows"]), decode_rows(data["norms"])

@@ -293,3 +293,18 @@ def test_seq2seq_parts_give_norms(saved: dict[str, Path]) -> None:
             np.where(w.weights > 1e-6, ratio, np.nan), axis=2
         )
         assert np.nanmax(spread) <= 1e-3 * max(1.0, float(np.nanmax(ratio))), part
+
+
+@pytest.mark.parametrize("name", ["bert", "llama", "albert", "bart"])
+def test_head_outputs_are_transformers_w_o(name: str, saved: dict[str, Path]) -> None:
+    """``Engine.head_outputs``: per attention layer of each part, W^O as transformers holds
+    it, on both engines (ALBERT's one shared module under every layer)."""
+    own, hf = load_engine("own", str(saved[name]), "cpu"), load_engine("hf", str(saved[name]), "cpu")
+    parts = ("encoder", "decoder", "cross") if name == "bart" else (None,)
+    for part in parts:
+        mine, theirs = own.head_outputs(part), hf.head_outputs(part)
+        assert sorted(mine) == sorted(theirs) == list(own.part_shape(part).layers), part
+        for layer in mine:
+            torch.testing.assert_close(mine[layer].weight, theirs[layer].weight, rtol=0, atol=0)
+        if name == "albert":
+            assert len({id(m) for m in mine.values()}) == 1 and len(mine) == own.num_layers > 1

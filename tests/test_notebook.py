@@ -37,7 +37,8 @@ def srcdoc(markup: str) -> str:
 
 def test_the_inline_view_is_the_exported_page_in_a_sandboxed_iframe(att: Attention) -> None:
     markup = att._repr_html_()
-    assert markup.startswith("<iframe ") and markup.endswith("></iframe>")
+    # The iframe, then the one listener that sizes it to the height its page posts.
+    assert markup.startswith("<iframe ") and markup.endswith("></iframe>" + notebook.FIT_SCRIPT)
     assert 'sandbox="allow-scripts"' in markup  # no allow-same-origin: an opaque origin
     assert srcdoc(markup) == html_page(att)
     bundle = att._repr_mimebundle_()

@@ -80,12 +80,55 @@ def check_view(driver: Any, frame: Any, pinned: str, layer: str) -> None:
         driver.switch_to.default_content()
 
 
+def content_height(driver: Any, frame: Any) -> int:
+    """The page's content height inside ``frame`` (its body's bottom edge and margin, as
+    the DOM lays it out), read in that frame."""
+    driver.switch_to.frame(frame)
+    try:
+        return int(
+            driver.execute_script(
+                "const b = document.body; return Math.ceil(b.getBoundingClientRect().bottom + window.scrollY"
+                " + parseFloat(getComputedStyle(b).marginBottom));"
+            )
+        )
+    finally:
+        driver.switch_to.default_content()
+
+
+def footer_shows(driver: Any, frame: Any) -> None:
+    """The iframe is at least as tall as its page's content, so the footer is inside it
+    (the frame was a fixed 640 px and cut the footer off, issue 39). Waits for the page's
+    height message to reach the cell's listener."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def fits(d: Any) -> bool:
+        inner = int(d.execute_script("return arguments[0].clientHeight", frame))
+        return inner >= content_height(d, frame)
+
+    try:
+        WebDriverWait(driver, 20).until(fits)
+    except Exception:
+        inner = int(driver.execute_script("return arguments[0].clientHeight", frame))
+        raise AssertionError(f"the iframe is {inner} px, its page {content_height(driver, frame)} px") from None
+    driver.switch_to.frame(frame)
+    try:
+        top, bottom = driver.execute_script(
+            "const r = document.querySelector('footer').getBoundingClientRect(); return [r.top, r.bottom];"
+        )
+        assert 0 < top < bottom <= driver.execute_script("return window.innerHeight")  # all of it in the frame
+    finally:
+        driver.switch_to.default_content()
+
+
 def test_the_nbconvert_html_draws_offline_and_reacts(executed: tuple[Path, Any], driver: Any, tmp_path: Path) -> None:
     _, nb = executed
     page = notebooks.to_html(nb, tmp_path / "attention.html")
     driver.get(page.resolve().as_uri())
     frames = driver.find_elements("css selector", "iframe.attnviz-view")
     assert len(frames) == 2  # two views on one page, each in its own document
+    for frame in frames:  # each sized to its own page: the matrix page is not the head view's height
+        footer_shows(driver, frame)
+    assert frames[0].size["height"] != frames[1].size["height"]
     check_view(driver, frames[0], "it", "3")
     # The second view opens in the matrix view; its own state is untouched by the click above.
     driver.switch_to.frame(frames[1])
@@ -197,3 +240,4 @@ def test_jupyterlab_shows_the_view_in_the_cell_output(jupyterlab: str) -> None:
             Path(shots).mkdir(parents=True, exist_ok=True)
             driver.save_screenshot(str(Path(shots) / "notebook.png"))
         check_view(driver, frames[0], "it", "3")
+        footer_shows(driver, frames[0])

@@ -444,3 +444,137 @@ def test_cli_dla_json_equals_python_and_prints_the_sum_check(tiny: Callable[[str
     refused = in_process("patch", "the cat sat", "--dla", "--answer", "cat", "--wrong", "sat")
     assert refused.returncode == 2 and "final norm" in refused.stderr and "--model DIR" in refused.stderr
     assert in_process("patch", "the cat sat").returncode == 2
+
+
+# --- sites and positions -----------------------------------------------------------------------
+
+
+class SiteReference:
+    """transformers' GPT-2 with a site of layer n written from another run: resid_pre by a
+    pre-hook on the block, mlp_out by a forward hook on the MLP, z by a pre-hook on c_proj."""
+
+    def __init__(self, path: Path) -> None:
+        from transformers import AutoModelForCausalLM
+
+        self.model = AutoModelForCausalLM.from_pretrained(str(path), attn_implementation="eager").eval()
+        self.blocks = self.model.transformer.h
+        self.heads = self.model.config.n_head
+
+    @torch.no_grad()
+    def record(self, ids: list[int], site: str, n: int) -> torch.Tensor:
+        seen: list[torch.Tensor] = []
+        if site == "resid_pre":
+            out = self.model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+            return out.hidden_states[n][0].clone()
+        module = self.blocks[n].mlp if site == "mlp_out" else self.blocks[n].attn.c_proj
+        if site == "mlp_out":
+            handle = module.register_forward_hook(lambda _m, _a, out: seen.append(out[0].clone()))
+        else:
+            handle = module.register_forward_pre_hook(lambda _m, a: seen.append(a[0][0].clone()))
+        self.model(input_ids=torch.tensor([ids]))
+        handle.remove()
+        return seen[0]
+
+    @torch.no_grad()
+    def logits(
+        self, ids: list[int], site: str, n: int, head: int | None, pairs: list[tuple[int, int]], src: Any
+    ) -> Any:
+        d = self.model.config.n_embd // self.heads
+
+        def put(x: torch.Tensor) -> torch.Tensor:
+            x = x.clone()
+            for s, r in pairs:
+                if head is None:
+                    x[0, r] = src[s]
+                else:
+                    x[0, r, head * d : (head + 1) * d] = src[s, head * d : (head + 1) * d]
+            return x
+
+        if site == "resid_pre":
+
+            def pre(_m: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+                if args:
+                    return (put(args[0]), *args[1:]), kwargs
+                return args, {**kwargs, "hidden_states": put(kwargs["hidden_states"])}
+
+            handle = self.blocks[n].register_forward_pre_hook(pre, with_kwargs=True)
+        elif site == "mlp_out":
+            handle = self.blocks[n].mlp.register_forward_hook(lambda _m, _a, out: put(out))
+        else:
+            handle = self.blocks[n].attn.c_proj.register_forward_pre_hook(lambda _m, a: (put(a[0]), *a[1:]))
+        try:
+            return self.model(input_ids=torch.tensor([ids])).logits[0, -1].double()
+        finally:
+            handle.remove()
+
+
+@pytest.mark.parametrize("engine_name", ["own", "hf"])
+@pytest.mark.parametrize(("site", "by_position"), [("resid_pre", True), ("mlp_out", False), ("z", True)])
+def test_sites_and_positions_equal_transformers(
+    tiny: Callable[[str], Path], engine_name: str, site: str, by_position: bool
+) -> None:
+    path = tiny("gpt2")
+    engine = load_engine(engine_name, resolve(str(path)), "cpu")
+    lm = load_lm_head(engine)
+    clean, corrupted = engine.tokenize("the cat sat by the door"), engine.tokenize("the dog sat by the door")
+    answer, _ = answer_id(engine.tokenizer, "mat")
+    wrong, _ = answer_id(engine.tokenizer, "door")
+    got = patch_heads(
+        engine,
+        clean,
+        corrupted,
+        Metric("logit-diff", answer, wrong),
+        lm=lm,
+        site=site,
+        by_position=by_position,
+        batch=5,
+    )
+    ref = SiteReference(path)
+    c_ids, x_ids = list(clean.ids), list(corrupted.ids)
+
+    def diff(logits: Any) -> float:
+        return float(logits[answer] - logits[wrong])
+
+    with torch.no_grad():
+        c = diff(ref.model(input_ids=torch.tensor([c_ids])).logits[0, -1].double())
+        x = diff(ref.model(input_ids=torch.tensor([x_ids])).logits[0, -1].double())
+    q = len(clean)
+    for index in np.ndindex(*got.effect.shape):
+        named = dict(zip(got.axes, index, strict=True))
+        n = named["layer"]
+        pairs = [(named["position"], named["position"])] if by_position else [(p, p) for p in range(q)]
+        src = ref.record(c_ids, site, n)
+        value = diff(ref.logits(x_ids, site, n, named.get("head"), pairs, src))
+        # The raw metric to 1e-5; the normalised effect to 1e-5 of the logit difference's
+        # range (it divides by clean − corrupted, here ~0.2: float32 rounding grows with it).
+        assert got.raw[index] == pytest.approx(value, abs=TOL), (site, index)
+        assert got.effect[index] == pytest.approx((value - x) / (c - x), abs=TOL / abs(c - x)), (site, index)
+    assert got.effect.shape == ((2, 3, q) if site == "z" else (2, q) if by_position else (2,))
+    # Causal tracing's sanity: entering layer 0 the runs differ at position 1 alone ("cat" /
+    # "dog"), so the clean stream there restores everything, and anywhere else nothing.
+    if site == "resid_pre":
+        assert got.effect[0, 1] == pytest.approx(1.0, abs=1e-5)
+        np.testing.assert_allclose(np.delete(got.effect[0], 1), 0.0, atol=1e-5)
+        assert got.unit_label((1, q - 1)) == f"L1 resid_pre @ door({q - 1})"
+
+
+def test_cli_sites_by_position_json(tiny: Callable[[str], Path]) -> None:
+    import attnviz
+    from tests.helpers import in_process
+
+    path = str(tiny("gpt2"))
+    args = ("the cat sat by the door", "the dog sat by the door", "--answer", "mat", "--wrong", "door")
+    done = in_process("patch", *args, "--model", path, "--site", "resid_pre", "--by-position", "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["axes"] == ["layer", "position"] and doc["positions"] == list(range(6))
+    assert doc["site"] == "resid_pre" and "at each position apart" in doc["label"]
+    engine = load_engine("own", resolve(path), "cpu")
+    a, b = engine.tokenize(args[0]), engine.tokenize(args[1])
+    m = Metric("logit-diff", answer_id(engine.tokenizer, "mat")[0], answer_id(engine.tokenizer, "door")[0])
+    direct = patch_heads(engine, a, b, m, lm=load_lm_head(engine), site="resid_pre", by_position=True)
+    np.testing.assert_allclose(np.array(doc["effect"], dtype=float), direct.effect, atol=1e-12)
+    text = in_process("patch", *args, "--model", path, "--site", "mlp_out", "--no-pager", env={"NO_COLOR": "1"})
+    flat = " ".join(text.stdout.split())
+    assert text.returncode == 0 and "each layer's MLP output (mlp_out)" in flat and "L1 mlp_out" in flat
+    assert attnviz.patch(args[0], args[1], model=path, site="mlp_out").effect.shape == (2,)

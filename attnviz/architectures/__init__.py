@@ -108,7 +108,15 @@ def build_from(
         tensors = {name: tensor.to(device) for name, tensor in tensors.items()}
     check_tensors(tensors.items(), str(where))  # integer or non-finite weights: before any use
     if hasattr(module, "convert"):
-        tensors = module.convert(tensors, config)
+        try:
+            tensors = module.convert(tensors, config)
+        except (RuntimeError, ValueError) as exc:  # a fused tensor the config's sizes do not split
+            from ..errors import ModelLoadError
+
+            raise ModelLoadError(
+                f"{where}: the weights do not split as config.json says ({str(exc).splitlines()[0][:120]})",
+                hint="config.json and the weights disagree: the checkpoint is corrupt or mixed up",
+            ) from None
     load_into(model, tensors, where)
     return model.to(device=device, dtype=dtype or torch.float32).eval()
 

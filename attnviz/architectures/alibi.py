@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..nn import cache as kv_cache
 from ..nn.attention import Attend, MaskLike, MultiHeadAttention, QKTransform, eager_attention
 
 
@@ -84,6 +85,9 @@ class AlibiAttention(MultiHeadAttention):
         score_bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         keys = (query if key is None else key).size(1)
+        cache = kv_cache.active()
+        if cache is not None and key is None:
+            keys += cache.offset()  # a generation step: the bias spans the stored keys too
         alibi = self.own_score_bias(keys, query.dtype, query.device)  # (1, H, 1, S)
         bias = alibi if score_bias is None else score_bias + alibi
         return super().forward(query, key, value, mask, qk_transform, request, bias)

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ModelLoadError, UnsupportedArchitectureError
+from ..nn import cache as kv_cache
 from ..nn import taps
 from ..nn.rows import RowRequest
 from ..shape import ModelShape
@@ -106,8 +107,11 @@ def layer_loop(
 
     Returns the last output and the list of what the layers returned beside it."""
     site = taps.active()  # None unless a pass attached taps
+    cache = kv_cache.active()  # None unless generation runs (nn/cache.py)
     beside: list[Any] = []
     for n in range(count):
+        if cache is not None:
+            cache.layer = n
         if site is not None:
             site.layer = f"{prefix}.{n}"
             x = site("resid_pre", x)

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+import torch
 from torch import Tensor, nn
 
+from ..nn import cache as kv_cache
 from ..nn.attention import Mask, MultiHeadAttention, QKTransform
 from ..nn.rows import EAGER, RowRequest
 from ..nn.taps import tap
@@ -76,26 +78,46 @@ class DecoderModel(AttnModel):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
+        cache: kv_cache.KVCache | None = None,
     ) -> ForwardOutput:
         """input_ids (B, S), attention_mask (B, S) of 1/0; the rest as in ``AttnModel.forward``.
 
         ``hidden_states`` is after the final norm when every layer ran (transformers'
         ``last_hidden_state``), else the raw output of layer ``max_layer``.
+
+        With a ``cache`` (generation, nn/cache.py) ``input_ids`` is the whole text so far
+        and only the tokens after the cache's ``length`` run: their keys and values are
+        appended to it, their queries attend to every stored key, and ``queries``, the
+        hidden states and the weight rows count from the first token run (R rows of S keys).
         """
-        # 1. Token (and, for GPT-2, position) embeddings.
+        # 1. Token (and, for GPT-2, position) embeddings; with a cache, of the new tokens
+        #    alone, each at its own position (embedding the whole text is a lookup).
+        offset = 0 if cache is None else cache.length
+        total = input_ids.size(1)
         x = self.embed(input_ids)  # (B, S, E)
         qk = self.qk_transforms(input_ids, x)  # one per layer
+        if offset:
+            x = x[:, offset:]  # (B, L, E)
+            qk = [kv_cache.shifted(t, offset) for t in qk]
         # 2. One mask per distinct window and chunk: causal, limited to them, and never to
         #    padding. Described, not materialised: (S, S) booleans are 1 GiB at 32k tokens.
         padding = None if attention_mask is None else attention_mask.bool()  # (B, S)
         # (``causal`` False: a bidirectional encoder on this stack, EuroBERT.)
         chunks = self.chunks or (None,) * len(self.windows)
         kinds = list(zip(self.windows, chunks, strict=True))  # per layer: (window, chunk)
-        masks = {kind: Mask(causal=self.causal, window=kind[0], chunk=kind[1], padding=padding) for kind in set(kinds)}
+        masks: dict[tuple[int | None, int | None], Mask | torch.Tensor | None] = {
+            kind: Mask(causal=self.causal, window=kind[0], chunk=kind[1], padding=padding) for kind in set(kinds)
+        }
+        if offset:
+            # A step's queries sit at offset..S-1 and see stored keys: the rows of the mask.
+            index = torch.arange(offset, total, device=input_ids.device)  # (L,)
+            # (1, 1, L, S) each
+            masks = {kind: m.rows(index, total) if isinstance(m, Mask) else m for kind, m in masks.items()}
         # 3. The layers, each returning the weight rows asked of it.
         last = self.num_layers - 1 if max_layer is None else max_layer
         requests = self.row_requests(last, layers, queries, fused)
-        x, attentions = layer_loop(x, last + 1, lambda n, x: self.blocks[n](x, masks[kinds[n]], qk[n], requests[n]))
+        with kv_cache.using(cache):
+            x, attentions = layer_loop(x, last + 1, lambda n, x: self.blocks[n](x, masks[kinds[n]], qk[n], requests[n]))
         # 4. The final norm belongs to the output of the whole stack.
         if last == self.num_layers - 1:
             x = self.final_norm(x)

@@ -55,6 +55,7 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.attention import Mask, MultiHeadAttention
+from ..nn.cache import KVCache
 from ..nn.taps import tap
 from .base import ForwardOutput, activation, layer_loop
 from .decoder import PreNormBlock
@@ -345,9 +346,13 @@ class Qwen3NextDecoder(LlamaDecoder):
         layers: Collection[int] | None = None,
         queries: Sequence[int] | None = None,
         fused: bool = True,
+        cache: KVCache | None = None,
     ) -> ForwardOutput:
         """As ``DecoderModel.forward``, layers by model number; ``attentions`` holds the
-        softmax layers' weights alone, in order (the linear layers have none)."""
+        softmax layers' weights alone, in order (the linear layers have none). No ``cache``:
+        the linear layers' recurrent state is not a key/value cache (generation refuses)."""
+        if cache is not None:
+            raise ValueError("Qwen3-Next's linear-attention layers cannot run from a key/value cache")
         softmax = set(self.attention_layers or range(self.num_layers))
         # 1. Embeddings, the rotary table, the mask of the softmax layers.
         x = self.embed(input_ids)  # (B, S, E)

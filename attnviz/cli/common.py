@@ -129,9 +129,10 @@ def view_from(
     """The reading options as a ``transforms.View`` and the heads picked with --heads N,M
     (None: every head), checked before any model work (against ``measure`` too)."""
     from ..errors import UsageError
+    from ..measures.base import measure_named
     from ..transforms import View, parse_heads
 
-    if rollout and measure == "norm":
+    if rollout and not measure_named(measure).sums_to_one:
         from ..errors import MeasureError
 
         raise MeasureError(

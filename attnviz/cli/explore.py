@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..measures.base import NORM
 from ..render import DEFAULT_DPI
 from .app import EXAMPLE, app, errors
 from .common import load, query_from
@@ -45,7 +46,8 @@ def explore(
 ) -> None:
     """Explore a sentence's attention in the terminal: the model loads once, then keys move
     the token (←/→), the layer (↑/↓) and the head (the bracket keys), switch views (v), run a
-    new sentence (/), export the view to PNG (e); ? lists every key, q quits.
+    new sentence (/), export the view to PNG (e), rank the layer's heads by ablation (a), explain
+    the head under the cursor (x); ? lists every key, q quits.
     """
     with errors(debug):
         from ..errors import Reason, UsageError
@@ -63,7 +65,7 @@ def explore(
 
         from ..pipeline import Selection
         from ..tui.app import ExploreApp
-        from .exploring import explore_reading, long_reading, runner
+        from .exploring import ablater, explainer, explore_reading, long_reading, runner
 
         selection = Selection(queries=() if query is None else (query,), layers=layer)
         rows = None
@@ -82,9 +84,17 @@ def explore(
         att = first.attention
         start = first.queries[0] if query is not None else None
         run = runner(eng, att.layers)
-        run_norms = runner(eng, att.layers, measure="norm")
+        run_norms = runner(eng, att.layers, measure=NORM.name)
         explorer = ExploreApp(
-            att, run, query=start, export_dir=export_dir, dpi=DEFAULT_DPI, run_norms=run_norms, rows=rows
+            att,
+            run,
+            query=start,
+            export_dir=export_dir,
+            dpi=DEFAULT_DPI,
+            run_norms=run_norms,
+            rows=rows,
+            ablate=ablater(eng, att.layers),
+            explain=explainer(eng),
         )
         if "transformers" in sys.modules:
             # Its log handler holds the real stderr, past textual's capture: a warning during a

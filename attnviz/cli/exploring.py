@@ -20,7 +20,9 @@ from ..tui.long import check_rows_size, window_of
 from ..tui.views import MAX_BYTES, check_size
 
 if TYPE_CHECKING:
+    from ..analyses import HeadAblation
     from ..engines import Engine
+    from ..measures.explain import Explanation
     from ..nn.keptrows import KeptRows
     from ..pipeline import Selection
     from ..result import Reading
@@ -47,7 +49,7 @@ def runner(
     engine: Engine, layers: tuple[int, ...], budget: int = MAX_BYTES, measure: str = "weight"
 ) -> Callable[[str | Tokens], Attention]:
     """What the explorer runs a sentence with: ``engine`` (loaded once), every query row
-    of ``layers`` (of the weights, or ``measure`` "norm": the norms), the text and the
+    of ``layers`` (of the weights, or of another ``measure``: the norms), the text and the
     matrices' size checked before the forward pass.
 
     Raises (from the returned function):
@@ -96,14 +98,15 @@ class RowSource:
         return read(plan(self.tokens, self._engine, selection), self._engine).attention
 
     def __call__(self, queries: tuple[int, ...], measure: str = "weight") -> Attention:
+        from ..measures.base import measure_named
         from ..nn.keptrows import KeptRows, capture
 
         asked = tuple(sorted(queries))
         kept = self._kept
-        if kept is not None and (measure == "weight" or kept.has_norms):
+        if kept is not None and (not measure_named(measure).needs_values or kept.has_norms):
             return kept.rows(asked, measure)
         with self._lock:  # one capture pass at a time
-            keep = self._try_keep and self._kept is None and measure == "weight"
+            keep = self._try_keep and self._kept is None and not measure_named(measure).needs_values
             with capture(self._engine, active=keep) as caught:
                 att = self._read(asked, measure)
             if keep:
@@ -144,3 +147,36 @@ def long_reading(
         start = next((i for i, special in enumerate(planned.tokens.special) if not special), 0)
     att = rows(window_of(start, len(planned.tokens)))
     return Reading(att, (start,), {}, ((start,),) if planned.queries else ()), rows
+
+
+def ablater(engine: Engine, layers: tuple[int, ...], mode: str = "zero") -> Callable[[Tokens, int], HeadAblation]:
+    """What the explorer's ``a`` key runs: each head of ``layers`` removed in turn (``mode``:
+    its output before W^O set to zero, or to its mean) and the effect at the token at raw
+    position ``query`` of ``tokens`` (``attnviz.ablate``'s numbers: ``analyses.ablation_of``).
+    One forward pass per batch of heads; tui.app calls it in a worker thread."""
+
+    def ablate(tokens: Tokens, query: int) -> HeadAblation:
+        from ..analyses import ablation_of
+        from ..pipeline import Selection, plan
+        from ..select import Query
+
+        planned = plan(tokens, engine, Selection(queries=(Query(index=query),), layers=layers))
+        return ablation_of(engine, planned, mode)
+
+    return ablate
+
+
+def explainer(engine: Engine) -> Callable[[Tokens, int, int, int], Explanation]:
+    """What the explorer's ``x`` key runs: head ``head`` of layer ``layer`` for the token
+    at raw position ``query`` of ``tokens``, step by step (``attnviz.explain``'s answer:
+    ``measures.explain.explain``; the own engine's modules, else a UsageError that the
+    explorer shows as its message line)."""
+
+    def explain(tokens: Tokens, query: int, layer: int, head: int) -> Explanation:
+        from ..measures.explain import check_head
+        from ..measures.explain import explain as run_explain
+
+        check_head(engine.shape.num_layers, engine.shape.num_heads, layer, head)
+        return replace(run_explain(engine, tokens, query, layer, head), query_indices=(query,))
+
+    return explain

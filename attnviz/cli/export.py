@@ -304,6 +304,7 @@ def _check(
 ) -> None:
     """export's options against the output's kind and each other, before any model work."""
     from ..errors import UsageError
+    from ..measures.base import measure_named
 
     if open_layer is not None and not html:
         raise UsageError("--open-layer sets the layer an HTML page opens on", hint="write .html, or drop it")
@@ -334,7 +335,7 @@ def _check(
         raise UsageError("--target names keys in the token view's labels", hint="drop --target, or drop --view matrix")
     if len(queries) > 1 and not html:
         raise UsageError("an image draws one token", hint="give one --token/--index, or write .html for several")
-    if html and matrix_layer and reading.measure_name == "norm":
+    if html and matrix_layer and measure_named(reading.measure_name).needs_values:
         raise UsageError(
             "the row-mode page's matrix layers hold the attention weights only; the norm measure is in its rows",
             hint="drop --matrix-layer (the rows carry the chosen tokens' norms), or drop --measure norm",

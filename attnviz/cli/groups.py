@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
 
 from .ablating import AblateOpt, AblateWith, AblateWithOpt
 from .options import (
+    DEFAULT_MEASURE,
     DeviceOpt,
     DType,
     DtypeOpt,
@@ -105,7 +106,7 @@ class Reading:
     no_renorm: NoRenormOpt = False
     heads: HeadsOpt = None
     rollout: RolloutOpt = False
-    measure: MeasureOpt = Measure.weight
+    measure: MeasureOpt = DEFAULT_MEASURE
     layers_mean: LayersMeanOpt = False
 
     @property

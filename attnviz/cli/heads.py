@@ -20,7 +20,7 @@ from .app import app, errors
 from .common import stderr_console, stdout_console, wrote
 from .conventions import example
 from .groups import Ablation, ModelChoice, grouped
-from .options import DebugOpt, DType, EngineName, LayerOpt, Measure, MeasureOpt
+from .options import DEFAULT_MEASURE, DebugOpt, DType, EngineName, LayerOpt, MeasureOpt
 
 MAX_PASSES = 20_000  # heads --ablate runs past this many forward passes only with --yes
 
@@ -101,7 +101,7 @@ def heads(
             show_default=False,
         ),
     ] = None,
-    measure: MeasureOpt = Measure.weight,
+    measure: MeasureOpt = DEFAULT_MEASURE,
     ablation: Ablation,
     query_rule: Annotated[
         str,

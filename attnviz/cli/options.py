@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from ..measures.base import MEASURES
 from .conventions import check_device
 
 
@@ -35,9 +36,9 @@ class Part(str, Enum):
     cross = "cross"
 
 
-class Measure(str, Enum):
-    weight = "weight"
-    norm = "norm"
+# The names of the measures, from their registry (attnviz.measures.base.MEASURES).
+Measure = Enum("Measure", {name: name for name in MEASURES}, type=str)  # type: ignore[misc]
+DEFAULT_MEASURE = Measure("weight")
 
 
 class SortKey(str, Enum):

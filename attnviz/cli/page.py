@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..measures.base import measure_named
 from ..render import HTML_BUDGET_BYTES
 from .app import hint_for
 from .common import queries_from, wrote
@@ -94,7 +95,7 @@ def write_page(
     toggles: Options | None = None,
 ) -> None:
     """The interactive page: every query row of the chosen layers (default all), its size
-    checked from the token count before the forward pass. ``measure`` "norm": the page
+    checked from the token count before the forward pass. A ``measure`` beyond the weights: the page
     carries the norms too and opens on them (a weight/norm toggle). It opens on
     ``open_layer``, by default the layer of the pinned token's strongest non-trivial link
     (``findings``). ``ablate`` ("zero" or "mean"): each head of the page's layers removed
@@ -124,7 +125,9 @@ def write_page(
             else f"--open-layer {open_layer} is not among the page's layers {kept}",
             hint="pick one of them, or widen --layer",
         )
-    heads = eng.part_shape(planned.part).num_heads * (2 if measure == "norm" else 1)  # norms: twice the matrices
+    heads = eng.part_shape(planned.part).num_heads * (
+        2 if measure_named(measure).needs_values else 1
+    )  # norms: twice the matrices
     heads += 1 if rollout else 0  # the rollout: one matrix more per layer
     fallback = False
     extra = 0 if ablate is None else ablation_bytes(len(planned.layers), eng.shape.num_heads, len(shown))
@@ -160,8 +163,8 @@ def write_page(
     else:
         got = read(planned, eng, max_memory)  # every query row: whole matrices
     norms = None
-    if measure == "norm":
-        norms = read(plan(tokens, eng, replace(selection, measure="norm"), target=target), eng, max_memory).attention
+    if measure_named(measure).needs_values:
+        norms = read(plan(tokens, eng, replace(selection, measure=measure), target=target), eng, max_memory).attention
     query = queries[0] if queries else None
     pinned = got.queries[0] if query is not None else None  # a split word: its first piece
     att = got.attention
@@ -227,7 +230,7 @@ def write_row_page(
     from ..render.html import Options
     from ..render.html.rows import RowPage, check_row_page, row_positions, save_html
 
-    if measure == "norm" and matrix_layers:
+    if measure_named(measure).needs_values and matrix_layers:
         raise UsageError(
             "the row-mode page's matrix layers hold the attention weights only; the norm measure is in its rows",
             hint="drop --matrix-layer (the rows carry the chosen tokens' norms), or drop --measure norm",
@@ -239,7 +242,7 @@ def write_row_page(
         )
     layers, tokens, shown = planned.layers, planned.tokens, planned.query_tokens
     heads = eng.part_shape(planned.part).num_heads
-    stored_heads = heads * (2 if measure == "norm" else 1)  # the norms: as many rows again
+    stored_heads = heads * (2 if measure_named(measure).needs_values else 1)  # the norms: as many rows again
     extra = sorted(set(matrix_layers))
     missing = [m for m in extra if m not in layers]
     if missing:
@@ -265,8 +268,8 @@ def write_row_page(
     att = forward(tokens, eng, layers, positions, max_memory, target=target, part=part)  # asked rows: no n × n
     matrix = forward(tokens, eng, extra, (), max_memory, target=target, part=part) if extra else None
     norms = None
-    if measure == "norm":  # the same rows times the value norms (H, S) of each layer: no n × n either
-        norms = forward(tokens, eng, layers, positions, max_memory, target=target, part=part, measure="norm")
+    if measure_named(measure).needs_values:  # the same rows times the value norms (H, S) of each layer: no n × n either
+        norms = forward(tokens, eng, layers, positions, max_memory, target=target, part=part, measure=measure)
     pinned = planned.queries[0][0]
     if open_layer is None:
         found = strongest_links(att, att.query_slot(pinned), 1)  # show's footer rule

@@ -38,6 +38,13 @@ class Direction(str, Enum):
     noise = "noise"
 
 
+class Site(str, Enum):
+    z = "z"
+    resid_pre = "resid_pre"
+    attn_out = "attn_out"
+    mlp_out = "mlp_out"
+
+
 class PatchMetric(str, Enum):
     logit_diff = "logit-diff"
     prob = "prob"
@@ -83,6 +90,21 @@ def patch(
             "noise: the clean run with one head's z from the corrupted run.",
         ),
     ] = Direction.denoise,
+    site: Annotated[
+        Site,
+        typer.Option(
+            "--site",
+            help="What is patched: z (each head's output before W^O), resid_pre (the residual stream entering "
+            "each layer), attn_out or mlp_out (what each layer's attention or MLP adds).",
+        ),
+    ] = Site.z,
+    by_position: Annotated[
+        bool,
+        typer.Option(
+            "--by-position",
+            help="Each matched position apart (heads × positions; with --site resid_pre: causal tracing).",
+        ),
+    ] = False,
     dla: Annotated[
         bool,
         typer.Option(
@@ -177,6 +199,8 @@ def patch(
                 layers=layers,
                 batch=batch,
                 progress=progress,
+                site=site.value,
+                by_position=by_position,
             )
         if npz is not None:
             from ..measures.patching import save_npz

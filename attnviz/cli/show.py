@@ -11,6 +11,7 @@ import typer
 from .app import EXAMPLE, app, errors
 from .common import queries_from, stdout_console, wrote
 from .conventions import example
+from .generating import GenerateOpt, SampleOpt, SeedOpt, TemperatureOpt, TopPOpt
 from .groups import Ablation, ModelChoice, Reading, TextInput, TextPair, grouped
 from .options import DebugOpt, IndexOpt, JsonOpt, LayerOpt, NoPagerOpt, Occurrence, TokensOpt
 
@@ -48,7 +49,7 @@ PngOpt = Annotated[
 @grouped(
     layout="sentence file token occurrence index all_tokens model engine layer device words hide_special no_renorm "
     "heads rollout layers_mean target_text target_file part pair measure values ablate ablate_with full top_keys "
-    "json_out npz png no_pager dtype max_memory debug"
+    "json_out npz png no_pager generate sample temperature top_p seed dtype max_memory debug"
 )
 def show(
     *,
@@ -69,6 +70,11 @@ def show(
     npz: NpzOpt = None,
     png: PngOpt = None,
     no_pager: NoPagerOpt = False,
+    generate: GenerateOpt = None,
+    sample: SampleOpt = False,
+    temperature: TemperatureOpt = 1.0,
+    top_p: TopPOpt = 1.0,
+    seed: SeedOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Show, head by head, where one token puts its attention.
@@ -83,10 +89,16 @@ def show(
         from ..errors import UsageError
         from ..pipeline import Selection, plan, read
         from ..transforms import shares
+        from . import generating
         from .export import token_image
 
         # Before any model work: a typo should cost nothing.
         text.need()
+        if generating.asked(generate, sample, temperature, top_p, seed):
+            sampling = (generate, sample, temperature, top_p, seed)
+            others = {"png": png, "npz": npz, "all_tokens": all_tokens, "index": index, "full": full, "values": values}
+            generating.show(text, model, reading, second, ablation, layer, token, json_out, top_keys, others, sampling)
+            return
         _check_outputs(png, npz, all_tokens, bool(token) or index is not None, json_out, ablation.ablate, reading)
         view, picked = reading.view()
         queries = queries_from(token, occurrence, index, required=not all_tokens)
@@ -172,7 +184,11 @@ def _check_outputs(
 def _writes(measure: str, json_out: bool, npz: Path | None) -> tuple[str, ...]:
     # Written after the pass: counted in the memory estimate (--all-tokens --json at
     # 8k tokens passed the pass's estimate and died writing the JSON, issue 25).
-    return (("json-plain" if measure == "norm" else "json",) if json_out else ()) + (("npz",) if npz else ())
+    from ..measures.base import measure_named
+
+    return (("json" if measure_named(measure).sums_to_one else "json-plain",) if json_out else ()) + (
+        ("npz",) if npz else ()
+    )
 
 
 def _print(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import TokenNotFoundError, UsageError
+from ..measures.base import MEASURES, measure_named
 from ..result import Provenance, provenance_fields
 from ..select import parse_target
 from ..tokens import Tokens, tokenize, word_occurrences
@@ -47,7 +48,7 @@ class ScanOptions:
     truncate: bool = False
     config: DetectorConfig = field(default_factory=DetectorConfig)
     window: int = 8  # batches held and sorted by length (padding waste vs memory)
-    # "norm": detectors read each row's norm shares ‖α·f(x)‖ / row sum (attnviz.measures.norms).
+    # The norm measure: detectors read each row's norm shares ‖α·f(x)‖ / row sum (attnviz.measures.norms).
     measure: str = "weight"
     # Head ablation beside the detectors (heads --ablate): "zero" or "mean"; the
     # queries ("all" real tokens or the "last"); mean-ablation's corpus means (N, H, D).
@@ -64,8 +65,8 @@ class ScanOptions:
         return (*self.config.detectors, "ablation") if self.ablate is not None else self.config.detectors
 
     def __post_init__(self) -> None:
-        if self.measure not in ("weight", "norm"):
-            raise UsageError(f"unknown measure {self.measure!r} (known: weight, norm)", hint=None)
+        if self.measure not in MEASURES:
+            raise UsageError(f"unknown measure {self.measure!r} (known: {', '.join(MEASURES)})", hint=None)
         if self.batch_size < 1:
             raise UsageError(f"batch size must be at least 1, got {self.batch_size}", hint=None)
         if not self.layers:
@@ -102,7 +103,7 @@ def report_dict(report: ScanReport, provenance: Provenance, measure: str = "weig
     """The JSON of ``attnviz heads --json``: provenance (``result.provenance_fields``'s
     shape, as show and compare), coverage, and every (layer, head, detector, mean, sd, n)
     row; coreference accuracy when there was any; ``measure``: what the detectors read
-    ("norm": each row's norm shares). Rounded by ``result.jsonable``."""
+    (a measure whose rows do not sum to one: each row's shares). Rounded by ``result.jsonable``."""
     header = provenance_fields(provenance)
     out: dict[str, Any] = {
         **{key: header[key] for key in ("model", "engine", "device", "dtype")},
@@ -209,7 +210,7 @@ def score_batch(
         return acc.joined(effects), tally
     import torch
 
-    if options.measure == "norm":
+    if measure_named(options.measure).needs_values:
         from ..measures.norms import norm_shares
 
         out = engine.forward_batch([p.tokens for p in batch], max_layer=max(options.layers), norms=True)
@@ -317,7 +318,7 @@ class Scan:
             length,
             max(self.options.layers) + 1,
             len(self.options.config.detectors),
-            norms=self.options.measure == "norm",
+            norms=measure_named(self.options.measure).needs_values,
         )
         budget = self.options.max_memory
         free, where = memory.available(self.engine.device) if budget is None else (None, "")

@@ -37,6 +37,7 @@ from .memory import ModelSizes
 if TYPE_CHECKING:
     import torch
     from tokenizers import Tokenizer
+    from torch import nn
 
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
@@ -149,6 +150,18 @@ class Engine(Protocol):
 
         Raises:
             UsageError: a part the model does not have.
+        """
+        ...
+
+    def head_outputs(self, part: str | None = None) -> dict[int, nn.Linear]:
+        """W^O of each attention layer of ``part`` (None: the only stack, or the encoder),
+        by model layer number: an ``nn.Linear`` whose (E, H·D) weight's column block
+        h·D..(h+1)·D multiplies head h's output (the norm measure's f_h, with the ``v``
+        tap). A module shared by several layers (ALBERT's) is listed under each.
+
+        Raises:
+            MeasureError: W^O does not split by head (a gated attention: reason
+                "norm_split"; transformers' fused projections: "norm_projections").
         """
         ...
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import EngineError, ModelLoadError
 from ..io.checkpoint import check_tensors
+from ..measures.base import NORM
 from ..select import PARTS
 from ..shape import ModelShape, layer_list
 from ..tokens import Tokens
@@ -22,6 +23,7 @@ from .base import EngineBase
 if TYPE_CHECKING:
     import torch
     from tokenizers import Tokenizer
+    from torch import nn
 
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
@@ -214,7 +216,7 @@ class HFEngine(EngineBase):
                 f"{self.files.model_type!r} model has none we can hook: {exc}",
                 hint="its values come out of a fused q/k/v projection",
                 reason="norm_projections",
-                measure="norm",
+                measure=NORM.name,
                 own=self.files.model_type in own_types(),
             ) from None
 
@@ -290,6 +292,16 @@ class HFEngine(EngineBase):
                 engine="hf",
                 own=own,
             ) from None
+
+    def head_outputs(self, part: str | None = None) -> dict[int, nn.Linear]:
+        """transformers' W^O of each attention layer of ``part`` (``Engine.head_outputs``),
+        those with a separate value projection beside them (``norms.hf_projections``)."""
+        shape = self.part_shape(part)
+        model = self.model.get_encoder() if self.parts and part in (None, "encoder") else self.model
+        found = [p.o_proj for p in self._projections(model) if p.part == (part or "encoder")]
+        if len(found) == 1 and len(shape.layers) > 1:  # one block shared by every layer (ALBERT)
+            found = found * len(shape.layers)
+        return dict(zip(shape.layers, found, strict=True))
 
     def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
         """[]: transformers computes attention in its own modules, not ours."""

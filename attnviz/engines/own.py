@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..measures.base import NORM
 from ..select import PARTS
 from ..tokens import Tokens
 from .base import EngineBase
@@ -14,6 +15,7 @@ from .base import EngineBase
 if TYPE_CHECKING:
     import torch
     from tokenizers import Tokenizer
+    from torch import nn
 
     from ..architectures.base import AttnModel, ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
@@ -62,7 +64,7 @@ class OwnEngine(EngineBase):
         ``norms``: the value norms of ``layers`` too (``attnviz.measures.norms``)."""
         import torch
 
-        from ..measures.norms import per_layer, recording
+        from ..measures.norms import per_layer, tapped
 
         # Layers by model number; a hybrid returns weights for its attention layers alone,
         # the i-th of them in slot i (``ModelShape.attention_layers``).
@@ -76,7 +78,7 @@ class OwnEngine(EngineBase):
         if any(tokens.type_ids) and types:
             # A sentence pair, into a model with token-type embeddings (else ignored, as transformers does).
             kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
-        with torch.inference_mode(), recording(self.model, active=norms) as record:
+        with torch.inference_mode(), tapped(self, active=norms) as record:
             every = _pattern_tapped()  # a pattern tap sees every row of every layer, as on the hf engine
             rows, asked = (None, None) if every else (queries, set(chosen))
             # Every layer when every layer is asked for (a hybrid's last ones may have no attention).
@@ -96,11 +98,11 @@ class OwnEngine(EngineBase):
         import torch
 
         from ..architectures.seq2seq import EncoderDecoder
-        from ..measures.norms import attach_seq2seq, recording
+        from ..measures.norms import attach_seq2seq, tapped
 
         self.part_shape("cross")  # refuses a model with one stack
         assert isinstance(self.model, EncoderDecoder)  # part_shape checked it
-        with torch.inference_mode(), recording(self.model, active=norms) as record:
+        with torch.inference_mode(), tapped(self, ("encoder", "decoder", "cross"), active=norms) as record:
             out = self.model.forward_seq2seq(self._ids(tokens), self._ids(target))
         if norms:
             attach_seq2seq(out, record, self.files.model_type)
@@ -114,10 +116,10 @@ class OwnEngine(EngineBase):
         ignored. ``norms``: the value norms (B, H, S) of every layer run too."""
         import torch
 
-        from ..measures.norms import per_layer, recording
+        from ..measures.norms import per_layer, tapped
 
         ids, mask = self._padded(batch)
-        with torch.inference_mode(), recording(self.model, active=norms) as record:
+        with torch.inference_mode(), tapped(self, active=norms) as record:
             out = self.model(ids, attention_mask=mask, max_layer=max_layer, fused=False)
         if norms:
             run = len(out.attentions)
@@ -130,6 +132,25 @@ class OwnEngine(EngineBase):
 
         self.check_taps(taps)
         return attached(taps)
+
+    def head_outputs(self, part: str | None = None) -> dict[int, nn.Linear]:
+        """W^O of each attention layer of ``part`` (``Engine.head_outputs``): the modules of
+        ``attention_modules`` in layer order, ALBERT's one shared module for every layer."""
+        from ..errors import MeasureError
+
+        modules = self.attention_modules(part)
+        layers = self.part_shape(part).layers
+        if len(modules) == 1 and len(layers) > 1:  # one block shared by every layer (ALBERT)
+            modules = modules * len(layers)
+        gated = [name for name, m in modules if m.output_gated]
+        if gated:
+            raise MeasureError(
+                f"the attention of {gated[0]} gates each head's output by the query after the softmax, "
+                "so a key's part of the output depends on the query: it has no value norm of its own",
+                reason="norm_split",
+                measure=NORM.name,
+            )
+        return {layer: m.o_proj for layer, (_, m) in zip(layers, modules, strict=True)}
 
     def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
         """Our modules (``norms.attention_modules``), those of ``part`` told by their names

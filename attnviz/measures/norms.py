@@ -15,9 +15,11 @@ norm (BERT's [CLS]/[SEP] sinks) contributes little to the output.
 Grouped-query attention: head h reads key/value head g = h // (H/G), so f_h uses that
 shared value with head h's own W_h^O block.
 
-The value norms are read where every family makes them: a forward hook on each attention
-module's ``v_proj`` (the values as the layer uses them, computed once) turns them into
-norms on the spot, so no family's block loop changes (``recording``). torch + stdlib only.
+The value norms are read where every family makes them: on the own engine, each layer's
+``v`` tap (nn/taps.py, the values as the layer uses them) turns them into norms on the
+spot with that layer's W^O (``Engine.head_outputs``), so nothing of the pass changes
+(``tapped``); the hf engine still hooks transformers' value projections (``recording``).
+torch + stdlib only.
 
 Shape legend: B batch, H query heads, G key/value heads, S keys, D head dim, E model width.
 """
@@ -25,7 +27,7 @@ Shape legend: B batch, H query heads, G key/value heads, S keys, D head dim, E m
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,6 +37,7 @@ from torch import Tensor, nn
 
 from ..errors import MeasureError
 from ..nn.attention import MultiHeadAttention
+from .base import NORM
 
 if TYPE_CHECKING:
     from ..architectures.seq2seq import Seq2SeqOutput
@@ -229,7 +232,7 @@ def own_projections(modules: Iterable[tuple[str, MultiHeadAttention]]) -> list[P
             f"the attention of {gated[0]} gates each head's output by the query after the softmax, "
             "so a key's part of the output depends on the query: it has no value norm of its own",
             reason="norm_split",
-            measure="norm",
+            measure=NORM.name,
         )
     return [Projections(name, part_of(name), m.v_proj, m.o_proj, m.n_heads) for name, m in modules]
 
@@ -278,6 +281,43 @@ def recording(
             handle.remove()
 
 
+@contextmanager
+def tapped(engine: Any, parts: Sequence[str | None] = (None,), active: bool = True) -> Iterator[Recording]:
+    """Record the value norms of every attention call of ``parts`` (None: the only stack,
+    or the encoder) in the passes inside the block, through ``engine.tapping``.
+
+    Each layer's ``v`` tap gets an observer: a function that computes the (B, H, S) norms
+    with that layer's W^O (``engine.head_outputs(part)``) and returns the values unchanged,
+    so the values are never kept (a long input's norms cost (H, S) per layer, not its
+    values). ``active=False`` records nothing (the weight measure), so callers need one
+    code path.
+
+    Raises:
+        MeasureError: an attention whose heads do not split W^O (``head_outputs``).
+    """
+    from ..nn.taps import Taps, tap_name
+
+    record = Recording()
+    if not active:
+        yield record
+        return
+    taps = Taps()
+    for part in parts:
+        heads = engine.part_shape(part).num_heads
+        for layer, o_proj in engine.head_outputs(part).items():
+            name = tap_name(part, layer, "v")
+
+            def observe(
+                v: Tensor, name: str = name, part: str = part or "encoder", o: nn.Module = o_proj, h: int = heads
+            ) -> Tensor:
+                record.calls.append((name, part, value_norms(v, o, h)))  # v: (B, G, S, D)
+                return v
+
+            taps.replace(name, observe)
+    with engine.tapping(taps):
+        yield record
+
+
 def per_layer(calls: list[Tensor], layers_run: int, layers: Iterable[int], family: str) -> list[Tensor]:
     """The value norms of ``layers`` from one part's recorded calls (one per layer run).
 
@@ -291,7 +331,7 @@ def per_layer(calls: list[Tensor], layers_run: int, layers: Iterable[int], famil
             f"attention gave {len(calls)} value projections for {layers_run} layers: its output does not split by head",
             hint="show the weights (measure weight) for this model",
             reason="norm_split",
-            measure="norm",
+            measure=NORM.name,
         )
     return [calls[layer] for layer in layers]
 

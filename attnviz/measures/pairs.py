@@ -113,7 +113,7 @@ def run_pair(
 ) -> PairResult:
     """Both sentences of ``pair`` through ``engine``, each read as ``view`` asks
     (``pipeline.read``); see the module docstring. ``exclude``: as in ``metrics.head_stats``.
-    ``measure`` "norm": the rows are the norms' shares (``transforms.shares``).
+    ``measure``: rows that do not sum to one (the norms) are their shares (``transforms.shares``).
 
     Raises:
         TokenNotFoundError: the token or a target is missing from sentence A or B (the

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from .lm import LMHead
 
 DIRECTIONS = ("denoise", "noise")
+SITES = ("z", "resid_pre", "attn_out", "mlp_out")
 METRICS = ("logit-diff", "prob", "logprob", "kl", "hidden")
 LM_METRICS = ("logit-diff", "prob", "logprob", "kl")
 
@@ -278,6 +279,8 @@ class PatchResult:
     passes: int
     partial: bool = False
     notes: tuple[str, ...] = field(default=())
+    axes: tuple[str, ...] = ("layer", "head")
+    positions: tuple[int, ...] = ()
 
     @property
     def num_layers(self) -> int:
@@ -285,19 +288,67 @@ class PatchResult:
 
     @property
     def num_heads(self) -> int:
-        return int(self.effect.shape[1])
+        return int(self.effect.shape[1]) if "head" in self.axes else 0
+
+    def grid(self) -> tuple[np.ndarray, list[str], str]:
+        """What a layers × columns heatmap draws: (N, C) values, the column labels, and what
+        a cell is. (N, H, P) effects are drawn at each head's position of largest |effect|."""
+        if self.axes == ("layer", "head"):
+            return self.effect, [f"H{h}" for h in range(self.num_heads)], "each head's effect"
+        if self.axes == ("layer", "head", "position"):
+            filled = np.where(np.isfinite(self.effect), self.effect, 0.0)
+            pick = np.abs(filled).argmax(-1)[..., None]  # (N, H, 1)
+            values = np.take_along_axis(self.effect, pick, -1)[..., 0]
+            return values, [f"H{h}" for h in range(self.num_heads)], "each head's effect at its strongest position"
+        if self.axes == ("layer", "position"):
+            return self.effect, [self.clean_tokens[p] for p in self.positions], f"{self.site} at each position"
+        return self.effect[:, None], [self.site], f"{self.site} at every matched position at once"
+
+    def unit_label(self, index: tuple[int, ...]) -> str:
+        """'L3.H1', 'L3.H1 @ it(10)', 'L3 resid_pre @ it(10)', 'L3 mlp_out' for an index of ``effect``."""
+        named = dict(zip(self.axes, index, strict=True))
+        text = f"L{named['layer']}" + (f".H{named['head']}" if "head" in named else f" {self.site}")
+        if "position" in named:
+            at = self.positions[named["position"]]
+            text += f" @ {self.clean_tokens[at]}({at})"
+        return text
+
+    def ranked_units(self, top: int | None = None) -> list[tuple[str, float, float]]:
+        """(label, effect, raw) of every unit by |effect|, largest first; NaN left out."""
+        rows = [
+            (index, float(self.effect[index]), float(self.raw[index]))
+            for index in np.ndindex(*self.effect.shape)
+            if np.isfinite(self.effect[index])
+        ]
+        rows.sort(key=lambda r: (-abs(r[1]), r[0]))
+        out = [(self.unit_label(index), e, r) for index, e, r in rows]
+        return out if top is None else out[:top]
 
     def what(self) -> str:
         """The label every view carries: what was patched, in which direction, by which metric."""
-        arrow = "corrupted run ← clean z" if self.direction == "denoise" else "clean run ← corrupted z"
+        arrow = (
+            f"corrupted run ← clean {self.site}"
+            if self.direction == "denoise"
+            else f"clean run ← corrupted {self.site}"
+        )
+        what = {
+            "z": "each head's z (output before W^O)",
+            "resid_pre": "each layer's residual stream entering it (resid_pre)",
+            "attn_out": "each layer's attention output (attn_out)",
+            "mlp_out": "each layer's MLP output (mlp_out)",
+        }[self.site]
+        where = " at each position apart" if "position" in self.axes else ""
         return (
-            f"patched: each head's z (output before W^O), one at a time; {self.direction} ({arrow}); "
+            f"patched: {what}{where}, one at a time; {self.direction} ({arrow}); "
             f"metric: {self.metric} = {self.metric_label} at {self.clean_tokens[self.position]!r} "
             f"(position {self.position}); effect 0 = corrupted run, 1 = clean run"
         )
 
     def ranked(self, top: int | None = None) -> list[tuple[int, int, float, float]]:
-        """(layer, head, effect, raw) by |effect|, largest first; NaN left out."""
+        """(layer, head, effect, raw) by |effect|, largest first; NaN left out (the
+        (layer, head) effects of site z; ``ranked_units`` for any site)."""
+        if self.axes != ("layer", "head"):
+            raise ValueError(f"ranked() reads (layer, head) effects; these are {self.axes}: use ranked_units()")
         rows = [
             (layer, head, float(self.effect[layer, head]), float(self.raw[layer, head]))
             for layer in range(self.num_layers)
@@ -327,8 +378,10 @@ class PatchResult:
             "corrupted_score": self.corrupted_score,
             "layers": self.num_layers,
             "heads": self.num_heads,
-            "effect": [[_number(x) for x in row] for row in self.effect],
-            "raw": [[_number(x) for x in row] for row in self.raw],
+            "axes": list(self.axes),
+            "positions": list(self.positions),
+            "effect": _numbers(self.effect),
+            "raw": _numbers(self.raw),
             "passes": self.passes,
             "partial": self.partial,
             "notes": list(self.notes),
@@ -350,19 +403,29 @@ def _number(x: float) -> float | None:
     return None if not np.isfinite(x) else float(x)
 
 
+def _numbers(values: np.ndarray) -> Any:
+    """Nested lists of an array, NaN as None."""
+    if values.ndim == 0:
+        return _number(float(values))
+    return [_numbers(v) for v in values]
+
+
 # --- the passes ---------------------------------------------------------------------------
 
 
-def _runs(engine: Engine, tokens: Tokens, layers: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-    """One unpatched pass: the final hidden states (1, Q, E) and each layer's z (1, Q, H, Dv)."""
+def _runs(
+    engine: Engine, tokens: Tokens, layers: Sequence[int], site: str = "z"
+) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """One unpatched pass: the final hidden states (1, Q, E) and each layer's ``site``
+    ((1, Q, H, Dv) for z, (1, Q, E) for the others)."""
     from ..nn.taps import Taps, tap_name
 
     taps = Taps()
     for layer in layers:
-        taps.record(tap_name(None, layer, "z"))
+        taps.record(tap_name(None, layer, site))
     with engine.tapping(taps):
         hidden = engine.final_hidden(tokens)
-    return hidden, {layer: taps[tap_name(None, layer, "z")] for layer in layers}
+    return hidden, {layer: taps[tap_name(None, layer, site)] for layer in layers}
 
 
 def patch_heads(
@@ -377,8 +440,16 @@ def patch_heads(
     batch: int | None = None,
     lm: LMHead | None = None,
     progress: Progress | None = None,
+    site: str = "z",
+    by_position: bool = False,
 ) -> PatchResult:
     """Patch every head's z of ``layers`` (default: every attention layer), one at a time.
+
+    ``site`` (``SITES``): "z" (each head's output before W^O: effect (N, H)), or a layer's
+    "resid_pre" (the residual stream entering it), "attn_out" or "mlp_out" (what its
+    attention or MLP adds): effect (N,). ``by_position``: each matched position apart, a
+    last axis P (``PatchResult.positions``, in the clean prompt): (N, H, P) or (N, P);
+    resid_pre by position is causal tracing (Meng et al. 2022).
 
     Args:
         position: the scored position in the clean prompt (default: the last matched
@@ -424,6 +495,8 @@ def patch_heads(
             f"the {metric.name} metric needs a causal language-model head, and {engine.files.spec} has none",
             reason="patch_metric",
         )
+    if site not in SITES:
+        raise UsageError(f"unknown site {site!r} (known: {', '.join(SITES)})", reason="patch_metric")
     shape = engine.shape
     chosen = tuple(shape.layers if layers is None else layers)
     n, h = shape.num_layers, shape.num_heads
@@ -432,8 +505,8 @@ def patch_heads(
         raise ValueError(f"batch must be at least 1, not {per}")
 
     with torch.inference_mode():
-        clean_hidden, clean_z = _runs(engine, clean, chosen)
-        corrupted_hidden, corrupted_z = _runs(engine, corrupted, chosen)
+        clean_hidden, clean_z = _runs(engine, clean, chosen, site)
+        corrupted_hidden, corrupted_z = _runs(engine, corrupted, chosen, site)
         anchor = clean_hidden[0, position]  # (E,)
         clean_score = float(metric.score(clean_hidden[:, position], anchor, lm)[0])
         corrupted_score = float(metric.score(corrupted_hidden[:, other], anchor, lm)[0])
@@ -445,24 +518,37 @@ def patch_heads(
         run, source, at = clean, corrupted_z, position
         to_run = [a for a, _ in alignment.pairs]
         from_source = [b for _, b in alignment.pairs]
-    plan = [(layer, tuple(range(s, min(s + per, h)))) for layer in chosen for s in range(0, h, per)]
-    effect = np.full((n, h), np.nan)
-    raw = np.full((n, h), np.nan)
+    # The units patched one at a time in each layer: (index into effect, head or None, which matched pairs).
+    matched = list(range(len(to_run)))
+    units: list[tuple[tuple[int, ...], int | None, list[int]]] = []
+    if site == "z":
+        units = (
+            [((hd, p), hd, [p]) for hd in range(h) for p in matched]
+            if by_position
+            else [((hd,), hd, matched) for hd in range(h)]
+        )
+    else:
+        units = [((p,), None, [p]) for p in matched] if by_position else [((), None, matched)]
+    axes = (("layer", "head") if site == "z" else ("layer",)) + (("position",) if by_position else ())
+    size = (n, h) if site == "z" else (n,)
+    effect = np.full(size + ((len(matched),) if by_position else ()), np.nan)
+    raw = np.full(effect.shape, np.nan)
+    plan = [(layer, units[s : s + per]) for layer in chosen for s in range(0, len(units), per)]
     denominator = clean_score - corrupted_score
     partial = False
     try:
-        for done, (layer, heads) in enumerate(plan, 1):
-            slices = source[layer][0][from_source][:, list(heads)]  # (P, b, Dv)
-            taps = (
-                Taps()
-                .replace(tap_name(None, layer, "resid_pre"), _copies(len(heads)))
-                .replace(tap_name(None, layer, "z"), _write(heads, to_run, slices))
-            )
+        for done, (layer, chunk) in enumerate(plan, 1):
+            write = _write_units(chunk, to_run, from_source, source[layer][0], expand=site == "resid_pre")
+            taps = Taps()
+            if site != "resid_pre":
+                taps.replace(tap_name(None, layer, "resid_pre"), _copies(len(chunk)))
+            taps.replace(tap_name(None, layer, site), write)
             with torch.inference_mode(), engine.tapping(taps):
                 hidden = engine.final_hidden(run)  # (b, Q, E)
                 scores = metric.score(hidden[:, at], anchor, lm).cpu().numpy()
-            raw[layer, list(heads)] = scores
-            effect[layer, list(heads)] = (scores - corrupted_score) / denominator if denominator else np.nan
+            for i, (index, _, _) in enumerate(chunk):
+                raw[(layer, *index)] = scores[i]
+                effect[(layer, *index)] = (scores[i] - corrupted_score) / denominator if denominator else np.nan
             if progress is not None:
                 progress(done, len(plan))
     except KeyboardInterrupt:
@@ -472,12 +558,12 @@ def patch_heads(
         notes.append("the clean and corrupted runs score the same: the normalised effect is undefined (NaN)")
     if len(clean) != len(corrupted):
         notes.append(
-            f"different lengths: z patched at the {len(alignment.pairs)} matched positions; {alignment.describe()}"
+            f"different lengths: {site} patched at the {len(alignment.pairs)} matched positions; {alignment.describe()}"
         )
     return PatchResult(
         model=engine.files.spec,
         engine=engine.name,
-        site="z",
+        site=site,
         direction=direction,
         metric=metric.name,
         metric_label=metric.label(),
@@ -493,6 +579,8 @@ def patch_heads(
         passes=len(plan),
         partial=partial,
         notes=tuple(notes),
+        axes=axes,
+        positions=tuple(a for a, _ in alignment.pairs) if by_position else (),
     )
 
 
@@ -505,18 +593,27 @@ def _copies(count: int) -> Callable[[torch.Tensor], torch.Tensor]:
     return expand
 
 
-def _write(
-    heads: Sequence[int], positions: Sequence[int], slices: torch.Tensor
+def _write_units(
+    units: Sequence[tuple[tuple[int, ...], int | None, list[int]]],
+    to_run: Sequence[int],
+    from_source: Sequence[int],
+    source: torch.Tensor,
+    expand: bool,
 ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """z (b, Q, H, Dv) with copy i's head ``heads[i]`` at ``positions`` set to ``slices[:, i]`` (P, Dv)."""
+    """The value at a tap (b, Q, ...) with copy i's unit written from ``source`` (Q', ...):
+    its head (None: the whole vector) at its matched pairs. ``expand``: the value comes at
+    batch 1 (resid_pre) and becomes one copy per unit first."""
     import torch
 
-    index = torch.as_tensor(list(positions), dtype=torch.long)
-
     def write(value: torch.Tensor) -> torch.Tensor:
-        value = value.clone()
-        for i, head in enumerate(heads):
-            value[i, index.to(value.device), head] = slices[:, i].to(value)
+        value = value.expand(len(units), *value.shape[1:]).clone() if expand else value.clone()
+        for i, (_, head, pairs) in enumerate(units):
+            run = torch.as_tensor([to_run[p] for p in pairs], dtype=torch.long, device=value.device)
+            src = torch.as_tensor([from_source[p] for p in pairs], dtype=torch.long, device=source.device)
+            if head is None:
+                value[i, run] = source[src].to(value)
+            else:
+                value[i, run, head] = source[src, head].to(value)
         return value
 
     return write
@@ -556,6 +653,8 @@ def patch_texts(
     layers: Sequence[int] | None = None,
     batch: int | None = None,
     progress: Progress | None = None,
+    site: str = "z",
+    by_position: bool = False,
 ) -> PatchResult:
     """``patch_heads`` from two texts: tokenized, aligned (before any model work past the
     LM head's lookup), the metric and its answer tokens resolved.
@@ -590,6 +689,8 @@ def patch_texts(
         batch=batch,
         lm=lm,
         progress=progress,
+        site=site,
+        by_position=by_position,
     )
 
 

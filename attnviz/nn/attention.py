@@ -39,6 +39,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from . import cache as kv_cache
 from . import taps
 
 # (q, k) -> (q, k): applied to the projected, split heads before the dot product.
@@ -364,6 +365,10 @@ class MultiHeadAttention(nn.Module):
         site = taps.active()  # None unless a pass attached taps (nn/taps.py)
         if site is not None:
             q, k, v = site(f"{self.tap_role}.q", q), site(f"{self.tap_role}.k", k), site(f"{self.tap_role}.v", v)
+        cache = kv_cache.active()  # None unless generation runs (nn/cache.py)
+        if cache is not None and self.tap_role == "attn":
+            # The step's keys join the stored ones, after the position transform.
+            k, v = cache.append(k, v)  # (B, G, S, D), (B, G, S, Dv)
         # 2. head_i = softmax(Q_i K_iᵀ / √d_k) V_i, all heads at once; with grouped-query
         #    attention each key/value head serves H/G query heads (``repeat_kv``). Score
         #    modifiers (a position bias, soft-capping, sinks) send a fused request to the

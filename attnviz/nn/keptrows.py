@@ -161,27 +161,28 @@ class KeptRows:
         layer and head, as ``pipeline.forward`` returns them for the same pass.
 
         Raises:
-            ValueError: ``measure`` "norm" without recorded value norms.
+            ValueError: a measure that needs value norms, none recorded.
             EngineError: the rows hold NaN or infinite values.
         """
         from ..errors import EngineError
         from ..io.checkpoint import first_nonfinite_layer
+        from ..measures.base import measure_named
 
-        if measure == "norm" and self._norms is None:
+        m = measure_named(measure)
+        if m.needs_values and self._norms is None:
             raise ValueError("no value norms were recorded in the pass")
         asked = tuple(int(q) for q in queries)
         with torch.inference_mode():
             picked = torch.cat(
                 [attention_rows(c.q, c.k, asked, c.mask, c.scale) for c in self._calls]
             )  # (N, H, R, S), float32
-            if measure == "norm":
+            if m.needs_values:
                 assert self._norms is not None
-                values = torch.cat(self._norms)  # (N, H, S)
-                picked = picked * values.float()[:, :, None, :]  # (N, H, R, S): α_hij·‖f_h(x_j)‖
+                picked = m.combine(picked, torch.cat(self._norms).float())  # (N, H, R, S) from (N, H, S)
         weights = picked.cpu().numpy().astype(np.float32, copy=False)
         bad = first_nonfinite_layer(weights, self.template.layers)
         if bad is not None:  # as pipeline.forward says it
-            what = "norms" if measure == "norm" else "weights"
+            what = "weights" if m.sums_to_one else "norms"
             raise EngineError(
                 f"the attention {what} of layer {bad} hold NaN or infinite values",
                 hint="the weights overflow in this dtype or are damaged; try float32 or another checkpoint",

@@ -27,11 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AttnvizError
+from ..measures.base import measure_named
 from ..tokens import find_word
 from . import HTML_BUDGET_BYTES
 from .html import VIEWS, Options, check_page_size, html_page
 
-DEFAULT_HEIGHT = 640  # px: the head view of a 15-token sentence with its detail panel
+# px: the frame's height until its page reports its own (FIT_SCRIPT), and where scripts do
+# not run in the notebook's document (then the frame's resize handle shows the rest).
+DEFAULT_HEIGHT = 640
 
 
 def page_problem(att: Any) -> str | None:
@@ -41,7 +44,7 @@ def page_problem(att: Any) -> str | None:
     every token's row and the engine's weights as they came (no option applied).
     """
     measure = getattr(att, "measure", "weight")
-    if measure != "weight":
+    if measure_named(measure).needs_values:
         # Drawn as weights, norms (not on [0, 1]) were clipped and labelled "weight".
         return (
             f"this Attention holds the {measure} measure, not attention weights, and the interactive view "
@@ -107,7 +110,9 @@ def frame(
     budget: int = HTML_BUDGET_BYTES,
 ) -> str:
     """The page for ``att`` in a sandboxed iframe (``srcdoc``), opening on ``view``,
-    ``layer`` (a model layer) and ``token`` (pinned: a word, ``WORD:N`` or a position).
+    ``layer`` (a model layer) and ``token`` (pinned: a word, ``WORD:N`` or a position),
+    followed by ``FIT_SCRIPT``: the frame opens ``height`` px tall and takes its page's
+    height once the page has laid itself out, footer included.
 
     Never raises for what a user can cause: an Attention the page cannot draw, a page over
     ``budget`` bytes or a bad initial state come back as a message in the cell.
@@ -145,15 +150,33 @@ def frame(
     return (
         f'<iframe class="attnviz-view" title="{title}" sandbox="allow-scripts" '
         f'style="width:100%;height:{int(height)}px;border:1px solid #ddd;resize:vertical" '
-        f'srcdoc="{html.escape(page, quote=True)}"></iframe>'
+        f'srcdoc="{html.escape(page, quote=True)}"></iframe>' + FIT_SCRIPT
     )
+
+
+# The cell's side of the page's height message (assets/common.js): the frame takes the height
+# its page reports, so the footer shows. A sandboxed srcdoc page has an opaque origin, so its
+# parent cannot measure it; the page posts {attnviz: "height", height} and this listener sets
+# the height of the attnviz frame whose window sent it (any other message, or a frame that is
+# not ours, is ignored). One listener per document, however many views the notebook holds;
+# inline, no CDN, so it runs offline in nbconvert's HTML, Notebook 7, JupyterLab (trusted
+# outputs run their scripts) and VS Code. Where scripts do not run, the frame keeps
+# ``height`` px and its resize handle.
+FIT_SCRIPT = (
+    "<script>(function(){if(window.attnvizFit)return;window.attnvizFit=true;"
+    'window.addEventListener("message",function(e){var d=e.data;'
+    'if(!d||d.attnviz!=="height"||typeof d.height!=="number"||!isFinite(d.height))return;'
+    'var fs=document.querySelectorAll("iframe.attnviz-view");'
+    "for(var i=0;i<fs.length;i++){if(fs[i].contentWindow===e.source){"
+    'fs[i].style.height=Math.max(120,Math.min(20000,Math.ceil(d.height)))+"px";}}});})();</script>'
+)
 
 
 def _raw_rows(att: Any) -> bool:
     """True when ``att`` holds some tokens' raw rows (no option applied) of self-attention:
     the row-mode page draws it."""
     partial = tuple(att.queries) != tuple(range(len(att.tokens)))
-    raw = not (att.steps or att.aggregates) and getattr(att, "measure", "weight") == "weight"
+    raw = not (att.steps or att.aggregates) and not measure_named(getattr(att, "measure", "weight")).needs_values
     return bool(partial and raw and att.is_self_attention and len(att.queries))
 
 

@@ -55,10 +55,11 @@ from ..render.terminal import provenance_line
 from ..result import Attention
 from ..tokens import Tokens
 from ..transforms import View
+from .analysis import Ablate, Explain, HeadEffects, ablation_view, explain_screen
 from .keys import BINDINGS, KeysScreen, footer
 from .long import LongViews
 from .state import Session, error_line
-from .views import Cursor, DrawnViews, export_name, free_path, token_line, write_view_png
+from .views import Cursor, DrawnViews, export_name, free_path, raw_position, strips, token_line, write_view_png
 from .widgets import Lines, SentenceInput, in_order
 
 # Idle time (s) before a view is drawn ahead: longer than a held key's repeat (~30 ms), shorter
@@ -87,6 +88,9 @@ class ExploreApp(App[None]):
         rows: a long text: ``att`` holds the rows of some query tokens only and ``rows``
             computes those of others (raw positions; ``rows(queries, measure)``, a
             ``attnviz.cli.exploring.RowSource``); the views then work on rows (``long.LongViews``).
+        ablate: the head effects at a token (``tui.analysis.Ablate``, key ``a``); None: no ``a``.
+        explain: one head's steps for a token (``tui.analysis.Explain``, key ``x``); None: no ``x``.
+            Both are called in a worker thread, their answers kept for the sentence.
     """
 
     TITLE = "attnviz explore"
@@ -115,9 +119,15 @@ class ExploreApp(App[None]):
         dpi: int = 150,
         run_norms: Callable[[str | Tokens], Attention] | None = None,
         rows: Callable[..., Attention] | None = None,
+        ablate: Ablate | None = None,
+        explain: Explain | None = None,
     ) -> None:
         super().__init__()
         self.session = Session(att, run=run, run_norms=run_norms, query=query, rows=rows)
+        self._ablate, self._explain = ablate, explain
+        # Answers of a and x, kept per (tokens, raw query[, layer, head]): a second press is a lookup.
+        self._answers: dict[tuple[Any, ...], Any] = {}
+        self.panel: str | None = None  # "ablate" or "explain" while its answer is on screen
         self._export_dir = Path(".") if export_dir is None else Path(export_dir)
         self._dpi = dpi
         self._busy: set[str] = set()  # "run", "export", "rows": one of each at a time
@@ -206,6 +216,7 @@ class ExploreApp(App[None]):
 
     def refresh_view(self) -> None:
         """Show the cursor's view, status line, token line and message."""
+        self.panel = None  # any key that redraws the view closes an analysis' screen
         s = self.session
         c = s.cursor
         # layout=False: these lines keep their height, so a key costs no re-layout.
@@ -387,6 +398,88 @@ class ExploreApp(App[None]):
     def action_keys(self) -> None:
         self.push_screen(KeysScreen())
 
+    # --- ablation and explain (a, x) ------------------------------------------------
+
+    def _raw_place(self) -> tuple[Tokens, int]:
+        """The engine's tokens of the sentence and the cursor's raw query position (a
+        merged word: its first piece)."""
+        tokens = self.long.raw_tokens if self.long is not None else self.raw.tokens
+        return tokens, raw_position(self.att, self.cursor.query)
+
+    def action_ablate(self) -> None:
+        if self._ablate is None:
+            self.say("this explorer has no model to ablate heads with")
+            return
+        tokens, query = self._raw_place()
+        ablate = self._ablate
+        self._analyse("ablate", (tokens.text, "ablate", query), lambda: ablate(tokens, query))
+
+    def action_explain(self) -> None:
+        if self._explain is None:
+            self.say("this explorer has no model to explain a head with")
+            return
+        c = self.cursor
+        if c.head >= self.raw.num_heads:
+            self.say(f"{self.att.head_name(c.head)} is not one head: move to a head with [ or ] to explain it")
+            return
+        tokens, query = self._raw_place()
+        explain = self._explain
+        self._analyse(
+            "explain", (tokens.text, "explain", query, c.layer, c.head), lambda: explain(tokens, query, c.layer, c.head)
+        )
+
+    def _analyse(self, kind: str, key: tuple[Any, ...], work: Callable[[], Any]) -> None:
+        """Show ``kind``'s answer for the cursor: kept, or computed by ``work`` in a worker."""
+        if key in self._answers:
+            self._show_answer(kind, key, self._answers[key])
+            return
+        if "analysis" in self._busy:
+            self.say("still computing the previous ablation or explanation…")
+            return
+        self._busy.add("analysis")
+        cursor = self.cursor
+        what = "ablating each head" if kind == "ablate" else f"explaining layer {cursor.layer} head {cursor.head}"
+        self.say(f"{what} at token {cursor.query} {self.att.tokens.labels[cursor.query]!r}…")
+
+        def run() -> None:
+            try:
+                answer = work()
+            except AttnvizError as exc:
+                self.call_from_thread(self._done, "analysis", error_line(exc))
+            except Exception as exc:  # a bug must not kill the session
+                self.call_from_thread(self._done, "analysis", f"error: {type(exc).__name__}: {exc}")
+            else:
+                self.call_from_thread(self._answered, kind, key, cursor, answer)
+
+        self.run_worker(run, thread=True, group="analysis")
+
+    def _answered(self, kind: str, key: tuple[Any, ...], cursor: Cursor, answer: Any) -> None:
+        self._busy.discard("analysis")
+        self._answers[key] = answer
+        if cursor == self.cursor and key[0] == self._raw_place()[0].text:  # the user has not moved since
+            self._show_answer(kind, key, answer)
+        else:
+            self.say(f"{'ablation' if kind == 'ablate' else 'explanation'} ready: press {kind[0]} to see it")
+
+    def _show_answer(self, kind: str, key: tuple[Any, ...], answer: Any) -> None:
+        c, att = self.cursor, self.att
+        word = att.tokens.labels[c.query]
+        if kind == "ablate":
+            effects: HeadEffects = answer
+            head = c.head if c.head < self.raw.num_heads else None
+            names = [att.head_name(h) for h in range(self.raw.num_heads)]
+            drawn = strips(ablation_view(effects, c.layer, word, head, names), self._view_width())
+            self.say(f"ablation of layer {c.layer}'s heads at {word!r}")
+        else:
+            drawn = strips(explain_screen(answer), self._view_width())
+            self.say(f"layer {c.layer} head {c.head} explained for {word!r}")
+        self._warm_round += 1  # drawing ahead stands down while the answer is read
+        self._warm_queue = []
+        body = self.query_one("#view", Lines)
+        body.show(drawn)
+        body.scroll_home(animate=False)
+        self.panel = kind
+
     # --- a new sentence -------------------------------------------------------------
 
     def action_ask(self) -> None:
@@ -407,6 +500,8 @@ class ExploreApp(App[None]):
             ask.remove_class("open")
             ask.blur()
             ask.disabled = True
+        elif self.panel is not None:  # Esc leaves an analysis' screen too
+            self.refresh_view()
 
     async def on_event(self, event: events.Event) -> None:
         if not await in_order(self, event, self.submit):  # keys skip textual's queues: see in_order

@@ -12,6 +12,8 @@ from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from ..measures.base import NORM
+
 # The actions are ExploreApp's (``action_<name>``).
 BINDINGS: list[BindingType] = [
     Binding("left", "move_query(-1)", "previous token", show=False),
@@ -28,9 +30,11 @@ BINDINGS: list[BindingType] = [
     Binding("w", "toggle_reading('words')", "words", show=False),
     Binding("s", "toggle_reading('hide_special')", "specials", show=False),
     Binding("m", "toggle_reading('heads')", "mean", show=False),
-    Binding("o", "toggle_measure", "norm", show=False),
+    Binding("o", "toggle_measure", NORM.name, show=False),
     Binding("slash", "ask", "new sentence", show=False),
     Binding("e", "export", "export PNG", show=False),
+    Binding("a", "ablate", "ablation", show=False),
+    Binding("x", "explain", "explain", show=False),
     Binding("question_mark", "keys", "keys", show=False),
     Binding("q", "quit", "quit", show=False),
     Binding("escape", "close_ask", "cancel", show=False),
@@ -50,9 +54,11 @@ FOOTER = (
     ("w", "words"),
     ("s", "specials"),
     ("m", "mean"),
-    ("o", "norm"),
+    ("o", NORM.name),
     ("/", "sentence"),
     ("e", "export PNG"),
+    ("a", "ablation"),
+    ("x", "explain"),
     ("?", "keys"),
     ("q", "quit"),
 )
@@ -83,6 +89,8 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("o", "measure: the weights α, or the norms ‖α·f(x)‖ as each row's shares (Kobayashi et al. 2020)"),
     ("/", "type a new sentence (Enter runs it through the loaded model, Esc cancels)"),
     ("e", "export the current view to a PNG file (the head table exports its layer's heatmap)"),
+    ("a", "ablation: the layer's heads ranked by what removing each does at the token (as show --ablate)"),
+    ("x", "explain the head under the cursor for the token: q, k, scores, softmax, values (as attnviz explain)"),
     ("PgUp PgDn Home End", "scroll a view taller than the screen"),
     ("?", "this list (Esc or ? closes it)"),
     ("q", "quit"),

@@ -12,6 +12,7 @@ from dataclasses import replace
 from rich.text import Text
 
 from ..errors import AttnvizError
+from ..measures.base import measure_named
 from ..result import Attention
 from ..tokens import Tokens
 from ..transforms import View, apply, shares
@@ -86,7 +87,7 @@ class Session:
             (r.words, "words"),
             (r.hide_special, "specials set aside"),
             (bool(r.heads), "head mean"),
-            (self.measure == "norm", "norm shares ‖α·f(x)‖"),
+            (not measure_named(self.measure).sums_to_one, "norm shares ‖α·f(x)‖"),
         ]
 
     def status(self) -> Text:
@@ -187,9 +188,9 @@ class Session:
         """
         if self.run is None:
             raise ValueError("this session has no model to run a new sentence through")
-        run = self.run_norms if self.measure == "norm" and self.run_norms is not None else self.run
+        run = self.run_norms if measure_named(self.measure).needs_values and self.run_norms is not None else self.run
         views = DrawnViews(run(sentence))
-        fresh = self.reading != View() or views.att.measure == "norm"
+        fresh = self.reading != View() or not measure_named(views.att.measure).sums_to_one
         read = DrawnViews(shares(apply(views.att, self.reading))) if fresh else views
         read.render(landing(self.cursor, self.att, read.att), width, color)
         return views, read
@@ -198,7 +199,8 @@ class Session:
         """Show a new sentence (``read_sentence``'s result) from where the cursor is."""
         self.raw = raw.att
         self.raws = {raw.att.measure: raw.att}  # the other measure: computed again when asked
-        self._views = {self.reading: read} if raw.att.measure == "norm" else {View(): raw, self.reading: read}
+        shares_only = not measure_named(raw.att.measure).sums_to_one
+        self._views = {self.reading: read} if shares_only else {View(): raw, self.reading: read}
         views = self.views_for(self.reading)
         self.cursor = landing(self.cursor, self.att, views.att)
         self.long = None  # a sentence typed at / is short: today's views

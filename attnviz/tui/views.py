@@ -25,6 +25,7 @@ from rich.text import Text
 from textual.strip import Strip
 
 from ..errors import UsageError
+from ..measures.base import MEASURES
 from ..measures.metrics import HeadStats, head_stats
 from ..render.terminal import legend, matrix_heatmap, token_heatmap
 from ..render.terminal.tables import head_rows_table
@@ -122,7 +123,8 @@ def toggled(reading: View, measure: str, option: str) -> tuple[View, str]:
         return replace(reading, hide_special=not reading.hide_special), measure
     if option == "heads":
         return replace(reading, heads=() if reading.heads else ("mean",)), measure
-    return reading, "norm" if measure == "weight" else "weight"
+    names = list(MEASURES)  # o steps through the measures, the weights first
+    return reading, names[(names.index(measure) + 1) % len(names)]
 
 
 def token_line(tokens: Tokens, query: int, reach: int | None = None) -> Text:

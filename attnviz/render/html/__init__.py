@@ -51,6 +51,7 @@ import numpy as np
 
 from ...errors import UsageError
 from ...io.safeio import text_noun
+from ...measures.base import WEIGHT, measure_named
 from ...result import Attention, Provenance, atomic_write, check_writable
 from ...shape import head_label
 from ...tokens import Tokens
@@ -208,7 +209,7 @@ def page_data(
     (``transforms.rollout`` of every layer from 0, then the page's layers picked): the page
     gets a rollout toggle, an aggregate beside the head mean (``rollout_data``).
 
-    ``norms``: the same layers and rows with the norm measure (``measure`` "norm"): the
+    ``norms``: the same layers and rows with the norm measure (``measures.base.NORM``): the
     page then carries them beside the weights, opens on them and has a weight/norm toggle.
     ``ablation``: each head's ablation effect at every token (``export --ablate``): the page
     draws them as a bar beside each head of the focused token (``ablation_data``).
@@ -222,7 +223,7 @@ def page_data(
             matrices: ``inspect(tokens, engine, layers, None)``), or the initial query,
             view or layer is not in it.
     """
-    if att.measure != "weight":
+    if measure_named(att.measure).needs_values:
         raise UsageError(
             f"the HTML view draws attention weights, and this Attention holds the {att.measure} measure",
             hint="pass the weights as the Attention and the norms as norms=",
@@ -273,13 +274,22 @@ def page_data(
             "mean": options.mean,
             **({} if options.shown is None else {"shown": list(options.shown)}),
             **({} if rollout is None else {"rollout": options.rollout}),
-            "measure": "weight" if norms is None else "norm",
+            "measure": WEIGHT.name if norms is None else norms.measure,
         },
+        "measures": page_measures(norms),
         "weights": encode_weights(att.weights),
         **({} if norms is None else _norm_data(att, norms)),
         **({} if ablation is None else ablation_data(att, ablation)),
         **({} if rollout is None else rollout_data(att, rollout, norms is not None)),
     }
+
+
+def page_measures(norms: Attention | None) -> dict[str, dict[str, Any]]:
+    """The page's ``measures`` key: each measure it carries by name, with what the script
+    reads of it (``Measure.as_dict``: label, share label, whether rows sum to one); the
+    script tests these properties, never a measure's name."""
+    carried = [WEIGHT] if norms is None else [WEIGHT, measure_named(norms.measure)]
+    return {m.name: m.as_dict() for m in carried}
 
 
 def rollout_data(att: Attention, rolled: np.ndarray, with_norms: bool = False) -> dict[str, Any]:
@@ -295,7 +305,7 @@ def rollout_data(att: Attention, rolled: np.ndarray, with_norms: bool = False) -
     size = len(att.tokens)
     if np.shape(rolled) != (len(att.layers), size, size):
         raise ValueError(f"the rollout must be (layers, tokens, tokens) of the page, not {np.shape(rolled)}")
-    if with_norms or att.measure != "weight":
+    if with_norms or measure_named(att.measure).needs_values:
         raise ValueError("rollout multiplies attention weights; it is not defined for the norm measure")
     return {"rollout": {**encode_weights(rolled), "step": ROLLOUT_STEP, "first": 0}}
 
@@ -304,7 +314,11 @@ def _norm_data(att: Attention, norms: Attention) -> dict[str, Any]:
     """The norms in the weights' encoding, each (layer, head, query) row over its own
     largest norm (so a row of small norms keeps 1/65535 of its own scale), with those
     row scales as little-endian float32 (the page multiplies them back)."""
-    if norms.measure != "norm" or norms.weights.shape != att.weights.shape or norms.layers != att.layers:
+    if (
+        not measure_named(norms.measure).needs_values
+        or norms.weights.shape != att.weights.shape
+        or norms.layers != att.layers
+    ):
         raise ValueError("the norms must be the norm measure of the same layers, heads and rows")
     w = norms.weights.astype(np.float64)  # (N, H, S, S)
     top = w.max(-1, keepdims=True)  # (N, H, S, 1)

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import UsageError
+from ...measures.base import measure_named
 from ...result import Attention, atomic_write, check_writable
 from ...shape import head_label
 from ...tokens import Tokens
@@ -56,6 +57,7 @@ from . import (
     asset,
     check_shown,
     encode_weights,
+    page_measures,
     page_provenance,
     versions,
     word_label,
@@ -256,7 +258,7 @@ def page_data(
 
     ``rows``: raw rows (no reading option applied) of some query tokens, every kept
     layer; ``matrix``: every row of some of those layers (or None). ``norms``: the norm
-    measure of the same layers, heads and rows (read with ``measure="norm"``): the page
+    measure of the same layers, heads and rows (read with ``measures.base.NORM``): the page
     carries them beside the weights, opens on them, and has a weight/norm toggle.
 
     Cross-attention (``rows.key_tokens`` the source): the decoder text's rows over the
@@ -268,7 +270,7 @@ def page_data(
             ``matrix`` holds a layer ``rows`` lacks or misses rows; a bad initial state.
     """
     opens = opens or RowPage()
-    if rows.steps or rows.aggregates or rows.measure != "weight":
+    if rows.steps or rows.aggregates or measure_named(rows.measure).needs_values:
         raise UsageError(
             "the row page applies words, special tokens and the head mean itself: give it the raw weights",
             reason="row_options",
@@ -282,7 +284,7 @@ def page_data(
     if not rows.queries:
         raise UsageError("the row page needs at least one query token's rows", reason="row_none")
     if norms is not None and (
-        norms.measure != "norm"
+        not measure_named(norms.measure).needs_values
         or norms.steps
         or norms.aggregates
         or norms.weights.shape != rows.weights.shape
@@ -351,8 +353,9 @@ def page_data(
             "hideSpecial": opens.hide_special,
             "mean": opens.mean,
             **({} if opens.shown is None else {"shown": list(opens.shown)}),
-            **({} if norms is None else {"measure": "norm"}),
+            **({} if norms is None else {"measure": norms.measure}),
         },
+        "measures": page_measures(norms),
     }
 
 

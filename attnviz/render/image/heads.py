@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
 from ...corpus.scan import ScanReport
+from ...measures.base import measure_named
 from ...result import Provenance
 from ...shape import head_label
 from .. import FigureStyle
@@ -61,7 +62,7 @@ def heads_figure(
         hgap=0.3,
         sentence=f"{p.model}: what each head does over {what}",
         subtitle=f"engine {p.engine} · {p.device} · mean score per head over the corpus (layers × heads)"
-        + (" · measure: norm shares (Kobayashi et al. 2020)" if measure == "norm" else ""),
+        + ("" if not (m := measure_named(measure)).needs_values else f" · measure: {m.name} shares ({m.citation})"),
         style=style,
         max_w=style.figsize[0] if style.figsize else None,
     )

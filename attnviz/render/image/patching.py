@@ -22,14 +22,14 @@ def patch_figure(result: PatchResult, style: FigureStyle | None = None) -> Figur
 
     style = style or FigureStyle()
     pt = style.fontsize
-    heads = [f"H{h}" for h in range(result.num_heads)]
+    values, heads, cell_what = result.grid()
     layers = [f"L{n}" for n in range(result.num_layers)]
-    finite = result.effect[np.isfinite(result.effect)]
+    finite = values[np.isfinite(values)]
     top = max(1.0, float(np.abs(finite).max()) if finite.size else 1.0)
     grid, head, sub = _layout(
         1,
         1,
-        n_x=result.num_heads,
+        n_x=len(heads),
         n_y=result.num_layers,
         cell_h=None,
         ylabel_w=_char_in(pt) * max(len(s) for s in layers) + 0.12,
@@ -37,7 +37,7 @@ def patch_figure(result: PatchResult, style: FigureStyle | None = None) -> Figur
         hgap=0.3,
         sentence=f"{result.model}: activation patching, {result.direction}"
         + (" (PARTIAL: interrupted)" if result.partial else ""),
-        subtitle=result.what(),
+        subtitle=result.what() + f" · cells: {cell_what}",
         style=style,
         max_w=style.figsize[0] if style.figsize else None,
     )
@@ -47,7 +47,7 @@ def patch_figure(result: PatchResult, style: FigureStyle | None = None) -> Figur
     ax = fig.add_axes(grid.rect(0))
     cmap = colormaps["RdBu"].with_extremes(bad="0.85")
     image = ax.imshow(
-        np.ma.masked_invalid(result.effect), cmap=cmap, vmin=-top, vmax=top, aspect="auto", interpolation="nearest"
+        np.ma.masked_invalid(values), cmap=cmap, vmin=-top, vmax=top, aspect="auto", interpolation="nearest"
     )
     _ticks(ax, "x", heads, grid.cell_w, pt, show=True)
     _ticks(ax, "y", layers, grid.cell_h, pt, show=True)

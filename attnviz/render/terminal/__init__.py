@@ -19,6 +19,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from ...measures.base import measure_named
 from ...measures.findings import Link, strongest_links
 from ...measures.metrics import DEFAULT_EXCLUDE
 from ...result import Attention, Provenance
@@ -170,7 +171,7 @@ def token_heatmap(
     where = f"{kind} {span[0]}" if len(span) == 1 else f"{kind}s {span[0]}-{span[-1]}, averaged"
     key_kind = "source token" if att.part == "cross" and kind == "token" else kind
     title = f"layer {layer} · {who!r} ({where}) → each {key_kind}"
-    if att.measure != "weight":
+    if measure_named(att.measure).needs_values:
         title += f" · {_measure_label(att)}"
     if p.causal:
         title += f" · causal: later {kind}s ({MASKED}) are masked"
@@ -249,7 +250,7 @@ def matrix_heatmap(
     row_w = max(len(n) for n in names) + 2
     kind = "word" if att.key_pieces is not None else "token"
     title = f"layer {layer} · {att.head_name(head)} · each {kind} (row) → each {kind} (column)"
-    if att.measure != "weight":
+    if measure_named(att.measure).needs_values:
         title += f" · {_measure_label(att)}"
     if p.causal:
         title += f" · causal: later {kind}s ({MASKED}) are masked"
@@ -288,7 +289,7 @@ def _steps_beside_notes(att: Attention) -> list[str]:
     (``--measure norm`` explained itself twice, once per line)."""
     from ...transforms import SHARES_STEP
 
-    return [s for s in att.steps if not (att.measure == "norm" and s == SHARES_STEP)]
+    return [s for s in att.steps if not (not measure_named(att.measure).sums_to_one and s == SHARES_STEP)]
 
 
 NORM_NOTE = (
@@ -418,7 +419,7 @@ def render_show(
     ``full``."""
     p = att.provenance
     parts: list[RenderableType] = [Text(provenance_line(p), style="dim")]
-    if att.measure == "norm":
+    if measure_named(att.measure).needs_values:
         parts.append(Text(NORM_NOTE, style="dim"))
     if att.part is not None:
         parts.append(Text(part_note(att), style="dim"))

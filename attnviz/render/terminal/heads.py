@@ -9,6 +9,7 @@ from rich.text import Text
 
 from ...corpus.detectors import top_heads
 from ...corpus.scan import ScanReport
+from ...measures.base import measure_named
 from ...result import Provenance
 from ...shape import head_label
 from . import provenance_line
@@ -42,7 +43,7 @@ def heads_table(
     if report.partial:
         parts.append(Text(f"PARTIAL: interrupted; these scores cover the first {report.texts} texts", style="bold"))
     parts.append(Text(summary_line(report, p), style="dim"))
-    if measure == "norm":
+    if measure_named(measure).needs_values:
         parts.append(Text(HEADS_NORM_NOTE, style="dim"))
     table = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
     table.add_column("detector", no_wrap=True)

@@ -62,7 +62,8 @@ def patch_view(result: PatchResult, *, top: int = 10, color: bool = True) -> Ren
         parts.append(Text("PARTIAL: interrupted; the heads not patched show –", style="bold"))
     parts.append(
         Text(
-            f"{result.model} · engine {result.engine} · {result.num_layers} layers × {result.num_heads} heads",
+            f"{result.model} · engine {result.engine} · {result.num_layers} layers"
+            + (f" × {result.num_heads} heads" if result.num_heads else ""),
             style="dim",
         )
     )
@@ -75,12 +76,18 @@ def patch_view(result: PatchResult, *, top: int = 10, color: bool = True) -> Ren
             style="dim",
         )
     )
+    values, columns, cell_what = result.grid()
+    rows = [f"L{layer}" for layer in range(values.shape[0])]
+    if result.axes == ("layer", "position"):  # tokens down, layers across (causal tracing's figure)
+        values, rows, columns = values.T, [f"{label} ({p})" for label, p in zip(columns, result.positions)], rows
     grid = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold", padding=(0, 0, 0, 1))
     grid.add_column("", justify="right", no_wrap=True)
-    for head in range(result.num_heads):
-        grid.add_column(f"H{head}", justify="center", no_wrap=True)
-    for layer in range(result.num_layers):
-        grid.add_row(f"L{layer}", *(_cell(result.effect[layer, head], color) for head in range(result.num_heads)))
+    for label in columns:
+        grid.add_column(label, justify="center", no_wrap=True)
+    for row, line in zip(rows, values):
+        grid.add_row(row, *(_cell(float(v), color) for v in line))
+    if cell_what != "each head's effect":
+        parts.append(Text(f"cells: {cell_what}", style="dim"))
     parts.append(grid)
     scale = Text("scale: ")
     for v in (-1.0, -0.5, 0.0, 0.5, 1.0):
@@ -88,16 +95,17 @@ def patch_view(result: PatchResult, *, top: int = 10, color: bool = True) -> Ren
         scale.append(" ")
     scale.append(" effect (1 = the clean run's metric, 0 = the corrupted run's)", style="dim")
     parts.append(scale)
-    ranked = result.ranked(top)
+    ranked = result.ranked_units(top)
     if ranked:
+        noun = "heads" if result.axes == ("layer", "head") else "patches"
         table = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold", title_justify="left")
         table.add_column("rank", justify="right")
-        table.add_column("head", no_wrap=True)
+        table.add_column("head" if noun == "heads" else "patched", no_wrap=True)
         table.add_column("effect", justify="right")
         table.add_column(result.metric_label, justify="right")
-        for k, (layer, head, value, raw) in enumerate(ranked, 1):
-            table.add_row(str(k), f"L{layer}.H{head}", _cell(value, color), f"{raw + 0.0:.4g}")
-        parts.append(Text(f"top {len(ranked)} heads by |effect|:", style="bold"))
+        for k, (label, value, raw) in enumerate(ranked, 1):
+            table.add_row(str(k), label, _cell(value, color), f"{raw + 0.0:.4g}")
+        parts.append(Text(f"top {len(ranked)} {noun} by |effect|:", style="bold"))
         parts.append(table)
     for note in result.notes:
         parts.append(Text(note, style="dim"))

@@ -155,7 +155,7 @@ var attnvizCommon = (function () {
   }
   // The controls as the state has them; aggregate: a head-mean-like row is shown, so the head
   // select is off.
-  function syncControls(state, aggregate) {
+  function syncControls(state, aggregate, measures) {
     $("layer").value = String(state.slot);
     $("head").value = String(state.head);
     $("head").disabled = aggregate;
@@ -163,8 +163,26 @@ var attnvizCommon = (function () {
     $("opt-words").checked = state.words;
     $("opt-special").checked = state.hideSpecial;
     $("opt-mean").checked = state.mean;
-    $("opt-norm").checked = state.measure === "norm";
-    $("legend-label").textContent = state.measure === "norm" ? "norm share" : "weight";
+    $("opt-norm").checked = state.measure !== measures.first;
+    $("legend-label").textContent = measures.legend(state.measure);
+  }
+  // --- measures ------------------------------------------------------------------------
+  // data.measures: the page's measures by name, each {name, label, share_label, sums_to_one}
+  // as attnviz.measures.base writes them. The first is the weights; a second, when the page
+  // carries one (data.norms), is what the measure toggle shows. The scripts read these
+  // properties and never test a measure's name.
+  function pageMeasures(data) {
+    var weights = { name: "weight", label: "weight", share_label: "weight", sums_to_one: true };
+    var byName = data.measures || { weight: weights }; // a page written before measures were objects
+    var names = Object.keys(byName);
+    var of = function (name) { return byName[name] || byName[names[0]]; };
+    return {
+      first: names[0],
+      second: names.length > 1 ? names[1] : null,
+      of: of,
+      shares: function (name) { return !of(name).sums_to_one; }, // rows drawn as each row's shares
+      legend: function (name) { var m = of(name); return m.sums_to_one ? m.label : m.share_label; },
+    };
   }
   function ownKey(ev) { // a key the page's shortcuts may take: not typed into a control, no modifier
     var t = ev.target && ev.target.tagName;
@@ -177,5 +195,35 @@ var attnvizCommon = (function () {
     showTip: showTip, hideTip: hideTip, fmt: fmt,
     sentence: sentence, provenance: provenance, legend: legend,
     headChips: headChips, viewTabs: viewTabs, showView: showView, syncControls: syncControls, ownKey: ownKey,
+    pageMeasures: pageMeasures,
   };
+})();
+
+// In a frame (a notebook cell's iframe, the widget's), the page tells its parent how tall it
+// is, so the frame can grow to show all of it, footer included: a sandboxed srcdoc page has an
+// opaque origin, its parent cannot read its height, and a message is the one way out. Only
+// the height goes out ({attnviz: "height", height: px}); the parent's listener
+// (attnviz.render.notebook, widget.js) matches the frame by its window. Nothing else is sent.
+(function () {
+  "use strict";
+  if (window.parent === window || typeof window.parent.postMessage !== "function") return;
+  var last = -1;
+  function report() {
+    var body = document.body;
+    if (!body) return;
+    // The body's bottom edge and margin, not documentElement.scrollHeight (never less than
+    // the frame, so it could not shrink), plus a horizontal scroll bar's thickness if any.
+    var h = Math.ceil(body.getBoundingClientRect().bottom + window.scrollY
+      + (parseFloat(getComputedStyle(body).marginBottom) || 0)
+      + (window.innerHeight - document.documentElement.clientHeight));
+    if (h === last) return;
+    last = h;
+    window.parent.postMessage({ attnviz: "height", height: h }, "*");
+  }
+  if (typeof ResizeObserver === "function") {
+    var watch = function () { new ResizeObserver(report).observe(document.body || document.documentElement); };
+    if (document.body) watch(); else document.addEventListener("DOMContentLoaded", watch);
+  }
+  window.addEventListener("load", report);
+  document.addEventListener("DOMContentLoaded", report);
 })();

@@ -105,7 +105,7 @@
   //   4. the norm measure: each row of 1-3 (raw norms, special tokens set aside but not
   //      renormalised) divided by its sum, its shares (as the full page and transforms.shares).
   var rowCache = new Map();
-  function norm() { return state.measure === "norm" && WN !== null; }
+  function norm() { return MS.shares(state.measure) && WN !== null; }
   function unitRow(slot, head, a, o) { // Float32Array (U) or null: what the views draw
     var raw = rawUnitRow(slot, head, a, o);
     if (raw === null || !norm()) return raw;
@@ -239,6 +239,7 @@
 
   // Shared helpers (common.js, inlined before this script): colour, canvas, tooltip, header, chips.
   var C = attnvizCommon, $ = C.$, MASKED = C.MASKED, rgb = C.rgb, headColour = C.headColour;
+  var MS = C.pageMeasures(DATA); // the page's measures: their properties, never their names
   var FONT = C.FONT, sized = C.sized, textWidth = C.textWidth, heatmap = C.heatmap;
   var showTip = C.showTip, hideTip = C.hideTip, fmt = C.fmt;
   function headName(h) { return h === "mean" ? "mean" : DATA.heads[h]; }
@@ -252,7 +253,7 @@
     words: !!DATA.initial.words,
     hideSpecial: !!DATA.initial.hideSpecial,
     mean: !!DATA.initial.mean,
-    measure: DATA.initial.measure === "norm" && DATA.norms ? "norm" : "weight",
+    measure: MS.second !== null && DATA.initial.measure === MS.second && DATA.norms ? MS.second : MS.first,
     pinned: DATA.initial.query, // a token position with a stored row
     hover: null, // unit index under the pointer, head view (a query unit)
   };
@@ -316,7 +317,7 @@
     $("opt-special").addEventListener("change", function (e) { state.hideSpecial = e.target.checked; state.hover = null; render(); });
     $("opt-mean").addEventListener("change", function (e) { state.mean = e.target.checked; render(); });
     $("opt-norm-field").hidden = !WN;
-    $("opt-norm").addEventListener("change", function (e) { state.measure = e.target.checked && WN ? "norm" : "weight"; render(); });
+    $("opt-norm").addEventListener("change", function (e) { state.measure = e.target.checked && WN ? MS.second : MS.first; render(); });
     C.viewTabs(setView);
     C.headChips(DATA.heads, state, render);
     document.addEventListener("keydown", keys);
@@ -673,7 +674,7 @@
   function render() {
     C.showView(state.view);
     $("tab-matrix").classList.toggle("tab-off", matrixOf[state.slot] === undefined);
-    C.syncControls(state, state.mean); // state.measure is "norm" only when the page has norms
+    C.syncControls(state, state.mean, MS); // state.measure is the second only when the page has norms
     if (state.view === "head") renderHead();
     else if (state.view === "model") renderModel();
     else renderMatrix();

@@ -35,7 +35,7 @@
 
   function tokenMatrix(slot, head) { // (S, S): one head's per-token weights (or norms)
     var size = S * S, at = (slot * H + head) * size;
-    return (state.measure === "norm" && WN ? WN : W).subarray(at, at + size);
+    return (state.measure !== MS.first && WN ? WN : W).subarray(at, at + size);
   }
 
   // --- units: what the rows and columns are after the options ------------------------------
@@ -66,7 +66,7 @@
   //   4. the norm measure: each row of 1-3 (raw norms) divided by its sum, its shares.
   function headMatrix(slot, head, opts) {
     var M = rawMatrix(slot, head, opts);
-    if (state.measure !== "norm") return M;
+    if (!MS.shares(state.measure)) return M;
     var key = "shares/" + slot + "/" + head + "/" + (opts.words ? 1 : 0) + (opts.hideSpecial ? 1 : 0);
     if (cache.has(key)) return cache.get(key);
     var U = Math.round(Math.sqrt(M.length)), out = new Float32Array(M.length);
@@ -108,7 +108,7 @@
         var total = 0;
         for (k = 0; k < S; k++) if (!DATA.special[k]) total += A[q * S + k];
         // Norms are magnitudes: set aside, not renormalised (rule 4 makes the shares).
-        var scale = state.measure === "norm" ? 1 : total >= MIN_LEFT ? 1 / total : 0;
+        var scale = MS.shares(state.measure) ? 1 : total >= MIN_LEFT ? 1 / total : 0;
         for (k = 0; k < S; k++) B[q * S + k] = DATA.special[k] ? 0 : A[q * S + k] * scale;
       }
     }
@@ -141,6 +141,7 @@
 
   // Shared helpers (common.js, inlined before this script): colour, canvas, tooltip, header, chips.
   var C = attnvizCommon, $ = C.$, headColour = C.headColour;
+  var MS = C.pageMeasures(DATA); // the page's measures: their properties, never their names
   var FONT = C.FONT, sized = C.sized, textWidth = C.textWidth, heatmap = C.heatmap;
   var showTip = C.showTip, hideTip = C.hideTip, fmt = C.fmt;
   function headName(h) { return h === "mean" || h === "rollout" ? h : DATA.heads[h]; }
@@ -160,7 +161,7 @@
     hideSpecial: !!DATA.initial.hideSpecial,
     mean: !!DATA.initial.mean,
     rollout: !!(DATA.initial.rollout && WR),
-    measure: DATA.initial.measure === "norm" && DATA.norms ? "norm" : "weight",
+    measure: MS.second !== null && DATA.initial.measure === MS.second && DATA.norms ? MS.second : MS.first,
     pinned: DATA.initial.query, // token position of the pinned query (a piece of its unit)
     hover: null, // unit index under the pointer, head view
   };
@@ -209,8 +210,8 @@
     $("opt-rollout").addEventListener("change", function (e) { state.rollout = e.target.checked && !!WR; render(); });
     $("opt-norm-field").hidden = !WN;
     $("opt-norm").addEventListener("change", function (e) {
-      state.measure = e.target.checked && WN ? "norm" : "weight";
-      $("legend-label").textContent = state.measure === "norm" ? "norm share" : "weight";
+      state.measure = e.target.checked && WN ? MS.second : MS.first;
+      $("legend-label").textContent = MS.legend(state.measure);
       render();
     });
     C.viewTabs(setView);
@@ -638,7 +639,7 @@
   // --- render --------------------------------------------------------------------------
   function render() {
     C.showView(state.view);
-    C.syncControls(state, state.mean || state.rollout);
+    C.syncControls(state, state.mean || state.rollout, MS);
     $("opt-rollout").checked = state.rollout;
     if (state.view === "head") renderHead();
     else if (state.view === "model") renderModel();

@@ -42,6 +42,12 @@ function render({ model, el: root }) {
   var frame = el("iframe", { class: "attnviz-view", sandbox: "allow-scripts", title: "attnviz view",
     style: "width:100%;height:640px;border:1px solid #ddd;resize:vertical" });
   root.append(bar, error, frame);
+  // The page posts its height (assets/common.js); the frame takes it, so the footer shows.
+  window.addEventListener("message", function (e) {
+    var d = e.data;
+    if (e.source !== frame.contentWindow || !d || d.attnviz !== "height" || typeof d.height !== "number" || !isFinite(d.height)) return;
+    frame.style.height = Math.max(120, Math.min(20000, Math.ceil(d.height))) + "px";
+  });
 
   function sync() {
     if (document.activeElement !== text) text.value = model.get("text");

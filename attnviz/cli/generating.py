@@ -1,0 +1,220 @@
+"""--generate on show: the model writes a continuation, and each written token's attention
+is shown (attnviz/generation.py computes it; this module checks the options, streams the
+continuation to a terminal's stderr and prints the views)."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from ..engines import Engine
+    from ..generation import Generation
+
+GenerateOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--generate",
+        metavar="N",
+        help="Let a decoder write up to N tokens (greedy; stops at end-of-sequence) and show what each "
+        "written token attends to; --token may name a written word.",
+        show_default=False,
+    ),
+]
+SampleOpt = Annotated[bool, typer.Option("--sample", help="With --generate: sample instead of greedy.")]
+TemperatureOpt = Annotated[
+    float, typer.Option("--temperature", metavar="T", help="With --sample: divide the logits by T.")
+]
+TopPOpt = Annotated[
+    float, typer.Option("--top-p", metavar="P", help="With --sample: draw from the smallest set of tokens of mass P.")
+]
+SeedOpt = Annotated[
+    int | None, typer.Option("--seed", metavar="S", help="With --sample: the random seed.", show_default=False)
+]
+
+WRITTEN = "«{}»"  # how a written token is marked among keys and queries
+
+
+def check(count: int | None, sample: bool, temperature: float, top_p: float, seed: int | None, **others: bool) -> Any:
+    """The generation options against each other and against show's other outputs, before
+    any model work: the ``Sampling`` to use, or None without --generate."""
+    from ..errors import UsageError
+    from ..generation import Sampling
+
+    if count is None:
+        if sample or seed is not None or temperature != 1.0 or top_p != 1.0:
+            raise UsageError(
+                "--sample, --temperature, --top-p and --seed choose how --generate writes", hint="add --generate N"
+            )
+        return None
+    if count <= 0:
+        raise UsageError(
+            f"--generate {count}: the number of tokens to write must be at least 1", hint="e.g. --generate 20"
+        )
+    if not sample and (seed is not None or temperature != 1.0 or top_p != 1.0):
+        raise UsageError("--temperature, --top-p and --seed apply to sampling", hint="add --sample")
+    clash = [f"--{name.replace('_', '-')}" for name, on in others.items() if on]
+    if clash:
+        raise UsageError(
+            f"{', '.join(clash)} cannot be combined with --generate yet", hint="drop it, or drop --generate"
+        )
+    try:
+        return Sampling(sample, temperature, top_p, seed)
+    except UsageError as exc:
+        raise UsageError(f"--temperature/--top-p: {exc.message}", hint=exc.hint) from None
+
+
+def asked(count: int | None, sample: bool, temperature: float, top_p: float, seed: int | None) -> bool:
+    """Whether any generation option was given."""
+    return count is not None or sample or seed is not None or temperature != 1.0 or top_p != 1.0
+
+
+def show(
+    text: Any,
+    model: Any,
+    reading: Any,
+    second: Any,
+    ablation: Any,
+    layer: str,
+    token: list[str] | None,
+    json_out: bool,
+    top_keys: int | None,
+    others: dict[str, Any],
+    options: tuple[int | None, bool, float, float, int | None],
+) -> None:
+    """show --generate: the options checked before any model work, then ``run``."""
+    count = options[0]
+    sampling = check(
+        *options,
+        **{name: value not in (None, False) for name, value in others.items()},
+        ablate=ablation.ablate,
+        target_text=second.decoder_text() is not None,
+        pair=bool(second.pair),
+        words=reading.words,
+        hide_special=reading.hide_special,
+        heads=bool(reading.heads),
+        rollout=reading.rollout,
+        layers_mean=reading.layers_mean,
+        measure=reading.measure_name != "weight",
+    )
+    assert count is not None and sampling is not None  # check refuses the options without --generate
+    model.budget()  # checks --max-memory
+    sentence = text.read()
+    run(model.load(sentence), sentence, count, sampling, layer, token, json_out, top_keys)
+
+
+def run(
+    eng: Engine,
+    sentence: str,
+    count: int,
+    sampling: Any,
+    layer: str,
+    token: list[str] | None,
+    json_out: bool,
+    top_keys: int | None,
+) -> None:
+    """Generate and print: the continuation, then the per-step view (or --token's)."""
+    from ..errors import UsageError
+    from ..generation import check_request, generate
+    from ..select import parse_layers
+
+    tokens = eng.tokenize(sentence)
+    try:
+        check_request(eng, tokens, count)
+    except UsageError as exc:
+        raise UsageError(f"--generate {count}: {exc.message}", hint=exc.hint) from None
+    layers = parse_layers(layer, eng.shape.num_layers, eng.shape.attention_layers)
+    stream = sys.stderr.isatty() and not json_out
+    if stream:
+        sys.stderr.write(f"writing: {sentence.strip()}")
+
+    def show_token(_: int, label: str) -> None:
+        sys.stderr.write(f" {label}")
+        sys.stderr.flush()
+
+    gen = generate(eng, tokens, count, layers=layers, sampling=sampling, on_token=show_token if stream else None)
+    if stream:
+        sys.stderr.write("\n")
+    labels = [_label(eng, i) for i in tokens.ids] + [WRITTEN.format(p) for p in gen.pieces]
+    if json_out:
+        from .output import emit_json
+
+        emit_json(document(gen, labels))
+    else:
+        from .common import stdout_console
+
+        console = stdout_console()
+        for line in lines(gen, labels, token, top_keys or 3):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if gen.partial:
+        raise typer.Exit(130)
+
+
+def _label(eng: Engine, index: int) -> str:
+    from ..tokens import vocab_label
+
+    return vocab_label(eng.tokenizer, index)
+
+
+def document(gen: Generation, labels: list[str]) -> dict[str, Any]:
+    """The JSON document: the continuation and each written token's rows (layers × heads × keys)."""
+    return {
+        "prompt": gen.prompt.text,
+        "continuation": gen.text,
+        "written": gen.pieces,
+        "written_ids": gen.ids,
+        "stopped": gen.stopped,
+        "partial": gen.partial,
+        "layers": list(gen.layers),
+        "tokens": labels,
+        "given": len(gen.prompt.ids),
+        "steps": [
+            {"position": p, "token": gen.pieces[i], "rows": gen.rows[i].tolist()} for i, p in enumerate(gen.positions)
+        ],
+    }
+
+
+def lines(gen: Generation, labels: list[str], token: list[str] | None, top: int) -> list[str]:
+    """The terminal view: the continuation, then per written token and layer each head's
+    strongest key; with ``token``, that written token's ``top`` strongest keys per head."""
+    from ..errors import TokenNotFoundError
+
+    given = len(gen.prompt.ids)
+    out = [
+        f"prompt:       {gen.prompt.text.strip()}",
+        f"continuation: {gen.text.strip()}"
+        + (f"   (partial: interrupted after {len(gen.ids)} tokens)" if gen.partial else f"   (stopped: {gen.stopped})"),
+        f"{given} tokens given, {len(gen.ids)} written ({WRITTEN.format('like this')}); weights of each written "
+        "token's query, per head (h), layer (L)",
+    ]
+    steps = list(range(len(gen.ids)))
+    if token:
+        wanted = [w.lower() for w in token]
+        steps = [i for i in steps if gen.pieces[i].lower().lstrip("#") in wanted]
+        if not steps:
+            raise TokenNotFoundError(
+                f"no written token is {', '.join(token)!s}: the model wrote {' '.join(gen.pieces)}",
+                hint="name one of the written words with --token, or drop --token for every step",
+            )
+    for i in steps:
+        rows = gen.rows[i]  # (layers, H, S)
+        out.append("")
+        out.append(f"{WRITTEN.format(gen.pieces[i])} at position {given + i}:")
+        for slot, layer in enumerate(gen.layers):
+            if token:
+                for h in range(rows.size(1)):
+                    weights, keys = rows[slot, h].topk(min(top, rows.size(-1)))
+                    cells = "  ".join(
+                        f"{labels[k]} {w:.2f}" for w, k in zip(weights.tolist(), keys.tolist(), strict=True)
+                    )
+                    out.append(f"  L{layer} h{h}  {cells}")
+                continue
+            weights, keys = rows[slot].max(dim=-1)  # (H,)
+            cells = "  ".join(
+                f"h{h} {labels[k]} {w:.2f}"
+                for h, (w, k) in enumerate(zip(weights.tolist(), keys.tolist(), strict=True))
+            )
+            out.append(f"  L{layer}  {cells}")
+    return out

@@ -1,0 +1,350 @@
+"""Generation with attention: a decoder writes a continuation, and each written token's
+weight rows (its query over the prompt and what was written before it) are kept.
+
+The own engine runs its stack with a key/value cache (nn/cache.py): the prompt once
+through the fused path (no rows), then one token at a time, each step's query row computed
+exactly for the asked layers. The hf engine runs transformers' own ``generate`` with eager
+attention and ``output_attentions``. Either way, ``Generation.rows[i]`` is what one full
+pass over the prompt and the first i+1 written tokens gives as the rows of written token i.
+
+Greedy by default (the top logit, as ``generate(do_sample=False)``); ``Sampling`` draws
+from the temperature-scaled, top-p-truncated distribution with a seeded generator.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import UnsupportedArchitectureError, UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+    from .engines import Engine
+    from .tokens import Tokens
+
+# Decoder families whose own-engine generation is proved token for token against
+# transformers' generate and row for row against full passes (tests/test_generate.py).
+# Others are refused, not answered wrongly: a family with state besides keys and values
+# (Qwen3-Next's linear attention) or untested position rules.
+CACHED_FAMILIES = frozenset(
+    {
+        "apertus",
+        "arcee",
+        "bloom",
+        "cohere",
+        "cohere2",
+        "deepseek_v2",
+        "deepseek_v3",
+        "dots1",
+        "ernie4_5",
+        "ernie4_5_moe",
+        "exaone4",
+        "falcon",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "glm",
+        "glm4",
+        "glm4_moe",
+        "glm4_moe_lite",
+        "gpt2",
+        "gpt_bigcode",
+        "gpt_neo",
+        "gpt_neox",
+        "gpt_oss",
+        "gptj",
+        "granite",
+        "hunyuan_v1_dense",
+        "hunyuan_v1_moe",
+        "llama",
+        "llama4_text",
+        "ministral3",
+        "mistral",
+        "mixtral",
+        "olmo",
+        "olmo2",
+        "olmo3",
+        "olmoe",
+        "opt",
+        "phi",
+        "phi3",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "seed_oss",
+        "smollm3",
+        "stablelm",
+        "starcoder2",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the next token is chosen: greedy (``sample`` False), or drawn from
+    softmax(logits / temperature) cut to the smallest set of tokens whose probability
+    reaches ``top_p``, with a generator seeded by ``seed``."""
+
+    sample: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.temperature > 0 and math.isfinite(self.temperature)):
+            raise UsageError(f"temperature {self.temperature} must be a positive number", hint="e.g. 0.7")
+        if not 0 < self.top_p <= 1:
+            raise UsageError(f"top-p {self.top_p} must lie in (0, 1]", hint="e.g. 0.9")
+
+
+GREEDY = Sampling()
+
+
+@dataclass
+class Generation:
+    """A continuation and its tokens' attention.
+
+    Attributes:
+        prompt: the given tokens (P of them).
+        ids, pieces: the written tokens' ids and labels (N of them).
+        text: the continuation as the tokenizer decodes it.
+        layers: the model layers the rows are of.
+        rows: per written token i, (layers, H, P + i + 1) float32: its query's weights over
+            every token up to itself.
+        stopped: "eos", "length" (N tokens written) or "interrupted" (Ctrl-C: partial).
+    """
+
+    prompt: Tokens
+    ids: list[int] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)
+    text: str = ""
+    layers: tuple[int, ...] = ()
+    rows: list[Any] = field(default_factory=list)
+    stopped: str = "length"
+
+    @property
+    def partial(self) -> bool:
+        return self.stopped == "interrupted"
+
+    @property
+    def positions(self) -> list[int]:
+        """The written tokens' positions in prompt + continuation."""
+        start = len(self.prompt.ids)
+        return list(range(start, start + len(self.ids)))
+
+
+OnToken = Callable[[int, str], None]
+
+
+def check_request(engine: Engine, tokens: Tokens, count: int) -> None:
+    """Refuse, before any generation, what cannot be answered: N ≤ 0, a model that does not
+    write (an encoder, an encoder-decoder), a prompt plus N past the model's positions."""
+    if count <= 0:
+        raise UsageError(f"{count} tokens to write: the number must be at least 1", hint="ask for 1 or more tokens")
+    if not engine.shape.causal or getattr(engine, "parts", None):
+        raise UsageError(
+            f"{engine.files.model_type} is not a decoder: it does not write text",
+            hint="generation needs a causal language model (GPT-2, Llama, ...)",
+        )
+    limit = engine.max_positions
+    if limit is not None and len(tokens.ids) + count > limit:
+        raise UsageError(
+            f"the prompt's {len(tokens.ids)} tokens plus {count} to write pass the model's {limit} positions",
+            hint=f"write at most {max(limit - len(tokens.ids), 0)} tokens, or shorten the prompt",
+        )
+
+
+def eos_ids(config: dict[str, Any]) -> set[int]:
+    """The end-of-sequence ids of a config (one id or a list)."""
+    eos = config.get("eos_token_id")
+    if eos is None:
+        return set()
+    return {int(e) for e in eos} if isinstance(eos, list) else {int(eos)}
+
+
+def choose(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> int:
+    """The next token from (V,) float32 logits."""
+    import torch
+
+    if not sampling.sample:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits / sampling.temperature, dim=-1)  # (V,)
+    if sampling.top_p < 1:
+        ordered, order = torch.sort(probs, descending=True)  # (V,)
+        before = torch.cumsum(ordered, dim=0) - ordered  # mass of the tokens ranked above each
+        ordered = ordered.masked_fill(before >= sampling.top_p, 0.0)  # the top token always stays
+        probs = torch.zeros_like(probs).scatter_(0, order, ordered)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def generate(
+    engine: Engine,
+    tokens: Tokens,
+    count: int,
+    *,
+    layers: Sequence[int] | None = None,
+    sampling: Sampling = GREEDY,
+    on_token: OnToken | None = None,
+) -> Generation:
+    """Write up to ``count`` tokens after ``tokens`` (stopping at end-of-sequence) and keep
+    each written token's rows in ``layers`` (default every layer). ``on_token(id, label)``
+    is called as each token is chosen (streaming). Ctrl-C returns what was written, partial."""
+    check_request(engine, tokens, count)
+    chosen = tuple(engine.shape.layers if layers is None else layers)
+    result = Generation(prompt=tokens, layers=chosen)
+    run = _generate_hf if engine.name == "hf" else _generate_own
+    try:
+        run(engine, tokens, count, chosen, sampling, on_token, result)
+    except KeyboardInterrupt:
+        result.stopped = "interrupted"
+        # A token chosen but not yet fed has no rows: keep tokens and rows in step.
+        del result.ids[len(result.rows) :], result.pieces[len(result.rows) :]
+    result.text = engine.tokenizer.decode(result.ids, skip_special_tokens=False)
+    return result
+
+
+def _label(engine: Engine, token: int) -> str:
+    from .tokens import vocab_label
+
+    return vocab_label(engine.tokenizer, token)
+
+
+def _lm_head(engine: Engine) -> Any:
+    from .measures.lm import load_lm_head
+
+    lm = load_lm_head(engine)
+    if lm is None or lm.kind != "causal":
+        raise UsageError(
+            f"{engine.files.path} has no language-model head: it cannot write text",
+            hint="generation needs a checkpoint saved from a *ForCausalLM class",
+        )
+    return lm
+
+
+def _generate_own(
+    engine: Engine,
+    tokens: Tokens,
+    count: int,
+    layers: tuple[int, ...],
+    sampling: Sampling,
+    on_token: OnToken | None,
+    result: Generation,
+) -> None:
+    import torch
+
+    from .architectures.decoder import DecoderModel
+    from .nn.cache import KVCache
+
+    model = getattr(engine, "model", None)
+    family = engine.files.model_type
+    if not isinstance(model, DecoderModel) or family not in CACHED_FAMILIES or model.attention_layers:
+        raise UnsupportedArchitectureError(
+            f"the own engine does not generate with {family} yet",
+            hint="the hf engine generates with transformers' own generate",
+        )
+    lm = _lm_head(engine)
+    eos = eos_ids(engine.files.config)
+    generator = None
+    if sampling.sample:
+        generator = torch.Generator(device=engine.device)
+        generator.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
+    ids = torch.tensor([tokens.ids], dtype=torch.long, device=engine.device)  # (1, P)
+    cache = KVCache(model.num_layers)
+    with torch.inference_mode():
+        # 1. The prompt, once, through the fused path: no weight rows.
+        out = model(ids, layers=(), queries=(), fused=True, cache=cache)
+        for _ in range(count):
+            # 2. The next token from the last position's logits.
+            token = choose(lm.logits(out.hidden_states[0, -1]), sampling, generator)
+            result.ids.append(token)
+            result.pieces.append(_label(engine, token))
+            if on_token is not None:
+                on_token(token, result.pieces[-1])
+            # 3. Fed back: its query's rows (B=1, H, 1, S) in the asked layers, and the
+            #    hidden state the next choice reads.
+            ids = torch.cat((ids, ids.new_tensor([[token]])), dim=1)  # (1, S)
+            out = model(ids, layers=set(layers), queries=(0,), fused=True, cache=cache)
+            result.rows.append(torch.stack([out.attentions[n][0, :, 0] for n in layers]).float())  # (layers, H, S)
+            if token in eos:
+                result.stopped = "eos"
+                break
+
+
+def _generate_hf(
+    engine: Engine,
+    tokens: Tokens,
+    count: int,
+    layers: tuple[int, ...],
+    sampling: Sampling,
+    on_token: OnToken | None,
+    result: Generation,
+) -> None:
+    """transformers' own generate with eager attention; the last written token's rows from
+    one more cached call (generate stops before feeding it)."""
+    import torch
+
+    model = _causal_lm(engine)
+    eos = eos_ids(engine.files.config)
+    ids = torch.tensor([tokens.ids], dtype=torch.long, device=engine.device)
+    options: dict[str, Any] = {"do_sample": sampling.sample}
+    if sampling.sample:
+        torch.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
+        options.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=None)
+    pad = engine.files.config.get("pad_token_id")
+    with torch.inference_mode():
+        out = model.generate(
+            ids,
+            max_new_tokens=count,
+            min_new_tokens=0,
+            output_attentions=True,
+            return_dict_in_generate=True,
+            pad_token_id=pad if pad is not None else (min(eos) if eos else 0),
+            eos_token_id=sorted(eos) or None,
+            **options,
+        )
+        written = out.sequences[0, ids.size(1) :].tolist()
+        steps = list(out.attentions)  # step 0: the prompt; step t: written token t-1 as query
+        if written:
+            last = model(input_ids=out.sequences[:, -1:], past_key_values=out.past_key_values, output_attentions=True)
+            steps.append(last.attentions)
+    for i, token in enumerate(written):
+        result.ids.append(int(token))
+        result.pieces.append(_label(engine, int(token)))
+        if on_token is not None:
+            on_token(int(token), result.pieces[-1])
+        step, keys = steps[i + 1], len(tokens.ids) + i + 1
+        # A sliding-window layer's cache keeps only the window's keys: the keys before it
+        # have weight 0, put back in front so that every row spans positions 0..S-1.
+        rows = [torch.nn.functional.pad(step[n][0, :, -1], (keys - step[n].size(-1), 0)) for n in layers]
+        result.rows.append(torch.stack(rows).float())  # (layers, H, S)
+    if written and written[-1] in eos:
+        result.stopped = "eos"
+
+
+def _causal_lm(engine: Engine) -> Any:
+    """transformers' *ForCausalLM of the checkpoint, eager attention (the hf engine holds
+    the base model, which has no head to write with)."""
+    import contextlib
+    import io
+    import warnings
+
+    from transformers import AutoModelForCausalLM
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = AutoModelForCausalLM.from_pretrained(
+                str(engine.files.path), attn_implementation="eager", experts_implementation="eager", dtype=engine.dtype
+            )
+    except Exception as exc:
+        raise UsageError(
+            f"transformers cannot load {engine.files.path} as a language model: {str(exc).splitlines()[0]}",
+            hint="generation needs a checkpoint saved from a *ForCausalLM class",
+        ) from exc
+    moved: Any = model.to(engine.device)  # type: ignore[arg-type]
+    return moved.eval()
