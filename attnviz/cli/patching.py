@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -146,10 +146,7 @@ def patch(
     restores (denoise) or destroys (noise): 0 = the corrupted run, 1 = the clean one.
     """
     with errors(debug):
-        from ..errors import UsageError
         from ..io.safeio import check_text
-        from ..render import IMAGE_FORMATS
-        from ..result import check_writable
 
         # Before any model work: the texts, the files, the token query, the metric's answers.
         check_text(clean, "the clean text")
@@ -157,20 +154,8 @@ def patch(
             _attribute(clean, corrupted, answer, wrong, token, occurrence, index, lens_top, top,
                        model, engine.value, device, dtype.value, json_out, no_pager)  # fmt: skip
             return
-        if corrupted is None:
-            raise UsageError("patch needs a corrupted prompt beside the clean one", reason="patch_pair")
-        check_text(corrupted, "the corrupted text")
-        if npz is not None:
-            check_writable(npz, (".npz",))
-        if output is not None:
-            check_writable(output, IMAGE_FORMATS)
+        pair = _check_pair(corrupted, answer, wrong, metric, npz, output)
         query = query_from(token, occurrence, index, required=False)
-        if wrong is not None and answer is None:
-            raise UsageError("--wrong goes with --answer", reason="patch_answer")
-        if metric in (PatchMetric.logit_diff,) and (answer is None or wrong is None):
-            raise UsageError("--metric logit-diff needs --answer and --wrong", reason="patch_answer")
-        if metric in (PatchMetric.prob, PatchMetric.logprob) and answer is None:
-            raise UsageError(f"--metric {metric.value} needs --answer", reason="patch_answer")
         limit = budget(max_memory)
         from ..engines import cpu_threads_for, load_engine
         from ..measures.ablation import batch_size
@@ -179,7 +164,7 @@ def patch(
 
         eng = load_engine(engine.value, model, device, dtype.value)
         # The alignment and the token before the passes: a refusal costs no forward pass.
-        a, b = eng.tokenize(clean), eng.tokenize(corrupted)
+        a, b = eng.tokenize(clean), eng.tokenize(pair)
         align(a.ids, b.ids, a.labels, b.labels)
         layers = parse_layers(layer, eng.num_layers, eng.shape.layers)
         batch = batch_size(eng, max(len(a), len(b)), limit)
@@ -190,7 +175,7 @@ def patch(
             result = patch_texts(
                 eng,
                 clean,
-                corrupted,
+                pair,
                 answer=answer,
                 wrong=wrong,
                 metric=None if metric is None else metric.value,
@@ -202,31 +187,67 @@ def patch(
                 site=site.value,
                 by_position=by_position,
             )
-        if npz is not None:
-            from ..measures.patching import save_npz
+        _report(result, npz, output, json_out, no_pager, top)
 
-            save_npz(result, npz)
-        missing: tuple[str, ...] = ()
-        if output is not None:
-            from ..render.image import save_figure
-            from ..render.image.patching import patch_figure
 
-            missing = save_figure(patch_figure(result), output)
-        if json_out:
-            from .output import emit
+def _check_pair(
+    corrupted: str | None,
+    answer: str | None,
+    wrong: str | None,
+    metric: PatchMetric | None,
+    npz: Path | None,
+    output: Path | None,
+) -> str:
+    """patch's checks before any model work: the corrupted text, the files, the metric's
+    answers. Returns the corrupted text."""
+    from ..errors import UsageError
+    from ..io.safeio import check_text
+    from ..render import IMAGE_FORMATS
+    from ..result import check_writable
 
-            emit(json.dumps(result.to_dict(), ensure_ascii=False), json=True)
-        else:
-            from ..render.terminal import paged, uses_colour
-            from ..render.terminal.patching import patch_view
+    if corrupted is None:
+        raise UsageError("patch needs a corrupted prompt beside the clean one", reason="patch_pair")
+    check_text(corrupted, "the corrupted text")
+    if npz is not None:
+        check_writable(npz, (".npz",))
+    if output is not None:
+        check_writable(output, IMAGE_FORMATS)
+    if wrong is not None and answer is None:
+        raise UsageError("--wrong goes with --answer", reason="patch_answer")
+    if metric in (PatchMetric.logit_diff,) and (answer is None or wrong is None):
+        raise UsageError("--metric logit-diff needs --answer and --wrong", reason="patch_answer")
+    if metric in (PatchMetric.prob, PatchMetric.logprob) and answer is None:
+        raise UsageError(f"--metric {metric.value} needs --answer", reason="patch_answer")
+    return corrupted
 
-            console = stdout_console()
-            with paged(console, not no_pager):
-                console.print(patch_view(result, top=top, color=uses_colour(console)))
-        if npz is not None:
-            wrote(npz)
-        if output is not None:
-            wrote(output, missing)
+
+def _report(result: Any, npz: Path | None, output: Path | None, json_out: bool, no_pager: bool, top: int) -> None:
+    """Write patch's files (npz, the figure), then its JSON or its terminal view."""
+    if npz is not None:
+        from ..measures.patching import save_npz
+
+        save_npz(result, npz)
+    missing: tuple[str, ...] = ()
+    if output is not None:
+        from ..render.image import save_figure
+        from ..render.image.patching import patch_figure
+
+        missing = save_figure(patch_figure(result), output)
+    if json_out:
+        from .output import emit
+
+        emit(json.dumps(result.to_dict(), ensure_ascii=False), json=True)
+    else:
+        from ..render.terminal import paged, uses_colour
+        from ..render.terminal.patching import patch_view
+
+        console = stdout_console()
+        with paged(console, not no_pager):
+            console.print(patch_view(result, top=top, color=uses_colour(console)))
+    if npz is not None:
+        wrote(npz)
+    if output is not None:
+        wrote(output, missing)
 
 
 def _attribute(
