@@ -19,8 +19,9 @@ from attnviz.engines import load_engine
 from attnviz.errors import UsageError
 from attnviz.example import EXAMPLE, EXAMPLE_PAIR
 from attnviz.io.models import resolve
+from attnviz.measures.alignment import align
 from attnviz.measures.lm import load_lm_head
-from attnviz.measures.patching import Metric, align, answer_id, patch_heads
+from attnviz.measures.patching import Metric, answer_id, patch_heads
 from tests.builders import SPECS_BY_NAME, save_tiny
 
 TOL = 1e-5

@@ -159,7 +159,7 @@ def patch(
         limit = budget(max_memory)
         from ..engines import cpu_threads_for, load_engine
         from ..measures.ablation import batch_size
-        from ..measures.patching import align
+        from ..measures.alignment import align
         from ..select import parse_layers
 
         eng = load_engine(engine.value, model, device, dtype.value)
