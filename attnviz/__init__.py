@@ -177,7 +177,7 @@ def _generate(
     from .select import parse_layers
 
     if isinstance(count, bool) or not isinstance(count, int):
-        raise UsageError(f"inspect(): generate must be an int or None, not {type(count).__name__}", reason="type")
+        raise UsageError(f"inspect(): generate must be an int or None, not {type(count).__name__}", reason=Reason.TYPE)
     if count <= 0:
         raise UsageError(f"inspect(): generate={count}: the number of tokens to write must be at least 1")
     sampling = Sampling(sample, temperature, top_p, seed)
@@ -223,9 +223,11 @@ def _ablation_mode(ablate: bool | str, queries: Sequence[object], rollout: bool)
         return None
     mode = "zero" if ablate is True else ablate
     if mode not in ("zero", "mean"):
-        raise UsageError(f"inspect(): ablate must be True, False, 'zero' or 'mean', not {ablate!r}", reason="type")
+        raise UsageError(f"inspect(): ablate must be True, False, 'zero' or 'mean', not {ablate!r}", reason=Reason.TYPE)
     if not queries:
-        raise UsageError("ablating measures the heads' effect at a token: give token= or index=", reason="no_query")
+        raise UsageError(
+            "ablating measures the heads' effect at a token: give token= or index=", reason=Reason.NO_QUERY
+        )
     if rollout:
         raise UsageError("rollout's rows are not heads: there is nothing to ablate")
     return mode
@@ -320,7 +322,7 @@ def patch(
 
     for name, value in (("clean", clean), ("corrupted", corrupted)):
         if not isinstance(value, str):
-            raise UsageError(f"patch(): {name} must be a str, not {type(value).__name__}", reason="type")
+            raise UsageError(f"patch(): {name} must be a str, not {type(value).__name__}", reason=Reason.TYPE)
         check_text(value, f"the {name} text")
     query = Query.maybe(token, occurrence, index)
     eng = load_engine(engine, model, device, dtype)
@@ -372,7 +374,7 @@ def attribute(
     from .select import Query
 
     if not isinstance(text, str):
-        raise UsageError(f"attribute(): text must be a str, not {type(text).__name__}", reason="type")
+        raise UsageError(f"attribute(): text must be a str, not {type(text).__name__}", reason=Reason.TYPE)
     check_text(text)
     query = Query.maybe(token, occurrence, index)
     eng = load_engine(engine, model, device, dtype)
@@ -390,7 +392,7 @@ def _check_arguments(given: dict[str, object]) -> None:
     def refuse(name: str, wanted: str) -> None:
         value = given[name]
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:39] + "…"
-        raise UsageError(f"inspect(): {name} must be {wanted}, not {type(value).__name__} {shown}", reason="type")
+        raise UsageError(f"inspect(): {name} must be {wanted}, not {type(value).__name__} {shown}", reason=Reason.TYPE)
 
     def whole(value: object) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)

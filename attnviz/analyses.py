@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from .errors import Reason, UsageError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -279,7 +279,7 @@ def _explain_precheck(
     mistake here costs no model load. Returns the files and the tokenizer (the engine's)."""
     from .architectures import family
     from .engines import score_terms
-    from .errors import UnsupportedArchitectureError
+    from .errors import Reason, UnsupportedArchitectureError
     from .io.checkpoint import config_layers
     from .io.models import resolve
     from .io.safeio import check_text
@@ -293,7 +293,7 @@ def _explain_precheck(
         family(config)
     except UnsupportedArchitectureError as exc:
         raise UsageError(
-            f"explain reads attnviz's own attention modules: {exc.message}", reason="explain_family"
+            f"explain reads attnviz's own attention modules: {exc.message}", reason=Reason.EXPLAIN_FAMILY
         ) from None
     check_family(files.model_type, score_terms(files))
     layers = config_layers(config)
@@ -416,9 +416,9 @@ def scan(
     elif corpus is not None:
         texts = list(corpus)
         if not all(isinstance(t, str) for t in texts):
-            raise UsageError("scan(): corpus must be a path or a list of str", reason="type")
+            raise UsageError("scan(): corpus must be a path or a list of str", reason=Reason.TYPE)
     if corpus is None and probe is None and pairs is None:
-        raise UsageError("no texts to scan: give a corpus, a probe or coreference pairs", reason="empty")
+        raise UsageError("no texts to scan: give a corpus, a probe or coreference pairs", reason=Reason.EMPTY)
     if corpus is not None and probe is not None:
         raise UsageError("give a corpus or a probe, not both")
     if probe is not None and probe not in PROBES:
@@ -473,7 +473,7 @@ def corpus_texts(
                 f"the probe's texts ({2 * probe_length} tokens + {specials} special) exceed this model's "
                 f"{limit} positions",
                 hint=f"use a probe length of {(limit - specials) // 2} or less",
-                reason="probe_length",
+                reason=Reason.PROBE_LENGTH,
                 longest=(limit - specials) // 2,
             )
         sources.append(induction_probe(eng.tokenizer, probe_texts, probe_length, seed))
@@ -534,7 +534,7 @@ def _query(token: str | None, occurrence: int | None, index: int | None) -> Quer
             return Query(word, n)
     query = Query.maybe(token, occurrence, index)
     if query is None:
-        raise UsageError("say which token: a word, or an index", reason="no_query")
+        raise UsageError("say which token: a word, or an index", reason=Reason.NO_QUERY)
     return query
 
 

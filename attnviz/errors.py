@@ -28,7 +28,7 @@ class Reason(StrEnum):
     A ``StrEnum``, so ``exc.reason == "missing"`` holds as well as ``exc.reason is
     Reason.MISSING``. The command line maps each to its flags and hint in one table
     (``attnviz.cli.hints.HINTS``); the library never names a flag. A raise may pass the
-    member or its value (``reason="missing"``); an unknown value is a ``ValueError`` there,
+    member or its value (``reason=Reason.MISSING``); an unknown value is a ``ValueError`` there,
     and tests/test_errors.py checks every ``reason=`` in the package names a member.
     """
 

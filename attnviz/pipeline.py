@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from .errors import EngineError, MeasureError, UsageError
+from .errors import EngineError, MeasureError, Reason, UsageError
 from .io.checkpoint import first_nonfinite_layer
 from .measures.base import measure_named
 from .result import Attention, Reading
@@ -75,7 +75,7 @@ class Selection:
             raise MeasureError(
                 "rollout multiplies attention weights through the layers; it is not defined for the norm measure",
                 hint="show the rollout with the weights, or the norms without rollout",
-                reason="norm_rollout",
+                reason=Reason.NORM_ROLLOUT,
                 measure=self.measure,
             )
         object.__setattr__(self, "queries", tuple(self.queries))
@@ -84,7 +84,7 @@ class Selection:
         for spec in self.targets:
             parse_target(spec)
         if self.part is not None and self.part not in PARTS:
-            raise UsageError(f"unknown part {self.part!r} (known: {', '.join(PARTS)})", reason="unknown_part")
+            raise UsageError(f"unknown part {self.part!r} (known: {', '.join(PARTS)})", reason=Reason.UNKNOWN_PART)
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def choose_part(engine: Engine, part: str | None, has_target: bool) -> str | Non
             one-stack model, or a decoder part without a decoder text.
     """
     if part is not None and part not in PARTS:
-        raise UsageError(f"unknown part {part!r} (known: {', '.join(PARTS)})", reason="unknown_part")
+        raise UsageError(f"unknown part {part!r} (known: {', '.join(PARTS)})", reason=Reason.UNKNOWN_PART)
     if not engine.parts:
         if part is not None:
             engine.part_shape(part)  # raises, naming the model
@@ -144,7 +144,7 @@ def choose_part(engine: Engine, part: str | None, has_target: bool) -> str | Non
         return "cross" if has_target else "encoder"
     if part != "encoder" and not has_target:
         raise UsageError(
-            f"{part} attention is the decoder's: it needs the decoder text (the target)", reason="no_target"
+            f"{part} attention is the decoder's: it needs the decoder text (the target)", reason=Reason.NO_TARGET
         )
     return part
 
@@ -159,7 +159,7 @@ def check_heads(heads: Sequence[int] | None, num_heads: int) -> None:
     if bad:
         raise UsageError(
             f"head {bad[0]} is out of range: this model has {num_heads} heads (0..{num_heads - 1})",
-            reason="head",
+            reason=Reason.HEAD,
             num_heads=num_heads,
         )
 
@@ -205,7 +205,7 @@ def plan(
         raise UsageError(
             "rollout multiplies the attention of every layer in turn, and this hybrid model's layers "
             f"{', '.join(str(n) for n in range(shape.num_layers) if n not in shape.layers)} have none to multiply",
-            reason="rollout_hybrid",
+            reason=Reason.ROLLOUT_HYBRID,
         )
     check_heads(selection.heads, shape.num_heads)
     groups = tuple(q.resolve(query_tokens, where) for q in selection.queries)
@@ -216,7 +216,7 @@ def plan(
         shared = taken & set(group)
         if shared:
             raise UsageError(
-                f"two query words share token {min(shared)}: each token can belong to one query", reason="overlap"
+                f"two query words share token {min(shared)}: each token can belong to one query", reason=Reason.OVERLAP
             )
         taken |= set(group)
     targets = find_targets(key_tokens, selection.targets, "the source" if part == "cross" else where)
@@ -326,7 +326,7 @@ def forward(
     query_tokens, key_tokens = tokens, None
     if part in ("decoder", "cross"):
         if target is None:
-            raise UsageError(f"{part} attention needs the decoder text", reason="no_target")
+            raise UsageError(f"{part} attention needs the decoder text", reason=Reason.NO_TARGET)
         query_tokens = target
         key_tokens = tokens if part == "cross" else None
     chosen = tuple(layers)

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import LayerError, TokenNotFoundError, UsageError
+from .errors import LayerError, Reason, TokenNotFoundError, UsageError
 from .measures.base import MEASURES as _MEASURES
 from .measures.base import measure_named
 from .shape import layer_list
@@ -57,23 +57,25 @@ class Query:
 
     def __post_init__(self) -> None:
         if self.word is not None and self.index is not None:
-            raise UsageError("a query is a word or a token index, not both", reason="word_and_index")
+            raise UsageError("a query is a word or a token index, not both", reason=Reason.WORD_AND_INDEX)
         if self.word is None and self.index is None:
-            raise UsageError("no query token given", reason="no_query")
+            raise UsageError("no query token given", reason=Reason.NO_QUERY)
         if self.occurrence is not None:
             if self.index is not None:
-                raise UsageError("an occurrence picks among a word's repeats, not a token index", reason="occ_index")
+                raise UsageError(
+                    "an occurrence picks among a word's repeats, not a token index", reason=Reason.OCC_INDEX
+                )
             if self.occurrence < 1:
-                raise UsageError(f"occurrences count from 1, got {self.occurrence}", reason="occ_range")
+                raise UsageError(f"occurrences count from 1, got {self.occurrence}", reason=Reason.OCC_RANGE)
         if self.word is not None and not self.word.strip():
-            raise UsageError("the query word is empty", reason="empty_word")
+            raise UsageError("the query word is empty", reason=Reason.EMPTY_WORD)
 
     @classmethod
     def maybe(cls, word: str | None = None, occurrence: int | None = None, index: int | None = None) -> Query | None:
         """A Query, or None when neither a word nor an index is given (the checks still run)."""
         if word is None and index is None:
             if occurrence is not None:
-                raise UsageError("an occurrence needs a word to count", reason="occ_without_word")
+                raise UsageError("an occurrence needs a word to count", reason=Reason.OCC_WITHOUT_WORD)
             return None
         return cls(word, occurrence, index)
 
@@ -95,7 +97,7 @@ def parse_target(spec: str) -> tuple[str, int | None]:
     if m is None:
         return spec.strip(), None
     if int(m[2]) < 1:
-        raise UsageError(f"target {spec!r}: occurrences count from 1", reason="target_occurrence")
+        raise UsageError(f"target {spec!r}: occurrences count from 1", reason=Reason.TARGET_OCCURRENCE)
     return m[1], int(m[2])
 
 
@@ -118,7 +120,7 @@ def find_targets(tokens: Tokens, words: Sequence[str], where: str | None = None)
         matches = word_occurrences(tokens, word)
         if not matches:
             raise TokenNotFoundError(
-                f"target {word!r} is not in {where}; its tokens are: {tokens.describe()}", reason="target", count=0
+                f"target {word!r} is not in {where}; its tokens are: {tokens.describe()}", reason=Reason.TARGET, count=0
             )
         if occurrence is not None:
             if occurrence > len(matches):
@@ -126,7 +128,7 @@ def find_targets(tokens: Tokens, words: Sequence[str], where: str | None = None)
                 raise TokenNotFoundError(
                     f"target {spec!r} is out of range: {word!r} occurs {times} in {where}",
                     hint=f"use {word}:1..{len(matches)}, or {word} for all occurrences",
-                    reason="target",
+                    reason=Reason.TARGET,
                     count=len(matches),
                 )
             matches = [matches[occurrence - 1]]

@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ModelLoadError, TokenNotFoundError, UsageError
+from .errors import ModelLoadError, Reason, TokenNotFoundError, UsageError
 from .io.safeio import check_text, text_noun
 
 if TYPE_CHECKING:
@@ -308,7 +308,7 @@ def tokenize(tokenizer: Tokenizer, sentence: str, max_length: int | None = None)
         raise UsageError(
             f"{text_noun(sentence)} has {len(enc.ids)} tokens; this model reads at most {max_length}",
             hint="shorten the text",
-            reason="too_long",
+            reason=Reason.TOO_LONG,
             count=len(enc.ids),
             limit=max_length,
         )
@@ -343,7 +343,7 @@ def _refuse_long_prefix(tokenizer: Tokenizer, sentence: str, max_length: int) ->
                 f"{text_noun(sentence)} has more than {max_length} tokens ({count} in its first {cut:,} characters "
                 f"of {len(sentence):,}); this model reads at most {max_length}",
                 hint="shorten the text",
-                reason="too_long",
+                reason=Reason.TOO_LONG,
                 count=count,
                 limit=max_length,
             )
@@ -493,14 +493,14 @@ def find_word(tokens: Tokens, word: str, occurrence: int | None = None, where: s
     matches = word_occurrences(tokens, word)
     if not matches:
         raise TokenNotFoundError(
-            f"{word!r} is not in {where}; its tokens are: {tokens.describe()}", reason="missing", count=0
+            f"{word!r} is not in {where}; its tokens are: {tokens.describe()}", reason=Reason.MISSING, count=0
         )
     positions = ", ".join(_positions(m) for m in matches)
     if occurrence is None:
         if len(matches) > 1:
             raise TokenNotFoundError(
                 f"{word!r} occurs {len(matches)} times in {where} (at token {positions})",
-                reason="ambiguous",
+                reason=Reason.AMBIGUOUS,
                 count=len(matches),
             )
         return matches[0]
@@ -508,7 +508,7 @@ def find_word(tokens: Tokens, word: str, occurrence: int | None = None, where: s
         times = "once" if len(matches) == 1 else f"{len(matches)} times"
         raise TokenNotFoundError(
             f"occurrence {occurrence} is out of range: {word!r} occurs {times} in {where} (at token {positions})",
-            reason="occurrence",
+            reason=Reason.OCCURRENCE,
             count=len(matches),
         )
     return matches[occurrence - 1]
@@ -521,7 +521,7 @@ def check_index(tokens: Tokens, index: int) -> int:
         raise TokenNotFoundError(
             f"token index {index} is out of range: {text_noun(tokens.text)} has {n} tokens (0..{n - 1}): "
             f"{tokens.describe()}",
-            reason="index",
+            reason=Reason.INDEX,
             count=n,
         )
     return index % n

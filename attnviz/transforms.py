@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import UsageError
+from .errors import Reason, UsageError
 from .measures.base import measure_named
 from .result import Attention
 from .tokens import Tokens, joins_previous
@@ -437,7 +437,7 @@ def apply(
         # cross-attention's keys are another text (the source).
         raise UsageError(
             "words, special tokens set aside and rollout are not implemented for cross-attention",
-            reason="cross_view",
+            reason=Reason.CROSS_VIEW,
         )
     queries: list[int] | None = sorted({int(p) for g in query_groups for p in g}) or None
     rolled = select(rollout(att), layers, queries) if view.rollout else None

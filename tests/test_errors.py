@@ -22,33 +22,43 @@ from attnviz.errors import (
 PACKAGE = Path(attnviz.__file__).parent
 
 
-def _reason_literals() -> list[tuple[str, int, str]]:
-    """Every string given as ``reason=`` to a call in the package, and the reasons
-    jsonread's ``_error(where, what, REASON, hint)`` is called with."""
-    found = []
+def _reason_arguments() -> tuple[list[tuple[str, int, str]], list[tuple[str, int, str]]]:
+    """Every ``reason=`` given to a call in the package, split into the ``Reason.X`` members
+    named and any other expression (a string literal, say), plus the reasons jsonread's
+    ``_error(where, what, REASON, hint)`` is called with (strings, checked as values)."""
+    members, others = [], []
     for path in PACKAGE.rglob("*.py"):
+        where = str(path.relative_to(PACKAGE))
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
             for kw in node.keywords:
-                if kw.arg == "reason" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
-                    found.append((str(path.relative_to(PACKAGE)), node.lineno, kw.value.value))
+                if kw.arg != "reason":
+                    continue
+                value = kw.value
+                named = isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name)
+                if named and value.value.id == "Reason":  # type: ignore[attr-defined]
+                    members.append((where, node.lineno, value.attr))
+                elif not isinstance(value, ast.Name):  # a variable passes a reason along
+                    others.append((where, node.lineno, ast.unparse(value)))
             if isinstance(node.func, ast.Name) and node.func.id == "_error" and len(node.args) >= 3:
                 arg = node.args[2]
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                    found.append((str(path.relative_to(PACKAGE)), node.lineno, arg.value))
-    return found
+                text = arg.value if isinstance(arg, ast.Constant) else None
+                if isinstance(text, str) and text not in Reason._value2member_map_:
+                    others.append((where, node.lineno, text))
+    return members, others
 
 
-def test_every_reason_given_in_the_package_is_a_member() -> None:
-    literals = _reason_literals()
-    assert len(literals) > 50  # the scan finds the raises (92 reason= today)
-    unknown = [(where, line, value) for where, line, value in literals if value not in Reason._value2member_map_]
+def test_every_reason_given_in_the_package_is_a_named_member() -> None:
+    members, others = _reason_arguments()
+    assert len(members) > 100  # the scan finds the raises (143 reason=Reason.X today)
+    unknown = [(where, line, name) for where, line, name in members if name not in Reason.__members__]
     assert unknown == []
+    assert others == []  # no reason passed as a string: a typo would only fail when raised
 
 
-def test_a_reason_is_coerced_to_the_enum_and_compares_as_its_string() -> None:
+def test_a_reason_may_still_be_given_by_value() -> None:
     exc = TokenNotFoundError("'x' is there twice", reason="ambiguous", count=2)
     assert exc.reason is Reason.AMBIGUOUS and exc.facts["reason"] is Reason.AMBIGUOUS
     assert exc.facts == {"reason": "ambiguous", "count": 2}  # what callers compared before the enum

@@ -31,12 +31,12 @@ def stderr_console() -> Console:
 
 def query_from(token: str | None, occurrence: int | None, index: int | None, required: bool = True) -> Query | None:
     """The query of --token WORD[:N]/--occurrence/--index, checked before any model work."""
-    from ..errors import UsageError
+    from ..errors import Reason, UsageError
     from ..select import Query, parse_target
 
     query = Query.maybe(token, occurrence, index)
     if query is None and required:
-        raise UsageError("say which token to inspect", reason="no_query")
+        raise UsageError("say which token to inspect", reason=Reason.NO_QUERY)
     if query is not None and query.word is not None and occurrence is None:
         word, n = parse_target(query.word)  # WORD:N, as --target takes it
         if n is not None and word.strip():
@@ -46,7 +46,7 @@ def query_from(token: str | None, occurrence: int | None, index: int | None, req
 
 def read_input(sentence: str | None, file: Path | None) -> str:
     """The text: the argument, or --file (either may be '-' for standard input)."""
-    from ..errors import UsageError
+    from ..errors import Reason, UsageError
     from ..tokens import read_text
 
     if sentence is not None and file is not None:
@@ -54,16 +54,16 @@ def read_input(sentence: str | None, file: Path | None) -> str:
     if file is not None:
         return read_text(str(file))
     if sentence is None:
-        raise UsageError("give a text (or --file PATH)", reason="empty")
+        raise UsageError("give a text (or --file PATH)", reason=Reason.EMPTY)
     return read_text("-") if sentence == "-" else sentence
 
 
 def need_text(sentence: str | None, file: Path | None) -> None:
     """No text at all is the first thing to say (before which token: there is none yet)."""
-    from ..errors import UsageError
+    from ..errors import Reason, UsageError
 
     if sentence is None and file is None:
-        raise UsageError("give a text (or --file PATH)", reason="empty")
+        raise UsageError("give a text (or --file PATH)", reason=Reason.EMPTY)
 
 
 def budget(max_memory: str | None) -> int | None:
@@ -128,16 +128,16 @@ def view_from(
 ) -> tuple[View, tuple[int, ...] | None]:
     """The reading options as a ``transforms.View`` and the heads picked with --heads N,M
     (None: every head), checked before any model work (against ``measure`` too)."""
-    from ..errors import UsageError
+    from ..errors import Reason, UsageError
     from ..measures.base import measure_named
     from ..transforms import View, parse_heads
 
     if rollout and not measure_named(measure).sums_to_one:
-        from ..errors import MeasureError
+        from ..errors import MeasureError, Reason
 
         raise MeasureError(
             "rollout multiplies attention weights through the layers; it is not defined for the norm measure",
-            reason="norm_rollout",
+            reason=Reason.NORM_ROLLOUT,
             measure=measure,
         )
     if no_renorm and not hide_special:

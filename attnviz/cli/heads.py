@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..errors import ExitCode, UsageError
+from ..errors import ExitCode, Reason, UsageError
 from ..render import DEFAULT_DPI, IMAGE_FORMATS
 from .app import app, errors
 from .common import stderr_console, stdout_console, wrote
@@ -263,7 +263,7 @@ def _check_ablation(
             f"heads --ablate on {texts} texts takes {need} forward passes ({need // max(texts, 1)} a text), "
             f"over --max-passes {max_passes}",
             hint="add --yes to run it anyway, raise --max-passes, or scan fewer texts",
-            reason="ablation_budget",
+            reason=Reason.ABLATION_BUDGET,
         )
 
 

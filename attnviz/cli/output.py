@@ -23,7 +23,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..errors import StdoutError
+from ..errors import Reason, StdoutError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -48,7 +48,7 @@ def reported() -> Iterator[None]:
         raise StdoutError(
             f"cannot write the result to standard output: {exc.strerror or exc}",
             hint="free some space, or send standard output elsewhere",
-            reason="write",
+            reason=Reason.WRITE,
             errno=exc.errno,
         ) from None
 
@@ -82,7 +82,7 @@ class Stdout:
             raise StdoutError(
                 "cannot write the result: standard output is closed",
                 hint="run it without closing standard output (>&-), or redirect it to a file",
-                reason="closed",
+                reason=Reason.CLOSED,
             )
         with reported():
             if self.json:  # JSON's own escapes inside strings, before the stream's own

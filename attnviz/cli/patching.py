@@ -200,24 +200,24 @@ def _check_pair(
 ) -> str:
     """patch's checks before any model work: the corrupted text, the files, the metric's
     answers. Returns the corrupted text."""
-    from ..errors import UsageError
+    from ..errors import Reason, UsageError
     from ..io.safeio import check_text
     from ..render import IMAGE_FORMATS
     from ..result import check_writable
 
     if corrupted is None:
-        raise UsageError("patch needs a corrupted prompt beside the clean one", reason="patch_pair")
+        raise UsageError("patch needs a corrupted prompt beside the clean one", reason=Reason.PATCH_PAIR)
     check_text(corrupted, "the corrupted text")
     if npz is not None:
         check_writable(npz, (".npz",))
     if output is not None:
         check_writable(output, IMAGE_FORMATS)
     if wrong is not None and answer is None:
-        raise UsageError("--wrong goes with --answer", reason="patch_answer")
+        raise UsageError("--wrong goes with --answer", reason=Reason.PATCH_ANSWER)
     if metric in (PatchMetric.logit_diff,) and (answer is None or wrong is None):
-        raise UsageError("--metric logit-diff needs --answer and --wrong", reason="patch_answer")
+        raise UsageError("--metric logit-diff needs --answer and --wrong", reason=Reason.PATCH_ANSWER)
     if metric in (PatchMetric.prob, PatchMetric.logprob) and answer is None:
-        raise UsageError(f"--metric {metric.value} needs --answer", reason="patch_answer")
+        raise UsageError(f"--metric {metric.value} needs --answer", reason=Reason.PATCH_ANSWER)
     return corrupted
 
 
@@ -268,12 +268,12 @@ def _attribute(
     no_pager: bool,
 ) -> None:
     """``patch CLEAN --dla``: the attribution of the clean prompt."""
-    from ..errors import UsageError
+    from ..errors import Reason, UsageError
 
     if corrupted is not None:
-        raise UsageError("--dla attributes one prompt: drop CORRUPTED", reason="patch_pair")
+        raise UsageError("--dla attributes one prompt: drop CORRUPTED", reason=Reason.PATCH_PAIR)
     if answer is None or wrong is None:
-        raise UsageError("--dla needs --answer and --wrong", reason="patch_answer")
+        raise UsageError("--dla needs --answer and --wrong", reason=Reason.PATCH_ANSWER)
     query = query_from(token, occurrence, index, required=False)
     from ..engines import load_engine
     from ..measures.attribution import attribute_text

@@ -18,7 +18,7 @@ import pickle
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AttnvizError, UsageError
+from ..errors import AttnvizError, Reason, UsageError
 from .scan import CorpusText, Prepared, Progress, Scan, ScanOptions, ScanReport, score_batch
 
 if TYPE_CHECKING:
@@ -183,5 +183,5 @@ def reach(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
             f"cannot connect to the Ray cluster at {address!r}: {reason} (after at most {timeout:g} s)",
             hint="check the address and that the Ray head is running: auto on a node of the cluster, "
             "or ray://HEAD:10001 from outside",
-            reason="ray_unreachable",
+            reason=Reason.RAY_UNREACHABLE,
         ) from None

@@ -26,7 +26,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import ModelLoadError, UsageError
+from ..errors import ModelLoadError, Reason, UsageError
 from ..io.models import ModelFiles
 from ..result import Provenance
 from ..shape import HasShape, ModelShape
@@ -230,7 +230,7 @@ class EngineBase(HasShape):
         if self.parts:
             raise UsageError(
                 f"{self.files.spec} is an encoder-decoder: its second text is the decoder's, not a pair segment",
-                reason="pair_seq2seq",
+                reason=Reason.PAIR_SEQ2SEQ,
             )
         tokens = self.check_ids(tokenize_pair(self.tokenizer, first, second, self.max_positions))
         types = self.type_vocab_size()
@@ -239,7 +239,7 @@ class EngineBase(HasShape):
                 f"the tokenizer gives sentence B token type {max(tokens.type_ids)}, but {self.files.spec} "
                 f"has {types} token type(s)",
                 hint="this model was not trained on typed sentence pairs; give one sentence",
-                reason="pair_types",
+                reason=Reason.PAIR_TYPES,
             )
         return tokens
 
@@ -259,10 +259,10 @@ class EngineBase(HasShape):
         if not self.parts:
             raise UsageError(
                 f"a decoder text needs an encoder-decoder model; {self.files.spec} is {self.files.model_type!r}",
-                reason="target_not_seq2seq",
+                reason=Reason.TARGET_NOT_SEQ2SEQ,
             )
         if not text.strip():
-            raise UsageError("the decoder text is empty", reason="empty_target")
+            raise UsageError("the decoder text is empty", reason=Reason.EMPTY_TARGET)
         tokens = tokenize(self.tokenizer, text, None if self.max_positions is None else self.max_positions - 1)
         start = decoder_start_id(self.files, tokens.ids)
         self.check_ids(tokens)
@@ -287,7 +287,7 @@ class EngineBase(HasShape):
             raise UsageError(
                 f"{self.files.spec} ({self.files.model_type!r}) has no {part!r} attention"
                 + (f" (its parts: {', '.join(self.parts)})" if self.parts else ": it is not an encoder-decoder"),
-                reason="part",
+                reason=Reason.PART,
             )
         d = self.decoder_shape
         return ModelShape(d.num_layers, d.num_heads, d.num_kv_heads, causal=part == "decoder")
@@ -314,7 +314,7 @@ class EngineBase(HasShape):
         try:
             check_names(taps, self.tap_stacks())
         except ValueError as exc:
-            raise UsageError(f"{self.files.spec}: {exc}", reason="tap") from None
+            raise UsageError(f"{self.files.spec}: {exc}", reason=Reason.TAP) from None
         if self.shape.hybrid:  # a hybrid's layers without softmax attention have no attention taps
             for pattern in taps.patterns:
                 layer = attention_layer(pattern)
@@ -322,7 +322,7 @@ class EngineBase(HasShape):
                     raise UsageError(
                         f"{self.files.spec}: {pattern!r}: layer {layer} has no softmax attention "
                         f"(its attention layers: {', '.join(map(str, self.shape.layers))})",
-                        reason="tap",
+                        reason=Reason.TAP,
                     )
 
     model: Any  # the torch module: the subclass's, not the protocol's

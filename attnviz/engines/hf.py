@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EngineError, ModelLoadError
+from ..errors import EngineError, ModelLoadError, Reason
 from ..io.checkpoint import check_tensors
 from ..measures.base import NORM
 from ..select import PARTS
@@ -110,7 +110,7 @@ class HFEngine(EngineBase):
                 "this transformers' eager Falcon adds the ALiBi bias twice (in the scores and through the mask), "
                 "so its attention weights are not the model's",
                 hint="upgrade transformers to 5.25 or later, or use the own engine",
-                reason="alibi_twice",
+                reason=Reason.ALIBI_TWICE,
             )
 
         # Dynamic RoPE's grown state is put back before every pass (issue 23, D4).
@@ -188,7 +188,7 @@ class HFEngine(EngineBase):
                 f"{', '.join(map(str, missing)) or '?'} of {self.files.spec} have none "
                 f"(its attention layers: {layer_list(self.shape.layers)})",
                 hint="ask for the layers with attention",
-                reason="no_attention_layer",
+                reason=Reason.NO_ATTENTION_LAYER,
             )
         rows = slice(None) if queries is None else list(queries)
         picked = [slot[layer] for layer in chosen]
@@ -203,7 +203,7 @@ class HFEngine(EngineBase):
         Raises:
             MeasureError: none we can read (facts: reason "norm_projections").
         """
-        from ..errors import MeasureError
+        from ..errors import MeasureError, Reason
         from ..measures.norms import NoProjections, hf_projections
         from .support import own_types
 
@@ -215,7 +215,7 @@ class HFEngine(EngineBase):
                 f"the norm measure needs each head's value projection and W^O, and transformers' "
                 f"{self.files.model_type!r} model has none we can hook: {exc}",
                 hint="its values come out of a fused q/k/v projection",
-                reason="norm_projections",
+                reason=Reason.NORM_PROJECTIONS,
                 measure=NORM.name,
                 own=self.files.model_type in own_types(),
             ) from None
@@ -364,7 +364,7 @@ def _attention_layers(probed: hf_model.Probe, num_layers: int, model_type: str) 
             f"cannot tell which of the {num_layers} layers of this {model_type!r} model the attention "
             "weights transformers returns belong to",
             hint="report the model type; no layer number is shown rather than a wrong one",
-            reason="layer_numbers",
+            reason=Reason.LAYER_NUMBERS,
         )
     return traced
 

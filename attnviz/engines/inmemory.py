@@ -22,7 +22,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DeviceError, ModelLoadError, UnsupportedArchitectureError, UsageError
+from ..errors import DeviceError, ModelLoadError, Reason, UnsupportedArchitectureError, UsageError
 from ..io.checkpoint import validate_config
 from ..io.models import ModelFiles
 
@@ -38,7 +38,9 @@ ACCEPTED = (
 
 
 def _refuse(what: str, hint: str = ACCEPTED) -> UnsupportedArchitectureError:
-    return UnsupportedArchitectureError(f"attnviz cannot read {what}", hint=f"accepted: {hint}", reason="model_object")
+    return UnsupportedArchitectureError(
+        f"attnviz cannot read {what}", hint=f"accepted: {hint}", reason=Reason.MODEL_OBJECT
+    )
 
 
 def check_model(model: Any) -> None:
@@ -94,14 +96,14 @@ def backend_tokenizer(tokenizer: Any, files: ModelFiles) -> Tokenizer:
         raise UsageError(
             f"{files.spec} came without a tokenizer",
             hint="pass the model's own tokenizer: AutoTokenizer.from_pretrained(the same checkpoint)",
-            reason="tokenizer",
+            reason=Reason.TOKENIZER,
         )
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
     if not (callable(getattr(backend, "to_str", None)) and callable(getattr(backend, "encode", None))):
         raise UsageError(
             f"a {type(tokenizer).__name__} is not a fast (tokenizers) tokenizer",
             hint="pass AutoTokenizer.from_pretrained(..., use_fast=True)",
-            reason="tokenizer",
+            reason=Reason.TOKENIZER,
         )
     from tokenizers import Tokenizer
 
@@ -111,7 +113,7 @@ def backend_tokenizer(tokenizer: Any, files: ModelFiles) -> Tokenizer:
         raise UsageError(
             f"the {type(tokenizer).__name__} cannot be copied: {str(exc)[:120]}",
             hint="pass a tokenizer without custom Python components (AutoTokenizer.from_pretrained(...))",
-            reason="tokenizer",
+            reason=Reason.TOKENIZER,
         ) from None
     copy.no_padding()
     copy.no_truncation()
@@ -121,7 +123,7 @@ def backend_tokenizer(tokenizer: Any, files: ModelFiles) -> Tokenizer:
         raise UsageError(
             f"the tokenizer has {size:,} tokens but {files.spec} embeds {vocab:,}: they do not belong together",
             hint="pass the tokenizer saved with this model (AutoTokenizer.from_pretrained of the same checkpoint)",
-            reason="tokenizer",
+            reason=Reason.TOKENIZER,
             tokenizer_size=size,
             vocab_size=vocab,
         )
@@ -139,14 +141,14 @@ def model_device(model: Any) -> Any:
         raise DeviceError(
             f"{type(model).__name__}'s weights are on the meta device: they were never loaded",
             hint="load the model with its weights (from_pretrained without device_map='meta')",
-            reason="meta",
+            reason=Reason.META,
         )
     if len(devices) != 1:
         shown = ", ".join(sorted(str(d) for d in devices)) or "none"
         raise DeviceError(
             f"{type(model).__name__}'s weights are on {len(devices)} devices ({shown})",
             hint="move the model to one device with model.to(DEVICE)",
-            reason="devices",
+            reason=Reason.DEVICES,
         )
     return devices.pop()
 
@@ -172,9 +174,9 @@ def from_model(model: Any, tokenizer: Any, name: str = "own", device: str = "aut
     from .own import OwnEngine
 
     if name not in ENGINES:
-        raise UsageError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})", reason="engine")
+        raise UsageError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})", reason=Reason.ENGINE)
     if dtype is not None and dtype not in DTYPES:
-        raise UsageError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})", reason="dtype")
+        raise UsageError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})", reason=Reason.DTYPE)
     check_model(model)
     files = model_files(model)
     here = model_device(model)
@@ -187,7 +189,7 @@ def from_model(model: Any, tokenizer: Any, name: str = "own", device: str = "aut
             f"{files.spec} mixes float dtypes ({shown}): transformers' own pass cannot multiply them",
             hint="cast the model to one dtype (model.to(torch.float32)), or use the own engine, which reads "
             "every weight in float32",
-            reason="dtype",
+            reason=Reason.DTYPE,
         )
     held = floats.pop() if len(floats) == 1 else torch.float32
     torch_dtype = held if dtype is None else getattr(torch, dtype)
@@ -206,7 +208,7 @@ def from_model(model: Any, tokenizer: Any, name: str = "own", device: str = "aut
         raise UsageError(
             f"the hf engine runs the model where and as it is ({here}, {str(held).removeprefix('torch.')})",
             hint="move or cast the model itself (model.to(...)), or use the own engine",
-            reason="hf_in_place",
+            reason=Reason.HF_IN_PLACE,
         )
     base = getattr(model, "base_model", model)  # a model with a head (…ForMaskedLM): its body
     if getattr(base, "config", None) is None:
@@ -221,7 +223,9 @@ PROBE_TOKENS = 8
 
 
 def _not_own(spec: str, what: str) -> UnsupportedArchitectureError:
-    return UnsupportedArchitectureError(f"the own engine cannot read {spec}: {what}", hint=_USE_HF, reason="own_model")
+    return UnsupportedArchitectureError(
+        f"the own engine cannot read {spec}: {what}", hint=_USE_HF, reason=Reason.OWN_MODEL
+    )
 
 
 def check_no_hooks(model: Any, spec: str) -> None:

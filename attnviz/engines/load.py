@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import DeviceError, UnsupportedArchitectureError, UsageError
+from ..errors import DeviceError, Reason, UnsupportedArchitectureError, UsageError
 from ..io.checkpoint import require_tokenizer, validate_checkpoint
 from ..io.models import ModelFiles, resolve
 
@@ -38,18 +38,20 @@ def pick_device(name: str = "auto") -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise DeviceError(f"unknown device {name!r} (known: auto, cpu, cuda, cuda:N, mps)", reason="unknown") from None
+        raise DeviceError(
+            f"unknown device {name!r} (known: auto, cpu, cuda, cuda:N, mps)", reason=Reason.UNKNOWN
+        ) from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise DeviceError("CUDA is not available on this machine", reason="absent")
+            raise DeviceError("CUDA is not available on this machine", reason=Reason.ABSENT)
         count = torch.cuda.device_count()
         if device.index is not None and device.index >= count:
-            raise DeviceError(f"there is no {name}: this machine has {count} CUDA device(s)", reason="absent")
+            raise DeviceError(f"there is no {name}: this machine has {count} CUDA device(s)", reason=Reason.ABSENT)
     elif device.type == "mps":
         if not torch.backends.mps.is_available():
-            raise DeviceError("Apple MPS is not available on this machine", reason="absent")
+            raise DeviceError("Apple MPS is not available on this machine", reason=Reason.ABSENT)
     elif device.type != "cpu":
-        raise DeviceError(f"unsupported device {name!r} (known: auto, cpu, cuda, cuda:N, mps)", reason="unknown")
+        raise DeviceError(f"unsupported device {name!r} (known: auto, cpu, cuda, cuda:N, mps)", reason=Reason.UNKNOWN)
     return device
 
 
@@ -72,9 +74,9 @@ def load_engine(
     import torch
 
     if name not in ENGINES:
-        raise UsageError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})", reason="engine")
+        raise UsageError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})", reason=Reason.ENGINE)
     if dtype not in DTYPES:
-        raise UsageError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})", reason="dtype")
+        raise UsageError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})", reason=Reason.DTYPE)
     torch_dtype = getattr(torch, dtype)
     dev = pick_device(device)
     files = model if isinstance(model, ModelFiles) else resolve(model)

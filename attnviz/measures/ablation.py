@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import Reason, UsageError
 
 if TYPE_CHECKING:
     import torch
@@ -146,7 +146,7 @@ class Effects:
 def check_mode(mode: str) -> str:
     """``mode`` if it is one of MODES. Raises UsageError (reason "ablate_mode")."""
     if mode not in MODES:
-        raise UsageError(f"unknown ablation {mode!r} (known: {', '.join(MODES)})", reason="ablate_mode")
+        raise UsageError(f"unknown ablation {mode!r} (known: {', '.join(MODES)})", reason=Reason.ABLATE_MODE)
     return mode
 
 
@@ -265,7 +265,7 @@ class Runner:
 
     def __init__(self, engine: Engine, tokens: Tokens, part: str | None = None, target: Tokens | None = None):
         if part in ("decoder", "cross") and target is None:
-            raise UsageError(f"ablating {part} heads needs the decoder text", reason="no_target")
+            raise UsageError(f"ablating {part} heads needs the decoder text", reason=Reason.NO_TARGET)
         self.engine, self.tokens, self.part, self.target = engine, tokens, part, target
         self.shape = engine.part_shape(part)
 
@@ -430,7 +430,7 @@ def token_effects(
     from ..engines import cpu_threads_for
 
     if rule not in QUERY_RULES:
-        raise UsageError(f"unknown query rule {rule!r} (known: {', '.join(QUERY_RULES)})", reason="query_rule")
+        raise UsageError(f"unknown query rule {rule!r} (known: {', '.join(QUERY_RULES)})", reason=Reason.QUERY_RULE)
     real = [i for i, special in enumerate(tokens.special) if not special] or list(range(len(tokens)))
     queries = real[-1:] if rule == "last" else real
     runner = Runner(engine, tokens)
@@ -453,7 +453,7 @@ def corpus_head_means(engine: Engine, texts: Sequence[Tokens]) -> np.ndarray:
         total = means * len(tokens) if total is None else total + means * len(tokens)
         count += len(tokens)
     if total is None:
-        raise UsageError("no texts to average the heads' outputs over", reason="empty")
+        raise UsageError("no texts to average the heads' outputs over", reason=Reason.EMPTY)
     return total / count
 
 

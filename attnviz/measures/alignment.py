@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import Reason, UsageError
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def align(
                 f"the prompts tokenize to {n} and {m} tokens and share no tokens at their end, so no "
                 f"position after where they differ can be matched. clean: {' '.join(clean_labels)} | "
                 f"corrupted: {' '.join(corrupted_labels)}",
-                reason="patch_align",
+                reason=Reason.PATCH_ALIGN,
             )
         pairs = tuple((i, i) for i in range(prefix)) + tuple((n - suffix + j, m - suffix + j) for j in range(suffix))
     return Alignment(tuple(clean_labels), tuple(corrupted_labels), prefix, suffix, pairs)

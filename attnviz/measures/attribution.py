@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import Reason, UsageError
 
 if TYPE_CHECKING:
     import torch
@@ -111,7 +111,7 @@ def load_output_projections(engine: Engine) -> list[tuple[Any, Any]]:
     for layer in range(n):
         stem = next((s.format(n=layer) for s in stems if f"{s.format(n=layer)}.weight" in tensors), None)
         if stem is None:
-            raise UsageError(f"{engine.files.spec} has no {stems[0].format(n=layer)}.weight", reason="patch_dla")
+            raise UsageError(f"{engine.files.spec} has no {stems[0].format(n=layer)}.weight", reason=Reason.PATCH_DLA)
         weight = tensors[f"{stem}.weight"]
         out.append((weight.T if conv1d else weight, tensors.get(f"{stem}.bias")))
     return out
@@ -126,7 +126,7 @@ def load_final_norm(engine: Engine) -> FinalNorm:
         raise UsageError(
             f"direct logit attribution reads the final norm of {', '.join(FINAL_NORMS)} checkpoints; "
             f"{files.spec} is {files.model_type!r}",
-            reason="patch_dla",
+            reason=Reason.PATCH_DLA,
         )
     stems, kind, key, default = found
     tensors = _read(engine, {f"{s}.{p}" for s in stems for p in ("weight", "bias")})
@@ -134,7 +134,7 @@ def load_final_norm(engine: Engine) -> FinalNorm:
         if f"{stem}.weight" in tensors:
             eps = files.config.get(key, default)
             return FinalNorm(kind, tensors[f"{stem}.weight"], tensors.get(f"{stem}.bias"), float(eps))
-    raise UsageError(f"{files.spec} has no final norm weights ({stems[0]}.weight)", reason="patch_dla")
+    raise UsageError(f"{files.spec} has no final norm weights ({stems[0]}.weight)", reason=Reason.PATCH_DLA)
 
 
 # The final norm and W^O read once per checkpoint (its path, files' mtimes) and device:
@@ -262,13 +262,15 @@ def attribute(
     from ..nn.taps import Taps, tap_name
 
     if engine.parts or lm.kind != "causal":
-        raise UsageError("direct logit attribution reads a causal LM's one stack", reason="patch_dla")
+        raise UsageError("direct logit attribution reads a causal LM's one stack", reason=Reason.PATCH_DLA)
     if lm.softcap is not None or lm.transform is not None:
-        raise UsageError("direct logit attribution needs a linear LM head (this one soft-caps)", reason="patch_dla")
+        raise UsageError(
+            "direct logit attribution needs a linear LM head (this one soft-caps)", reason=Reason.PATCH_DLA
+        )
     norm, projections = _weights(engine)
     q = len(tokens) - 1 if position is None else position
     if not 0 <= q < len(tokens):
-        raise UsageError(f"position {q} is out of range ({len(tokens)} tokens)", reason="index")
+        raise UsageError(f"position {q} is out of range ({len(tokens)} tokens)", reason=Reason.INDEX)
     n, h = engine.num_layers, engine.num_heads
     taps = Taps().record(tap_name(None, 0, "resid_pre"), positions=[q])
     for layer in range(n):
@@ -345,7 +347,8 @@ def attribute_text(
     lm = None if engine.parts else load_lm_head(engine)
     if lm is None or lm.kind != "causal":
         raise UsageError(
-            f"direct logit attribution needs a causal LM head, and {engine.files.spec} has none", reason="patch_dla"
+            f"direct logit attribution needs a causal LM head, and {engine.files.spec} has none",
+            reason=Reason.PATCH_DLA,
         )
     tokens = engine.tokenize(text)
     at = position.resolve(tokens)[-1] if isinstance(position, Query) else position

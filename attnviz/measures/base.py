@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import MeasureError
+from ..errors import MeasureError, Reason
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,6 @@ def measure_named(name: str | Measure) -> Measure:
         return name
     if name not in MEASURES:
         raise MeasureError(
-            f"unknown measure {name!r} (known: {', '.join(MEASURES)})", reason="unknown_measure", measure=name
+            f"unknown measure {name!r} (known: {', '.join(MEASURES)})", reason=Reason.UNKNOWN_MEASURE, measure=name
         )
     return MEASURES[name]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EngineError, UsageError
+from ..errors import EngineError, Reason, UsageError
 from ..example import EXAMPLE
 from ..io.models import ModelFiles, full_provenance, resolve, shareable_name
 from ..shape import ModelShape
@@ -131,7 +131,7 @@ def compare_engines(
         check_text(text, f"sentence {n} ({text!r})" if text else f"sentence {n}")
     texts = tuple(sentences)
     if not texts:
-        raise UsageError("no sentences to compare on", reason="no_sentences")
+        raise UsageError("no sentences to compare on", reason=Reason.NO_SENTENCES)
     files = model if isinstance(model, ModelFiles) else resolve(model)
     # Our engine first: an unsupported architecture fails before transformers loads anything.
     own = load_engine("own", files, device)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import EngineError, UsageError
+from ..errors import EngineError, Reason, UsageError
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -194,13 +194,13 @@ def check_head(num_layers: int, num_heads: int, layer: int, head: int) -> None:
     if not 0 <= layer < num_layers:
         raise UsageError(
             f"layer {layer} is out of range: this model has {num_layers} layers (0..{num_layers - 1})",
-            reason="explain_layer",
+            reason=Reason.EXPLAIN_LAYER,
             count=num_layers,
         )
     if not 0 <= head < num_heads:
         raise UsageError(
             f"head {head} is out of range: this model has {num_heads} heads (0..{num_heads - 1})",
-            reason="explain_head",
+            reason=Reason.EXPLAIN_HEAD,
             count=num_heads,
         )
 
@@ -215,7 +215,7 @@ def check_family(model_type: str, score_terms: tuple[str, ...]) -> None:
         raise UsageError(
             f"{model_type!r} scores add content-to-position terms computed inside the layer "
             f"({', '.join(score_terms)}); explain shows scores that are q·k (plus a bias)",
-            reason="explain_family",
+            reason=Reason.EXPLAIN_FAMILY,
         )
 
 
@@ -259,7 +259,7 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
 
     modules = engine.attention_modules()  # the only stack's, or the encoder's; [] for hf
     if not modules:
-        raise UsageError("explain reads our own attention modules", reason="explain_engine")
+        raise UsageError("explain reads our own attention modules", reason=Reason.EXPLAIN_ENGINE)
     check_head(engine.num_layers, engine.shape.num_heads, layer, head)
     # 1. The forward pass up to the layer, the module's inputs caught on the way (on the
     # threads its work calls for, as show's pass: the whole pool on a busy machine spins).
@@ -272,14 +272,14 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
         raise UsageError(
             f"the {engine.files.model_type!r} attention of layer {layer} does not go through a multi-head "
             "attention module explain can read",
-            reason="explain_family",
+            reason=Reason.EXPLAIN_FAMILY,
         )
     m = caught["module"]
     if m.output_gated:
         raise UsageError(
             f"the {engine.files.model_type!r} attention of layer {layer} gates each head's output by the query "
             "after the softmax; explain decomposes outputs that are the weights times the values",
-            reason="explain_family",
+            reason=Reason.EXPLAIN_FAMILY,
         )
     bound = inspect.signature(m.forward).bind(*caught["args"], **caught["kwargs"])
     bound.apply_defaults()

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import Reason, UsageError
 from ..result import Attention, jsonable
 from ..tokens import Tokens, is_punctuation
 
@@ -425,9 +425,9 @@ def pair_stats(
             cover the same layers and heads.
     """
     if not targets_a:
-        raise UsageError("comparing two sentences needs at least one target word", reason="no_targets")
+        raise UsageError("comparing two sentences needs at least one target word", reason=Reason.NO_TARGETS)
     if list(targets_a) != list(targets_b):
-        raise UsageError(f"the targets differ: {list(targets_a)} vs {list(targets_b)}", reason="targets_differ")
+        raise UsageError(f"the targets differ: {list(targets_a)} vs {list(targets_b)}", reason=Reason.TARGETS_DIFFER)
     if att_a.layers != att_b.layers or att_a.num_heads != att_b.num_heads:
         raise UsageError(
             f"the two results cover different heads: layers {list(att_a.layers)} × {att_a.num_heads} heads "
@@ -444,7 +444,7 @@ def sort_key(row: Row, by: str) -> float:
     stats = row.a if isinstance(row, PairStats) else row
     if by == "delta":
         if not isinstance(row, PairStats):
-            raise UsageError("sorting by change needs two sentences", reason="delta_without_pair")
+            raise UsageError("sorting by change needs two sentences", reason=Reason.DELTA_WITHOUT_PAIR)
         return max((abs(d) for d in row.delta.values()), default=0.0)
     if by == "weight":
         if stats.targets:
@@ -460,13 +460,15 @@ def sort_key(row: Row, by: str) -> float:
     if value is None:
         raise UsageError(
             f"cannot sort by {by}: it compares query and key positions, and cross-attention's keys are another text",
-            reason="positional_sort",
+            reason=Reason.POSITIONAL_SORT,
         )
     return float(value)
 
 
 def _no_effect() -> None:
-    raise UsageError("sorting by effect needs the heads ablated", hint="add --ablate", reason="effect_without_ablate")
+    raise UsageError(
+        "sorting by effect needs the heads ablated", hint="add --ablate", reason=Reason.EFFECT_WITHOUT_ABLATE
+    )
 
 
 def check_sort(by: str | None, pair: bool) -> str:
@@ -478,9 +480,9 @@ def check_sort(by: str | None, pair: bool) -> str:
     if by is None:
         return "delta" if pair else "weight"
     if by not in SORT_KEYS:
-        raise UsageError(f"cannot sort by {by!r} (known: {', '.join(SORT_KEYS)})", reason="sort_key")
+        raise UsageError(f"cannot sort by {by!r} (known: {', '.join(SORT_KEYS)})", reason=Reason.SORT_KEY)
     if by == "delta" and not pair:
-        raise UsageError("sorting by change needs two sentences", reason="delta_without_pair")
+        raise UsageError("sorting by change needs two sentences", reason=Reason.DELTA_WITHOUT_PAIR)
     return by
 
 
@@ -497,7 +499,7 @@ def sort_rows(rows: Sequence[Row], by: str | None = None, limit: int | None = No
     """
     by = check_sort(by, bool(rows) and isinstance(rows[0], PairStats))
     if limit is not None and limit < 1:
-        raise UsageError(f"the limit must be at least 1, got {limit}", reason="limit")
+        raise UsageError(f"the limit must be at least 1, got {limit}", reason=Reason.LIMIT)
     sign = -1.0 if SORT_KEYS[by] else 1.0
     ordered = sorted(rows, key=lambda row: sign * sort_key(row, by))  # stable: ties keep order
     return ordered[:limit] if limit is not None else ordered

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from ..errors import MeasureError
+from ..errors import MeasureError, Reason
 from ..nn.attention import MultiHeadAttention
 from .base import NORM
 
@@ -231,7 +231,7 @@ def own_projections(modules: Iterable[tuple[str, MultiHeadAttention]]) -> list[P
         raise MeasureError(
             f"the attention of {gated[0]} gates each head's output by the query after the softmax, "
             "so a key's part of the output depends on the query: it has no value norm of its own",
-            reason="norm_split",
+            reason=Reason.NORM_SPLIT,
             measure=NORM.name,
         )
     return [Projections(name, part_of(name), m.v_proj, m.o_proj, m.n_heads) for name, m in modules]
@@ -330,7 +330,7 @@ def per_layer(calls: list[Tensor], layers_run: int, layers: Iterable[int], famil
             f"the norm measure needs each head's share of the attention output, and the {family!r} "
             f"attention gave {len(calls)} value projections for {layers_run} layers: its output does not split by head",
             hint="show the weights (measure weight) for this model",
-            reason="norm_split",
+            reason=Reason.NORM_SPLIT,
             measure=NORM.name,
         )
     return [calls[layer] for layer in layers]

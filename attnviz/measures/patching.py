@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import Reason, UsageError
 from .alignment import Alignment, align
 
 if TYPE_CHECKING:
@@ -91,11 +91,11 @@ class Metric:
 
     def __post_init__(self) -> None:
         if self.name not in METRICS:
-            raise UsageError(f"unknown metric {self.name!r} (known: {', '.join(METRICS)})", reason="patch_metric")
+            raise UsageError(f"unknown metric {self.name!r} (known: {', '.join(METRICS)})", reason=Reason.PATCH_METRIC)
         if self.name in ("logit-diff", "prob", "logprob") and self.answer is None:
-            raise UsageError(f"the {self.name} metric needs an answer token", reason="patch_answer")
+            raise UsageError(f"the {self.name} metric needs an answer token", reason=Reason.PATCH_ANSWER)
         if self.name == "logit-diff" and self.wrong is None:
-            raise UsageError("the logit-diff metric needs a wrong token beside the answer", reason="patch_answer")
+            raise UsageError("the logit-diff metric needs a wrong token beside the answer", reason=Reason.PATCH_ANSWER)
 
     def label(self) -> str:
         if self.name == "logit-diff":
@@ -116,7 +116,7 @@ class Metric:
         if self.name == "hidden":
             return -torch.linalg.vector_norm(hidden.double() - clean_hidden.double(), dim=-1)
         if lm is None:  # pragma: no cover - resolve_metric refuses it first
-            raise UsageError(f"the {self.name} metric needs a language-model head", reason="patch_metric")
+            raise UsageError(f"the {self.name} metric needs a language-model head", reason=Reason.PATCH_METRIC)
         logits = lm.logits(hidden).double()  # (B, V)
         if self.name == "logit-diff":
             assert self.answer is not None and self.wrong is not None
@@ -138,7 +138,7 @@ def answer_id(tokenizer: Any, text: str) -> tuple[int, str]:
         UsageError: (reason "patch_answer") it is no single token.
     """
     if not text:
-        raise UsageError("an empty answer token", reason="patch_answer")
+        raise UsageError("an empty answer token", reason=Reason.PATCH_ANSWER)
     found = tokenizer.token_to_id(text)
     if found is not None:
         return int(found), text
@@ -149,7 +149,7 @@ def answer_id(tokenizer: Any, text: str) -> tuple[int, str]:
     pieces = tokenizer.encode(text, add_special_tokens=False).tokens
     raise UsageError(
         f"the answer {text!r} is not one token of this model's vocabulary (it tokenizes to {' '.join(pieces)})",
-        reason="patch_answer",
+        reason=Reason.PATCH_ANSWER,
     )
 
 
@@ -384,11 +384,13 @@ def patch_heads(
     from ..nn.taps import Taps, tap_name
 
     if direction not in DIRECTIONS:
-        raise UsageError(f"unknown direction {direction!r} (known: {', '.join(DIRECTIONS)})", reason="patch_metric")
+        raise UsageError(
+            f"unknown direction {direction!r} (known: {', '.join(DIRECTIONS)})", reason=Reason.PATCH_METRIC
+        )
     if engine.parts:
         raise UsageError(
             f"{engine.files.spec} is an encoder-decoder: patching reads one stack (its decoder is not done yet)",
-            reason="patch_metric",
+            reason=Reason.PATCH_METRIC,
         )
     alignment = align(clean.ids, corrupted.ids, clean.labels, corrupted.labels)
     if position is None:
@@ -396,22 +398,22 @@ def patch_heads(
         position = matched[-1]
     if not 0 <= position < len(clean):
         raise UsageError(
-            f"position {position} is out of range (the clean prompt has {len(clean)} tokens)", reason="index"
+            f"position {position} is out of range (the clean prompt has {len(clean)} tokens)", reason=Reason.INDEX
         )
     other = alignment.to_corrupted(position)
     if other is None:
         raise UsageError(
             f"{clean.labels[position]!r} (position {position}) is in the span where the prompts differ "
             f"({alignment.describe()}): it has no counterpart to compare",
-            reason="patch_align",
+            reason=Reason.PATCH_ALIGN,
         )
     if metric.name in LM_METRICS and lm is None:
         raise UsageError(
             f"the {metric.name} metric needs a causal language-model head, and {engine.files.spec} has none",
-            reason="patch_metric",
+            reason=Reason.PATCH_METRIC,
         )
     if site not in SITES:
-        raise UsageError(f"unknown site {site!r} (known: {', '.join(SITES)})", reason="patch_metric")
+        raise UsageError(f"unknown site {site!r} (known: {', '.join(SITES)})", reason=Reason.PATCH_METRIC)
     shape = engine.shape
     chosen = tuple(shape.layers if layers is None else layers)
     n, h = shape.num_layers, shape.num_heads
@@ -545,10 +547,10 @@ def choose_metric(name: str | None, answer: str | None, wrong: str | None, has_l
         UsageError: (reason "patch_answer") a wrong token without an answer.
     """
     if wrong is not None and answer is None:
-        raise UsageError("a wrong token goes with an answer token", reason="patch_answer")
+        raise UsageError("a wrong token goes with an answer token", reason=Reason.PATCH_ANSWER)
     if name is not None:
         if name not in METRICS:
-            raise UsageError(f"unknown metric {name!r} (known: {', '.join(METRICS)})", reason="patch_metric")
+            raise UsageError(f"unknown metric {name!r} (known: {', '.join(METRICS)})", reason=Reason.PATCH_METRIC)
         return name
     if answer is not None:
         return "logit-diff" if wrong is not None else "prob"
@@ -582,7 +584,9 @@ def patch_texts(
     from .lm import load_lm_head
 
     if direction not in DIRECTIONS:
-        raise UsageError(f"unknown direction {direction!r} (known: {', '.join(DIRECTIONS)})", reason="patch_metric")
+        raise UsageError(
+            f"unknown direction {direction!r} (known: {', '.join(DIRECTIONS)})", reason=Reason.PATCH_METRIC
+        )
     clean_tokens, corrupted_tokens = engine.tokenize(clean), engine.tokenize(corrupted)
     align(clean_tokens.ids, corrupted_tokens.ids, clean_tokens.labels, corrupted_tokens.labels)  # refuse early
     at = position.resolve(clean_tokens, "the clean text")[-1] if isinstance(position, Query) else position

@@ -42,7 +42,7 @@ from rich.console import Group
 from rich.text import Text
 from textual.strip import Strip
 
-from ..errors import UsageError
+from ..errors import Reason, UsageError
 from ..measures.metrics import head_stats
 from ..render.terminal import legend
 from ..render.terminal.compact import CompactLayer, compact_layer
@@ -72,7 +72,7 @@ def check_rows_size(num_layers: int, num_heads: int, num_tokens: int, budget: in
             f"{num_layers} layers × {num_heads} heads × {num_tokens} tokens × {ROW_WINDOW} query rows take "
             f"{_bytes(size)}, over the explorer's {_bytes(budget)}",
             hint="explore fewer layers or a shorter text",
-            reason="explore_size",
+            reason=Reason.EXPLORE_SIZE,
         )
 
 

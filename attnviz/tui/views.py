@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.strip import Strip
 
-from ..errors import UsageError
+from ..errors import Reason, UsageError
 from ..measures.base import MEASURES
 from ..measures.metrics import HeadStats, head_stats
 from ..render.terminal import legend, matrix_heatmap, token_heatmap
@@ -72,7 +72,7 @@ def check_size(num_layers: int, num_heads: int, num_tokens: int, budget: int = M
             f"{num_layers} layers × {num_heads} heads × {num_tokens}² tokens of weights take "
             f"{_bytes(size)}, over the explorer's {_bytes(budget)}",
             hint="explore fewer layers or a shorter sentence",
-            reason="explore_size",
+            reason=Reason.EXPLORE_SIZE,
         )
 
 

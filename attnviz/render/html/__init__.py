@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import UsageError
+from ...errors import Reason, UsageError
 from ...io.safeio import text_noun
 from ...measures.base import WEIGHT, measure_named
 from ...result import Attention, Provenance, atomic_write, check_writable
@@ -104,7 +104,7 @@ def check_page_size(num_layers: int, num_heads: int, num_tokens: int, budget: in
         f"an HTML page of {num_layers} layers × {num_heads} heads × {num_tokens}² tokens would be about "
         f"{size / 1e6:.1f} MB, over the {budget / 1e6:.0f} MB budget (it grows as layers × heads × tokens²)",
         hint=hint,
-        reason="page_size",
+        reason=Reason.PAGE_SIZE,
         fit=fit,
     )
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import UsageError
+from ...errors import Reason, UsageError
 from ...measures.base import measure_named
 from ...result import Attention, atomic_write, check_writable
 from ...shape import head_label
@@ -144,7 +144,7 @@ def check_row_page(
             f"{size / 1e6:.1f} MB, over the {budget / 1e6:.0f} MB budget; with them the largest text that fits "
             f"has {most} tokens",
             hint="ask fewer matrix layers, or a shorter text",
-            reason="row_matrices",
+            reason=Reason.ROW_MATRICES,
             largest_tokens=most,
             size=size,
         )
@@ -156,7 +156,7 @@ def check_row_page(
         f"the page about {size / 1e6:.1f} MB, over the {budget / 1e6:.0f} MB budget; the rows of at most {fit} "
         "query token(s) fit",
         hint="ask fewer query tokens (a word counts each of its pieces), fewer layers, or a shorter text",
-        reason="row_queries",
+        reason=Reason.ROW_QUERIES,
         fit=fit,
         size=size,
     )
@@ -273,16 +273,16 @@ def page_data(
     if rows.steps or rows.aggregates or measure_named(rows.measure).needs_values:
         raise UsageError(
             "the row page applies words, special tokens and the head mean itself: give it the raw weights",
-            reason="row_options",
+            reason=Reason.ROW_OPTIONS,
         )
     cross = not rows.is_self_attention  # an encoder-decoder's cross-attention: keys are the source
     if cross and (matrix is not None or opens.words or opens.hide_special):
         raise UsageError(
             "cross-attention's page holds rows only, without words or hidden special tokens (two texts)",
-            reason="row_cross",
+            reason=Reason.ROW_CROSS,
         )
     if not rows.queries:
-        raise UsageError("the row page needs at least one query token's rows", reason="row_none")
+        raise UsageError("the row page needs at least one query token's rows", reason=Reason.ROW_NONE)
     if norms is not None and (
         not measure_named(norms.measure).needs_values
         or norms.steps
@@ -295,13 +295,13 @@ def page_data(
     if norms is not None and matrix is not None:
         raise UsageError(
             "the row page's matrix layers hold the weights only; the norm measure is in its rows",
-            reason="row_norm_matrix",
+            reason=Reason.ROW_NORM_MATRIX,
         )
     n_tok = len(rows.tokens)
     matrix_slots: list[int] = []
     if matrix is not None:
         if tuple(matrix.queries) != tuple(range(n_tok)):
-            raise UsageError("the matrix layers need every token's row", reason="row_matrix_rows")
+            raise UsageError("the matrix layers need every token's row", reason=Reason.ROW_MATRIX_ROWS)
         matrix_slots = [rows.layer_slot(layer) for layer in matrix.layers]
     if opens.view not in VIEWS:
         raise UsageError(f"unknown view {opens.view!r}", hint="use one of " + ", ".join(VIEWS))

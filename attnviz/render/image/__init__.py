@@ -30,7 +30,7 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 from matplotlib.patches import Rectangle
 
-from ...errors import UsageError
+from ...errors import Reason, UsageError
 from ...result import Attention, atomic_write, check_writable
 from .. import COLUMN_IN, DEFAULT_DPI, DEFAULT_FONT_PT, IMAGE_FORMATS, FigureStyle
 from .layout import (
@@ -384,7 +384,7 @@ def check_pixels(fig: Figure, dpi: int) -> None:
             f"at {dpi} dpi the image would be {width * dpi:.0f} × {height * dpi:.0f} pixels "
             f"({pixels / 1e6:.0f} megapixels; the limit is {MAX_PIXELS / 1e6:.0f})",
             hint=f"use a dpi of at most {largest}",
-            reason="pixels",
+            reason=Reason.PIXELS,
             largest=largest,
         )
 
