@@ -116,7 +116,9 @@ class Generation:
         text: the continuation as the tokenizer decodes it.
         layers: the model layers the rows are of.
         rows: per written token i, (layers, H, P + i + 1) float32: its query's weights over
-            every token up to itself.
+            every token up to itself (or what ``generate``'s ``keep`` made of them).
+        first_rows: the last given token's rows (layers, H, P), whose logits chose the first
+            written token (the rows that chose written token i > 0 are ``rows[i - 1]``).
         stopped: "eos", "length" (N tokens written) or "interrupted" (Ctrl-C: partial).
         tokens: what the views read: prompt + continuation (a decoder), or an
             encoder-decoder's decoder text (its start token, then the written tokens);
@@ -132,6 +134,7 @@ class Generation:
     text: str = ""
     layers: tuple[int, ...] = ()
     rows: list[Any] = field(default_factory=list)
+    first_rows: Any = None
     stopped: str = "length"
     tokens: Tokens | None = None
     seq2seq: bool = False
@@ -191,8 +194,16 @@ class Generation:
             extra={"continuation": self.text, "stopped": self.stopped},
         )
 
+    def copy_scores(self) -> Any:
+        """(layers, H) float: per head, the fraction of written tokens whose choosing query's
+        strongest key holds that very token (measures/retrieval.py's copy score)."""
+        from .measures.retrieval import copy_scores
+
+        return copy_scores(self)
+
 
 OnToken = Callable[[int, str], None]
+Keep = Callable[["torch.Tensor"], Any]  # what is kept of a step's rows (layers, H, S)
 
 
 def check_request(engine: Engine, tokens: Tokens, count: int) -> None:
@@ -244,10 +255,13 @@ def generate(
     layers: Sequence[int] | None = None,
     sampling: Sampling = GREEDY,
     on_token: OnToken | None = None,
+    keep: Keep | None = None,
 ) -> Generation:
     """Write up to ``count`` tokens after ``tokens`` (stopping at end-of-sequence) and keep
-    each written token's rows in ``layers`` (default every layer). ``on_token(id, label)``
-    is called as each token is chosen (streaming). Ctrl-C returns what was written, partial."""
+    each written token's rows in ``layers`` (default every layer), or ``keep(rows)`` of them
+    (the retrieval probe keeps each head's strongest key: memory flat in the length).
+    ``on_token(id, label)`` is called as each token is chosen (streaming). Ctrl-C returns
+    what was written, partial."""
     from .engines import engine_provenance
 
     check_request(engine, tokens, count)
@@ -255,7 +269,7 @@ def generate(
     result = Generation(prompt=tokens, layers=chosen)
     run = _generate_hf if engine.name == "hf" else _generate_own
     try:
-        run(engine, tokens, count, chosen, sampling, on_token, result)
+        run(engine, tokens, count, chosen, sampling, on_token, result, keep or _all)
     except KeyboardInterrupt:
         result.stopped = "interrupted"
         # A token chosen but not yet fed has no rows: keep tokens and rows in step.
@@ -325,6 +339,10 @@ def extend_tokens(tokenizer: Any, base: Tokens, written: Sequence[int]) -> Token
     )
 
 
+def _all(rows: torch.Tensor) -> torch.Tensor:
+    return rows
+
+
 def _label(engine: Engine, token: int) -> str:
     from .tokens import vocab_label
 
@@ -351,6 +369,7 @@ def _generate_own(
     sampling: Sampling,
     on_token: OnToken | None,
     result: Generation,
+    keep: Keep,
 ) -> None:
     import torch
 
@@ -373,8 +392,9 @@ def _generate_own(
     ids = torch.tensor([tokens.ids], dtype=torch.long, device=engine.device)  # (1, P)
     cache = KVCache(model.num_layers)
     with torch.inference_mode():
-        # 1. The prompt, once, through the fused path: no weight rows.
-        out = model(ids, layers=(), queries=(), fused=True, cache=cache)
+        # 1. The prompt, once, through the fused path: the last token's rows alone.
+        out = model(ids, layers=set(layers), queries=(ids.size(1) - 1,), fused=True, cache=cache)
+        result.first_rows = keep(_stacked([out.attentions[n][0, :, 0] for n in layers], ids.size(1)))  # (layers, H, P)
         for _ in range(count):
             # 2. The next token from the last position's logits.
             token = choose(lm.logits(out.hidden_states[0, -1]), sampling, generator)
@@ -386,7 +406,7 @@ def _generate_own(
             #    hidden state the next choice reads.
             ids = torch.cat((ids, ids.new_tensor([[token]])), dim=1)  # (1, S)
             out = model(ids, layers=set(layers), queries=(0,), fused=True, cache=cache)
-            result.rows.append(_stacked([out.attentions[n][0, :, 0] for n in layers], ids.size(1)))  # (layers, H, S)
+            result.rows.append(keep(_stacked([out.attentions[n][0, :, 0] for n in layers], ids.size(1))))
             if token in eos:
                 result.stopped = "eos"
                 break
@@ -400,6 +420,7 @@ def _generate_hf(
     sampling: Sampling,
     on_token: OnToken | None,
     result: Generation,
+    keep: Keep,
 ) -> None:
     """transformers' own generate with eager attention; the last written token's rows from
     one more cached call (generate stops before feeding it)."""
@@ -427,6 +448,8 @@ def _generate_hf(
         written = out.sequences[0, ids.size(1) :].tolist()
         steps = list(out.attentions)  # step 0: the prompt; step t: written token t-1 as query
         if written:
+            result.first_rows = keep(_stacked([steps[0][n][0, :, -1] for n in layers], ids.size(1)))  # (layers, H, P)
+        if written:
             last = model(input_ids=out.sequences[:, -1:], past_key_values=out.past_key_values, output_attentions=True)
             steps.append(last.attentions)
     for i, token in enumerate(written):
@@ -438,7 +461,7 @@ def _generate_hf(
         # A sliding-window layer's cache keeps only the window's keys: the keys before it
         # have weight 0, put back in front so that every row spans positions 0..S-1.
         rows = [torch.nn.functional.pad(step[n][0, :, -1], (keys - step[n].size(-1), 0)) for n in layers]
-        result.rows.append(_stacked(rows, keys))  # (layers, H, S)
+        result.rows.append(keep(_stacked(rows, keys)))  # (layers, H, S)
     if written and written[-1] in eos:
         result.stopped = "eos"
 

@@ -176,6 +176,9 @@ def document(gen: Generation, labels: list[str]) -> dict[str, Any]:
         "layers": list(gen.layers),
         "tokens": labels,
         "given": len(gen.prompt.ids),
+        # Per layer and head: the fraction of written tokens whose choosing query's strongest
+        # key holds that token (measures/retrieval.py).
+        "copy_scores": gen.copy_scores().round(6).tolist(),
         "steps": [
             {"position": p, "token": gen.pieces[i], "rows": gen.rows[i].tolist()} for i, p in enumerate(gen.positions)
         ],
