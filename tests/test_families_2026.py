@@ -350,7 +350,14 @@ def test_mla_heads_have_their_own_value_width(saved: dict[str, Path]) -> None:
     attn: Any = own.model.blocks[0].attn  # type: ignore[attr-defined]
     assert isinstance(attn, LatentAttention)
     assert (attn.head_dim, attn.v_dim, attn.o_proj.in_features) == (10, 5, 4 * 5)
-    assert [name for name, _ in own.attention_modules()] == [f"blocks.{i}.attn" for i in range(3)]
+    # Every layer's attention is latent: its score terms q (D = 10) and values (Dv = 5).
+    from attnviz.nn.taps import Taps
+
+    taps = Taps().record("blocks.*.attn.scores").record("blocks.*.attn.v")
+    with own.tapping(taps):
+        own.forward(own.tokenize(SENTENCES[0]))
+    for i in range(3):
+        assert taps[f"blocks.{i}.attn.scores"].q.size(-1) == 10 and taps[f"blocks.{i}.attn.v"].size(-1) == 5
 
 
 def test_family_module_declares_what_the_registry_maps_to_it() -> None:

@@ -25,9 +25,9 @@ softmax(q_h·k_hᵀ · scale) over the keys, and its output is Σ_j α_hj · v_h
 W_h^O the Dv rows of W^O that multiply head h. ``LatentAttention.project`` makes q, k, v in
 the (B, H, ·, D) layout of nn/attention.py and steps 2-4 (the weights, the concatenation, W^O)
 are ``MultiHeadAttention``'s: the row strategies, head ablation and the norm measure apply
-unchanged. The value norms ‖f_h(x_j)‖ = ‖v_hj · W_h^O‖ read the decompressed values where
-they are made: ``v_proj`` here is W^{UV}, the value rows of transformers' ``kv_b_proj``,
-applied to the latent c (``norms.recording``'s hook sees (B, S, H·Dv)).
+unchanged. The value norms ‖f_h(x_j)‖ = ‖v_hj · W_h^O‖ read the decompressed values at
+the ``v`` tap, (B, H, S, Dv): ``v_proj`` here is W^{UV}, the value rows of transformers'
+``kv_b_proj``, applied to the latent c.
 
 The MLP: dense SwiGLU layers first (``first_k_dense_replace``, or ``mlp_layer_types``), then
 DeepSeekMoE: routed experts plus always-on shared experts,
