@@ -39,6 +39,8 @@ class KVCache:
             raise ValueError(f"a cache needs at least one layer, not {layers}")
         self.keys: list[Tensor | None] = [None] * layers
         self.values: list[Tensor | None] = [None] * layers
+        # Other per-token tensors a layer keeps (DeepSeek-V3.2's indexer keys), by (layer, name).
+        self.extras: dict[tuple[int, str], Tensor] = {}
         self.layer = 0
 
     @property
@@ -62,6 +64,14 @@ class KVCache:
             v = torch.cat((held_v, v), dim=2)  # (B, G, S, Dv)
         self.keys[n], self.values[n] = k, v
         return k, v
+
+    def extend(self, name: str, x: Tensor) -> Tensor:
+        """Store the step's ``x`` (B, L, ...) under ``name`` for the running layer and return
+        all it holds now, (B, S, ...): per-token state besides keys and values."""
+        key = (self.layer, name)
+        held = self.extras.get(key)
+        self.extras[key] = x if held is None else torch.cat((held, x), dim=1)
+        return self.extras[key]
 
 
 _ACTIVE: contextvars.ContextVar[KVCache | None] = contextvars.ContextVar("attnviz_kv_cache", default=None)
