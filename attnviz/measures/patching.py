@@ -196,6 +196,7 @@ class PatchResult:
     notes: tuple[str, ...] = field(default=())
     axes: tuple[str, ...] = ("layer", "head")
     positions: tuple[int, ...] = ()
+    method: str = "exact"  # or "attribution": the linear estimate (attrpatch.py)
 
     @property
     def num_layers(self) -> int:
@@ -253,8 +254,9 @@ class PatchResult:
             "mlp_out": "each layer's MLP output (mlp_out)",
         }[self.site]
         where = " at each position apart" if "position" in self.axes else ""
+        how = "patched" if self.method == "exact" else "estimated by attribution patching (linear, one backward pass)"
         return (
-            f"patched: {what}{where}, one at a time; {self.direction} ({arrow}); "
+            f"{how}: {what}{where}, one at a time; {self.direction} ({arrow}); "
             f"metric: {self.metric} = {self.metric_label} at {self.clean_tokens[self.position]!r} "
             f"(position {self.position}); effect 0 = corrupted run, 1 = clean run"
         )
@@ -277,6 +279,7 @@ class PatchResult:
         """The --json document."""
         return {
             "kind": "patch",
+            "method": self.method,
             "model": self.model,
             "engine": self.engine,
             "site": self.site,
@@ -580,23 +583,11 @@ def patch_texts(
         position: the scored token of the clean text: a ``select.Query`` (its word's
             last piece), an int position, or None (the last matched non-special token).
     """
-    from ..select import Query
-    from .lm import load_lm_head
-
     if direction not in DIRECTIONS:
         raise UsageError(
             f"unknown direction {direction!r} (known: {', '.join(DIRECTIONS)})", reason=Reason.PATCH_METRIC
         )
-    clean_tokens, corrupted_tokens = engine.tokenize(clean), engine.tokenize(corrupted)
-    align(clean_tokens.ids, corrupted_tokens.ids, clean_tokens.labels, corrupted_tokens.labels)  # refuse early
-    at = position.resolve(clean_tokens, "the clean text")[-1] if isinstance(position, Query) else position
-    lm = None if engine.parts else load_lm_head(engine)
-    if lm is not None and lm.kind != "causal":
-        lm = None  # a masked LM predicts a masked token: not this metric's next token
-    name = choose_metric(metric, answer, wrong, lm is not None)
-    a = answer_id(engine.tokenizer, answer) if answer is not None else (None, None)
-    w = answer_id(engine.tokenizer, wrong) if wrong is not None else (None, None)
-    m = Metric(name, a[0], w[0], a[1], w[1])
+    clean_tokens, corrupted_tokens, m, at, lm = prepare_texts(engine, clean, corrupted, answer, wrong, metric, position)
     return patch_heads(
         engine,
         clean_tokens,
@@ -613,13 +604,40 @@ def patch_texts(
     )
 
 
-def save_npz(result: PatchResult, path: Any) -> None:
-    """Write ``result``'s arrays and labels to ``path`` (.npz), atomically."""
+def prepare_texts(
+    engine: Engine,
+    clean: str,
+    corrupted: str,
+    answer: str | None,
+    wrong: str | None,
+    metric: str | None,
+    position: Any,
+) -> tuple[Tokens, Tokens, Metric, int | None, LMHead | None]:
+    """The two texts tokenized and aligned (refused before any pass), the metric with its
+    answer tokens, the scored position (a ``select.Query``, an int or None) and the causal
+    LM head (None without one): what ``patch_heads`` and attrpatch.py take."""
+    from ..select import Query
+    from .lm import load_lm_head
+
+    clean_tokens, corrupted_tokens = engine.tokenize(clean), engine.tokenize(corrupted)
+    align(clean_tokens.ids, corrupted_tokens.ids, clean_tokens.labels, corrupted_tokens.labels)  # refuse early
+    at = position.resolve(clean_tokens, "the clean text")[-1] if isinstance(position, Query) else position
+    lm = None if engine.parts else load_lm_head(engine)
+    if lm is not None and lm.kind != "causal":
+        lm = None  # a masked LM predicts a masked token: not this metric's next token
+    name = choose_metric(metric, answer, wrong, lm is not None)
+    a = answer_id(engine.tokenizer, answer) if answer is not None else (None, None)
+    w = answer_id(engine.tokenizer, wrong) if wrong is not None else (None, None)
+    return clean_tokens, corrupted_tokens, Metric(name, a[0], w[0], a[1], w[1]), at, lm
+
+
+def save_npz(result: PatchResult, path: Any, extra: dict[str, np.ndarray] | None = None) -> None:
+    """Write ``result``'s arrays and labels (and ``extra`` arrays) to ``path`` (.npz), atomically."""
     import io
 
     from ..result import atomic_write
 
-    arrays: dict[str, Any] = result.to_npz()
+    arrays: dict[str, Any] = {**result.to_npz(), **(extra or {})}
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)
     atomic_write(path, buffer.getvalue())
