@@ -308,3 +308,49 @@ def test_head_outputs_are_transformers_w_o(name: str, saved: dict[str, Path]) ->
             torch.testing.assert_close(mine[layer].weight, theirs[layer].weight, rtol=0, atol=0)
         if name == "albert":
             assert len({id(m) for m in mine.values()}) == 1 and len(mine) == own.num_layers > 1
+
+
+_VALUE = {
+    "distilbert": lambda m, n: m.transformer.layer[n].attention.v_lin,
+    "albert-2groups": lambda m, n: (
+        m.encoder.albert_layer_groups[n * 2 // m.config.num_hidden_layers].albert_layers[0].attention.value
+    ),
+    "deberta-v3": lambda m, n: m.encoder.layer[n].attention.self.value_proj,
+}
+
+
+@pytest.mark.parametrize("name", sorted(_VALUE))
+def test_hf_v_tap_is_transformers_value_projection(name: str, saved: dict[str, Path]) -> None:
+    """The hf engine's norms read the ``v`` tap (``norms.tapped``): on DistilBERT, ALBERT's
+    shared groups and DeBERTa (whose attention bypasses transformers' attention interface:
+    the tap sits on its value projection) it is the value projection's output split into
+    heads, layer by layer, as a forward hook of transformers' own sees it; and the norms
+    are ‖v·W_h^O‖ of those values."""
+    from attnviz.nn.taps import Taps
+
+    hf = load_engine("hf", str(saved[name]), "cpu")
+    model: Any = hf.model  # type: ignore[attr-defined]
+    tokens = hf.tokenize(SENTENCES[0])
+    seen: list[torch.Tensor] = []
+    layers = hf.num_layers
+    modules = {id(_VALUE[name](model, n)): _VALUE[name](model, n) for n in range(layers)}
+    taps = Taps().record("blocks.*.attn.v")
+    with hf.tapping(taps):
+        hf.forward(tokens)
+    out = hf.forward(tokens, norms=True)
+    handles = [m.register_forward_hook(lambda _m, _a, y: seen.append(y.detach())) for m in modules.values()]
+    try:
+        hf.forward(tokens)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert len(seen) == layers
+    heads = hf.num_heads
+    outputs = hf.head_outputs()
+    for n in range(layers):
+        d = outputs[n].in_features // heads
+        v = seen[n].view(1, len(tokens), -1, d).transpose(1, 2)  # (1, G, S, D)
+        torch.testing.assert_close(taps[f"blocks.{n}.attn.v"], v, rtol=0, atol=0)
+        direct = torch.linalg.vector_norm(norms.transformed_values(v, outputs[n].weight, heads).double(), dim=-1)
+        rel = float(((out.value_norms[n].double() - direct).abs() / direct.clamp_min(1e-12)).max())
+        assert rel <= TOL, (name, n, rel)

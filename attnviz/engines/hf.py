@@ -160,11 +160,11 @@ class HFEngine(EngineBase):
         norms: bool = False,
     ) -> ForwardOutput:
         """transformers computes every layer's full eager weights; we keep the asked ones.
-        (An encoder-decoder's encoder alone.) ``norms``: value norms from forward hooks on
-        transformers' value projections (``norms.hf_projections``)."""
+        (An encoder-decoder's encoder alone.) ``norms``: value norms from the ``v`` taps
+        and W^O (``norms.tapped``, ``head_outputs``)."""
         import torch
 
-        from ..measures.norms import per_layer, recording
+        from ..measures.norms import per_layer, tapped
 
         ids = self._ids(tokens)
         self._rotary.restore()  # each pass as a freshly loaded model's
@@ -173,8 +173,7 @@ class HFEngine(EngineBase):
         kwargs: dict[str, Any] = {}
         if any(tokens.type_ids) and "token_type_ids" in _parameters(model.forward):
             kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
-        projections = self._projections(model) if norms else []
-        with torch.inference_mode(), recording(model, projections=projections, active=norms) as record:
+        with torch.inference_mode(), tapped(self, active=norms) as record:
             out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True, **kwargs)
         full = _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
         # transformers returns one tensor per layer with attention: a hybrid's are fewer
@@ -197,19 +196,18 @@ class HFEngine(EngineBase):
         full.attentions = [full.attentions[i][:, :, rows] for i in picked]
         return full
 
-    def _projections(self, model: Any) -> list[Any]:
-        """transformers' value projections and W^O (``norms.hf_projections``).
+    def _projections(self, model: Any) -> list[tuple[str, str, Any]]:
+        """transformers' W^O beside separate value projections (``hf_taps.head_projections``).
 
         Raises:
             MeasureError: none we can read (facts: reason "norm_projections").
         """
         from ..errors import MeasureError, Reason
-        from ..measures.norms import NoProjections, hf_projections
+        from .hf_taps import NoProjections, head_projections
         from .support import own_types
 
-        decoder = self.decoder_shape.num_heads if self.decoder_shape is not None else self.num_heads
         try:
-            return hf_projections(model, {"encoder": self.num_heads, "decoder": decoder, "cross": decoder})
+            return head_projections(model)
         except NoProjections as exc:
             raise MeasureError(
                 f"the norm measure needs each head's value projection and W^O, and transformers' "
@@ -227,13 +225,12 @@ class HFEngine(EngineBase):
         encoder-decoder's encoder alone)."""
         import torch
 
-        from ..measures.norms import per_layer, recording
+        from ..measures.norms import per_layer, tapped
 
         ids, mask = self._padded(batch)
         self._rotary.restore()
         model = self.model.get_encoder() if self.parts else self.model
-        projections = self._projections(model) if norms else []
-        with torch.inference_mode(), recording(model, projections=projections, active=norms) as record:
+        with torch.inference_mode(), tapped(self, active=norms) as record:
             out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
         full = _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
         if norms:
@@ -246,13 +243,13 @@ class HFEngine(EngineBase):
         import torch
 
         from ..architectures.seq2seq import Seq2SeqOutput
-        from ..measures.norms import attach_seq2seq, recording
+        from ..measures.norms import attach_seq2seq, tapped
 
         self.part_shape("cross")  # refuses a model with one stack
         ids, decoder_ids = self._ids(tokens), self._ids(target)
-        projections = self._projections(self.model) if norms else []
         self._rotary.restore()
-        with torch.inference_mode(), recording(self.model, projections=projections, active=norms) as record:
+        parts = ("encoder", "decoder", "cross")
+        with torch.inference_mode(), tapped(self, parts, active=norms) as record:
             out = self.model(
                 input_ids=ids,
                 attention_mask=torch.ones_like(ids),
@@ -295,12 +292,14 @@ class HFEngine(EngineBase):
 
     def head_outputs(self, part: str | None = None) -> dict[int, nn.Linear]:
         """transformers' W^O of each attention layer of ``part`` (``Engine.head_outputs``),
-        those with a separate value projection beside them (``norms.hf_projections``)."""
+        those with a separate value projection beside them (``hf_taps.head_projections``)."""
         shape = self.part_shape(part)
         model = self.model.get_encoder() if self.parts and part in (None, "encoder") else self.model
-        found = [p.o_proj for p in self._projections(model) if p.part == (part or "encoder")]
-        if len(found) == 1 and len(shape.layers) > 1:  # one block shared by every layer (ALBERT)
-            found = found * len(shape.layers)
+        found = [o for _, p, o in self._projections(model) if p == (part or "encoder")]
+        if len(found) != len(shape.layers):  # ALBERT's blocks, each shared by several layers
+            from .hf_taps import output_projections
+
+            found = output_projections(model, part or "encoder", shape.num_layers)
         return dict(zip(shape.layers, found, strict=True))
 
     def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:

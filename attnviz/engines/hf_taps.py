@@ -6,7 +6,9 @@ The same names as the own engine, found in transformers' models:
                           transformers' attention interface's "eager" entry is a wrapper
                           (``AttentionInterface``) that taps the queries and keys as the
                           function gets them (after RoPE), the values, then calls the
-                          family's own ``eager_attention_forward`` and taps the weights
+                          family's own ``eager_attention_forward`` and taps the weights;
+                          v alone, in a family that computes its attention without the
+                          interface (DeBERTa): the value projection's output, in heads
     z                     a forward pre-hook on W^O (``W_O``): its input is Concat(heads),
                           (B, Q, H·Dv), seen as (B, Q, H, Dv); a replacement may return
                           another batch (copies of the stream)
@@ -17,10 +19,11 @@ The same names as the own engine, found in transformers' models:
     mlp_out / cross_out   a forward hook on the MLP module / the cross-attention's W^O
 
 Which module is which is read from the module names of the base model (``PATTERNS``),
-one pattern per layout. A tap this model's layout does not map
-raises ``UnsupportedArchitectureError`` when it is attached, never a silent identity.
-This is the only module that hooks a module: an analysis never
-does. torch and transformers, imported inside the functions.
+one pattern per layout; ALBERT's shared groups by its config (``_albert``). Beside them,
+``head_projections``: the W^O that have a separate value projection (the norm measure's).
+A tap this model's layout does not map raises ``UnsupportedArchitectureError`` when it
+is attached, never a silent identity. This is the only module that hooks a module: an
+analysis never does. torch and transformers, imported inside the functions.
 """
 
 from __future__ import annotations
@@ -59,7 +62,20 @@ W_O: dict[str, tuple[str, ...]] = {
         rf"decoder\.block\.{_N}\.layer\.1\.EncDecAttention\.o",
     ),
 }
-_ALBERT = "encoder.albert_layer_groups.0.albert_layers.0.attention.dense"
+_ALBERT = "encoder.albert_layer_groups.{group}.albert_layers.0.{what}"
+
+
+def _albert(model: Any, modules: dict[str, Any], part: str, what: str, num_layers: int) -> list[Any] | None:
+    """ALBERT's shared blocks, per layer 0..num_layers-1: layer n runs the one layer of
+    group n·groups // num_layers (transformers' ``AlbertTransformer``); None for another
+    model (or an ALBERT whose groups hold several layers, which the patterns then refuse)."""
+    config = model.config
+    groups = int(getattr(config, "num_hidden_groups", 1) or 1)
+    if part != "encoder" or _ALBERT.format(group=0, what=what) not in modules:
+        return None
+    if getattr(config, "inner_group_num", 1) != 1:
+        return None
+    return [modules[_ALBERT.format(group=n * groups // num_layers, what=what)] for n in range(num_layers)]
 
 
 def output_projections(
@@ -73,8 +89,9 @@ def output_projections(
         UnsupportedArchitectureError: this model's layout is not in W_O.
     """
     modules = dict(model.named_modules())
-    if part == "encoder" and _ALBERT in modules and getattr(model.config, "num_hidden_groups", 1) == 1:
-        return [modules[_ALBERT]] * num_layers
+    albert = _albert(model, modules, part, "attention.dense", num_layers)
+    if albert is not None:
+        return albert
     wanted = list(range(num_layers)) if attention_layers is None else sorted(attention_layers)
     for pattern in W_O[part]:
         found: dict[int, Any] = {}
@@ -97,6 +114,7 @@ PATTERNS: dict[tuple[str, str], tuple[str, ...]] = {
     # the module that calls the attention function
     ("encoder", "attention"): (
         rf"(?:encoder\.)?layer\.{_N}\.attention\.self",
+        rf"transformer\.layer\.{_N}\.attention",
         rf"h\.{_N}\.attn",
         rf"layers\.{_N}\.self_attn",
         rf"layers\.{_N}\.attn",
@@ -129,6 +147,9 @@ PATTERNS: dict[tuple[str, str], tuple[str, ...]] = {
         rf"encoder\.block\.{_N}\.layer\.1\.DenseReluDense",
     ),
     ("decoder", "mlp"): (rf"decoder\.layers\.{_N}\.fc2", rf"decoder\.block\.{_N}\.layer\.2\.DenseReluDense"),
+    # the value projection, for the v tap of a family whose attention does not go through
+    # transformers' attention interface (DeBERTa): its output split into heads is v
+    ("encoder", "value"): (rf"(?:encoder\.)?layer\.{_N}\.attention\.self\.value_proj",),
 }
 # Families whose attention output is normed or scaled before it joins the stream (their
 # attn_out is not W^O's output) or whose blocks these patterns misread: attn_out and
@@ -143,6 +164,10 @@ def _modules(
     ``present``, a hybrid's layer without attention); None when no pattern fits."""
     wanted = list(range(num_layers)) if present is None else sorted(present)
     modules = dict(model.named_modules())
+    if role == "attention":
+        albert = _albert(model, modules, part, "attention", num_layers)
+        if albert is not None:
+            return albert
     for pattern in PATTERNS.get((part, role), ()):
         found: dict[int, Any] = {}
         for name, module in modules.items():
@@ -252,11 +277,15 @@ def tapping(
         for stack, layers in layer_stacks.items():
             part = "decoder" if stack == "decoder.blocks" else "encoder"
             roles = [("attention", "attn", part)] + ([("attention", "cross", "cross")] if part == "decoder" else [])
-            # q, k, v, pattern, z: in the attention function
+            # q, k, v, pattern: in the attention function (v alone: the value projection
+            # where the family computes its attention without the interface)
             if wanted & {"q", "k", "v", "pattern", "*"}:
                 for _, role, which in roles:
                     hybrid = attention_layers if stack == "blocks" else None
                     found = need(_modules(model, which, "attention", layers, hybrid), "its attention", which)
+                    if wanted == {"v"} and not _through_interface(next(m for m in found if m is not None)):
+                        handles.extend(_value_hooks(model, taps, which, stack, layers, heads[stack], model_type))
+                        continue
                     _check_function(next(m for m in found if m is not None), model_type)
                     for n, module in enumerate(found):
                         if module is not None:
@@ -351,12 +380,104 @@ def _pre_hook(taps: Taps, name: str) -> Callable[..., Any]:
     return hook
 
 
-def _check_function(module: Any, model_type: str) -> None:
-    """The family computes its attention through transformers' attention interface."""
+def _through_interface(module: Any) -> bool:
+    """Whether ``module``'s family computes its attention through transformers' attention
+    interface (``eager_attention_forward``, looked up in ``ALL_ATTENTION_FUNCTIONS``)."""
     family = sys.modules[type(module).__module__]
-    if not hasattr(family, "eager_attention_forward") or not hasattr(family, "ALL_ATTENTION_FUNCTIONS"):
+    return hasattr(family, "eager_attention_forward") and hasattr(family, "ALL_ATTENTION_FUNCTIONS")
+
+
+def _value_hooks(
+    model: Any, taps: Taps, part: str, stack: str, layers: int, num_heads: int, model_type: str
+) -> list[Any]:
+    """The v tap on the value projections' outputs (B, S, G·Dv), seen as (B, G, S, Dv): a
+    family whose attention does not go through the interface (DeBERTa)."""
+    values = _modules(model, part, "value", layers)
+    if values is None:
         raise UnsupportedArchitectureError(
             f"transformers' {model_type!r} attention does not go through its attention interface, so the hf "
             f"engine cannot tap {', '.join(ATTENTION_TAPS[:5])} there; the own engine taps them",
             model_type=model_type,
         )
+    dims = [m.in_features // num_heads for m in output_projections(model, part, layers)]
+    sites = _Sites()
+    for n, module in enumerate(values):
+        sites.add(module, f"{stack}.{n}.attn.v")
+
+    def hook(module: Any, _: Any, out: Any) -> Any:
+        name = sites.next(module)
+        if name is None or not taps.wants(name):
+            return None
+        b, s, width = out.shape
+        d = dims[int(name.split(".")[-3])]
+        v = taps.apply(name, out.view(b, s, width // d, d).transpose(1, 2))  # (B, G, S, Dv)
+        return v.transpose(1, 2).reshape(v.size(0), s, width)
+
+    return [module.register_forward_hook(hook) for module in {id(m): m for m in values}.values()]
+
+
+def _check_function(module: Any, model_type: str) -> None:
+    """The family computes its attention through transformers' attention interface."""
+    if not _through_interface(module):
+        raise UnsupportedArchitectureError(
+            f"transformers' {model_type!r} attention does not go through its attention interface, so the hf "
+            f"engine cannot tap {', '.join(ATTENTION_TAPS[:5])} there; the own engine taps them",
+            model_type=model_type,
+        )
+
+
+# transformers' W^O modules -> the value projection beside them, family by family. A family
+# whose values come out of a fused q/k/v projection (GPT-2's c_attn, Phi-3's qkv_proj,
+# ModernBERT's Wqkv) has none here, and the hf engine refuses norms for it.
+_HF_SIBLINGS = (
+    ("attention.output.dense", ("attention.self.value", "attention.self.value_proj")),  # BERT-likes, DeBERTa
+    ("attention.out_lin", ("attention.v_lin",)),  # DistilBERT
+    ("attention.dense", ("attention.value",)),  # ALBERT
+    ("self_attn.o_proj", ("self_attn.v_proj",)),  # Llama-likes
+    ("attn.Wo", ("attn.v_proj",)),  # ModernBERT-decoder
+    ("SelfAttention.o", ("SelfAttention.v",)),  # T5
+    ("EncDecAttention.o", ("EncDecAttention.v",)),
+    ("self_attn.out_proj", ("self_attn.v_proj",)),  # BART
+    ("encoder_attn.out_proj", ("encoder_attn.v_proj",)),
+)
+
+
+# transformers' names of fused q/k/v projections (GPT-2, Phi-3, ModernBERT, GPT-NeoX, Falcon).
+_FUSED = ("c_attn", "qkv_proj", "Wqkv", "query_key_value")
+
+
+class NoProjections(ValueError):
+    """transformers' model keeps no separate value projection and W^O we can read."""
+
+
+def head_projections(model: Any) -> list[tuple[str, str, Any]]:
+    """transformers' W^O of each attention module with a separate value projection beside
+    it: (module name, part "encoder" / "decoder" / "cross", W^O), in module order.
+
+    Raises:
+        NoProjections: an attention whose value projection is fused with q and k, or none
+            found at all; its message names the module.
+    """
+    from torch.nn import Linear
+
+    modules = dict(model.named_modules())
+    fused = next((n for n in modules if n.rsplit(".", 1)[-1] in _FUSED), None)
+    if fused is not None:
+        raise NoProjections(f"{fused} computes q, k and v in one fused projection")
+    found: list[tuple[str, str, Any]] = []
+    for name, module in modules.items():
+        for o_suffix, v_suffixes in _HF_SIBLINGS:
+            if not name.endswith(o_suffix) or (name != o_suffix and not name.endswith("." + o_suffix)):
+                continue
+            base = name[: -len(o_suffix)]
+            v = next((modules[base + s] for s in v_suffixes if base + s in modules), None)
+            if not isinstance(v, Linear) or not isinstance(module, Linear):
+                raise NoProjections(f"{name} has no separate value projection beside it")
+            part = "cross" if o_suffix.startswith(("EncDec", "encoder_attn")) else "encoder"
+            if part == "encoder" and name.startswith("decoder."):
+                part = "decoder"
+            found.append((name, part, module))
+            break
+    if not found:
+        raise NoProjections("no attention output projection with a separate value projection beside it")
+    return found

@@ -15,11 +15,10 @@ norm (BERT's [CLS]/[SEP] sinks) contributes little to the output.
 Grouped-query attention: head h reads key/value head g = h // (H/G), so f_h uses that
 shared value with head h's own W_h^O block.
 
-The value norms are read where every family makes them: on the own engine, each layer's
+The value norms are read where every family makes them, on either engine: each layer's
 ``v`` tap (nn/taps.py, the values as the layer uses them) turns them into norms on the
 spot with that layer's W^O (``Engine.head_outputs``), so nothing of the pass changes
-(``tapped``); the hf engine still hooks transformers' value projections (``recording``).
-torch + stdlib only.
+(``tapped``). torch + stdlib only.
 
 Shape legend: B batch, H query heads, G key/value heads, S keys, D head dim, E model width.
 """
@@ -345,60 +344,3 @@ def attach_seq2seq(out: Seq2SeqOutput, record: Recording, family: str) -> None:
         record.part("decoder"), len(out.decoder.attentions), range(len(out.decoder.attentions)), family
     )
     out.cross_value_norms = per_layer(record.part("cross"), len(out.cross), range(len(out.cross)), family)
-
-
-# transformers' W^O modules -> the value projection beside them, family by family. A family
-# whose values come out of a fused q/k/v projection (GPT-2's c_attn, Phi-3's qkv_proj,
-# ModernBERT's Wqkv) has none here, and the hf engine refuses norms for it.
-_HF_SIBLINGS = (
-    ("attention.output.dense", ("attention.self.value", "attention.self.value_proj")),  # BERT-likes, DeBERTa
-    ("attention.out_lin", ("attention.v_lin",)),  # DistilBERT
-    ("attention.dense", ("attention.value",)),  # ALBERT
-    ("self_attn.o_proj", ("self_attn.v_proj",)),  # Llama-likes
-    ("attn.Wo", ("attn.v_proj",)),  # ModernBERT-decoder
-    ("SelfAttention.o", ("SelfAttention.v",)),  # T5
-    ("EncDecAttention.o", ("EncDecAttention.v",)),
-    ("self_attn.out_proj", ("self_attn.v_proj",)),  # BART
-    ("encoder_attn.out_proj", ("encoder_attn.v_proj",)),
-)
-
-
-# transformers' names of fused q/k/v projections (GPT-2, Phi-3, ModernBERT, GPT-NeoX, Falcon).
-_FUSED = ("c_attn", "qkv_proj", "Wqkv", "query_key_value")
-
-
-class NoProjections(ValueError):
-    """transformers' model keeps no separate value projection and W^O we can read."""
-
-
-def hf_projections(model: nn.Module, heads: dict[str, int]) -> list[Projections]:
-    """transformers' value projections and W^O, per attention module.
-
-    Args:
-        heads: H per part ("encoder", "decoder", "cross").
-
-    Raises:
-        NoProjections: an attention whose value projection is fused with q and k, or none
-            found at all; its message names the module.
-    """
-    modules = dict(model.named_modules())
-    fused = next((n for n in modules if n.rsplit(".", 1)[-1] in _FUSED), None)
-    if fused is not None:
-        raise NoProjections(f"{fused} computes q, k and v in one fused projection")
-    found: list[Projections] = []
-    for name, module in modules.items():
-        for o_suffix, v_suffixes in _HF_SIBLINGS:
-            if not name.endswith(o_suffix) or (name != o_suffix and not name.endswith("." + o_suffix)):
-                continue
-            base = name[: -len(o_suffix)]
-            v = next((modules[base + s] for s in v_suffixes if base + s in modules), None)
-            if not isinstance(v, nn.Linear) or not isinstance(module, nn.Linear):
-                raise NoProjections(f"{name} has no separate value projection beside it")
-            part = "cross" if o_suffix.startswith(("EncDec", "encoder_attn")) else "encoder"
-            if part == "encoder" and name.startswith("decoder."):
-                part = "decoder"
-            found.append(Projections(name, part, v, module, heads[part]))
-            break
-    if not found:
-        raise NoProjections("no attention output projection with a separate value projection beside it")
-    return found
