@@ -129,7 +129,8 @@ def patch(
             "--dla",
             help="Direct logit attribution of CLEAN instead: each head's, MLP's, the embeddings' and the biases' "
             "direct contribution to logit(answer) − logit(wrong) through the final norm (its scale frozen), "
-            "with the sum check, and the logit lens. Needs --answer, --wrong and a GPT-2 or Llama-like LM.",
+            "with the sum check, and the logit lens. Needs --answer, --wrong and a causal LM whose residual "
+            "stream is a sum (pre-norm).",
         ),
     ] = False,
     lens_top: Annotated[
