@@ -39,7 +39,9 @@ and no alignment is sound: ``align`` raises.
 Batching (``patch_heads``): one pass per chunk of heads of a layer. Layers 0..l-1 run once
 on the batch-1 stream; at ``blocks.l.resid_pre`` the stream becomes one copy per patched
 head, and at ``blocks.l.attn.z`` copy i gets head i's slice from the other run. Memory is
-that of ``chunk`` copies, whatever the number of heads (``ablation.batch_size``).
+that of ``chunk`` copies, whatever the number of heads (``ablation.batch_size``). On a
+causal decoder of the own engine the passes run only the positions after the prompts'
+shared prefix (prefix.py: nothing before it can change).
 
 Everything goes through the engine's taps (nn/taps.py); torch + numpy only.
 """
@@ -385,6 +387,7 @@ def patch_heads(
     import torch
 
     from ..nn.taps import Taps, tap_name
+    from .prefix import shared_prefix
 
     if direction not in DIRECTIONS:
         raise UsageError(
@@ -456,16 +459,19 @@ def patch_heads(
     plan = [(layer, units[s : s + per]) for layer in chosen for s in range(0, len(units), per)]
     denominator = clean_score - corrupted_score
     partial = False
+    # Causal decoders: the passes start after the shared prefix (prefix.py), positions shift by P.
+    forward, shift = shared_prefix(engine, run, alignment.prefix, at)
+    shifted = [p - shift for p in to_run]  # negative: in the prefix, where a patch changes nothing
     try:
         for done, (layer, chunk) in enumerate(plan, 1):
-            write = _write_units(chunk, to_run, from_source, source[layer][0], expand=site == "resid_pre")
+            write = _write_units(chunk, shifted, from_source, source[layer][0], expand=site == "resid_pre")
             taps = Taps()
             if site != "resid_pre":
                 taps.replace(tap_name(None, layer, "resid_pre"), _copies(len(chunk)))
             taps.replace(tap_name(None, layer, site), write)
             with torch.inference_mode(), engine.tapping(taps):
-                hidden = engine.final_hidden(run)  # (b, Q, E)
-                scores = metric.score(hidden[:, at], anchor, lm).cpu().numpy()
+                hidden = forward(len(chunk), layer)  # (b, Q − P, E)
+                scores = metric.score(hidden[:, at - shift], anchor, lm).cpu().numpy()
             for i, (index, _, _) in enumerate(chunk):
                 raw[(layer, *index)] = scores[i]
                 effect[(layer, *index)] = (scores[i] - corrupted_score) / denominator if denominator else np.nan
@@ -521,13 +527,15 @@ def _write_units(
     expand: bool,
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """The value at a tap (b, Q, ...) with copy i's unit written from ``source`` (Q', ...):
-    its head (None: the whole vector) at its matched pairs. ``expand``: the value comes at
+    its head (None: the whole vector) at its matched pairs whose ``to_run`` position is not
+    negative. ``expand``: the value comes at
     batch 1 (resid_pre) and becomes one copy per unit first."""
     import torch
 
     def write(value: torch.Tensor) -> torch.Tensor:
         value = value.expand(len(units), *value.shape[1:]).clone() if expand else value.clone()
-        for i, (_, head, pairs) in enumerate(units):
+        for i, (_, head, every) in enumerate(units):
+            pairs = [p for p in every if to_run[p] >= 0]  # (a negative position: not run, prefix.py)
             run = torch.as_tensor([to_run[p] for p in pairs], dtype=torch.long, device=value.device)
             src = torch.as_tensor([from_source[p] for p in pairs], dtype=torch.long, device=source.device)
             if head is None:
