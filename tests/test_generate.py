@@ -178,7 +178,7 @@ def test_show_generate_terminal_views(saved: dict[str, Path]) -> None:
         (("--generate", "0"), "--generate 0: the number of tokens to write must be at least 1"),
         (("--generate", "-2"), "--generate -2"),
         (("--temperature", "0.5"), "add --generate N"),
-        (("--generate", "2", "--png", "x.png"), "--png cannot be combined with --generate"),
+        (("--generate", "2", "--pair", "a dog"), "--pair cannot be combined with --generate"),
         (("--generate", "2", "--sample", "--top-p", "0"), "top-p 0.0 must lie in (0, 1]"),
     ],
 )

@@ -35,6 +35,37 @@ def _ray() -> Any:
     return ray
 
 
+def start(ray: Any, address: str | None) -> bool:
+    """Connect to the Ray cluster at ``address`` (None: start a local instance with 2 CPUs and
+    no dashboard); True when this call started it (and so should shut it down)."""
+    if ray.is_initialized():
+        return False
+    quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "configure_logging": True}
+    if address is None:
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, **quiet)
+        except Exception as exc:  # Ray raises a bare Exception when its node does not come up
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            said = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise AttnvizError(
+                f"Ray could not start a local instance: {said}",
+                hint="a busy machine can keep Ray's processes from starting within its 30 s: try again, "
+                "or scan without --ray",
+            ) from None
+    else:
+        reach(address)  # ray.init waits forever on an address where nothing listens
+        try:
+            ray.init(address=address, **quiet)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise UsageError(
+                f"cannot connect to the Ray cluster at {address!r}: {str(exc).splitlines()[0]}",
+                hint="check the address: auto on a node of the cluster, or ray://HEAD:10001 from outside",
+            ) from None
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    return True
+
+
 class _Scorer:
     """A Ray actor: loads the model once, scores each batch it is handed."""
 
@@ -80,33 +111,7 @@ class RayScan:
 
     def _start(self) -> bool:
         """Connect to (or start) Ray; True when this call started it."""
-        ray = self.ray
-        if ray.is_initialized():
-            return False
-        quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "configure_logging": True}
-        if self.address is None:
-            try:
-                ray.init(num_cpus=2, include_dashboard=False, **quiet)
-            except Exception as exc:  # Ray raises a bare Exception when its node does not come up
-                with contextlib.suppress(Exception):
-                    ray.shutdown()
-                said = (str(exc).splitlines() or [type(exc).__name__])[0]
-                raise AttnvizError(
-                    f"Ray could not start a local instance: {said}",
-                    hint="a busy machine can keep Ray's processes from starting within its 30 s: try again, "
-                    "or scan without --ray",
-                ) from None
-        else:
-            reach(self.address)  # ray.init waits forever on an address where nothing listens
-            try:
-                ray.init(address=self.address, **quiet)
-            except (ConnectionError, ValueError, RuntimeError) as exc:
-                raise UsageError(
-                    f"cannot connect to the Ray cluster at {self.address!r}: {str(exc).splitlines()[0]}",
-                    hint="check the address: auto on a node of the cluster, or ray://HEAD:10001 from outside",
-                ) from None
-        logging.getLogger("ray").setLevel(logging.ERROR)
-        return True
+        return start(self.ray, self.address)
 
     def _actors(self) -> list[Any]:
         """One actor per GPU where the cluster has GPUs, else one per spare CPU (up to 8)."""
