@@ -639,8 +639,9 @@ def prepare_texts(
     return clean_tokens, corrupted_tokens, Metric(name, a[0], w[0], a[1], w[1]), at, lm
 
 
-def save_npz(result: PatchResult, path: Any, extra: dict[str, np.ndarray] | None = None) -> None:
-    """Write ``result``'s arrays and labels (and ``extra`` arrays) to ``path`` (.npz), atomically."""
+def save_npz(result: Any, path: Any, extra: dict[str, np.ndarray] | None = None) -> None:
+    """Write ``result.to_npz()``'s arrays and labels (a ``PatchResult``, a ``PairsResult``),
+    and ``extra`` arrays, to ``path`` (.npz), atomically."""
     import io
 
     from ..result import atomic_write
