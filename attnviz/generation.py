@@ -64,6 +64,7 @@ CACHED_FAMILIES = frozenset(
         "llama",
         "llama4_text",
         "ministral3",
+        "mistral4",
         "mistral",
         "mixtral",
         "olmo",
@@ -377,14 +378,14 @@ def _generate_own(
     from .nn.cache import KVCache
 
     model = getattr(engine, "model", None)
-    family = engine.files.model_type
+    family = str(engine.files.text_config.get("model_type"))  # a vision-language wrapper's language model
     if not isinstance(model, DecoderModel) or family not in CACHED_FAMILIES or model.attention_layers:
         raise UnsupportedArchitectureError(
             f"the own engine does not generate with {family} yet",
             hint="the hf engine generates with transformers' own generate",
         )
     lm = _lm_head(engine)
-    eos = eos_ids(engine.files.config)
+    eos = eos_ids(engine.files.text_config)
     generator = None
     if sampling.sample:
         generator = torch.Generator(device=engine.device)
@@ -427,13 +428,13 @@ def _generate_hf(
     import torch
 
     model = _causal_lm(engine)
-    eos = eos_ids(engine.files.config)
+    eos = eos_ids(engine.files.text_config)
     ids = torch.tensor([tokens.ids], dtype=torch.long, device=engine.device)
     options: dict[str, Any] = {"do_sample": sampling.sample}
     if sampling.sample:
         torch.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
         options.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=None)
-    pad = engine.files.config.get("pad_token_id")
+    pad = engine.files.text_config.get("pad_token_id")
     with torch.inference_mode():
         out = model.generate(
             ids,

@@ -30,10 +30,12 @@ from attnviz.errors import ModelLoadError
 from attnviz.measures.base import NORM
 
 from .builders import SENTENCES
-from .builders.families_2026 import SPECS_2026, SPECS_2026_BY_NAME, YARN, save_2026
+from .builders.families_2026 import MISTRAL4_ROPE, SPECS_2026, SPECS_2026_BY_NAME, YARN, save_2026
 
 TOL = 1e-5
-MLA = tuple(spec for spec in SPECS_2026 if spec.model_type in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite"))
+MLA = tuple(
+    spec for spec in SPECS_2026 if spec.model_type in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "mistral4")
+)
 LLAMA4 = tuple(spec for spec in SPECS_2026 if spec.model_type == "llama4_text")
 # Families whose attention output splits by head into value norms (not Qwen3-Next's gated heads).
 NORMED = MLA + LLAMA4
@@ -309,6 +311,11 @@ QUIRKS: list[tuple[str, dict[str, Any]]] = [
     ("deepseek_v3", {"topk_group": 4}),
     ("deepseek_v3-plain-q", {"rope_interleave": True}),
     ("glm4_moe_lite", {"n_group": 1, "topk_group": 1}),
+    ("mistral4", {"n_group": 1, "topk_group": 1}),
+    ("mistral4", {"rope_interleave": False}),
+    ("mistral4", {"norm_topk_prob": False}),
+    ("mistral4", {"first_k_dense_replace": 0}),
+    ("mistral4", {"rope_parameters": {k: v for k, v in MISTRAL4_ROPE.items() if k != "llama_4_scaling_beta"}}),
 ]
 
 
@@ -357,7 +364,7 @@ def test_mla_heads_have_their_own_value_width(saved: dict[str, Path]) -> None:
 def test_family_module_declares_what_the_registry_maps_to_it() -> None:
     from attnviz.architectures import mla
 
-    assert mla.MODEL_TYPES == ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")
+    assert mla.MODEL_TYPES == ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "mistral4")
     for model_type in mla.MODEL_TYPES:
         assert architectures.registry()[model_type] is mla
 

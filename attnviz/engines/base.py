@@ -206,7 +206,7 @@ class EngineBase(HasShape):
 
     def check_ids(self, tokens: Tokens) -> Tokens:
         """The ids fit the embedding table (config.json's vocab_size)."""
-        vocab = self.files.config.get("vocab_size")
+        vocab = self.files.text_config.get("vocab_size")
         return check_ids(tokens, vocab if isinstance(vocab, int) and vocab > 0 else None, str(self.files.path))
 
     def tokenize_pair(self, first: str, second: str) -> Tokens:
@@ -355,7 +355,7 @@ class EngineBase(HasShape):
         if not batch:
             raise ValueError("an empty batch")
         size = max(len(t) for t in batch)
-        pad = self.files.config.get("pad_token_id")
+        pad = self.files.text_config.get("pad_token_id")
         pad = int(pad) if isinstance(pad, int) else 0
         ids = torch.full((len(batch), size), pad, dtype=torch.long)  # (B, S)
         mask = torch.zeros((len(batch), size), dtype=torch.long)  # (B, S)
