@@ -20,6 +20,14 @@ from attnviz.measures.patchpairs import PatchPair, bootstrap, patch_pairs, read_
 from tests.builders import SPECS_BY_NAME, save_tiny
 from tests.test_patching import TOL, Reference, _expected
 
+
+class _Result:
+    """A finished in-process run as ``one_error_line`` reads it (CliRunner's fields)."""
+
+    def __init__(self, d: Any) -> None:
+        self.exit_code, self.stdout, self.stderr, self.output = d.returncode, d.stdout, d.stderr, d.stdout + d.stderr
+
+
 PAIRS = [
     ("the cat sat by the door", "the dog sat by the door", "mat", "door"),
     ("the dog sat on the mat", "the cat sat on the mat", "door", "mat"),
@@ -135,15 +143,6 @@ def test_cli_json_equals_python_and_refusals_come_before_model_work(tmp_path: Pa
     flat = " ".join(text.stdout.split())
     assert text.returncode == 0 and "3 pairs" in flat and "95% interval" in flat
 
-    class Result:
-        def __init__(self, d: Any) -> None:
-            self.exit_code, self.stdout, self.stderr, self.output = (
-                d.returncode,
-                d.stdout,
-                d.stderr,
-                d.stdout + d.stderr,
-            )
-
     unsound = _write(tmp_path / "u.tsv", [PAIRS[0], ("the cat sat", "the cat sat by the", "mat", "door")], False)
     notone = _write(tmp_path / "n.tsv", [PAIRS[0], ("the cat sat", "the dog sat", "cat door", "door")], False)
     cases: list[tuple[tuple[str, ...], str]] = [
@@ -157,7 +156,7 @@ def test_cli_json_equals_python_and_refusals_come_before_model_work(tmp_path: Pa
         ((), "patch needs CLEAN and CORRUPTED, or --pairs FILE"),
     ]
     for args, words in cases:
-        line = one_error_line(Result(in_process("patch", *args, "--model", str(gpt2))), 2)
+        line = one_error_line(_Result(in_process("patch", *args, "--model", str(gpt2))), 2)
         assert words in line, line
     assert sorted(p.name for p in out.iterdir()) == ["p.npz"]
 
@@ -296,15 +295,6 @@ def test_cli_vs_model_json_and_refusals(tmp_path: Path, gpt2: Path, gpt2_b: Path
     one = in_process("patch", "the cat sat by the door", "--model", str(gpt2), "--vs-model", str(gpt2_b), "--json")
     assert one.returncode == 0 and json.loads(one.stdout)["quantities"] == ["ablation", "weight", "norm"]
 
-    class Result:
-        def __init__(self, d: Any) -> None:
-            self.exit_code, self.stdout, self.stderr, self.output = (
-                d.returncode,
-                d.stdout,
-                d.stderr,
-                d.stdout + d.stderr,
-            )
-
     other = save_tiny(SPECS_BY_NAME["llama"], tmp_path / "llama")
     cases: list[tuple[tuple[str, ...], str]] = [
         (("the cat", "--vs-model", str(other)), "head by head needs one architecture"),
@@ -313,5 +303,5 @@ def test_cli_vs_model_json_and_refusals(tmp_path: Path, gpt2: Path, gpt2_b: Path
         (("the cat", "--vs-model", str(gpt2_b), "--answer", "mat"), "give CORRUPTED too"),
     ]
     for args, words in cases:
-        line = one_error_line(Result(in_process("patch", *args, "--model", str(gpt2))), 2)
+        line = one_error_line(_Result(in_process("patch", *args, "--model", str(gpt2))), 2)
         assert words in line, line

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,10 +75,22 @@ def patch_many(
         result = patch_pairs(
             eng, pairs, query=query, layers=layers, batch=batch, progress=progress, results=results, **options
         )
-    _report(result, **outputs)
+    from ..render.terminal.patching import pairs_view
+
+    _report(result, pairs_view, **outputs)
 
 
-def _report(result: Any, npz: Path | None, output: Path | None, json_out: bool, no_pager: bool, top: int) -> None:
+def _report(
+    result: Any,
+    view: Callable[..., Any],
+    npz: Path | None,
+    output: Path | None,
+    json_out: bool,
+    no_pager: bool,
+    top: int,
+) -> None:
+    """Write the files (npz, the figure), then the JSON or the terminal view
+    (``view``: render.terminal.patching's pairs_view or versus_view)."""
     if npz is not None:
         from ..measures.patching import save_npz
 
@@ -94,11 +107,10 @@ def _report(result: Any, npz: Path | None, output: Path | None, json_out: bool, 
         emit(json.dumps(result.to_dict(), ensure_ascii=False), json=True)
     else:
         from ..render.terminal import paged, uses_colour
-        from ..render.terminal.patching import pairs_view
 
         console = stdout_console()
         with paged(console, not no_pager):
-            console.print(pairs_view(result, top=top, color=uses_colour(console)))
+            console.print(view(result, top=top, color=uses_colour(console)))
     if npz is not None:
         wrote(npz)
     if output is not None:
@@ -139,26 +151,6 @@ def versus_models(
     longest = max(len(a.tokenize(p.clean)) for p in pairs) + 2
     with delayed_progress("comparing models", outputs["json_out"]) as progress:
         result = versus(pairs, a, b, query=query, batch=batch_size(a, longest, limit), progress=progress, **options)
-    _report_versus(result, **outputs)
+    from ..render.terminal.patching import versus_view
 
-
-def _report_versus(
-    result: Any, npz: Path | None, output: Path | None, json_out: bool, no_pager: bool, top: int
-) -> None:
-    if npz is not None:
-        from ..measures.patching import save_npz
-
-        save_npz(result, npz)
-    if json_out:
-        from .output import emit
-
-        emit(json.dumps(result.to_dict(), ensure_ascii=False), json=True)
-    else:
-        from ..render.terminal import paged, uses_colour
-        from ..render.terminal.patching import versus_view
-
-        console = stdout_console()
-        with paged(console, not no_pager):
-            console.print(versus_view(result, top=top, color=uses_colour(console)))
-    if npz is not None:
-        wrote(npz)
+    _report(result, versus_view, **outputs)
