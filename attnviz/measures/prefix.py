@@ -70,10 +70,18 @@ class _Prefix(KVCache):
 
     def __init__(self, held: KVCache) -> None:
         super().__init__(len(held.keys))
-        self.keys, self.values = held.keys, held.values
+        self._prefix_keys, self._prefix_values = held.keys, held.values  # per layer (1, G, P, D)
+        self._size = held.length
+
+    @property
+    def length(self) -> int:
+        return self._size
+
+    def offset(self) -> int:
+        return self._size
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        held_k, held_v = self.keys[self.layer], self.values[self.layer]
+        held_k, held_v = self._prefix_keys[self.layer], self._prefix_values[self.layer]
         assert held_k is not None and held_v is not None
         batch = k.size(0)
         return (
