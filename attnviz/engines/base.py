@@ -132,6 +132,7 @@ class Engine(Protocol):
         target: Tokens | None = None,
         *,
         batch: int = 1,
+        grad: bool = False,
     ) -> torch.Tensor:
         """(B, Q, E) the last layer's hidden states of one pass that keeps no weights: the
         decoder's (Q = len(target)) given the decoder text ``target``, else those of the
@@ -140,6 +141,10 @@ class Engine(Protocol):
         ``batch``: B copies of the text, for taps that make them differ (a replacement
         given a batch-1 value may return B copies of it: head ablation). The own engine
         runs identical copies once, until a replacement makes them B; the hf engine runs B.
+
+        ``grad``: the pass runs with autograd on (not in inference mode), so a tap's
+        replacement that requires grad gets its gradient from a backward pass
+        (attribution patching, measures/attrpatch.py).
         """
         ...
 

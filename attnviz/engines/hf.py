@@ -319,16 +319,17 @@ class HFEngine(EngineBase):
         target: Tokens | None = None,
         *,
         batch: int = 1,
+        grad: bool = False,
     ) -> torch.Tensor:
         """transformers' forward on ``batch`` copies of the text (taps make them differ: head
         ablation replaces one head's z per copy); an encoder-decoder's encoder alone
-        without ``target``."""
+        without ``target``. ``grad``: autograd records the pass."""
         import torch
 
         if target is not None:
             self.part_shape("cross")  # refuses a model with one stack
         self._rotary.restore()  # each pass as a freshly loaded model's
-        with torch.inference_mode():
+        with torch.enable_grad() if grad else torch.inference_mode():
             inputs = self._inputs(tokens, batch)
             mask = torch.ones_like(inputs["input_ids"])  # (B, S)
             if target is not None:

@@ -173,13 +173,15 @@ class OwnEngine(EngineBase):
         target: Tokens | None = None,
         *,
         batch: int = 1,
+        grad: bool = False,
     ) -> torch.Tensor:
         """Fused attention, no weights kept. The ``batch`` copies of the text are identical
         until a tap's replacement returns copies of its value (head ablation: the layers
-        before it run once, at batch 1); copies nothing made differ are expanded at the end."""
+        before it run once, at batch 1); copies nothing made differ are expanded at the end.
+        ``grad``: autograd records the pass (attribution patching's backward)."""
         import torch
 
-        with torch.inference_mode():
+        with torch.enable_grad() if grad else torch.inference_mode():
             inputs = self._inputs(tokens)
             if target is not None:
                 self.part_shape("cross")  # refuses a model with one stack

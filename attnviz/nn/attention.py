@@ -108,8 +108,9 @@ def softmax_attention(
         combined = combined - combined.max(dim=-1, keepdim=True).values
         weights = torch.softmax(combined, dim=-1)[..., :-1]  # (B, H, L, S): the sink column dropped
     if mask is not None:
-        # A fully masked row (a padding query) is exp(-inf - -inf) = NaN; make it 0.
-        weights = weights.masked_fill_(~mask, 0.0)
+        # A fully masked row (a padding query) is exp(-inf - -inf) = NaN; make it 0. (Out of
+        # place under autograd: softmax's backward reads its output.)
+        weights = weights.masked_fill(~mask, 0.0) if weights.requires_grad else weights.masked_fill_(~mask, 0.0)
     # 4. Mix the values.
     return weights @ v, weights  # (B, H, L, Dv), (B, H, L, S)
 
