@@ -232,12 +232,13 @@ def score_batch(
             scorer.add(i, start, rows)
 
     tokens = [p.tokens for p in batch]
-    if measure_named(options.measure).needs_values:
+    measure = measure_named(options.measure)
+    if measure.needs_values:
         from ..measures.norms import norm_shares
         from ..nn.rows import feed_blocks
 
         # The value norms come with whole matrices (the estimate counts them: estimate_scan).
-        out = engine.forward_batch(tokens, max_layer=max(options.layers), norms=True)
+        out = engine.forward_batch(tokens, max_layer=max(options.layers), measure=measure)
         assert out.value_norms is not None  # asked for
         run = shape.layers[: len(out.attentions)]
         for layer, a, n in zip(run, out.attentions, out.value_norms, strict=True):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import EngineError, ModelLoadError, Reason
 from ..io.checkpoint import check_tensors
-from ..measures.base import NORM
+from ..measures.base import NORM, WEIGHT, Measure
 from ..select import PARTS
 from ..shape import ModelShape, layer_list
 from ..tokens import Tokens
@@ -28,10 +28,9 @@ if TYPE_CHECKING:
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
     from ..io.models import ModelFiles
-    from ..nn.attention import MultiHeadAttention
     from ..nn.rows import BlockSink
     from ..nn.taps import Taps
-    from . import hf_model
+    from . import hf_taps
 
 
 class HFEngine(EngineBase):
@@ -104,7 +103,7 @@ class HFEngine(EngineBase):
     def _describe(self, files: ModelFiles) -> None:
         cfg = self.model.config
         text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-        from . import hf_model
+        from . import hf_model, hf_taps
 
         if hf_model.adds_alibi_twice(self.model):
             raise EngineError(
@@ -126,7 +125,7 @@ class HFEngine(EngineBase):
         encoder = self.model.get_encoder() if seq2seq else self.model
         num_heads = int(_cfg(enc_cfg, "num_attention_heads", "n_head", "num_heads"))
         num_layers = int(_cfg(enc_cfg, "num_hidden_layers", "n_layer", "num_layers"))
-        probed = hf_model.probe(encoder, self.device)  # the mask the model builds (D1), its attention layers
+        probed = hf_taps.probe(encoder, self.device)  # the mask the model builds (D1), its attention layers
         self.shape = ModelShape(
             num_layers=num_layers,
             num_heads=num_heads,
@@ -158,11 +157,11 @@ class HFEngine(EngineBase):
         tokens: Tokens,
         layers: Sequence[int] | None = None,
         queries: Sequence[int] | None = None,
-        norms: bool = False,
+        measure: Measure = WEIGHT,
     ) -> ForwardOutput:
         """transformers computes every layer's full eager weights; we keep the asked ones.
-        (An encoder-decoder's encoder alone.) ``norms``: value norms from the ``v`` taps
-        and W^O (``norms.tapped``, ``head_outputs``)."""
+        (An encoder-decoder's encoder alone.) A ``measure`` that needs values: value norms
+        from the ``v`` taps and W^O (``norms.tapped``, ``head_outputs``)."""
         import torch
 
         from ..measures.norms import per_layer, tapped
@@ -174,6 +173,7 @@ class HFEngine(EngineBase):
         kwargs: dict[str, Any] = {}
         if any(tokens.type_ids) and "token_type_ids" in _parameters(model.forward):
             kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
+        norms = measure.needs_values
         with torch.inference_mode(), tapped(self, active=norms) as record:
             out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True, **kwargs)
         full = _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
@@ -198,13 +198,13 @@ class HFEngine(EngineBase):
         return full
 
     def _projections(self, model: Any) -> list[tuple[str, str, Any]]:
-        """transformers' W^O beside separate value projections (``hf_taps.head_projections``).
+        """transformers' W^O beside separate value projections (``hf_model.head_projections``).
 
         Raises:
             MeasureError: none we can read (facts: reason "norm_projections").
         """
         from ..errors import MeasureError, Reason
-        from .hf_taps import NoProjections, head_projections
+        from .hf_model import NoProjections, head_projections
         from .support import own_types
 
         try:
@@ -223,7 +223,7 @@ class HFEngine(EngineBase):
         self,
         batch: Sequence[Tokens],
         max_layer: int | None = None,
-        norms: bool = False,
+        measure: Measure = WEIGHT,
         *,
         blocks: BlockSink | None = None,
         layers: Sequence[int] | None = None,
@@ -239,7 +239,7 @@ class HFEngine(EngineBase):
         if blocks is not None:
             from ..nn.rows import feed_blocks
 
-            if norms:
+            if measure.needs_values:
                 raise ValueError("the value norms are recorded beside whole matrices, not streamed blocks")
             out = self.forward_batch(batch, max_layer)
             attention_layers = self.shape.layers[: len(out.attentions)]
@@ -252,6 +252,7 @@ class HFEngine(EngineBase):
         ids, mask = self._padded(batch)
         self._rotary.restore()
         model = self.model.get_encoder() if self.parts else self.model
+        norms = measure.needs_values
         with torch.inference_mode(), tapped(self, active=norms) as record:
             out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
         full = _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
@@ -260,7 +261,7 @@ class HFEngine(EngineBase):
             full.value_norms = per_layer(record.part(None), run, range(run), self.files.model_type)
         return full
 
-    def forward_seq2seq(self, tokens: Tokens, target: Tokens, norms: bool = False) -> Seq2SeqOutput:
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens, measure: Measure = WEIGHT) -> Seq2SeqOutput:
         """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through the decoder."""
         import torch
 
@@ -270,7 +271,7 @@ class HFEngine(EngineBase):
         self.part_shape("cross")  # refuses a model with one stack
         ids, decoder_ids = self._ids(tokens), self._ids(target)
         self._rotary.restore()
-        parts = ("encoder", "decoder", "cross")
+        parts, norms = ("encoder", "decoder", "cross"), measure.needs_values
         with torch.inference_mode(), tapped(self, parts, active=norms) as record:
             out = self.model(
                 input_ids=ids,
@@ -314,7 +315,7 @@ class HFEngine(EngineBase):
 
     def head_outputs(self, part: str | None = None) -> dict[int, nn.Linear]:
         """transformers' W^O of each attention layer of ``part`` (``Engine.head_outputs``),
-        those with a separate value projection beside them (``hf_taps.head_projections``)."""
+        those with a separate value projection beside them (``hf_model.head_projections``)."""
         shape = self.part_shape(part)
         model = self.model.get_encoder() if self.parts and part in (None, "encoder") else self.model
         found = [o for _, p, o in self._projections(model) if p == (part or "encoder")]
@@ -323,11 +324,6 @@ class HFEngine(EngineBase):
 
             found = output_projections(model, part or "encoder", shape.num_layers)
         return dict(zip(shape.layers, found, strict=True))
-
-    def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
-        """[]: transformers computes attention in its own modules, not ours."""
-        self.part_shape(part)  # refuses a part the model does not have
-        return []
 
     def running(self) -> contextlib.AbstractContextManager[None]:
         """A model in memory (``in_memory``): eager attention and eval mode for the block,
@@ -345,16 +341,17 @@ class HFEngine(EngineBase):
         target: Tokens | None = None,
         *,
         batch: int = 1,
+        grad: bool = False,
     ) -> torch.Tensor:
         """transformers' forward on ``batch`` copies of the text (taps make them differ: head
         ablation replaces one head's z per copy); an encoder-decoder's encoder alone
-        without ``target``."""
+        without ``target``. ``grad``: autograd records the pass."""
         import torch
 
         if target is not None:
             self.part_shape("cross")  # refuses a model with one stack
         self._rotary.restore()  # each pass as a freshly loaded model's
-        with torch.inference_mode():
+        with torch.enable_grad() if grad else torch.inference_mode():
             inputs = self._inputs(tokens, batch)
             mask = torch.ones_like(inputs["input_ids"])  # (B, S)
             if target is not None:
@@ -367,8 +364,8 @@ class HFEngine(EngineBase):
             return out.last_hidden_state
 
 
-def _attention_layers(probed: hf_model.Probe, num_layers: int, model_type: str) -> tuple[int, ...]:
-    """``ModelShape.attention_layers`` from the probe's trace (``hf_model.probe``): () when
+def _attention_layers(probed: hf_taps.Probe, num_layers: int, model_type: str) -> tuple[int, ...]:
+    """``ModelShape.attention_layers`` from the probe's trace (``hf_taps.probe``): () when
     every layer has attention; a hybrid's attention layers by their model numbers.
 
     Raises:

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..measures.base import NORM
+from ..measures.base import NORM, WEIGHT, Measure
 from ..select import PARTS
 from ..tokens import Tokens
 from .base import EngineBase
@@ -58,11 +58,11 @@ class OwnEngine(EngineBase):
         tokens: Tokens,
         layers: Sequence[int] | None = None,
         queries: Sequence[int] | None = None,
-        norms: bool = False,
+        measure: Measure = WEIGHT,
     ) -> ForwardOutput:
         """Fused attention in every layer; exact weights only for ``queries`` of ``layers``,
         and no layer after the last one asked for. (An encoder-decoder's encoder alone.)
-        ``norms``: the value norms of ``layers`` too (``attnviz.measures.norms``)."""
+        A ``measure`` that needs values: the value norms of ``layers`` too (``attnviz.measures.norms``)."""
         import torch
 
         from ..measures.norms import per_layer, tapped
@@ -79,6 +79,7 @@ class OwnEngine(EngineBase):
         if any(tokens.type_ids) and types:
             # A sentence pair, into a model with token-type embeddings (else ignored, as transformers does).
             kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
+        norms = measure.needs_values
         with torch.inference_mode(), tapped(self, active=norms) as record:
             every = _pattern_tapped()  # a pattern tap sees every row of every layer, as on the hf engine
             rows, asked = (None, None) if every else (queries, set(chosen))
@@ -93,9 +94,10 @@ class OwnEngine(EngineBase):
         out.attentions = [out.attentions[i] for i in picked]
         return out
 
-    def forward_seq2seq(self, tokens: Tokens, target: Tokens, norms: bool = False) -> Seq2SeqOutput:
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens, measure: Measure = WEIGHT) -> Seq2SeqOutput:
         """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through
-        the decoder; every layer's full weights of every part (and value norms, ``norms``)."""
+        the decoder; every layer's full weights of every part (and value norms, for a
+        ``measure`` that needs values)."""
         import torch
 
         from ..architectures.seq2seq import EncoderDecoder
@@ -103,6 +105,7 @@ class OwnEngine(EngineBase):
 
         self.part_shape("cross")  # refuses a model with one stack
         assert isinstance(self.model, EncoderDecoder)  # part_shape checked it
+        norms = measure.needs_values
         with torch.inference_mode(), tapped(self, ("encoder", "decoder", "cross"), active=norms) as record:
             out = self.model.forward_seq2seq(self._ids(tokens), self._ids(target))
         if norms:
@@ -113,14 +116,14 @@ class OwnEngine(EngineBase):
         self,
         batch: Sequence[Tokens],
         max_layer: int | None = None,
-        norms: bool = False,
+        measure: Measure = WEIGHT,
         *,
         blocks: BlockSink | None = None,
         layers: Sequence[int] | None = None,
     ) -> ForwardOutput:
         """One forward pass over right-padded texts; attentions are (B, H, S, S) per layer
         (exact eager weights), padding keys get weight 0 and padding query rows are to be
-        ignored. ``norms``: the value norms (B, H, S) of every layer run too.
+        ignored. A ``measure`` that needs values: the value norms (B, H, S) of every layer run too.
 
         ``blocks``: the weights of ``layers`` (default: every layer run) go to
         ``blocks(layer, start, stop, weights)`` one block of query rows at a time, computed
@@ -134,7 +137,7 @@ class OwnEngine(EngineBase):
         if blocks is not None:
             from ..nn.rows import feed_blocks, streaming
 
-            if norms:
+            if measure.needs_values:
                 raise ValueError("the value norms are recorded beside whole matrices, not streamed blocks")
             asked = None if layers is None else set(layers)
             if _pattern_tapped():  # a pattern tap records whole matrices: stream them after the pass
@@ -147,6 +150,7 @@ class OwnEngine(EngineBase):
                     out = self.model(ids, attention_mask=mask, max_layer=max_layer, layers=asked, fused=True)
             out.attentions = []
             return out
+        norms = measure.needs_values
         with torch.inference_mode(), tapped(self, active=norms) as record:
             out = self.model(ids, attention_mask=mask, max_layer=max_layer, fused=False)
         if norms:
@@ -162,14 +166,15 @@ class OwnEngine(EngineBase):
         return attached(taps)
 
     def head_outputs(self, part: str | None = None) -> dict[int, nn.Linear]:
-        """W^O of each attention layer of ``part`` (``Engine.head_outputs``): the modules of
-        ``attention_modules`` in layer order, ALBERT's one shared module for every layer."""
+        """W^O of each attention layer of ``part`` (``Engine.head_outputs``): our modules in
+        layer order, ALBERT's shared block under each layer of its group."""
         from ..errors import MeasureError, Reason
 
-        modules = self.attention_modules(part)
+        modules = self._attention_modules(part)
         layers = self.part_shape(part).layers
-        if len(modules) == 1 and len(layers) > 1:  # one block shared by every layer (ALBERT)
-            modules = modules * len(layers)
+        if len(modules) != len(layers):  # ALBERT: a block shared by the layers of its group
+            index = getattr(self.model, "block_index", lambda layer: 0)
+            modules = [modules[index(layer)] for layer in layers]
         gated = [name for name, m in modules if m.output_gated]
         if gated:
             raise MeasureError(
@@ -180,13 +185,15 @@ class OwnEngine(EngineBase):
             )
         return {layer: m.o_proj for layer, (_, m) in zip(layers, modules, strict=True)}
 
-    def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
-        """Our modules (``norms.attention_modules``), those of ``part`` told by their names
-        (``norms.part_of``: an encoder-decoder's decoder self- and cross-attention)."""
-        from ..measures.norms import attention_modules, part_of
+    def _attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
+        """Our attention modules of ``part`` by name, each once (ALBERT's shared blocks too),
+        told by their names: an encoder-decoder's decoder self- (``decoder.*``) and
+        cross-attention (``*.cross``)."""
+        from ..nn.attention import MultiHeadAttention
 
         self.part_shape(part)  # refuses a part the model does not have
-        return [(name, m) for name, m in attention_modules(self.model) if part_of(name) == (part or "encoder")]
+        found = [(name, m) for name, m in self.model.named_modules() if isinstance(m, MultiHeadAttention)]
+        return [(name, m) for name, m in found if _part_of(name) == (part or "encoder")]
 
     def final_hidden(
         self,
@@ -194,13 +201,15 @@ class OwnEngine(EngineBase):
         target: Tokens | None = None,
         *,
         batch: int = 1,
+        grad: bool = False,
     ) -> torch.Tensor:
         """Fused attention, no weights kept. The ``batch`` copies of the text are identical
         until a tap's replacement returns copies of its value (head ablation: the layers
-        before it run once, at batch 1); copies nothing made differ are expanded at the end."""
+        before it run once, at batch 1); copies nothing made differ are expanded at the end.
+        ``grad``: autograd records the pass (attribution patching's backward)."""
         import torch
 
-        with torch.inference_mode():
+        with torch.enable_grad() if grad else torch.inference_mode():
             inputs = self._inputs(tokens)
             if target is not None:
                 self.part_shape("cross")  # refuses a model with one stack
@@ -211,6 +220,14 @@ class OwnEngine(EngineBase):
                 rows = None if _pattern_tapped() else ()
                 hidden = self.model(ids, layers=rows, queries=rows, fused=True, **inputs).hidden_states
             return hidden.expand(batch, -1, -1) if hidden.size(0) == 1 else hidden  # (B, Q, E)
+
+
+def _part_of(name: str) -> str:
+    """Which attention one of our modules computes, from its name: "cross", "decoder" or
+    "encoder" (any stack with one kind of attention)."""
+    if name.rsplit(".", 1)[-1] == "cross":
+        return "cross"
+    return "decoder" if name.startswith("decoder.") else "encoder"
 
 
 def _pattern_tapped() -> bool:

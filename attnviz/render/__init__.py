@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 def matplotlib_config_dir() -> None:
@@ -78,6 +79,8 @@ EXPORT_FORMATS = IMAGE_FORMATS + HTML_FORMATS
 DEFAULT_DPI = 150
 DEFAULT_FONT_PT = 8.0  # tick labels; titles scale with it
 EXPLAIN_TOP = 10  # explain's table: the top keys by default (a 343-token text printed 357 lines)
+# explain's table orders (``--sort``): α, ‖f(x)‖, α·‖f(x)‖, or the top by α in text order
+EXPLAIN_SORTS = ("weight", "norm", "contribution", "position")
 COLUMN_IN = 6.3  # a one-layer figure fits this width (a paper's text column) by default
 
 
@@ -157,3 +160,14 @@ def parse_vmax(spec: str) -> float | str:
 # 16 MB is e.g. MiniLM's 6 layers × 12 heads at 288 tokens, or one of its layers at 707 tokens.
 # Past it a browser spends seconds parsing and the page is no longer something to mail.
 HTML_BUDGET_BYTES = 16_000_000
+
+
+def written_legend(tokens: Any) -> str | None:
+    """The legend of every view of a generation (``Tokens.written_start``): '«…»: written by
+    the model (--generate): tokens 15-18, after 15 given'; None when nothing was written."""
+    start = tokens.written_start
+    if start is None:
+        return None
+    end = len(tokens) - 1
+    span = f"token {start}" if end == start else f"tokens {start}-{end}" if end > start else "no token"
+    return f"«…»: written by the model (--generate): {span}, after {start} given"
