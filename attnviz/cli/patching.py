@@ -11,7 +11,7 @@ import typer
 
 from ..example import EXAMPLE, EXAMPLE_PAIR
 from .app import app, errors
-from .common import budget, query_from, stdout_console, wrote
+from .common import budget, decoder_text, query_from, stdout_console, wrote
 from .conventions import example
 from .options import (
     DebugOpt,
@@ -27,8 +27,11 @@ from .options import (
     ModelOpt,
     NoPagerOpt,
     Occurrence,
+    PartOpt,
+    TargetTextOpt,
     TokenOpt,
 )
+from .pathpatching import ReceiverOpt, SendersOpt, Through, ThroughOpt
 
 CLEAN_EXAMPLE, CORRUPTED_EXAMPLE = EXAMPLE, EXAMPLE_PAIR
 
@@ -43,6 +46,10 @@ class Site(str, Enum):
     resid_pre = "resid_pre"
     attn_out = "attn_out"
     mlp_out = "mlp_out"
+    q = "q"
+    k = "k"
+    v = "v"
+    pattern = "pattern"
 
 
 class PatchMetric(str, Enum):
@@ -95,7 +102,8 @@ def patch(
         typer.Option(
             "--site",
             help="What is patched: z (each head's output before W^O), resid_pre (the residual stream entering "
-            "each layer), attn_out or mlp_out (what each layer's attention or MLP adds).",
+            "each layer), attn_out or mlp_out (what each layer's attention or MLP adds), or a head's q, k, v "
+            "(per key/value head under grouped-query attention) or pattern alone.",
         ),
     ] = Site.z,
     by_position: Annotated[
@@ -117,6 +125,11 @@ def patch(
     lens_top: Annotated[
         int, typer.Option("--lens-top", metavar="K", min=1, help="With --dla: tokens per layer in the logit lens.")
     ] = 3,
+    target_text: TargetTextOpt = None,
+    part: PartOpt = None,
+    receiver: ReceiverOpt = None,
+    through: ThroughOpt = Through.q,
+    senders: SendersOpt = None,
     token: TokenOpt = None,
     occurrence: Occurrence = None,
     index: IndexOpt = None,
@@ -156,18 +169,39 @@ def patch(
             return
         pair = _check_pair(corrupted, answer, wrong, metric, npz, output)
         query = query_from(token, occurrence, index, required=False)
+        from .pathpatching import parse as parse_paths
+        from .pathpatching import run as run_paths
+
+        receivers, sender_heads = parse_paths(receiver, senders, site.value, by_position, output)
+        target = decoder_text(target_text, None)
         limit = budget(max_memory)
         from ..engines import cpu_threads_for, load_engine
+        from ..errors import Reason, UsageError
         from ..measures.ablation import batch_size
         from ..measures.alignment import align
+        from ..measures.headsites import check as check_site
         from ..select import parse_layers
 
         eng = load_engine(engine.value, model, device, dtype.value)
         # The alignment and the token before the passes: a refusal costs no forward pass.
+        if eng.parts and target is None:
+            raise UsageError(
+                f"{eng.files.spec} is an encoder-decoder: patch reads the decoder's answer after --target-text TEXT",
+                hint="add --target-text (the decoder's text) and --part encoder, decoder or cross",
+                reason=Reason.PATCH_METRIC,
+            )
         a, b = eng.tokenize(clean), eng.tokenize(pair)
         align(a.ids, b.ids, a.labels, b.labels)
-        layers = parse_layers(layer, eng.num_layers, eng.shape.layers)
+        check_site(site.value, len(a), len(b))
+        shape = eng.part_shape(part.value if part else "decoder") if eng.parts else eng.shape
+        layers = parse_layers(layer, shape.num_layers, shape.layers)
         batch = batch_size(eng, max(len(a), len(b)), limit)
+        if receivers:
+            options: dict[str, Any] = {"answer": answer, "wrong": wrong, "position": query, "batch": batch}
+            options.update(metric=metric and metric.value, direction=direction.value)
+            run_paths(eng, clean, pair, receivers, sender_heads, through=through.value, options=options,
+                      npz=npz, json_out=json_out, no_pager=no_pager, top=top)  # fmt: skip
+            return
         from ..measures.patching import patch_texts
         from .ablating import delayed_progress
 
@@ -186,6 +220,8 @@ def patch(
                 progress=progress,
                 site=site.value,
                 by_position=by_position,
+                target=target,
+                part=part and part.value,
             )
         _report(result, npz, output, json_out, no_pager, top)
 

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import Reason, UsageError
+from . import headsites
 from .alignment import Alignment, align
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
     from .lm import LMHead
 
 DIRECTIONS = ("denoise", "noise")
-SITES = ("z", "resid_pre", "attn_out", "mlp_out")
+SITES = ("z", "resid_pre", "attn_out", "mlp_out", *headsites.HEAD_SITES)
 METRICS = ("logit-diff", "prob", "logprob", "kl", "hidden")
 LM_METRICS = ("logit-diff", "prob", "logprob", "kl")
 
@@ -196,6 +197,9 @@ class PatchResult:
     notes: tuple[str, ...] = field(default=())
     axes: tuple[str, ...] = ("layer", "head")
     positions: tuple[int, ...] = ()
+    group: int = 1  # query heads per patched unit: H/G for k and v under grouped-query attention
+    part: str | None = None  # an encoder-decoder's part patched (seq2seq_patch.py); None: one stack
+    target_tokens: tuple[str, ...] = ()  # an encoder-decoder's decoder text, where the metric reads
 
     @property
     def num_layers(self) -> int:
@@ -208,13 +212,15 @@ class PatchResult:
     def grid(self) -> tuple[np.ndarray, list[str], str]:
         """What a layers × columns heatmap draws: (N, C) values, the column labels, and what
         a cell is. (N, H, P) effects are drawn at each head's position of largest |effect|."""
+        head = "KV" if self.group > 1 else "H"
         if self.axes == ("layer", "head"):
-            return self.effect, [f"H{h}" for h in range(self.num_heads)], "each head's effect"
+            return self.effect, [f"{head}{h}" for h in range(self.num_heads)], "each head's effect"
         if self.axes == ("layer", "head", "position"):
             filled = np.where(np.isfinite(self.effect), self.effect, 0.0)
             pick = np.abs(filled).argmax(-1)[..., None]  # (N, H, 1)
             values = np.take_along_axis(self.effect, pick, -1)[..., 0]
-            return values, [f"H{h}" for h in range(self.num_heads)], "each head's effect at its strongest position"
+            labels = [f"{head}{h}" for h in range(self.num_heads)]
+            return values, labels, "each head's effect at its strongest position"
         if self.axes == ("layer", "position"):
             return self.effect, [self.clean_tokens[p] for p in self.positions], f"{self.site} at each position"
         return self.effect[:, None], [self.site], f"{self.site} at every matched position at once"
@@ -222,7 +228,8 @@ class PatchResult:
     def unit_label(self, index: tuple[int, ...]) -> str:
         """'L3.H1', 'L3.H1 @ it(10)', 'L3 resid_pre @ it(10)', 'L3 mlp_out' for an index of ``effect``."""
         named = dict(zip(self.axes, index, strict=True))
-        text = f"L{named['layer']}" + (f".H{named['head']}" if "head" in named else f" {self.site}")
+        head = f".KV{named['head']}" if self.group > 1 else f".H{named['head']}" if "head" in named else ""
+        text = f"L{named['layer']}" + (head if "head" in named else f" {self.site}")
         if "position" in named:
             at = self.positions[named["position"]]
             text += f" @ {self.clean_tokens[at]}({at})"
@@ -251,12 +258,17 @@ class PatchResult:
             "resid_pre": "each layer's residual stream entering it (resid_pre)",
             "attn_out": "each layer's attention output (attn_out)",
             "mlp_out": "each layer's MLP output (mlp_out)",
-        }[self.site]
+        }.get(self.site) or headsites.describe(self.site, self.group, self.group * self.num_heads)
         where = " at each position apart" if "position" in self.axes else ""
+        at = f"{self.clean_tokens[self.position]!r} (position {self.position})"
+        if self.part is not None:
+            what += {"encoder": " of the encoder", "decoder": " of the decoder", "cross": " of the cross-attention"}[
+                self.part
+            ]
+            at = f"the decoder's {self.target_tokens[self.position]!r} (target position {self.position})"
         return (
             f"patched: {what}{where}, one at a time; {self.direction} ({arrow}); "
-            f"metric: {self.metric} = {self.metric_label} at {self.clean_tokens[self.position]!r} "
-            f"(position {self.position}); effect 0 = corrupted run, 1 = clean run"
+            f"metric: {self.metric} = {self.metric_label} at {at}; effect 0 = corrupted run, 1 = clean run"
         )
 
     def ranked(self, top: int | None = None) -> list[tuple[int, int, float, float]]:
@@ -295,6 +307,9 @@ class PatchResult:
             "heads": self.num_heads,
             "axes": list(self.axes),
             "positions": list(self.positions),
+            "group": self.group,
+            "part": self.part,
+            "target_tokens": list(self.target_tokens),
             "effect": _numbers(self.effect),
             "raw": _numbers(self.raw),
             "passes": self.passes,
@@ -360,7 +375,8 @@ def patch_heads(
 ) -> PatchResult:
     """Patch every head's z of ``layers`` (default: every attention layer), one at a time.
 
-    ``site`` (``SITES``): "z" (each head's output before W^O: effect (N, H)), or a layer's
+    ``site`` (``SITES``): "z" (each head's output before W^O: effect (N, H)); a head's "q",
+    "k", "v" or "pattern" alone (headsites.py: (N, H), for k and v (N, G)); or a layer's
     "resid_pre" (the residual stream entering it), "attn_out" or "mlp_out" (what its
     attention or MLP adds): effect (N,). ``by_position``: each matched position apart, a
     last axis P (``PatchResult.positions``, in the clean prompt): (N, H, P) or (N, P);
@@ -414,9 +430,12 @@ def patch_heads(
         )
     if site not in SITES:
         raise UsageError(f"unknown site {site!r} (known: {', '.join(SITES)})", reason=Reason.PATCH_METRIC)
+    if site in headsites.HEAD_SITES:
+        headsites.check(site, len(clean), len(corrupted))
     shape = engine.shape
     chosen = tuple(shape.layers if layers is None else layers)
-    n, h = shape.num_layers, shape.num_heads
+    per_head = site == "z" or site in headsites.HEAD_SITES
+    n, (h, group) = shape.num_layers, headsites.units(site, shape)
     per = batch or h
     if per < 1:
         raise ValueError(f"batch must be at least 1, not {per}")
@@ -438,7 +457,7 @@ def patch_heads(
     # The units patched one at a time in each layer: (index into effect, head or None, which matched pairs).
     matched = list(range(len(to_run)))
     units: list[tuple[tuple[int, ...], int | None, list[int]]] = []
-    if site == "z":
+    if per_head:
         units = (
             [((hd, p), hd, [p]) for hd in range(h) for p in matched]
             if by_position
@@ -446,8 +465,8 @@ def patch_heads(
         )
     else:
         units = [((p,), None, [p]) for p in matched] if by_position else [((), None, matched)]
-    axes = (("layer", "head") if site == "z" else ("layer",)) + (("position",) if by_position else ())
-    size = (n, h) if site == "z" else (n,)
+    axes = (("layer", "head") if per_head else ("layer",)) + (("position",) if by_position else ())
+    size = (n, h) if per_head else (n,)
     effect = np.full(size + ((len(matched),) if by_position else ()), np.nan)
     raw = np.full(effect.shape, np.nan)
     plan = [(layer, units[s : s + per]) for layer in chosen for s in range(0, len(units), per)]
@@ -455,7 +474,10 @@ def patch_heads(
     partial = False
     try:
         for done, (layer, chunk) in enumerate(plan, 1):
-            write = _write_units(chunk, to_run, from_source, source[layer][0], expand=site == "resid_pre")
+            if site in headsites.HEAD_SITES:
+                write = headsites.writer(chunk, to_run, from_source, headsites.source(source[layer]), _write_units)
+            else:
+                write = _write_units(chunk, to_run, from_source, source[layer][0], expand=site == "resid_pre")
             taps = Taps()
             if site != "resid_pre":
                 taps.replace(tap_name(None, layer, "resid_pre"), _copies(len(chunk)))
@@ -498,6 +520,7 @@ def patch_heads(
         notes=tuple(notes),
         axes=axes,
         positions=tuple(a for a, _ in alignment.pairs) if by_position else (),
+        group=group,
     )
 
 
@@ -572,13 +595,18 @@ def patch_texts(
     progress: Progress | None = None,
     site: str = "z",
     by_position: bool = False,
+    target: str | None = None,
+    part: str | None = None,
 ) -> PatchResult:
     """``patch_heads`` from two texts: tokenized, aligned (before any model work past the
-    LM head's lookup), the metric and its answer tokens resolved.
+    LM head's lookup), the metric and its answer tokens resolved. An encoder-decoder's
+    (``target``: the decoder's text; ``part``: encoder, decoder or cross, default
+    decoder): ``seq2seq_patch.patch_seq2seq``.
 
     Args:
         position: the scored token of the clean text: a ``select.Query`` (its word's
-            last piece), an int position, or None (the last matched non-special token).
+            last piece), an int position, or None (the last matched non-special token);
+            an encoder-decoder's: of the target.
     """
     from ..select import Query
     from .lm import load_lm_head
@@ -589,8 +617,16 @@ def patch_texts(
         )
     clean_tokens, corrupted_tokens = engine.tokenize(clean), engine.tokenize(corrupted)
     align(clean_tokens.ids, corrupted_tokens.ids, clean_tokens.labels, corrupted_tokens.labels)  # refuse early
+    if engine.parts or target is not None or part is not None:
+        from .seq2seq_patch import patch_text_seq2seq
+
+        return patch_text_seq2seq(
+            engine, clean_tokens, corrupted_tokens, target, part, answer=answer, wrong=wrong, metric=metric,
+            direction=direction, position=position, layers=layers, batch=batch, progress=progress, site=site,
+            by_position=by_position,
+        )  # fmt: skip
     at = position.resolve(clean_tokens, "the clean text")[-1] if isinstance(position, Query) else position
-    lm = None if engine.parts else load_lm_head(engine)
+    lm = load_lm_head(engine)
     if lm is not None and lm.kind != "causal":
         lm = None  # a masked LM predicts a masked token: not this metric's next token
     name = choose_metric(metric, answer, wrong, lm is not None)
