@@ -29,7 +29,7 @@ from .example import EXAMPLE
 from .version import __version__
 
 if TYPE_CHECKING:
-    from .analyses import HeadAblation, HeadScan, ablate, check, explain, scan
+    from .analyses import HeadAblation, HeadScan, ablate, check, explain, patch_pairs, scan
     from .generation import Generation
     from .measures.attribution import Attribution
     from .measures.patching import PatchResult
@@ -45,6 +45,7 @@ __all__ = [
     "scan",
     "patch",
     "path_patch",
+    "patch_pairs",
     "attribute",
     "check",
     "Attention",
@@ -517,6 +518,7 @@ _LAZY = {
     "explain": "analyses",
     "scan": "analyses",
     "check": "analyses",
+    "patch_pairs": "analyses",
     "HeadAblation": "analyses",
     "HeadScan": "analyses",
 }

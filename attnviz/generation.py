@@ -18,13 +18,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import UnsupportedArchitectureError, UsageError
+from .errors import Reason, UnsupportedArchitectureError, UsageError
+from .tokens import Tokens
 
 if TYPE_CHECKING:
     import torch
 
     from .engines import Engine
-    from .tokens import Tokens
+    from .result import Attention
 
 # Decoder families whose own-engine generation is proved token for token against
 # transformers' generate and row for row against full passes (tests/test_generate.py).
@@ -63,6 +64,7 @@ CACHED_FAMILIES = frozenset(
         "llama",
         "llama4_text",
         "ministral3",
+        "mistral4",
         "mistral",
         "mixtral",
         "olmo",
@@ -115,8 +117,16 @@ class Generation:
         text: the continuation as the tokenizer decodes it.
         layers: the model layers the rows are of.
         rows: per written token i, (layers, H, P + i + 1) float32: its query's weights over
-            every token up to itself.
+            every token up to itself (or what ``generate``'s ``keep`` made of them).
+        first_rows: the last given token's rows (layers, H, P), whose logits chose the first
+            written token (the rows that chose written token i > 0 are ``rows[i - 1]``).
         stopped: "eos", "length" (N tokens written) or "interrupted" (Ctrl-C: partial).
+        tokens: what the views read: prompt + continuation (a decoder), or an
+            encoder-decoder's decoder text (its start token, then the written tokens);
+            ``tokens.written_start`` marks where the written tokens start.
+        seq2seq: an encoder-decoder wrote (``prompt`` is the source its encoder read).
+        cross: an encoder-decoder's per written token (layers, H, P) cross-attention rows.
+        provenance: per part (None for a decoder; "decoder", "cross"), the rows' provenance.
     """
 
     prompt: Tokens
@@ -125,20 +135,76 @@ class Generation:
     text: str = ""
     layers: tuple[int, ...] = ()
     rows: list[Any] = field(default_factory=list)
+    first_rows: Any = None
     stopped: str = "length"
+    tokens: Tokens | None = None
+    seq2seq: bool = False
+    cross: list[Any] = field(default_factory=list)
+    provenance: dict[str | None, Any] = field(default_factory=dict)
 
     @property
     def partial(self) -> bool:
         return self.stopped == "interrupted"
 
     @property
+    def given(self) -> int:
+        """The given tokens before the first written one in ``tokens``: the prompt's, or an
+        encoder-decoder's decoder start token."""
+        return 1 if self.seq2seq else len(self.prompt.ids)
+
+    @property
     def positions(self) -> list[int]:
-        """The written tokens' positions in prompt + continuation."""
-        start = len(self.prompt.ids)
-        return list(range(start, start + len(self.ids)))
+        """The written tokens' positions in ``tokens`` (prompt + continuation, or the decoder's text)."""
+        return list(range(self.given, self.given + len(self.ids)))
+
+    def source_and_target(self) -> tuple[Tokens, Tokens | None]:
+        """What the views read (``pipeline.plan``'s text and target): prompt + continuation
+        for a decoder; the source and the written decoder text for an encoder-decoder."""
+        assert self.tokens is not None  # set by generate()
+        return (self.prompt, self.tokens) if self.seq2seq else (self.tokens, None)
+
+    def attention(self, part: str | None = None) -> Attention:
+        """The written tokens' rows as an ``Attention`` (queries: the written tokens; keys:
+        every token; a key after a query is masked and holds 0), for the views that take
+        one (the notebook). An encoder-decoder's ``part``: "decoder" (default) or "cross"."""
+        import numpy as np
+
+        from .result import Attention
+
+        assert self.tokens is not None  # set by generate()
+        part = ("decoder" if part is None else part) if self.seq2seq else None
+        if part not in self.provenance:
+            raise UsageError(
+                f"this generation has no {part} attention (parts: {', '.join(map(str, self.provenance))})",
+                reason=Reason.UNKNOWN_PART,
+            )
+        cross = part == "cross"
+        keys = self.prompt if cross else self.tokens
+        provenance = self.provenance[part]
+        weights = np.zeros((len(self.layers), provenance.shape.num_heads, len(self.ids), len(keys)), np.float32)
+        for i, rows in enumerate(self.cross if cross else self.rows):
+            weights[:, :, i, : rows.shape[-1]] = rows.numpy()  # (layers, H, keys so far)
+        return Attention(
+            tokens=self.tokens,
+            weights=weights,
+            layers=self.layers,
+            queries=tuple(self.positions),
+            provenance=provenance,
+            part=part,
+            key_tokens=self.prompt if cross else None,
+            extra={"continuation": self.text, "stopped": self.stopped},
+        )
+
+    def copy_scores(self) -> Any:
+        """(layers, H) float: per head, the fraction of written tokens whose choosing query's
+        strongest key holds that very token (measures/retrieval.py's copy score)."""
+        from .measures.retrieval import copy_scores
+
+        return copy_scores(self)
 
 
 OnToken = Callable[[int, str], None]
+Keep = Callable[["torch.Tensor"], Any]  # what is kept of a step's rows (layers, H, S)
 
 
 def check_request(engine: Engine, tokens: Tokens, count: int) -> None:
@@ -190,22 +256,92 @@ def generate(
     layers: Sequence[int] | None = None,
     sampling: Sampling = GREEDY,
     on_token: OnToken | None = None,
+    keep: Keep | None = None,
 ) -> Generation:
     """Write up to ``count`` tokens after ``tokens`` (stopping at end-of-sequence) and keep
-    each written token's rows in ``layers`` (default every layer). ``on_token(id, label)``
-    is called as each token is chosen (streaming). Ctrl-C returns what was written, partial."""
+    each written token's rows in ``layers`` (default every layer), or ``keep(rows)`` of them
+    (the retrieval probe keeps each head's strongest key: memory flat in the length).
+    ``on_token(id, label)`` is called as each token is chosen (streaming). Ctrl-C returns
+    what was written, partial."""
+    from .engines import engine_provenance
+
     check_request(engine, tokens, count)
     chosen = tuple(engine.shape.layers if layers is None else layers)
     result = Generation(prompt=tokens, layers=chosen)
     run = _generate_hf if engine.name == "hf" else _generate_own
     try:
-        run(engine, tokens, count, chosen, sampling, on_token, result)
+        run(engine, tokens, count, chosen, sampling, on_token, result, keep or _all)
     except KeyboardInterrupt:
         result.stopped = "interrupted"
         # A token chosen but not yet fed has no rows: keep tokens and rows in step.
         del result.ids[len(result.rows) :], result.pieces[len(result.rows) :]
     result.text = engine.tokenizer.decode(result.ids, skip_special_tokens=False)
+    result.tokens = extend_tokens(engine.tokenizer, tokens, result.ids)
+    result.provenance = {None: engine_provenance(engine)}
     return result
+
+
+# Given tokens decoded before each written one, so that a written token's text is what it
+# adds to its context (SentencePiece drops a word's space at the start of a decode).
+_CONTEXT = 16
+
+
+def extend_tokens(tokenizer: Any, base: Tokens, written: Sequence[int]) -> Tokens:
+    """``base`` with the ``written`` ids after it, marked written (``Tokens.written_start``):
+    the text grows by their decoded text, each written token's offsets span what it added
+    (a token that completes a character another began spans nothing and is labelled by
+    its piece), special tokens (end-of-sequence) add no text, and a written token starts
+    a new word (``word_ids``) after a space or a special token."""
+    special_ids = {int(i) for i, t in tokenizer.get_added_tokens_decoder().items() if t.special}
+    context = list(base.ids[-_CONTEXT:])
+
+    def decode(ids: list[int]) -> str:
+        return str(tokenizer.decode(ids, skip_special_tokens=True))
+
+    before, whole = decode(context), decode(context + list(written))
+    if not whole.startswith(before):  # the context reads otherwise once continued: the written tokens alone
+        context, before, whole = [], "", decode(list(written))
+    tail = whole[len(before) :]
+    origin = len(base.text)
+    offsets, special, word_ids = list(base.offsets), list(base.special), list(base.word_ids)
+    done = 0  # characters of ``tail`` covered so far
+    last_word = max((w for w in word_ids if w is not None), default=-1)
+    for k, token in enumerate(written):
+        if token in special_ids:
+            offsets.append((0, 0))
+            special.append(True)
+            word_ids.append(None)
+            continue
+        step = decode(context + list(written[: k + 1]))
+        end = len(before)
+        while end < min(len(step), len(whole)) and step[end] == whole[end]:
+            end += 1
+        end = max(end - len(before), done)
+        span = tail[done:end]  # a leading space included, as byte-level BPE's offsets have it
+        offsets.append((origin + done, origin + end) if end > done else (0, 0))
+        special.append(False)
+        if base.word_ids:
+            previous = word_ids[-1] if word_ids else None
+            fresh = previous is None or span[:1].isspace() or not span
+            last_word += fresh
+            word_ids.append(last_word if fresh else previous)
+        done = end
+    pieces = [tokenizer.id_to_token(i) or f"<{i}>" for i in written]
+    return Tokens(
+        text=base.text + tail,
+        ids=(*base.ids, *written),
+        pieces=(*base.pieces, *pieces),
+        offsets=tuple(offsets),
+        special=tuple(special),
+        type_ids=(*base.type_ids, *[base.type_ids[-1]] * len(written)) if base.type_ids else (),
+        pair_start=base.pair_start,
+        word_ids=tuple(word_ids),
+        written_start=len(base.ids),
+    )
+
+
+def _all(rows: torch.Tensor) -> torch.Tensor:
+    return rows
 
 
 def _label(engine: Engine, token: int) -> str:
@@ -234,6 +370,7 @@ def _generate_own(
     sampling: Sampling,
     on_token: OnToken | None,
     result: Generation,
+    keep: Keep,
 ) -> None:
     import torch
 
@@ -241,14 +378,14 @@ def _generate_own(
     from .nn.cache import KVCache
 
     model = getattr(engine, "model", None)
-    family = engine.files.model_type
+    family = str(engine.files.text_config.get("model_type"))  # a vision-language wrapper's language model
     if not isinstance(model, DecoderModel) or family not in CACHED_FAMILIES or model.attention_layers:
         raise UnsupportedArchitectureError(
             f"the own engine does not generate with {family} yet",
             hint="the hf engine generates with transformers' own generate",
         )
     lm = _lm_head(engine)
-    eos = eos_ids(engine.files.config)
+    eos = eos_ids(engine.files.text_config)
     generator = None
     if sampling.sample:
         generator = torch.Generator(device=engine.device)
@@ -256,8 +393,9 @@ def _generate_own(
     ids = torch.tensor([tokens.ids], dtype=torch.long, device=engine.device)  # (1, P)
     cache = KVCache(model.num_layers)
     with torch.inference_mode():
-        # 1. The prompt, once, through the fused path: no weight rows.
-        out = model(ids, layers=(), queries=(), fused=True, cache=cache)
+        # 1. The prompt, once, through the fused path: the last token's rows alone.
+        out = model(ids, layers=set(layers), queries=(ids.size(1) - 1,), fused=True, cache=cache)
+        result.first_rows = keep(_stacked([out.attentions[n][0, :, 0] for n in layers], ids.size(1)))  # (layers, H, P)
         for _ in range(count):
             # 2. The next token from the last position's logits.
             token = choose(lm.logits(out.hidden_states[0, -1]), sampling, generator)
@@ -269,7 +407,7 @@ def _generate_own(
             #    hidden state the next choice reads.
             ids = torch.cat((ids, ids.new_tensor([[token]])), dim=1)  # (1, S)
             out = model(ids, layers=set(layers), queries=(0,), fused=True, cache=cache)
-            result.rows.append(torch.stack([out.attentions[n][0, :, 0] for n in layers]).float())  # (layers, H, S)
+            result.rows.append(keep(_stacked([out.attentions[n][0, :, 0] for n in layers], ids.size(1))))
             if token in eos:
                 result.stopped = "eos"
                 break
@@ -283,19 +421,20 @@ def _generate_hf(
     sampling: Sampling,
     on_token: OnToken | None,
     result: Generation,
+    keep: Keep,
 ) -> None:
     """transformers' own generate with eager attention; the last written token's rows from
     one more cached call (generate stops before feeding it)."""
     import torch
 
     model = _causal_lm(engine)
-    eos = eos_ids(engine.files.config)
+    eos = eos_ids(engine.files.text_config)
     ids = torch.tensor([tokens.ids], dtype=torch.long, device=engine.device)
     options: dict[str, Any] = {"do_sample": sampling.sample}
     if sampling.sample:
         torch.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
         options.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=None)
-    pad = engine.files.config.get("pad_token_id")
+    pad = engine.files.text_config.get("pad_token_id")
     with torch.inference_mode():
         out = model.generate(
             ids,
@@ -310,6 +449,8 @@ def _generate_hf(
         written = out.sequences[0, ids.size(1) :].tolist()
         steps = list(out.attentions)  # step 0: the prompt; step t: written token t-1 as query
         if written:
+            result.first_rows = keep(_stacked([steps[0][n][0, :, -1] for n in layers], ids.size(1)))  # (layers, H, P)
+        if written:
             last = model(input_ids=out.sequences[:, -1:], past_key_values=out.past_key_values, output_attentions=True)
             steps.append(last.attentions)
     for i, token in enumerate(written):
@@ -321,9 +462,17 @@ def _generate_hf(
         # A sliding-window layer's cache keeps only the window's keys: the keys before it
         # have weight 0, put back in front so that every row spans positions 0..S-1.
         rows = [torch.nn.functional.pad(step[n][0, :, -1], (keys - step[n].size(-1), 0)) for n in layers]
-        result.rows.append(torch.stack(rows).float())  # (layers, H, S)
+        result.rows.append(keep(_stacked(rows, keys)))  # (layers, H, S)
     if written and written[-1] in eos:
         result.stopped = "eos"
+
+
+def _stacked(rows: list[Any], keys: int) -> Any:
+    """Per layer (H, S) rows -> (layers, H, S) float32; (0, 0, S) for no layers (the views
+    that read the written text again ask for none)."""
+    import torch
+
+    return torch.stack(rows).float() if rows else torch.zeros((0, 0, keys))
 
 
 def _causal_lm(engine: Engine) -> Any:

@@ -356,6 +356,10 @@ class Attention:
             out["pair_start"] = self.tokens.pair_start
         if self.part is not None:
             out["part"] = self.part
+        if self.tokens.written_start is not None:
+            # --generate: the tokens from ``given`` on were written by the model (labels «marked»).
+            out["given"] = self.tokens.written_start
+            out["generated"] = [self.tokens.written(i) for i in range(len(self.tokens))]
         if self.key_tokens is not None:
             out["key_tokens"] = list(self.key_tokens.labels)
             out["key_pieces"] = list(self.key_tokens.pieces)
@@ -476,6 +480,7 @@ def _tokens_dict(tokens: Tokens) -> dict[str, Any]:
         "type_ids": list(tokens.type_ids),
         "pair_start": tokens.pair_start,
         "word_ids": list(tokens.word_ids),
+        "written_start": tokens.written_start,
     }
 
 
@@ -489,6 +494,7 @@ def _tokens_from(meta: dict[str, Any]) -> Tokens:
         type_ids=tuple(meta.get("type_ids", ())),
         pair_start=meta.get("pair_start"),
         word_ids=tuple(meta.get("word_ids", ())),  # older files have none: words by adjacency
+        written_start=meta.get("written_start"),
     )
 
 

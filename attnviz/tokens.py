@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 
+# How a token the model wrote is labelled in every view (``Tokens.written_start``).
+WRITTEN = "«{}»"
+
+
 @dataclass(frozen=True)
 class Tokens:
     """A tokenized sentence.
@@ -46,6 +50,9 @@ class Tokens:
             ``word_ids()`` gives it (None for special tokens); () = not known (a reading
             loaded from a file). Two tokens of different words never join into one word
             (``joins_previous``): BERT makes each CJK character a word of its own.
+        written_start: the position of the first token the model wrote (``--generate``):
+            tokens from there on were written, not given, and their labels are marked
+            «like this» in every view; None = every token was given.
     """
 
     text: str
@@ -56,6 +63,7 @@ class Tokens:
     type_ids: tuple[int, ...] = ()
     pair_start: int | None = None
     word_ids: tuple[int | None, ...] = ()
+    written_start: int | None = None
 
     def __post_init__(self) -> None:
         n = len(self.ids)
@@ -70,22 +78,30 @@ class Tokens:
             raise ValueError(f"{len(self.word_ids)} word ids for {n} tokens")
         if self.pair_start is not None and not 0 < self.pair_start < n:
             raise ValueError(f"pair_start={self.pair_start} is not inside the {n} tokens")
+        if self.written_start is not None and not 0 <= self.written_start <= n:
+            raise ValueError(f"written_start={self.written_start} is not inside the {n} tokens")
 
     def __len__(self) -> int:
         return len(self.ids)
 
+    def written(self, i: int) -> bool:
+        """Whether token ``i`` was written by the model (``written_start``), not given."""
+        return self.written_start is not None and i >= self.written_start
+
     @cached_property
     def labels(self) -> tuple[str, ...]:
         """Readable labels: the word text of each token, ``##``-prefixed when it
-        continues the previous token inside one word; special tokens as they are."""
+        continues the previous token inside one word; special tokens as they are; a
+        token the model wrote (``written_start``) marked «like this» (``WRITTEN``)."""
         out: list[str] = []
         for i, (piece, (start, end), special) in enumerate(zip(self.pieces, self.offsets, self.special)):
             if special or end <= start:
-                out.append(piece)
-                continue
-            raw = self.text[start:end]
-            label = raw.strip() or raw
-            out.append("##" + label if joins_previous(self, i) else label)
+                label = piece
+            else:
+                raw = self.text[start:end]
+                label = raw.strip() or raw
+                label = "##" + label if joins_previous(self, i) else label
+            out.append(WRITTEN.format(label) if self.written(i) else label)
         return tuple(out)
 
     @cached_property
@@ -421,6 +437,8 @@ def is_punctuation(label: str) -> bool:
     command's punctuation detector (Clark et al. 2019) use it. Symbols are not
     punctuation: ``$``, ``+``, ``=`` (categories S*) carry meaning ("$5", "2 + 2")."""
     text = label.strip()
+    if text.startswith("«") and text.endswith("»") and len(text) > 2:
+        text = text[1:-1]  # a written token's mark (``WRITTEN``)
     for marker in _PIECE_MARKERS:
         text = text.removeprefix(marker)
     return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)

@@ -81,6 +81,10 @@ def word_tokens(tokens: Tokens, groups: Sequence[Sequence[int]]) -> Tokens:
         pieces=tuple(" ".join(tokens.pieces[i] for i in g) for g in groups),
         offsets=tuple((tokens.offsets[g[0]][0], tokens.offsets[g[-1]][1]) for g in groups),
         special=tuple(all(tokens.special[i] for i in g) for g in groups),
+        # A word with a written piece counts as written (the continuation may end a given word).
+        written_start=None
+        if tokens.written_start is None
+        else next((w for w, g in enumerate(groups) if g[-1] >= tokens.written_start), len(groups)),
     )
 
 

@@ -292,6 +292,9 @@ def test_names_follow_one_scheme() -> None:
     for bad in ("blocks.0.z", "blocks.0.attn.hook_z", "layers.0.attn.z", "blocks.x.attn.q", "encoder.blocks.0.attn.q"):
         with pytest.raises(ValueError, match="not a tap name"):
             check_name(bad)
+    with pytest.raises(ValueError, match="recorded, not replaced"):
+        Taps().replace("blocks.0.attn.scores", 0.0)
+    Taps().replace("blocks.0.attn.pattern", 0.0)  # a pattern is replaced: the head's output follows
     with pytest.raises(ValueError, match="no head axis"):
         Taps().record("blocks.0.resid_post", heads=[0])
     with pytest.raises(KeyError, match="nothing was recorded"):

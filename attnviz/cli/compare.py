@@ -11,7 +11,7 @@ import typer
 from .app import EXAMPLE, app, errors
 from .common import query_from, stdout_console
 from .conventions import example
-from .groups import Ablation, ModelChoice, Reading, TextInput, TextPair, grouped
+from .groups import Ablation, Generating, ModelChoice, Reading, TextInput, TextPair, grouped
 from .options import (
     DebugOpt,
     IndexOpt,
@@ -79,15 +79,17 @@ TopOpt = Annotated[
     int, typer.Option("--top", "-k", metavar="N", min=1, help="How many strongest targets to list per head.")
 ]
 LimitOpt = Annotated[int | None, typer.Option("--limit", metavar="N", min=1, help="Show only the first N heads.")]
-SeedOpt = Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the --pairs bootstrap.")]
+SeedOpt = Annotated[
+    int, typer.Option("--seed", metavar="N", help="Seed of the --pairs bootstrap, and of --generate --sample.")
+]
 SUMMARY_HEADS = 10  # heads in the --pairs summary
 
 
 @app.command(epilog=example(f'attnviz compare "{EXAMPLE}" --token it --target animal'))
 @grouped(
     layout="sentence file token target vs pairs occurrence index top exclude sort limit layer words hide_special "
-    "no_renorm heads rollout measure ablate ablate_with layers_mean seed model engine device target_text "
-    "target_file part pair json_out no_pager dtype max_memory debug"
+    "no_renorm heads rollout measure ablate ablate_with layers_mean generate sample temperature top_p seed model "
+    "engine device target_text target_file part pair json_out no_pager dtype max_memory debug"
 )
 def compare(
     *,
@@ -105,6 +107,7 @@ def compare(
     layer: LayerOpt = "all",
     reading: Reading,
     ablation: Ablation,
+    generation: Generating,
     seed: SeedOpt = 0,
     model: ModelChoice,
     second: TextPair,
@@ -117,9 +120,11 @@ def compare(
 
     Without --target the heads are ranked by their strongest link that is not to a special
     token, punctuation or the token's neighbours (--exclude none: any link).
+
+    With --generate N the model first writes up to N tokens; the heads are ranked for the
+    first written token, or the --token named (written tokens are marked «like this»).
     """
     with errors(debug):
-        from ..errors import UsageError
         from ..measures.metrics import head_stats, ranking_dict, sort_rows
         from ..measures.pairs import MinimalPair, PairOptions, read_pairs, run_pair
         from ..pipeline import Selection, plan, read
@@ -129,6 +134,7 @@ def compare(
         pairwise = vs is not None or pairs is not None
         decoder = second.decoder_text()
         by, kinds, view = _check(second, decoder, pairwise, sort, exclude, reading, ablation.ablate)
+        sampling = generation.check(seed if generation.sample else None, vs=vs is not None, pairs=pairs is not None)
         memory_limit = model.budget()
         options = PairOptions(
             occurrence=occurrence,
@@ -140,17 +146,13 @@ def compare(
             measure=reading.measure_name,
         )
         if pairs is not None:
-            if any(x is not None for x in (text.sentence, text.file, vs, token, index)) or targets:
-                raise UsageError(
-                    "--pairs takes the sentences, token and targets from the file",
-                    hint="drop the sentence, --file, --vs, --token, --target and --index",
-                )
+            _pairs_alone(text, vs, token, index, targets)
             found = read_pairs(pairs)  # a bad file fails before the model loads
             eng = model.load(found[0].sentence_a)
             _compare_pairs(eng, found, pairs, options, by, limit, seed, json_out, no_pager)
             return
         _check_sentences(text, vs, index, targets)
-        query = query_from(token, occurrence, index)
+        query = query_from(token, occurrence, index, required=sampling is None)
         # Target forms checked here.
         selection = Selection(
             queries=() if query is None else (query,),
@@ -164,7 +166,9 @@ def compare(
         eng = model.load(sentence)
         effects = None
         if vs is None:
-            planned = plan(second.source(eng, sentence, decoder), eng, selection, target=decoder)
+            source = second.source(eng, sentence, decoder)
+            source, written, selection, _ = generation.continued(eng, source, selection, sampling, json_out)
+            planned = plan(source, eng, selection, target=written or decoder)
             got = read(planned, eng, max_memory=memory_limit)
             att = shares(got.attention)  # the norm measure's rows as shares: stats of a distribution
             rows = head_stats(att, got.queries[0], got.targets, top, kinds)
@@ -228,6 +232,19 @@ def _check(
     if picked is not None:
         raise UsageError("compare ranks every head", hint="use --heads mean or max here, --layer to narrow")
     return by, tuple(kinds), view
+
+
+def _pairs_alone(
+    text: TextInput, vs: str | None, token: str | None, index: int | None, targets: tuple[str, ...]
+) -> None:
+    """--pairs takes everything else from its file."""
+    from ..errors import UsageError
+
+    if any(x is not None for x in (text.sentence, text.file, vs, token, index)) or targets:
+        raise UsageError(
+            "--pairs takes the sentences, token and targets from the file",
+            hint="drop the sentence, --file, --vs, --token, --target and --index",
+        )
 
 
 def _check_sentences(text: TextInput, vs: str | None, index: int | None, targets: tuple[str, ...]) -> None:

@@ -23,15 +23,18 @@ from ..render import (  # stdlib only: no matplotlib
 from .app import EXAMPLE, app, errors
 from .common import check_heads, view_from, wrote
 from .conventions import example
-from .groups import Ablation, ModelChoice, Reading, TextInput, TextPair, grouped
+from .generating import SeedOpt
+from .groups import Ablation, Generating, ModelChoice, Reading, TextInput, TextPair, grouped
 from .options import DebugOpt, ExportView, Occurrence, TokensOpt
 from .page import page_queries, page_toggles, write_page
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from ..engines import Engine
     from ..result import Attention
     from ..select import Query
+    from ..tokens import Tokens
 
 ViewOpt = Annotated[
     ExportView,
@@ -142,8 +145,9 @@ MatrixLayerOpt = Annotated[
 @app.command(epilog=example(f'attnviz export "{EXAMPLE}" --token it -o it.png'))
 @grouped(
     layout="sentence file output token occurrence index view layer words hide_special no_renorm heads rollout "
-    "measure layers_mean ablate ablate_with open_layer rows matrix_layer figsize fontsize vmax cmap no_title "
-    "xlabels mark dpi model engine device dtype max_memory target_text target_file part pair debug"
+    "measure layers_mean ablate ablate_with generate sample temperature top_p seed open_layer rows matrix_layer "
+    "figsize fontsize vmax cmap no_title xlabels mark dpi model engine device dtype max_memory target_text "
+    "target_file part pair debug"
 )
 def export(
     *,
@@ -156,6 +160,8 @@ def export(
     layer: ImageLayerOpt = None,
     reading: Reading,
     ablation: Ablation,
+    generation: Generating,
+    seed: SeedOpt = None,
     open_layer: OpenLayerOpt = None,
     rows: RowsOpt = False,
     matrix_layer: MatrixLayerOpt = None,
@@ -186,6 +192,11 @@ def export(
     --rows), the page holds only the rows of the --token/--index tokens (repeatable) in
     every layer and head, computed without n × n matrices, and full matrices only for the
     --matrix-layer layers (with --measure norm, the norms' rows beside them).
+
+    --generate N: the model first writes up to N tokens, and the file shows the prompt and
+    what it wrote, the written tokens marked «like this»; the image's token (and the page's
+    pinned one) is the first written token unless --token names one, and the page's rows
+    are every written token's.
     """
     with errors(debug):
         from ..errors import UsageError
@@ -202,8 +213,11 @@ def export(
         target = second.decoder_text()
         html = output.suffix.lower() in HTML_FORMATS
         _check(html, view, open_layer, rows, matrix_layer, ablation.ablate, target, queries, reading, xlabels, mark)
+        sampling = generation.check(seed, target_text=target is not None)
+        writing = (generation, sampling)
         if html:
             _page(
+                writing,
                 text,
                 output,
                 queries,
@@ -221,10 +235,13 @@ def export(
             return
         figure = {"figsize": figsize, "fontsize": fontsize, "vmax": vmax, "cmap": cmap, "no_title": no_title}
         figure["xlabels"] = xlabels.value
-        _image(text, output, query, view, layer, reading, figure, tuple(mark or ()), dpi, model, second, target)
+        _image(
+            writing, text, output, query, view, layer, reading, figure, tuple(mark or ()), dpi, model, second, target
+        )
 
 
 def _image(
+    writing: tuple[Generating, Any],
     text: TextInput,
     output: Path,
     query: Query | None,
@@ -243,7 +260,8 @@ def _image(
     from ..pipeline import Selection, choose_part, plan, read
     from ..transforms import shares
 
-    if view is ExportView.token and query is None:
+    generation, sampling = writing
+    if view is ExportView.token and query is None and sampling is None:
         raise UsageError(
             "say which token to draw",
             hint="add --token WORD (or --index K), or use --view matrix for whole matrices",
@@ -254,7 +272,7 @@ def _image(
     sentence = text.read()
     eng = model.load(sentence)
     source = second.source(eng, sentence, target)
-    chosen = choose_part(eng, second.part_name, target is not None)
+    chosen = choose_part(eng, second.part_name, target is not None or writes_target(eng, sampling))
     shape = eng.part_shape(chosen)
     check_heads(picked, shape.num_heads)
     spec = layer if layer is not None or view is ExportView.token else str(shape.layers[len(shape.layers) // 2])
@@ -268,7 +286,8 @@ def _image(
         all_rows=view is ExportView.matrix,  # the matrix: every query row, the token outlined
         measure=reading.measure_name,
     )
-    planned = plan(source, eng, selection, target=target)
+    source, written, selection, _ = generation.continued(eng, source, selection, sampling)
+    planned = plan(source, eng, selection, target=written or target)
     layers = planned.layers
     if view is ExportView.matrix and len(layers) != 1:
         raise UsageError(
@@ -350,6 +369,7 @@ def _check(
 
 
 def _page(
+    writing: tuple[Generating, Any],
     text: TextInput,
     output: Path,
     queries: list[Query],
@@ -372,7 +392,17 @@ def _page(
     toggles = page_toggles(reading.words, reading.hide_special, reading.no_renorm, reading.heads, reading.layers_mean)
     sentence = text.read()
     eng = model.load(sentence)
-    chosen = choose_part(eng, second.part_name, target is not None)
+    first: Tokens | str = second.source(eng, sentence, target)
+    decoder: Tokens | str | None = target
+    generation, sampling = writing
+    if sampling is not None:
+        from ..pipeline import Selection
+        from ..select import Query
+
+        first, decoder, _, gen = generation.continued(eng, first, Selection(), sampling)
+        if gen is not None and not queries:  # every written token: the page's rows, the first one pinned
+            queries = [Query(index=p) for p in gen.positions]
+    chosen = choose_part(eng, second.part_name, decoder is not None)
     check_heads(toggles.shown, eng.part_shape(chosen).num_heads)
     if chosen == "cross" and not rows:
         # The full page's script draws square self-attention matrices over one text;
@@ -382,11 +412,11 @@ def _page(
         if not queries:
             from ..select import Query
 
-            assert target is not None  # the cross part needs the decoder text
-            queries = [Query(None, None, i) for i in range(len(eng.tokenize_target(target)))]
+            assert decoder is not None  # the cross part needs the decoder text
+            count = len(eng.tokenize_target(decoder) if isinstance(decoder, str) else decoder)
+            queries = [Query(None, None, i) for i in range(count)]
     if chosen == "cross" and matrix_layer:
         raise UsageError("cross-attention's page holds rows only", hint="drop --matrix-layer")
-    first = second.source(eng, sentence, target)
     tokens = eng.tokenize(first) if isinstance(first, str) else first
     write_page(
         eng,
@@ -401,11 +431,16 @@ def _page(
         rows=rows,
         matrix_layers=tuple(matrix_layer or ()),
         part=chosen,
-        target=target if chosen in ("decoder", "cross") else None,
+        target=decoder if chosen in ("decoder", "cross") else None,
         ablate=ablation.mode,
         rollout=reading.rollout,
         toggles=toggles,
     )
+
+
+def writes_target(eng: Engine, sampling: Any) -> bool:
+    """Whether --generate writes a decoder text (an encoder-decoder): its part is then a decoder's."""
+    return sampling is not None and bool(eng.parts)
 
 
 def _style(

@@ -5,6 +5,7 @@ continuation to a terminal's stderr and prints the views)."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -57,9 +58,7 @@ def check(count: int | None, sample: bool, temperature: float, top_p: float, see
         raise UsageError("--temperature, --top-p and --seed apply to sampling", hint="add --sample")
     clash = [f"--{name.replace('_', '-')}" for name, on in others.items() if on]
     if clash:
-        raise UsageError(
-            f"{', '.join(clash)} cannot be combined with --generate yet", hint="drop it, or drop --generate"
-        )
+        raise UsageError(f"{', '.join(clash)} cannot be combined with --generate", hint="drop it, or drop --generate")
     try:
         return Sampling(sample, temperature, top_p, seed)
     except UsageError as exc:
@@ -82,27 +81,23 @@ def show(
     json_out: bool,
     top_keys: int | None,
     others: dict[str, Any],
-    options: tuple[int | None, bool, float, float, int | None],
-) -> None:
-    """show --generate: the options checked before any model work, then ``run``."""
-    count = options[0]
-    sampling = check(
-        *options,
-        **{name: value not in (None, False) for name, value in others.items()},
-        ablate=ablation.ablate,
-        target_text=second.decoder_text() is not None,
-        pair=bool(second.pair),
-        words=reading.words,
-        hide_special=reading.hide_special,
-        heads=bool(reading.heads),
-        rollout=reading.rollout,
-        layers_mean=reading.layers_mean,
-        measure=reading.measure_name != "weight",
-    )
-    assert count is not None and sampling is not None  # check refuses the options without --generate
+    generation: Any,
+    seed: int | None,
+) -> Any:
+    """show --generate, its options checked before any model work. The compact per-step
+    view (each written token's strongest keys, ``run``) unless a reading option, --ablate
+    or an output of show's full view is asked: then the ``Sampling`` comes back, and show
+    reads prompt + continuation as any text (``Generating.continued``)."""
+    full = any(value not in (None, False) for value in others.values()) or ablation.ablate
+    full = full or reading.words or reading.hide_special or bool(reading.heads) or reading.rollout
+    full = full or reading.layers_mean or reading.measure_name != "weight"
+    sampling = generation.check(seed, target_text=second.decoder_text() is not None, pair=bool(second.pair))
+    if full:
+        return sampling
     model.budget()  # checks --max-memory
     sentence = text.read()
-    run(model.load(sentence), sentence, count, sampling, layer, token, json_out, top_keys)
+    run(model.load(sentence), sentence, generation.generate, sampling, layer, token, json_out, top_keys)
+    return None
 
 
 def run(
@@ -116,28 +111,11 @@ def run(
     top_keys: int | None,
 ) -> None:
     """Generate and print: the continuation, then the per-step view (or --token's)."""
-    from ..errors import UsageError
-    from ..generation import check_request, generate
     from ..select import parse_layers
 
-    tokens = eng.tokenize(sentence)
-    try:
-        check_request(eng, tokens, count)
-    except UsageError as exc:
-        raise UsageError(f"--generate {count}: {exc.message}", hint=exc.hint) from None
     layers = parse_layers(layer, eng.shape.num_layers, eng.shape.attention_layers)
-    stream = sys.stderr.isatty() and not json_out
-    if stream:
-        sys.stderr.write(f"writing: {sentence.strip()}")
-
-    def show_token(_: int, label: str) -> None:
-        sys.stderr.write(f" {label}")
-        sys.stderr.flush()
-
-    gen = generate(eng, tokens, count, layers=layers, sampling=sampling, on_token=show_token if stream else None)
-    if stream:
-        sys.stderr.write("\n")
-    labels = [_label(eng, i) for i in tokens.ids] + [WRITTEN.format(p) for p in gen.pieces]
+    gen = write(eng, eng.tokenize(sentence), count, sampling, json_out, layers)
+    labels = [_label(eng, i) for i in gen.prompt.ids] + [WRITTEN.format(p) for p in gen.pieces]
     if json_out:
         from .output import emit_json
 
@@ -150,6 +128,34 @@ def run(
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     if gen.partial:
         raise typer.Exit(130)
+
+
+def write(
+    eng: Engine, tokens: Any, count: int, sampling: Any, json_out: bool, layers: Sequence[int] = ()
+) -> Generation:
+    """The model writes up to ``count`` tokens after ``tokens`` (checked first: --generate's
+    numbers in the message), streamed to a terminal's stderr; ``layers``' rows are kept."""
+    from ..errors import UsageError
+    from ..generation import check_request, generate
+
+    try:
+        check_request(eng, tokens, count)
+    except UsageError as exc:
+        raise UsageError(f"--generate {count}: {exc.message}", hint=exc.hint, reason=exc.reason) from None
+    stream = sys.stderr.isatty() and not json_out
+    if stream:
+        sys.stderr.write(f"writing: {tokens.text.strip()}")
+
+    def show_token(_: int, label: str) -> None:
+        sys.stderr.write(f" {label}")
+        sys.stderr.flush()
+
+    gen = generate(eng, tokens, count, layers=layers, sampling=sampling, on_token=show_token if stream else None)
+    if stream:
+        sys.stderr.write("\n")
+    if gen.partial:
+        sys.stderr.write(f"note: interrupted: the view shows the {len(gen.ids)} tokens written before Ctrl-C\n")
+    return gen
 
 
 def _label(eng: Engine, index: int) -> str:
@@ -170,6 +176,9 @@ def document(gen: Generation, labels: list[str]) -> dict[str, Any]:
         "layers": list(gen.layers),
         "tokens": labels,
         "given": len(gen.prompt.ids),
+        # Per layer and head: the fraction of written tokens whose choosing query's strongest
+        # key holds that token (measures/retrieval.py).
+        "copy_scores": gen.copy_scores().round(6).tolist(),
         "steps": [
             {"position": p, "token": gen.pieces[i], "rows": gen.rows[i].tolist()} for i, p in enumerate(gen.positions)
         ],

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
 
 from .ablating import AblateOpt, AblateWith, AblateWithOpt
+from .generating import GenerateOpt, SampleOpt, TemperatureOpt, TopPOpt
 from .options import (
     DEFAULT_MEASURE,
     DeviceOpt,
@@ -49,6 +50,8 @@ from .options import (
 
 if TYPE_CHECKING:
     from ..engines import Engine
+    from ..generation import Generation, Sampling
+    from ..pipeline import Selection
     from ..tokens import Tokens
     from ..transforms import View
 
@@ -161,7 +164,59 @@ class Ablation:
         return AblateWith(self.ablate_with).value if self.ablate else None
 
 
-GROUPS = (TextInput, ModelChoice, Reading, TextPair, Ablation)
+@dataclass(frozen=True)
+class Generating:
+    """--generate N (with --sample, --temperature, --top-p; the command's --seed): the model
+    writes a continuation first, and the view reads the prompt and what it wrote, the
+    written tokens marked «like this». Without --token the first written token is the query."""
+
+    generate: GenerateOpt = None
+    sample: SampleOpt = False
+    temperature: TemperatureOpt = 1.0
+    top_p: TopPOpt = 1.0
+
+    def asked(self, seed: int | None = None) -> bool:
+        """Whether any generation option was given."""
+        from .generating import asked
+
+        return asked(self.generate, self.sample, self.temperature, self.top_p, seed)
+
+    def check(self, seed: int | None = None, **clashes: bool) -> Sampling | None:
+        """The options against each other and the command's (``clashes``: the flags that
+        cannot go with --generate, by name), before any model work: the ``Sampling``, or
+        None without --generate."""
+        from .generating import check
+
+        return check(self.generate, self.sample, self.temperature, self.top_p, seed, **clashes)
+
+    def continued(
+        self,
+        eng: Engine,
+        source: Tokens | str,
+        selection: Selection,
+        sampling: Sampling | None,
+        json_out: bool = False,
+    ) -> tuple[Tokens | str, Tokens | None, Selection, Generation | None]:
+        """With --generate, the model writes after ``source`` (streamed to a terminal's
+        stderr): the text and decoder text the view then reads (``Generation.source_and_target``)
+        and the selection with the first written token as its query when it named none.
+        Without, ``source`` and the selection unchanged."""
+        if sampling is None or self.generate is None:
+            return source, None, selection, None
+        from dataclasses import replace
+
+        from ..select import Query
+        from .generating import write
+
+        tokens = eng.tokenize(source) if isinstance(source, str) else source
+        gen = write(eng, tokens, self.generate, sampling, json_out)
+        text, target = gen.source_and_target()
+        if not selection.queries and not selection.all_rows and gen.ids:
+            selection = replace(selection, queries=(Query(index=gen.positions[0]),))
+        return text, target, selection, gen
+
+
+GROUPS = (TextInput, ModelChoice, Reading, TextPair, Ablation, Generating)
 
 
 def grouped(layout: str) -> Callable[[F], F]:

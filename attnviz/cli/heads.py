@@ -21,17 +21,29 @@ from .common import stderr_console, stdout_console, wrote
 from .conventions import example
 from .groups import Ablation, ModelChoice, grouped
 from .options import DEFAULT_MEASURE, DebugOpt, DType, EngineName, LayerOpt, MeasureOpt
+from .retrieval import (
+    DEFAULT_DEPTHS,
+    DEFAULT_LENGTHS,
+    DepthsOpt,
+    LengthsOpt,
+    NeedleFileOpt,
+    NeedleLengthOpt,
+    RetrievalArgs,
+    probe_heads,
+)
 
 MAX_PASSES = 20_000  # heads --ablate runs past this many forward passes only with --yes
 
 if TYPE_CHECKING:
+    from ..corpus.needles import NeedleSpec
     from ..corpus.scan import ScanReport
     from ..corpus.sources import CorpusText
 
 
 @app.command(epilog=example("attnviz heads --probe induction --probe-texts 20 --top 5"))
 @grouped(
-    layout="corpus fmt probe probe_texts probe_length seed pairs model engine layer device dtype batch_size truncate "
+    layout="corpus fmt probe probe_texts probe_length seed lengths depths needle_length needle_file pairs model "
+    "engine layer device dtype batch_size truncate "
     "local_k top output dpi json_out csv_out ray ray_address measure ablate ablate_with query_rule max_passes yes "
     "max_memory debug"
 )
@@ -51,7 +63,11 @@ def heads(
     probe: Annotated[
         str | None,
         typer.Option(
-            "--probe", metavar="induction", help="Built-in probe instead of a corpus: induction.", show_default=False
+            "--probe",
+            metavar="induction|retrieval",
+            help="Built-in probe instead of a corpus: induction (repeated random tokens) or retrieval "
+            "(needles in haystacks, generated back; Wu et al. 2024).",
+            show_default=False,
         ),
     ] = None,
     probe_texts: Annotated[int, typer.Option("--probe-texts", metavar="N", min=1, help="Texts in the probe.")] = 200,
@@ -59,6 +75,10 @@ def heads(
         int, typer.Option("--probe-length", metavar="N", min=1, help="Random tokens, repeated twice.")
     ] = 20,
     seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the probe's random tokens.")] = 0,
+    lengths: LengthsOpt = DEFAULT_LENGTHS,
+    depths: DepthsOpt = DEFAULT_DEPTHS,
+    needle_length: NeedleLengthOpt = 8,
+    needle_file: NeedleFileOpt = None,
     pairs: Annotated[
         Path | None,
         typer.Option(
@@ -124,6 +144,9 @@ def heads(
     with errors(debug):
         # 1. Cheap checks, before any model work.
         _check_sources(corpus, fmt, probe, pairs, json_out, csv_out, output)
+        needles = _retrieval(
+            probe, RetrievalArgs(lengths, depths, needle_length, needle_file, seed), model.model, locals()
+        )
         if ablation.mode is not None:
             _check_ablation(corpus, probe, probe_texts, pairs, model.model, query_rule, ablation.mode, max_passes, yes)
         limit = model.budget()
@@ -139,10 +162,15 @@ def heads(
         # 2. The model.
         engine_name, dtype_name = EngineName(model.engine).value, DType(model.dtype).value
         eng = load_engine(engine_name, model.model, model.device, dtype_name)
+        chosen = parse_layers(layer, eng.num_layers, eng.shape.attention_layers)
+        where = ray_address if ray_address is not None else "local" if ray else None
+        if needles is not None:
+            worker = {"model": model.model, "engine": engine_name, "dtype": dtype_name}
+            return probe_heads(eng, needles, tuple(chosen), where, json_out, top, worker)
         from ..corpus.scan import ScanOptions
 
         options = ScanOptions(
-            layers=parse_layers(layer, eng.num_layers, eng.shape.attention_layers),
+            layers=chosen,
             batch_size=batch_size,
             truncate=truncate,
             config=DetectorConfig(local_k=local_k),
@@ -156,7 +184,6 @@ def heads(
             items, options = corpus_means(eng, items, options)
         # 3. The scan, with a progress bar on a terminal only.
         quiet = json_out or csv_out or not sys.stderr.isatty()
-        where = ray_address if ray_address is not None else "local" if ray else None
         report = _scan(eng, items, total, options, where, quiet, model.model, engine_name, model.device, dtype_name)
         # 4. Results: whole, even after Ctrl-C (marked partial).
         provenance = engine_provenance(eng)
@@ -180,6 +207,28 @@ def heads(
             how = f"terminated by {signalled.name}" if signalled else "interrupted"
             sys.stderr.write(f"attnviz: {how}: the results cover the first {report.texts} texts (partial)\n")
             raise SystemExit(signalled.exit_code if signalled else ExitCode.INTERRUPTED)
+
+
+def _retrieval(probe: str | None, args: RetrievalArgs, model: str | None, given: dict[str, Any]) -> NeedleSpec | None:
+    """--probe retrieval's spec, checked before any model work; None for the other sources
+    (which refuse the retrieval options)."""
+    from .retrieval import check
+
+    if probe != "retrieval":
+        if args.given():
+            raise UsageError(
+                "--lengths, --depths, --needle-length and --needle-file belong to --probe retrieval",
+                hint="add --probe retrieval, or drop them",
+            )
+        return None
+    refused = {
+        "--ablate": given["ablation"].mode is not None,
+        "--csv": given["csv_out"],
+        "-o/--output": given["output"] is not None,
+        "--measure norm": given["measure"] != DEFAULT_MEASURE,
+        "--truncate": given["truncate"],
+    }
+    return check(args, model, refused=refused)
 
 
 def _check_sources(

@@ -89,7 +89,7 @@ def write_page(
     rows: bool = False,
     matrix_layers: Sequence[int] = (),
     part: str | None = None,
-    target: str | None = None,
+    target: str | Tokens | None = None,
     ablate: str | None = None,
     rollout: bool = False,
     toggles: Options | None = None,

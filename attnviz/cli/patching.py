@@ -62,7 +62,10 @@ class PatchMetric(str, Enum):
 
 @app.command(epilog=example(f'attnviz patch "{CLEAN_EXAMPLE}" "{CORRUPTED_EXAMPLE}" --token it'))
 def patch(
-    clean: Annotated[str, typer.Argument(metavar="CLEAN", help="The prompt that shows the behaviour.")],
+    clean: Annotated[
+        str | None,
+        typer.Argument(metavar="CLEAN", help="The prompt that shows the behaviour.", show_default=False),
+    ] = None,
     corrupted: Annotated[
         str | None,
         typer.Argument(
@@ -125,6 +128,39 @@ def patch(
     lens_top: Annotated[
         int, typer.Option("--lens-top", metavar="K", min=1, help="With --dla: tokens per layer in the logit lens.")
     ] = 3,
+    pairs: Annotated[
+        Path | None,
+        typer.Option(
+            "--pairs",
+            metavar="FILE",
+            help="Patch every pair of a file instead (JSONL with clean, corrupted, answer, wrong; or a TSV with "
+            "that header): each head's mean effect with a 95% bootstrap interval over the pairs.",
+            show_default=False,
+        ),
+    ] = None,
+    ray: Annotated[
+        bool,
+        typer.Option("--ray", help="With --pairs: patch the pairs on Ray (a local instance unless --ray-address)."),
+    ] = False,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            metavar="ADDRESS",
+            help="Ray cluster to run on (auto, ray://HEAD:10001); implies --ray.",
+            show_default=False,
+        ),
+    ] = None,
+    vs_model: Annotated[
+        str | None,
+        typer.Option(
+            "--vs-model",
+            metavar="DIR",
+            help="A second checkpoint of the same architecture (base and fine-tuned): each head's change in its "
+            "weight row, norm row, ablation effect and patching effect, on the prompt or --pairs.",
+            show_default=False,
+        ),
+    ] = None,
     target_text: TargetTextOpt = None,
     part: PartOpt = None,
     receiver: ReceiverOpt = None,
@@ -159,9 +195,20 @@ def patch(
     restores (denoise) or destroys (noise): 0 = the corrupted run, 1 = the clean one.
     """
     with errors(debug):
+        from ..errors import Reason, UsageError
         from ..io.safeio import check_text
 
         # Before any model work: the texts, the files, the token query, the metric's answers.
+        if vs_model is not None or pairs is not None:  # one prompt against two models, or a file of pairs
+            _many(vs_model, pairs, clean, corrupted, answer, wrong, metric, direction, site, by_position, dla, layer,
+                  query_from(token, occurrence, index, required=False), model, engine.value, device, dtype.value,
+                  max_memory, ray, ray_address, {"npz": npz, "output": output, "json_out": json_out,
+                  "no_pager": no_pager, "top": top})  # fmt: skip
+            return
+        if clean is None:
+            raise UsageError("patch needs CLEAN and CORRUPTED, or --pairs FILE", reason=Reason.PATCH_PAIR)
+        if ray or ray_address is not None:
+            raise UsageError("--ray patches the pairs of --pairs FILE on Ray", reason=Reason.PATCH_PAIR)
         check_text(clean, "the clean text")
         if dla:
             _attribute(clean, corrupted, answer, wrong, token, occurrence, index, lens_top, top,
@@ -176,7 +223,6 @@ def patch(
         target = decoder_text(target_text, None)
         limit = budget(max_memory)
         from ..engines import cpu_threads_for, load_engine
-        from ..errors import Reason, UsageError
         from ..measures.ablation import batch_size
         from ..measures.alignment import align
         from ..measures.headsites import check as check_site
@@ -184,12 +230,7 @@ def patch(
 
         eng = load_engine(engine.value, model, device, dtype.value)
         # The alignment and the token before the passes: a refusal costs no forward pass.
-        if eng.parts and target is None:
-            raise UsageError(
-                f"{eng.files.spec} is an encoder-decoder: patch reads the decoder's answer after --target-text TEXT",
-                hint="add --target-text (the decoder's text) and --part encoder, decoder or cross",
-                reason=Reason.PATCH_METRIC,
-            )
+        _need_target(eng, target)
         a, b = eng.tokenize(clean), eng.tokenize(pair)
         align(a.ids, b.ids, a.labels, b.labels)
         check_site(site.value, len(a), len(b))
@@ -224,6 +265,89 @@ def patch(
                 part=part and part.value,
             )
         _report(result, npz, output, json_out, no_pager, top)
+
+
+def _many(
+    vs_model: str | None, pairs: Path | None, clean: str | None, corrupted: str | None, answer: str | None,
+    wrong: str | None, metric: PatchMetric | None, direction: Direction, site: Site, by_position: bool, dla: bool,
+    layer: str, query: Any, model: str | None, engine: str, device: str, dtype: str, max_memory: str | None,
+    ray: bool, ray_address: str | None, outputs: dict[str, Any],
+) -> None:  # fmt: skip
+    """``patch --pairs FILE`` and ``patch --vs-model DIR``: their checks, then their run."""
+    load = {"name": engine, "model": model, "device": device, "dtype": dtype}
+    if vs_model is not None:
+        _vs(vs_model, pairs, clean, corrupted, answer, wrong, by_position or dla or site.value != "z",
+            outputs["npz"], outputs["output"])  # fmt: skip
+        from .patchpairs import versus_models
+
+        options = {"metric": metric and metric.value, "direction": direction.value, "answer": answer, "wrong": wrong}
+        versus_models(vs_model, pairs, clean, corrupted, query=query, options=options, load=load,
+                      max_memory=max_memory, outputs=outputs)  # fmt: skip
+        return
+    assert pairs is not None
+    _pairs(pairs, clean, answer, wrong, by_position, dla, outputs["npz"], outputs["output"])
+    from .patchpairs import patch_many
+
+    options = {"metric": metric and metric.value, "direction": direction.value, "site": site.value, "layer": layer}
+    patch_many(pairs, query=query, options=options, load=load, ray=ray, ray_address=ray_address,
+               max_memory=max_memory, outputs=outputs)  # fmt: skip
+
+
+def _pairs(
+    path: Path, clean: str | None, answer: str | None, wrong: str | None, by_position: bool, dla: bool,
+    npz: Path | None, output: Path | None,
+) -> None:  # fmt: skip
+    """--pairs's checks before the file is read: what it cannot go with, the files it writes."""
+    from ..render import IMAGE_FORMATS
+    from ..result import check_writable
+    from .patchpairs import check_pairs_args
+
+    check_pairs_args(path, clean, answer, wrong, by_position, dla)
+    if npz is not None:
+        check_writable(npz, (".npz",))
+    if output is not None:
+        check_writable(output, IMAGE_FORMATS)
+
+
+def _vs(
+    vs_model: str, pairs: Path | None, clean: str | None, corrupted: str | None, answer: str | None,
+    wrong: str | None, other: bool, npz: Path | None, output: Path | None,
+) -> None:  # fmt: skip
+    """--vs-model's checks before any model loads."""
+    from ..errors import Reason, UsageError
+    from ..io.safeio import check_text
+    from ..result import check_writable
+
+    if other or output is not None:
+        raise UsageError("--vs-model compares each head's z, rows and ablation: drop --site, --by-position, --dla "
+                         "and -o (use --json or --npz)", reason=Reason.VS_MODEL)  # fmt: skip
+    if pairs is not None:
+        from .patchpairs import check_pairs_args
+
+        check_pairs_args(pairs, clean, answer, wrong, False, False)
+    elif clean is None:
+        raise UsageError("--vs-model needs a prompt (CLEAN, and CORRUPTED to patch) or --pairs FILE",
+                         reason=Reason.PATCH_PAIR)  # fmt: skip
+    else:
+        check_text(clean, "the clean text")
+        if corrupted is not None:
+            check_text(corrupted, "the corrupted text")
+        elif answer is not None or wrong is not None:
+            raise UsageError("--answer and --wrong score a patch: give CORRUPTED too", reason=Reason.PATCH_PAIR)
+    if npz is not None:
+        check_writable(npz, (".npz",))
+
+
+def _need_target(eng: Any, target: str | None) -> None:
+    """An encoder-decoder's patching reads the decoder's answer: refuse one without its text."""
+    from ..errors import Reason, UsageError
+
+    if eng.parts and target is None:
+        raise UsageError(
+            f"{eng.files.spec} is an encoder-decoder: patch reads the decoder's answer after --target-text TEXT",
+            hint="add --target-text (the decoder's text) and --part encoder, decoder or cross",
+            reason=Reason.PATCH_METRIC,
+        )
 
 
 def _check_pair(

@@ -11,8 +11,8 @@ import typer
 from .app import EXAMPLE, app, errors
 from .common import queries_from, stdout_console, wrote
 from .conventions import example
-from .generating import GenerateOpt, SampleOpt, SeedOpt, TemperatureOpt, TopPOpt
-from .groups import Ablation, ModelChoice, Reading, TextInput, TextPair, grouped
+from .generating import SeedOpt
+from .groups import Ablation, Generating, ModelChoice, Reading, TextInput, TextPair, grouped
 from .options import DebugOpt, IndexOpt, JsonOpt, LayerOpt, NoPagerOpt, Occurrence, TokensOpt
 
 if TYPE_CHECKING:
@@ -70,10 +70,7 @@ def show(
     npz: NpzOpt = None,
     png: PngOpt = None,
     no_pager: NoPagerOpt = False,
-    generate: GenerateOpt = None,
-    sample: SampleOpt = False,
-    temperature: TemperatureOpt = 1.0,
-    top_p: TopPOpt = 1.0,
+    generation: Generating,
     seed: SeedOpt = None,
     debug: DebugOpt = False,
 ) -> None:
@@ -94,14 +91,16 @@ def show(
 
         # Before any model work: a typo should cost nothing.
         text.need()
-        if generating.asked(generate, sample, temperature, top_p, seed):
-            sampling = (generate, sample, temperature, top_p, seed)
+        sampling = None
+        if generation.asked(seed):
             others = {"png": png, "npz": npz, "all_tokens": all_tokens, "index": index, "full": full, "values": values}
-            generating.show(text, model, reading, second, ablation, layer, token, json_out, top_keys, others, sampling)
-            return
+            args = (text, model, reading, second, ablation, layer, token, json_out, top_keys, others, generation, seed)
+            sampling = generating.show(*args)
+            if sampling is None:  # the compact per-step view, printed
+                return
         _check_outputs(png, npz, all_tokens, bool(token) or index is not None, json_out, ablation.ablate, reading)
         view, picked = reading.view()
-        queries = queries_from(token, occurrence, index, required=not all_tokens)
+        queries = queries_from(token, occurrence, index, required=not all_tokens and sampling is None)
         selection = Selection(
             queries=tuple(queries),
             layers=layer,
@@ -115,8 +114,11 @@ def show(
         limit = model.budget()
         sentence = text.read()
         eng = model.load(sentence)
+        source, written, selection, _ = generation.continued(
+            eng, second.source(eng, sentence, target), selection, sampling, json_out
+        )
         # Every word found before the forward pass, on the part's query side.
-        planned = plan(second.source(eng, sentence, target), eng, selection, target=target)
+        planned = plan(source, eng, selection, target=written or target)
         got = read(planned, eng, max_memory=limit)
         att, positions = got.attention, list(got.queries)
         if ablation.mode is not None:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 
 FORMATS = ("auto", "text", "jsonl")
-PROBES = ("induction",)
+PROBES = ("induction", "retrieval")  # retrieval: corpus/needles.py, its own loop
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
 MAX_LINE_BYTES = 1 << 20  # far beyond any model's positions; bounds the memory one line can take
 

@@ -28,9 +28,8 @@ if TYPE_CHECKING:
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
     from ..io.models import ModelFiles
-    from ..nn.attention import MultiHeadAttention
     from ..nn.taps import Taps
-    from . import hf_model
+    from . import hf_taps
 
 
 class HFEngine(EngineBase):
@@ -103,7 +102,7 @@ class HFEngine(EngineBase):
     def _describe(self, files: ModelFiles) -> None:
         cfg = self.model.config
         text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-        from . import hf_model
+        from . import hf_model, hf_taps
 
         if hf_model.adds_alibi_twice(self.model):
             raise EngineError(
@@ -125,7 +124,7 @@ class HFEngine(EngineBase):
         encoder = self.model.get_encoder() if seq2seq else self.model
         num_heads = int(_cfg(enc_cfg, "num_attention_heads", "n_head", "num_heads"))
         num_layers = int(_cfg(enc_cfg, "num_hidden_layers", "n_layer", "num_layers"))
-        probed = hf_model.probe(encoder, self.device)  # the mask the model builds (D1), its attention layers
+        probed = hf_taps.probe(encoder, self.device)  # the mask the model builds (D1), its attention layers
         self.shape = ModelShape(
             num_layers=num_layers,
             num_heads=num_heads,
@@ -160,11 +159,11 @@ class HFEngine(EngineBase):
         norms: bool = False,
     ) -> ForwardOutput:
         """transformers computes every layer's full eager weights; we keep the asked ones.
-        (An encoder-decoder's encoder alone.) ``norms``: value norms from forward hooks on
-        transformers' value projections (``norms.hf_projections``)."""
+        (An encoder-decoder's encoder alone.) ``norms``: value norms from the ``v`` taps
+        and W^O (``norms.tapped``, ``head_outputs``)."""
         import torch
 
-        from ..measures.norms import per_layer, recording
+        from ..measures.norms import per_layer, tapped
 
         ids = self._ids(tokens)
         self._rotary.restore()  # each pass as a freshly loaded model's
@@ -173,8 +172,7 @@ class HFEngine(EngineBase):
         kwargs: dict[str, Any] = {}
         if any(tokens.type_ids) and "token_type_ids" in _parameters(model.forward):
             kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
-        projections = self._projections(model) if norms else []
-        with torch.inference_mode(), recording(model, projections=projections, active=norms) as record:
+        with torch.inference_mode(), tapped(self, active=norms) as record:
             out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True, **kwargs)
         full = _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
         # transformers returns one tensor per layer with attention: a hybrid's are fewer
@@ -197,19 +195,18 @@ class HFEngine(EngineBase):
         full.attentions = [full.attentions[i][:, :, rows] for i in picked]
         return full
 
-    def _projections(self, model: Any) -> list[Any]:
-        """transformers' value projections and W^O (``norms.hf_projections``).
+    def _projections(self, model: Any) -> list[tuple[str, str, Any]]:
+        """transformers' W^O beside separate value projections (``hf_model.head_projections``).
 
         Raises:
             MeasureError: none we can read (facts: reason "norm_projections").
         """
         from ..errors import MeasureError, Reason
-        from ..measures.norms import NoProjections, hf_projections
+        from .hf_model import NoProjections, head_projections
         from .support import own_types
 
-        decoder = self.decoder_shape.num_heads if self.decoder_shape is not None else self.num_heads
         try:
-            return hf_projections(model, {"encoder": self.num_heads, "decoder": decoder, "cross": decoder})
+            return head_projections(model)
         except NoProjections as exc:
             raise MeasureError(
                 f"the norm measure needs each head's value projection and W^O, and transformers' "
@@ -227,13 +224,12 @@ class HFEngine(EngineBase):
         encoder-decoder's encoder alone)."""
         import torch
 
-        from ..measures.norms import per_layer, recording
+        from ..measures.norms import per_layer, tapped
 
         ids, mask = self._padded(batch)
         self._rotary.restore()
         model = self.model.get_encoder() if self.parts else self.model
-        projections = self._projections(model) if norms else []
-        with torch.inference_mode(), recording(model, projections=projections, active=norms) as record:
+        with torch.inference_mode(), tapped(self, active=norms) as record:
             out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
         full = _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
         if norms:
@@ -246,13 +242,13 @@ class HFEngine(EngineBase):
         import torch
 
         from ..architectures.seq2seq import Seq2SeqOutput
-        from ..measures.norms import attach_seq2seq, recording
+        from ..measures.norms import attach_seq2seq, tapped
 
         self.part_shape("cross")  # refuses a model with one stack
         ids, decoder_ids = self._ids(tokens), self._ids(target)
-        projections = self._projections(self.model) if norms else []
         self._rotary.restore()
-        with torch.inference_mode(), recording(self.model, projections=projections, active=norms) as record:
+        parts = ("encoder", "decoder", "cross")
+        with torch.inference_mode(), tapped(self, parts, active=norms) as record:
             out = self.model(
                 input_ids=ids,
                 attention_mask=torch.ones_like(ids),
@@ -295,18 +291,15 @@ class HFEngine(EngineBase):
 
     def head_outputs(self, part: str | None = None) -> dict[int, nn.Linear]:
         """transformers' W^O of each attention layer of ``part`` (``Engine.head_outputs``),
-        those with a separate value projection beside them (``norms.hf_projections``)."""
+        those with a separate value projection beside them (``hf_model.head_projections``)."""
         shape = self.part_shape(part)
         model = self.model.get_encoder() if self.parts and part in (None, "encoder") else self.model
-        found = [p.o_proj for p in self._projections(model) if p.part == (part or "encoder")]
-        if len(found) == 1 and len(shape.layers) > 1:  # one block shared by every layer (ALBERT)
-            found = found * len(shape.layers)
-        return dict(zip(shape.layers, found, strict=True))
+        found = [o for _, p, o in self._projections(model) if p == (part or "encoder")]
+        if len(found) != len(shape.layers):  # ALBERT's blocks, each shared by several layers
+            from .hf_taps import output_projections
 
-    def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
-        """[]: transformers computes attention in its own modules, not ours."""
-        self.part_shape(part)  # refuses a part the model does not have
-        return []
+            found = output_projections(model, part or "encoder", shape.num_layers)
+        return dict(zip(shape.layers, found, strict=True))
 
     def running(self) -> contextlib.AbstractContextManager[None]:
         """A model in memory (``in_memory``): eager attention and eval mode for the block,
@@ -346,8 +339,8 @@ class HFEngine(EngineBase):
             return out.last_hidden_state
 
 
-def _attention_layers(probed: hf_model.Probe, num_layers: int, model_type: str) -> tuple[int, ...]:
-    """``ModelShape.attention_layers`` from the probe's trace (``hf_model.probe``): () when
+def _attention_layers(probed: hf_taps.Probe, num_layers: int, model_type: str) -> tuple[int, ...]:
+    """``ModelShape.attention_layers`` from the probe's trace (``hf_taps.probe``): () when
     every layer has attention; a hybrid's attention layers by their model numbers.
 
     Raises:

@@ -2,12 +2,15 @@
 
 The same names as the own engine, found in transformers' models:
 
+    scores                not mapped (UnsupportedArchitectureError): our modules' terms
     q, k, v, pattern      in the attention function: while taps are attached,
                           transformers' attention interface's "eager" entry is a wrapper
                           (``AttentionInterface``) that taps the queries and keys as the
                           function gets them (after RoPE), the values, then calls the
                           family's own ``eager_attention_forward`` and taps the weights
-                          (a replaced pattern: the output is recomputed as weights · V)
+                          (a replaced pattern: the output is recomputed as weights · V);
+                          v alone, in a family that computes its attention without the
+                          interface (DeBERTa): the value projection's output, in heads
     z                     a forward pre-hook on W^O (``W_O``): its input is Concat(heads),
                           (B, Q, H·Dv), seen as (B, Q, H, Dv); a replacement may return
                           another batch (copies of the stream)
@@ -18,10 +21,12 @@ The same names as the own engine, found in transformers' models:
     mlp_out / cross_out   a forward hook on the MLP module / the cross-attention's W^O
 
 Which module is which is read from the module names of the base model (``PATTERNS``),
-one pattern per layout. A tap this model's layout does not map
-raises ``UnsupportedArchitectureError`` when it is attached, never a silent identity.
-This is the only module that hooks a module: an analysis never
-does. torch and transformers, imported inside the functions.
+one pattern per layout; ALBERT's shared groups by its config (``_albert``). Beside them,
+the engine's load-time ``probe``: whether the model masks the future and which layer each
+attention tensor transformers returns belongs to, traced by hooks on its layers.
+A tap this model's layout does not map raises ``UnsupportedArchitectureError`` when it
+is attached, never a silent identity. This is the only module that hooks a module: an
+analysis never does. torch and transformers, imported inside the functions.
 """
 
 from __future__ import annotations
@@ -31,10 +36,12 @@ import contextvars
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UnsupportedArchitectureError
 from ..nn.taps import ATTENTION_TAPS, Taps, kind_of
+from .hf_model import RotaryState
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -60,7 +67,21 @@ W_O: dict[str, tuple[str, ...]] = {
         rf"decoder\.block\.{_N}\.layer\.1\.EncDecAttention\.o",
     ),
 }
-_ALBERT = "encoder.albert_layer_groups.0.albert_layers.0.attention.dense"
+_ALBERT = "encoder.albert_layer_groups.{group}.albert_layers.0.{what}"
+
+
+def _albert(model: Any, modules: dict[str, Any], part: str, what: str, num_layers: int) -> list[Any] | None:
+    """ALBERT's shared blocks, per layer 0..num_layers-1: layer n runs the one layer of
+    group ⌊n / (num_layers / groups)⌋ (transformers' ``AlbertTransformer``); None for another
+    model (or an ALBERT whose groups hold several layers, which the patterns then refuse)."""
+    config = model.config
+    groups = int(getattr(config, "num_hidden_groups", 1) or 1)
+    if part != "encoder" or _ALBERT.format(group=0, what=what) not in modules:
+        return None
+    if getattr(config, "inner_group_num", 1) != 1:
+        return None
+    # transformers' own formula (a float division), so uneven groupings agree too
+    return [modules[_ALBERT.format(group=int(n / (num_layers / groups)), what=what)] for n in range(num_layers)]
 
 
 def output_projections(
@@ -74,8 +95,9 @@ def output_projections(
         UnsupportedArchitectureError: this model's layout is not in W_O.
     """
     modules = dict(model.named_modules())
-    if part == "encoder" and _ALBERT in modules and getattr(model.config, "num_hidden_groups", 1) == 1:
-        return [modules[_ALBERT]] * num_layers
+    albert = _albert(model, modules, part, "attention.dense", num_layers)
+    if albert is not None:
+        return albert
     wanted = list(range(num_layers)) if attention_layers is None else sorted(attention_layers)
     for pattern in W_O[part]:
         found: dict[int, Any] = {}
@@ -98,6 +120,7 @@ PATTERNS: dict[tuple[str, str], tuple[str, ...]] = {
     # the module that calls the attention function
     ("encoder", "attention"): (
         rf"(?:encoder\.)?layer\.{_N}\.attention\.self",
+        rf"transformer\.layer\.{_N}\.attention",
         rf"h\.{_N}\.attn",
         rf"layers\.{_N}\.self_attn",
         rf"layers\.{_N}\.attn",
@@ -130,6 +153,9 @@ PATTERNS: dict[tuple[str, str], tuple[str, ...]] = {
         rf"encoder\.block\.{_N}\.layer\.1\.DenseReluDense",
     ),
     ("decoder", "mlp"): (rf"decoder\.layers\.{_N}\.fc2", rf"decoder\.block\.{_N}\.layer\.2\.DenseReluDense"),
+    # the value projection, for the v tap of a family whose attention does not go through
+    # transformers' attention interface (DeBERTa): its output split into heads is v
+    ("encoder", "value"): (rf"(?:encoder\.)?layer\.{_N}\.attention\.self\.value_proj",),
 }
 # Families whose attention output is normed or scaled before it joins the stream (their
 # attn_out is not W^O's output) or whose blocks these patterns misread: attn_out and
@@ -144,6 +170,10 @@ def _modules(
     ``present``, a hybrid's layer without attention); None when no pattern fits."""
     wanted = list(range(num_layers)) if present is None else sorted(present)
     modules = dict(model.named_modules())
+    if role == "attention":
+        albert = _albert(model, modules, part, "attention", num_layers)
+        if albert is not None:
+            return albert
     for pattern in PATTERNS.get((part, role), ()):
         found: dict[int, Any] = {}
         for name, module in modules.items():
@@ -235,6 +265,12 @@ def tapping(
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     wanted = {kind_of(p) for p in taps.patterns}
+    if "scores" in wanted:
+        raise UnsupportedArchitectureError(
+            "the hf engine does not tap scores (the terms our own attention modules score with); "
+            "transformers computes them in its own code: the own engine taps them",
+            model_type=model_type,
+        )
     function_sites, out_sites = _Sites(), _Sites()
     handles: list[Any] = []
 
@@ -257,11 +293,15 @@ def tapping(
         for stack, layers in layer_stacks.items():
             part = "decoder" if stack == "decoder.blocks" else "encoder"
             roles = [("attention", "attn", part)] + ([("attention", "cross", "cross")] if part == "decoder" else [])
-            # q, k, v, pattern, z: in the attention function
+            # q, k, v, pattern: in the attention function (v alone: the value projection
+            # where the family computes its attention without the interface)
             if wanted & {"q", "k", "v", "pattern", "*"}:
                 for _, role, which in roles:
                     hybrid = attention_layers if stack == "blocks" else None
                     found = need(_modules(model, which, "attention", layers, hybrid), "its attention", which)
+                    if wanted == {"v"} and not _through_interface(next(m for m in found if m is not None)):
+                        handles.extend(_value_hooks(model, taps, which, stack, layers, heads[stack], model_type))
+                        continue
                     _check_function(next(m for m in found if m is not None), model_type)
                     for n, module in enumerate(found):
                         if module is not None:
@@ -356,12 +396,170 @@ def _pre_hook(taps: Taps, name: str) -> Callable[..., Any]:
     return hook
 
 
-def _check_function(module: Any, model_type: str) -> None:
-    """The family computes its attention through transformers' attention interface."""
+def _through_interface(module: Any) -> bool:
+    """Whether ``module``'s family computes its attention through transformers' attention
+    interface (``eager_attention_forward``, looked up in ``ALL_ATTENTION_FUNCTIONS``)."""
     family = sys.modules[type(module).__module__]
-    if not hasattr(family, "eager_attention_forward") or not hasattr(family, "ALL_ATTENTION_FUNCTIONS"):
+    return hasattr(family, "eager_attention_forward") and hasattr(family, "ALL_ATTENTION_FUNCTIONS")
+
+
+def _value_hooks(
+    model: Any, taps: Taps, part: str, stack: str, layers: int, num_heads: int, model_type: str
+) -> list[Any]:
+    """The v tap on the value projections' outputs (B, S, G·Dv), seen as (B, G, S, Dv): a
+    family whose attention does not go through the interface (DeBERTa)."""
+    values = _modules(model, part, "value", layers)
+    if values is None:
         raise UnsupportedArchitectureError(
             f"transformers' {model_type!r} attention does not go through its attention interface, so the hf "
             f"engine cannot tap {', '.join(ATTENTION_TAPS[:5])} there; the own engine taps them",
             model_type=model_type,
         )
+    dims = [m.in_features // num_heads for m in output_projections(model, part, layers)]
+    sites = _Sites()
+    for n, module in enumerate(values):
+        sites.add(module, f"{stack}.{n}.attn.v")
+
+    def hook(module: Any, _: Any, out: Any) -> Any:
+        name = sites.next(module)
+        if name is None or not taps.wants(name):
+            return None
+        b, s, width = out.shape
+        d = dims[int(name.split(".")[-3])]
+        v = taps.apply(name, out.view(b, s, width // d, d).transpose(1, 2))  # (B, G, S, Dv)
+        return v.transpose(1, 2).reshape(v.size(0), s, width)
+
+    return [module.register_forward_hook(hook) for module in {id(m): m for m in values}.values()]
+
+
+def _check_function(module: Any, model_type: str) -> None:
+    """The family computes its attention through transformers' attention interface."""
+    if not _through_interface(module):
+        raise UnsupportedArchitectureError(
+            f"transformers' {model_type!r} attention does not go through its attention interface, so the hf "
+            f"engine cannot tap {', '.join(ATTENTION_TAPS[:5])} there; the own engine taps them",
+            model_type=model_type,
+        )
+
+
+# Tokens in the causality probe: enough that every query but the last has a later key.
+PROBE_TOKENS = 4
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What one probe pass of a model shows.
+
+    Attributes:
+        causal: no head of any layer gives any weight to a later token.
+        layers: the model layer number of each attention tensor transformers returned, in
+            order: 0..N-1 for most models, a hybrid's few attention layers for Qwen3-Next,
+            Jamba, Bamba, LFM2... (None where the returned tensors could not be traced to
+            numbered layers: then they are taken to be layers 0, 1, ... in order).
+    """
+
+    causal: bool
+    layers: tuple[int, ...] | None
+    count: int  # how many attention tensors transformers returned
+
+
+_NUMBERED_LAYER = re.compile(r"(?:.*\.)?(?:layers|layer|h|block|blocks)\.(\d+)")
+
+
+def probe(model: Any, device: Any) -> Probe:
+    """One forward pass over ``PROBE_TOKENS`` tokens with every token real, read twice.
+
+    Causality: the model is causal exactly when no head of any layer gives any weight to
+    a later token. A masked key gets exactly 0 from transformers' eager softmax (the mask
+    adds the dtype's minimum); an unmasked one gets exp(s - max) > 0, which would take
+    every head of every layer a logit gap over ~100 (float32) to lose, on every probed
+    pair. This reads what the model does (its config, its class and the mask it builds)
+    instead of a list of model_types, which missed OLMoE and SmolLM3.
+
+    Layer numbers: transformers returns one tensor per layer *with attention*, so a
+    hybrid's tuple is shorter than its layers. Each returned tensor is traced to the
+    numbered layer (``layers.N``) that was running when a module returned it (forward
+    pre-hooks on the layers, forward hooks on their modules: a shared attention block,
+    Zamba's, is named by the layer that called it), by identity, not by position.
+
+    Raises:
+        EngineError: the model returned no attention weights.
+        UnsupportedArchitectureError: it returned weights that are not (B, H, T, T):
+            block-sparse attention (LongT5) or a recurrent state (MiniMax).
+    """
+    import torch
+
+    from ..errors import EngineError
+
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    vocab = vocab if isinstance(vocab, int) and vocab >= 1 else 1  # a probe of token 0 where unknown
+    ids = torch.arange(PROBE_TOKENS, device=device)[None] % vocab  # (1, T)
+    state = RotaryState(model)
+    running: list[int] = []
+    returned: dict[int, int] = {}  # id(weights tensor) -> model layer
+
+    def enter(layer: int) -> Any:
+        def hook(module: Any, args: Any) -> None:
+            running.append(layer)
+
+        return hook
+
+    def leave(module: Any, args: Any, output: Any) -> None:
+        running.pop()
+
+    def seen(module: Any, args: Any, output: Any) -> None:
+        if running and isinstance(output, tuple):
+            for item in output:
+                if isinstance(item, torch.Tensor) and item.dim() == 4:
+                    returned.setdefault(id(item), running[-1])
+
+    handles = []
+    for name, module in model.named_modules():
+        match = _NUMBERED_LAYER.fullmatch(name)
+        if match and not any(
+            part.isascii() and part.isdigit() for part in name.split(".")[:-1]
+        ):  # a layer, not a module inside one
+            handles.append(module.register_forward_pre_hook(enter(int(match[1]))))
+            handles.append(module.register_forward_hook(leave))
+            handles.extend(m.register_forward_hook(seen) for m in module.modules() if m is not module)
+    try:
+        with torch.inference_mode():
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+        state.restore()
+    attentions = getattr(out, "attentions", None)
+    if not attentions or any(a is None for a in attentions):
+        raise EngineError(
+            "transformers returned no attention weights for this model",
+            hint="its attention implementation does not expose weights (attnviz check --list says what runs where)",
+        )
+    odd = next((a for a in attentions if a.dim() != 4 or tuple(a.shape[-2:]) != (PROBE_TOKENS, PROBE_TOKENS)), None)
+    if odd is not None:
+        from ..errors import UnsupportedArchitectureError
+
+        raise UnsupportedArchitectureError(
+            f"transformers returns attention of shape {tuple(odd.shape)} for {PROBE_TOKENS} tokens, not "
+            f"(batch, heads, {PROBE_TOKENS}, {PROBE_TOKENS}): block-sparse attention or a recurrent state, "
+            "with no weight of each token over the text to show",
+            model_type=str(getattr(getattr(model, "config", None), "model_type", "?")),
+            engine="none",
+        )
+    later = torch.ones(PROBE_TOKENS, PROBE_TOKENS, dtype=torch.bool, device=device).triu(1)  # (T, T): key after query
+    causal = all(bool((a[..., later] == 0).all()) for a in attentions)
+    traced = [returned.get(id(a)) for a in attentions]
+    layers = tuple(t for t in traced if t is not None)
+    if len(layers) != len(traced) or list(layers) != sorted(set(layers)):
+        return Probe(causal, None, len(traced))
+    return Probe(causal, layers, len(traced))
+
+
+def is_causal(model: Any, device: Any) -> bool:
+    """Whether ``model`` (a transformers base model or encoder, eager attention) is
+    causal (``probe``).
+
+    Raises:
+        EngineError: the model returned no attention weights.
+    """
+    return probe(model, device).causal

@@ -134,14 +134,15 @@ class OwnEngine(EngineBase):
         return attached(taps)
 
     def head_outputs(self, part: str | None = None) -> dict[int, nn.Linear]:
-        """W^O of each attention layer of ``part`` (``Engine.head_outputs``): the modules of
-        ``attention_modules`` in layer order, ALBERT's one shared module for every layer."""
+        """W^O of each attention layer of ``part`` (``Engine.head_outputs``): our modules in
+        layer order, ALBERT's shared block under each layer of its group."""
         from ..errors import MeasureError, Reason
 
-        modules = self.attention_modules(part)
+        modules = self._attention_modules(part)
         layers = self.part_shape(part).layers
-        if len(modules) == 1 and len(layers) > 1:  # one block shared by every layer (ALBERT)
-            modules = modules * len(layers)
+        if len(modules) != len(layers):  # ALBERT: a block shared by the layers of its group
+            index = getattr(self.model, "block_index", lambda layer: 0)
+            modules = [modules[index(layer)] for layer in layers]
         gated = [name for name, m in modules if m.output_gated]
         if gated:
             raise MeasureError(
@@ -152,13 +153,15 @@ class OwnEngine(EngineBase):
             )
         return {layer: m.o_proj for layer, (_, m) in zip(layers, modules, strict=True)}
 
-    def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
-        """Our modules (``norms.attention_modules``), those of ``part`` told by their names
-        (``norms.part_of``: an encoder-decoder's decoder self- and cross-attention)."""
-        from ..measures.norms import attention_modules, part_of
+    def _attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
+        """Our attention modules of ``part`` by name, each once (ALBERT's shared blocks too),
+        told by their names: an encoder-decoder's decoder self- (``decoder.*``) and
+        cross-attention (``*.cross``)."""
+        from ..nn.attention import MultiHeadAttention
 
         self.part_shape(part)  # refuses a part the model does not have
-        return [(name, m) for name, m in attention_modules(self.model) if part_of(name) == (part or "encoder")]
+        found = [(name, m) for name, m in self.model.named_modules() if isinstance(m, MultiHeadAttention)]
+        return [(name, m) for name, m in found if _part_of(name) == (part or "encoder")]
 
     def final_hidden(
         self,
@@ -183,6 +186,14 @@ class OwnEngine(EngineBase):
                 rows = None if _pattern_tapped() else ()
                 hidden = self.model(ids, layers=rows, queries=rows, fused=True, **inputs).hidden_states
             return hidden.expand(batch, -1, -1) if hidden.size(0) == 1 else hidden  # (B, Q, E)
+
+
+def _part_of(name: str) -> str:
+    """Which attention one of our modules computes, from its name: "cross", "decoder" or
+    "encoder" (any stack with one kind of attention)."""
+    if name.rsplit(".", 1)[-1] == "cross":
+        return "cross"
+    return "decoder" if name.startswith("decoder.") else "encoder"
 
 
 def _pattern_tapped() -> bool:

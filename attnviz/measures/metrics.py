@@ -532,4 +532,8 @@ def ranking_meta(att: Attention, exclude: Sequence[str], by: str) -> dict[str, A
         out["steps"] = list(att.steps)
     out["exclude"] = list(exclude)
     out["sort"] = by
+    if att.tokens.written_start is not None:
+        # --generate: the model wrote the tokens from ``given`` on (labelled «like this»).
+        out["given"] = att.tokens.written_start
+        out["written"] = list(att.tokens.labels[att.tokens.written_start :])
     return out

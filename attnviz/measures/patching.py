@@ -649,8 +649,9 @@ def patch_texts(
     )
 
 
-def save_npz(result: PatchResult, path: Any) -> None:
-    """Write ``result``'s arrays and labels to ``path`` (.npz), atomically."""
+def save_npz(result: Any, path: Any) -> None:
+    """Write ``result.to_npz()``'s arrays and labels (a ``PatchResult``, a ``PairsResult``)
+    to ``path`` (.npz), atomically."""
     import io
 
     from ..result import atomic_write

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 def matplotlib_config_dir() -> None:
@@ -157,3 +158,14 @@ def parse_vmax(spec: str) -> float | str:
 # 16 MB is e.g. MiniLM's 6 layers × 12 heads at 288 tokens, or one of its layers at 707 tokens.
 # Past it a browser spends seconds parsing and the page is no longer something to mail.
 HTML_BUDGET_BYTES = 16_000_000
+
+
+def written_legend(tokens: Any) -> str | None:
+    """The legend of every view of a generation (``Tokens.written_start``): '«…»: written by
+    the model (--generate): tokens 15-18, after 15 given'; None when nothing was written."""
+    start = tokens.written_start
+    if start is None:
+        return None
+    end = len(tokens) - 1
+    span = f"token {start}" if end == start else f"tokens {start}-{end}" if end > start else "no token"
+    return f"«…»: written by the model (--generate): {span}, after {start} given"

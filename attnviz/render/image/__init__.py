@@ -134,6 +134,10 @@ def _steps_text(att: Attention) -> str:
     return " · " + "; ".join(tags) if tags else ""
 
 
+# A generation's figures (--generate): the written tokens' labels are marked «like this».
+_WRITTEN_NOTE = " · «…»: written by the model"
+
+
 def token_figure(
     att: Attention,
     query: int,
@@ -187,6 +191,7 @@ def token_figure(
         f"{' '.join(att.tokens.labels[i] for i in span)!r} → each {_key_noun(att)}, per head"
         + _steps_text(att)
         + (f" · {_PART_NAMES[att.part]}" if att.part is not None else "")
+        + _WRITTEN_NOTE * (att.tokens.written_start is not None)
     )
     if p.attention_sinks and not att.hidden:
         # Before the longer notes: a subtitle is cut after two lines.
@@ -311,6 +316,7 @@ def matrix_figure(
         subtitle += f" · binned: a cell sums {kb} keys' weights, averaged over {qb} queries ({n_q} × {n_tok} in all)"
     if att.part is not None:
         subtitle += f" · {_PART_NAMES[att.part]}"
+    subtitle += _WRITTEN_NOTE * (att.tokens.written_start is not None)
     if p.causal:
         subtitle += " · causal: the masked (grey) upper triangle is future tokens"
     grid, head, sub = _layout(

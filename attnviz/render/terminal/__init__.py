@@ -319,6 +319,13 @@ def pair_note(att: Attention) -> str:
     return f"sentence pair: {PAIR_RULE} marks where sentence B (token type 1) starts, at token {start} ({first!r})"
 
 
+def written_note(att: Attention) -> str | None:
+    """The legend of a generation's view: which tokens the model wrote (``--generate``)."""
+    from .. import written_legend
+
+    return written_legend(att.tokens)
+
+
 def part_note(att: Attention) -> str:
     """Which attention of an encoder-decoder is shown, and over which text."""
     if att.part == "cross":
@@ -425,6 +432,8 @@ def render_show(
         parts.append(Text(part_note(att), style="dim"))
     if att.keys.pair_start is not None and att.key_pieces is None:
         parts.append(Text(pair_note(att), style="dim"))
+    if (written := written_note(att)) is not None:
+        parts.append(Text(written, style="dim"))
     if p.score_terms:
         parts.append(Text(score_note(p.score_terms), style="dim"))
     parts += [Text(note, style="dim") for note in p.shape.notes()]

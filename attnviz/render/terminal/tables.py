@@ -18,7 +18,7 @@ from rich.text import Text
 from ...measures.metrics import HeadStats, PairStats
 from ...result import Attention
 from ...shape import head_label
-from . import part_note, provenance_line, weight_style
+from . import part_note, provenance_line, weight_style, written_note
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -253,6 +253,8 @@ def render_compare(
         parts += [Text(step, style="dim") for step in att.steps]
     if header and att.part is not None:
         parts.append(Text(part_note(att), style="dim"))
+    if header and (written := written_note(att)) is not None:
+        parts.append(Text(written, style="dim"))
     slot = att.query_slot(queries[0])
     span = att.query_span(slot)
     word = " ".join(att.tokens.labels[q] for q in span)
