@@ -341,6 +341,13 @@ def patch(
     if batch is None:
         budget = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
         batch = batch_size(eng, len(eng.tokenize(clean)) + 2, budget)
+    if eng.parts or target is not None or part is not None:
+        from .measures.seq2seq_patch import patch_text_seq2seq
+
+        return patch_text_seq2seq(
+            eng, clean, corrupted, target, part, answer=answer, wrong=wrong, metric=metric, direction=direction,
+            position=query, layers=chosen, batch=batch, site=site, by_position=by_position,
+        )  # fmt: skip
     return patch_texts(
         eng,
         clean,
@@ -354,8 +361,6 @@ def patch(
         batch=batch,
         site=site,
         by_position=by_position,
-        target=target,
-        part=part,
     )
 
 

@@ -22,6 +22,7 @@ from attnviz.engines import load_engine
 from attnviz.errors import UsageError
 from attnviz.io.models import resolve
 from attnviz.measures.patching import patch_texts
+from attnviz.measures.seq2seq_patch import patch_text_seq2seq
 
 TOL = 1e-5
 CLEAN, CORRUPTED, TARGET = "the cat sat on the mat", "the dog sat on the mat", "the cat sat"
@@ -167,7 +168,7 @@ def test_parts_and_sites_equal_transformers(
 ) -> None:
     path = tiny(family)
     engine = load_engine(engine_name, resolve(str(path)), "cpu")
-    got = patch_texts(engine, CLEAN, CORRUPTED, target=TARGET, part=part, site=site, answer="mat", wrong="sat", batch=2)
+    got = patch_text_seq2seq(engine, CLEAN, CORRUPTED, TARGET, part, site=site, answer="mat", wrong="sat", batch=2)
     src_c, src_x = list(engine.tokenize(CLEAN).ids), list(engine.tokenize(CORRUPTED).ids)
     tgt = list(engine.tokenize_target(TARGET).ids)
     answer, wrong = engine.tokenizer.token_to_id("mat"), engine.tokenizer.token_to_id("sat")
@@ -204,7 +205,7 @@ def test_hidden_metric_and_noise_direction_on_the_decoder(tiny: Callable[[str], 
 
     path = tiny("bart")
     engine = load_engine("hf", resolve(str(path)), "cpu")
-    got = patch_texts(engine, CLEAN, CORRUPTED, target=TARGET, part="cross", metric="hidden", direction="noise")
+    got = patch_text_seq2seq(engine, CLEAN, CORRUPTED, TARGET, "cross", metric="hidden", direction="noise")
     model = AutoModel.from_pretrained(str(path), attn_implementation="eager").eval()
     src_c, src_x = list(engine.tokenize(CLEAN).ids), list(engine.tokenize(CORRUPTED).ids)
     tgt = list(engine.tokenize_target(TARGET).ids)
@@ -251,13 +252,15 @@ def test_refusals_and_the_command(tiny: Callable[[str], Path]) -> None:
     path = str(tiny("t5"))
     engine = load_engine("own", resolve(path), "cpu")
     with pytest.raises(UsageError, match="needs the decoder's text"):
-        patch_texts(engine, CLEAN, CORRUPTED)
+        patch_text_seq2seq(engine, CLEAN, CORRUPTED, None, None)
     with pytest.raises(UsageError, match="every position at once"):
-        patch_texts(engine, CLEAN, CORRUPTED, target=TARGET, by_position=True)
+        patch_text_seq2seq(engine, CLEAN, CORRUPTED, TARGET, None, by_position=True)
     with pytest.raises(UsageError, match="not 'resid_pre'"):
-        patch_texts(engine, CLEAN, CORRUPTED, target=TARGET, site="resid_pre")
+        patch_text_seq2seq(engine, CLEAN, CORRUPTED, TARGET, None, site="resid_pre")
     with pytest.raises(UsageError, match="same length"):
-        patch_texts(engine, CLEAN, "the small dog sat on the mat", target=TARGET, part="cross", site="pattern")
+        patch_text_seq2seq(engine, CLEAN, "the small dog sat on the mat", TARGET, "cross", site="pattern")
+    with pytest.raises(UsageError, match="encoder-decoder"):  # activation patching of one stack refuses it
+        patch_texts(engine, CLEAN, CORRUPTED)
     args = (CLEAN, CORRUPTED, "--model", path, "--target-text", TARGET, "--part", "cross", "--answer", "mat")
     done = in_process("patch", *args, "--wrong", "sat", "--json")
     assert done.returncode == 0, done.stderr

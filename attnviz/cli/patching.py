@@ -244,10 +244,12 @@ def patch(
                       npz=npz, json_out=json_out, no_pager=no_pager, top=top)  # fmt: skip
             return
         from ..measures.patching import patch_texts
+        from ..measures.seq2seq_patch import texts_of
         from .ablating import delayed_progress
 
+        texts = texts_of(target, part and part.value) if eng.parts or target or part else patch_texts
         with delayed_progress("patching", json_out) as progress, cpu_threads_for(eng, max(len(a), len(b)) * batch):
-            result = patch_texts(
+            result = texts(
                 eng,
                 clean,
                 pair,
@@ -261,8 +263,6 @@ def patch(
                 progress=progress,
                 site=site.value,
                 by_position=by_position,
-                target=target,
-                part=part and part.value,
             )
         _report(result, npz, output, json_out, no_pager, top)
 

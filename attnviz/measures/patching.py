@@ -405,7 +405,7 @@ def patch_heads(
         )
     if engine.parts:
         raise UsageError(
-            f"{engine.files.spec} is an encoder-decoder: patching reads one stack (its decoder is not done yet)",
+            f"{engine.files.spec} is an encoder-decoder: its patching reads the decoder's answer (seq2seq_patch.py)",
             reason=Reason.PATCH_METRIC,
         )
     alignment = align(clean.ids, corrupted.ids, clean.labels, corrupted.labels)
@@ -595,18 +595,14 @@ def patch_texts(
     progress: Progress | None = None,
     site: str = "z",
     by_position: bool = False,
-    target: str | None = None,
-    part: str | None = None,
 ) -> PatchResult:
     """``patch_heads`` from two texts: tokenized, aligned (before any model work past the
-    LM head's lookup), the metric and its answer tokens resolved. An encoder-decoder's
-    (``target``: the decoder's text; ``part``: encoder, decoder or cross, default
-    decoder): ``seq2seq_patch.patch_seq2seq``.
+    LM head's lookup), the metric and its answer tokens resolved (an encoder-decoder's:
+    ``seq2seq_patch.patch_text_seq2seq``).
 
     Args:
         position: the scored token of the clean text: a ``select.Query`` (its word's
-            last piece), an int position, or None (the last matched non-special token);
-            an encoder-decoder's: of the target.
+            last piece), an int position, or None (the last matched non-special token).
     """
     from ..select import Query
     from .lm import load_lm_head
@@ -617,16 +613,8 @@ def patch_texts(
         )
     clean_tokens, corrupted_tokens = engine.tokenize(clean), engine.tokenize(corrupted)
     align(clean_tokens.ids, corrupted_tokens.ids, clean_tokens.labels, corrupted_tokens.labels)  # refuse early
-    if engine.parts or target is not None or part is not None:
-        from .seq2seq_patch import patch_text_seq2seq
-
-        return patch_text_seq2seq(
-            engine, clean_tokens, corrupted_tokens, target, part, answer=answer, wrong=wrong, metric=metric,
-            direction=direction, position=position, layers=layers, batch=batch, progress=progress, site=site,
-            by_position=by_position,
-        )  # fmt: skip
     at = position.resolve(clean_tokens, "the clean text")[-1] if isinstance(position, Query) else position
-    lm = load_lm_head(engine)
+    lm = None if engine.parts else load_lm_head(engine)
     if lm is not None and lm.kind != "causal":
         lm = None  # a masked LM predicts a masked token: not this metric's next token
     name = choose_metric(metric, answer, wrong, lm is not None)

@@ -27,7 +27,7 @@ differ (the own engine runs the layers before it once). torch + numpy only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -220,8 +220,8 @@ def patch_seq2seq(
 
 def patch_text_seq2seq(
     engine: Engine,
-    clean: Tokens,
-    corrupted: Tokens,
+    clean_text: str,
+    corrupted_text: str,
     target: str | None,
     part: str | None,
     *,
@@ -236,8 +236,9 @@ def patch_text_seq2seq(
     site: str = "z",
     by_position: bool = False,
 ) -> PatchResult:
-    """``patch_seq2seq`` from ``patching.patch_texts``: the decoder's text tokenized, the
-    scored target position and the metric resolved, what it cannot do refused first.
+    """``patch_seq2seq`` from texts (``patching.patch_texts``'s rules): the sources
+    tokenized and aligned, the decoder's text tokenized, the scored target position and
+    the metric resolved, what it cannot do refused before any forward pass.
 
     Raises:
         UsageError: (reason PATCH_METRIC) a one-stack model given a target or part, an
@@ -263,6 +264,8 @@ def patch_text_seq2seq(
         raise UsageError(
             f"an encoder-decoder's heads are patched at {', '.join(SITES)}, not {site!r}", reason=Reason.PATCH_METRIC
         )
+    clean, corrupted = engine.tokenize(clean_text), engine.tokenize(corrupted_text)
+    align(clean.ids, corrupted.ids, clean.labels, corrupted.labels)  # refuse early
     part = part or "decoder"
     if part not in PARTS:
         raise UsageError(f"unknown part {part!r} (known: {', '.join(PARTS)})", reason=Reason.PATCH_METRIC)
@@ -289,3 +292,13 @@ def patch_text_seq2seq(
         lm=lm,
         progress=progress,
     )
+
+
+def texts_of(target: str | None, part: str | None) -> Callable[..., PatchResult]:
+    """``patch_text_seq2seq`` with the decoder's text and part given, called as
+    ``patching.patch_texts`` is: (engine, clean, corrupted, **options)."""
+
+    def run(engine: Engine, clean: str, corrupted: str, **options: Any) -> PatchResult:
+        return patch_text_seq2seq(engine, clean, corrupted, target, part, **options)
+
+    return run
