@@ -11,6 +11,7 @@ Every analysis, each the library half of a command (``attnviz.analyses``):
     ablate(...)                 compare --ablate   removing each head: 1 - cos, kl, Δlogp
     explain(...)                explain            one head's four steps for one token
     scan(...)                   heads              every head scored over a corpus
+    retrieval(...)              heads --probe retrieval   retrieval heads (Wu et al. 2024)
     check(...)                  check              our attention against transformers'
 
 Each result's ``to_dict()`` is its command's ``--json``. Errors are ``AttnvizError``
@@ -29,9 +30,10 @@ from .example import EXAMPLE
 from .version import __version__
 
 if TYPE_CHECKING:
-    from .analyses import HeadAblation, HeadScan, ablate, check, explain, patch_pairs, scan
+    from .analyses import HeadAblation, HeadScan, ablate, check, explain, patch_pairs, retrieval, scan
     from .generation import Generation
     from .measures.attribution import Attribution
+    from .measures.attrpatch import Comparison
     from .measures.patching import PatchResult
     from .measures.pathpatch import PathPatchResult
     from .result import Attention, HeadEffects
@@ -43,6 +45,7 @@ __all__ = [
     "ablate",
     "explain",
     "scan",
+    "retrieval",
     "patch",
     "path_patch",
     "patch_pairs",
@@ -298,9 +301,10 @@ def patch(
     max_memory: int | str | None = None,
     site: str = "z",
     by_position: bool = False,
+    method: str = "exact",
     target: str | None = None,
     part: str | None = None,
-) -> PatchResult:
+) -> PatchResult | Comparison:
     """Activation patching, as ``attnviz patch CLEAN CORRUPTED``: for every head, one prompt
     runs with that head's z (its output before W^O) from the other prompt's run.
 
@@ -318,22 +322,29 @@ def patch(
     grouped-query attention: ``result.group``) or "pattern" alone, or "resid_pre",
     "attn_out" or "mlp_out" (each layer);
     ``by_position``: each matched position apart (``result.axes`` names the effect's
-    axes). An encoder-decoder (T5, BART): ``target`` is the decoder's text (the metric
-    reads the decoder's output at its last token, or ``token`` / ``index`` of it) and
-    ``part`` the heads patched: "encoder", "decoder" (the default) or "cross".
+    axes). ``method``: "exact" (a ``PatchResult``), "attribution" (attribution patching's
+    linear estimate from one backward pass, a ``PatchResult`` with ``method`` "attribution")
+    or "both" (a ``Comparison``: ``.exact``, ``.estimate``, ``.disagreements()``).
+    An encoder-decoder (T5, BART): ``target`` is the decoder's text (the metric reads the
+    decoder's output at its last token, or ``token`` / ``index`` of it) and ``part`` the
+    heads patched: "encoder", "decoder" (the default) or "cross" (method "exact").
     ``result.to_dict()`` is the command's ``--json``. See docs/patching.md.
     """
     from .engines import load_engine
     from .engines.memory import parse_size
     from .io.safeio import check_text
     from .measures.ablation import batch_size
-    from .measures.patching import patch_texts
+    from .measures.attrpatch import METHODS, patch_by
     from .select import Query, parse_layers
 
     for name, value in (("clean", clean), ("corrupted", corrupted)):
         if not isinstance(value, str):
             raise UsageError(f"patch(): {name} must be a str, not {type(value).__name__}", reason=Reason.TYPE)
         check_text(value, f"the {name} text")
+    if method not in METHODS:
+        raise UsageError(
+            f"patch(): unknown method {method!r} (known: {', '.join(METHODS)})", reason=Reason.PATCH_METRIC
+        )
     query = Query.maybe(token, occurrence, index)
     eng = load_engine(engine, model, device, dtype)
     shape = eng.part_shape(part or "decoder") if eng.parts else eng.shape
@@ -348,7 +359,8 @@ def patch(
             eng, clean, corrupted, target, part, answer=answer, wrong=wrong, metric=metric, direction=direction,
             position=query, layers=chosen, batch=batch, site=site, by_position=by_position,
         )  # fmt: skip
-    return patch_texts(
+    return patch_by(
+        method,
         eng,
         clean,
         corrupted,
@@ -522,6 +534,7 @@ _LAZY = {
     "ablate": "analyses",
     "explain": "analyses",
     "scan": "analyses",
+    "retrieval": "analyses",
     "check": "analyses",
     "patch_pairs": "analyses",
     "HeadAblation": "analyses",

@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 from attnviz import architectures
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import ModelLoadError
+from attnviz.measures.base import NORM
 
 from .builders import SENTENCES
 from .builders.families_2026 import MISTRAL4_ROPE, SPECS_2026, SPECS_2026_BY_NAME, YARN, save_2026
@@ -196,7 +197,7 @@ def test_value_norms_are_the_decompressed_values_through_w_o(spec: Any, saved: d
     own, hf = _engines(spec.name, saved)
     tokens = own.tokenize(SENTENCES[0])
     expected = _transformers_value_norms(hf, tokens)
-    out = own.forward(tokens, norms=True)
+    out = own.forward(tokens, measure=NORM)
     assert out.value_norms is not None and len(out.value_norms) == own.num_layers
     for layer, norms in enumerate(out.value_norms):
         assert norms.shape == (1, own.num_heads, len(tokens))
@@ -423,7 +424,7 @@ def test_hybrid_norms_and_explain_are_refused_in_one_line(name: str, saved: dict
 
     own, _ = _engines(name, saved)
     with pytest.raises(MeasureError, match="gates each head's output"):
-        own.forward(own.tokenize(SENTENCES[0]), norms=True)
+        own.forward(own.tokenize(SENTENCES[0]), measure=NORM)
     layer = str(own.shape.attention_layers[0])
     for args in (
         ["show", SENTENCES[0], "--token", "it", "--layer", layer, "--measure", "norm"],

@@ -52,6 +52,12 @@ class Site(str, Enum):
     pattern = "pattern"
 
 
+class Method(str, Enum):
+    exact = "exact"
+    attribution = "attribution"
+    both = "both"
+
+
 class PatchMetric(str, Enum):
     logit_diff = "logit-diff"
     prob = "prob"
@@ -116,13 +122,26 @@ def patch(
             help="Each matched position apart (heads × positions; with --site resid_pre: causal tracing).",
         ),
     ] = False,
+    method: Annotated[
+        Method,
+        typer.Option(
+            "--method",
+            help="exact: one patched run per head; attribution: the linear estimate of every head from one "
+            "backward pass (attribution patching); both: the estimate beside the exact effect, disagreements "
+            "flagged.",
+        ),
+    ] = Method.exact,
+    attribution: Annotated[
+        bool, typer.Option("--attribution", help="The same as --method both.", show_default=False)
+    ] = False,
     dla: Annotated[
         bool,
         typer.Option(
             "--dla",
             help="Direct logit attribution of CLEAN instead: each head's, MLP's, the embeddings' and the biases' "
             "direct contribution to logit(answer) − logit(wrong) through the final norm (its scale frozen), "
-            "with the sum check, and the logit lens. Needs --answer, --wrong and a GPT-2 or Llama-like LM.",
+            "with the sum check, and the logit lens. Needs --answer, --wrong and a causal LM whose residual "
+            "stream is a sum (pre-norm).",
         ),
     ] = False,
     lens_top: Annotated[
@@ -184,7 +203,12 @@ def patch(
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output", "-o", metavar="PATH", help="Also draw the heatmap to a .png, .svg or .pdf.", show_default=False
+            "--output",
+            "-o",
+            metavar="PATH",
+            help="Also draw the heatmap to a .png, .svg or .pdf, or write the HTML page (.html: the heatmap, "
+            "the ranked table, the pair's alignment).",
+            show_default=False,
         ),
     ] = None,
     no_pager: NoPagerOpt = False,
@@ -200,6 +224,9 @@ def patch(
 
         # Before any model work: the texts, the files, the token query, the metric's answers.
         if vs_model is not None or pairs is not None:  # one prompt against two models, or a file of pairs
+            if attribution or method is not Method.exact:
+                raise UsageError("--method and --attribution go with one pair, not --pairs or --vs-model",
+                                 reason=Reason.PATCH_PAIR)  # fmt: skip
             _many(vs_model, pairs, clean, corrupted, answer, wrong, metric, direction, site, by_position, dla, layer,
                   query_from(token, occurrence, index, required=False), model, engine.value, device, dtype.value,
                   max_memory, ray, ray_address, {"npz": npz, "output": output, "json_out": json_out,
@@ -243,13 +270,14 @@ def patch(
             run_paths(eng, clean, pair, receivers, sender_heads, through=through.value, options=options,
                       npz=npz, json_out=json_out, no_pager=no_pager, top=top)  # fmt: skip
             return
-        from ..measures.patching import patch_texts
+        from ..measures.attrpatch import patch_by
         from ..measures.seq2seq_patch import texts_of
         from .ablating import delayed_progress
 
-        texts = texts_of(target, part and part.value) if eng.parts or target or part else patch_texts
+        texts = texts_of(target, part and part.value) if eng.parts or target or part else patch_by
         with delayed_progress("patching", json_out) as progress, cpu_threads_for(eng, max(len(a), len(b)) * batch):
             result = texts(
+                "both" if attribution else method.value,
                 eng,
                 clean,
                 pair,
@@ -371,7 +399,7 @@ def _check_pair(
     if npz is not None:
         check_writable(npz, (".npz",))
     if output is not None:
-        check_writable(output, IMAGE_FORMATS)
+        check_writable(output, (*IMAGE_FORMATS, ".html", ".htm"))
     if wrong is not None and answer is None:
         raise UsageError("--wrong goes with --answer", reason=Reason.PATCH_ANSWER)
     if metric in (PatchMetric.logit_diff,) and (answer is None or wrong is None):
@@ -383,27 +411,19 @@ def _check_pair(
 
 def _report(result: Any, npz: Path | None, output: Path | None, json_out: bool, no_pager: bool, top: int) -> None:
     """Write patch's files (npz, the figure), then its JSON or its terminal view."""
-    if npz is not None:
-        from ..measures.patching import save_npz
+    from .attrpatching import save_files, view
 
-        save_npz(result, npz)
-    missing: tuple[str, ...] = ()
-    if output is not None:
-        from ..render.image import save_figure
-        from ..render.image.patching import patch_figure
-
-        missing = save_figure(patch_figure(result), output)
+    missing = save_files(result, npz, output)
     if json_out:
         from .output import emit
 
         emit(json.dumps(result.to_dict(), ensure_ascii=False), json=True)
     else:
         from ..render.terminal import paged, uses_colour
-        from ..render.terminal.patching import patch_view
 
         console = stdout_console()
         with paged(console, not no_pager):
-            console.print(patch_view(result, top=top, color=uses_colour(console)))
+            console.print(view(result, top=top, color=uses_colour(console)))
     if npz is not None:
         wrote(npz)
     if output is not None:

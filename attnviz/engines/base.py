@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ModelLoadError, Reason, UsageError
 from ..io.models import ModelFiles
+from ..measures.base import WEIGHT, Measure
 from ..result import Provenance
 from ..shape import HasShape, ModelShape
 from ..tokens import Tokens, check_ids, load_tokenizer, tokenize, tokenize_pair
@@ -105,22 +106,24 @@ class Engine(Protocol):
         tokens: Tokens,
         layers: Sequence[int] | None = None,
         queries: Sequence[int] | None = None,
-        norms: bool = False,
+        measure: Measure = WEIGHT,
     ) -> ForwardOutput:
         """One forward pass (an encoder-decoder's encoder alone). ``attentions[i]``
         (1, H, R, S) holds layer ``layers[i]``'s weight rows of ``queries`` (default:
-        every layer, every row); with ``norms``, ``value_norms[i]`` (1, H, S) its value
-        norms (``attnviz.measures.norms``)."""
+        every layer, every row). The engine records the taps ``measure`` names
+        (``Measure.taps``): for one that needs values, ``value_norms[i]`` (1, H, S) holds
+        layer ``layers[i]``'s value norms (``attnviz.measures.norms``), which
+        ``measure.combine`` turns into rows with the weights."""
         ...
 
-    def forward_seq2seq(self, tokens: Tokens, target: Tokens, norms: bool = False) -> Seq2SeqOutput: ...
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens, measure: Measure = WEIGHT) -> Seq2SeqOutput: ...
 
     def forward_batch(
-        self, batch: Sequence[Tokens], max_layer: int | None = None, norms: bool = False
+        self, batch: Sequence[Tokens], max_layer: int | None = None, measure: Measure = WEIGHT
     ) -> ForwardOutput:
         """One pass over right-padded texts: full (B, H, S, S) weights of layers 0..max_layer
-        (and, ``norms``, their (B, H, S) value norms); a hybrid's, of its attention layers
-        among those (``shape.layers``), in order."""
+        (and, for a ``measure`` that needs values, their (B, H, S) value norms); a hybrid's,
+        of its attention layers among those (``shape.layers``), in order."""
         ...
 
     def final_hidden(
@@ -129,6 +132,7 @@ class Engine(Protocol):
         target: Tokens | None = None,
         *,
         batch: int = 1,
+        grad: bool = False,
     ) -> torch.Tensor:
         """(B, Q, E) the last layer's hidden states of one pass that keeps no weights: the
         decoder's (Q = len(target)) given the decoder text ``target``, else those of the
@@ -137,6 +141,10 @@ class Engine(Protocol):
         ``batch``: B copies of the text, for taps that make them differ (a replacement
         given a batch-1 value may return B copies of it: head ablation). The own engine
         runs identical copies once, until a replacement makes them B; the hf engine runs B.
+
+        ``grad``: the pass runs with autograd on (not in inference mode), so a tap's
+        replacement that requires grad gets its gradient from a backward pass
+        (attribution patching, measures/attrpatch.py).
         """
         ...
 

@@ -296,9 +296,19 @@ def patch_text_seq2seq(
 
 def texts_of(target: str | None, part: str | None) -> Callable[..., PatchResult]:
     """``patch_text_seq2seq`` with the decoder's text and part given, called as
-    ``patching.patch_texts`` is: (engine, clean, corrupted, **options)."""
+    ``attrpatch.patch_by`` is: (method, engine, clean, corrupted, **options); the method
+    "exact" alone (attribution patching reads one stack).
 
-    def run(engine: Engine, clean: str, corrupted: str, **options: Any) -> PatchResult:
+    Raises:
+        UsageError: (reason PATCH_METRIC) another method, when called.
+    """
+
+    def run(method: str, engine: Engine, clean: str, corrupted: str, **options: Any) -> PatchResult:
+        if method != "exact":
+            raise UsageError(
+                f"attribution patching reads one stack; an encoder-decoder's heads are patched exactly, not {method!r}",
+                reason=Reason.PATCH_METRIC,
+            )
         return patch_text_seq2seq(engine, clean, corrupted, target, part, **options)
 
     return run
