@@ -614,3 +614,24 @@ def test_llama4_layers_are_chunked_nope_and_moe_as_configured(saved: dict[str, P
     rows = own.forward(tokens, queries=(7,)).attentions  # query 7: chunk 5..9
     assert bool((rows[0][0, :, 0, :5] == 0).all()) and bool((rows[0][0, :, 0, 5:8] > 0).all())
     assert bool((rows[1][0, :, 0, :8] > 0).all())
+
+
+def test_the_explorers_rows_of_a_gated_hybrid_are_kept(saved: dict[str, Path]) -> None:
+    """Qwen3-Next (gated heads, linear-attention layers): the explorer's row source keeps
+    the ``scores`` taps of its attention layers (its first window used to fail with the
+    norm measure's refusal, though weights were asked) and answers a later window exactly
+    as a pass does; the norm measure is still refused."""
+    from attnviz.cli.exploring import RowSource
+    from attnviz.errors import MeasureError
+
+    from .helpers import inspect
+
+    own, _ = _engines("qwen3_next", saved)
+    tokens = own.tokenize(SENTENCES[0])
+    source = RowSource(own, tokens, own.shape.layers)
+    source((1,))
+    assert source.kept and source.kept_size > 0
+    want = inspect(SENTENCES[0], own, layers=list(own.shape.layers), queries=(2, len(tokens) - 1))
+    np.testing.assert_array_equal(source((2, len(tokens) - 1)).weights, want.weights)
+    with pytest.raises(MeasureError):
+        source((2,), "norm")

@@ -68,12 +68,6 @@ class KVCache:
         """Keys the running layer held before this step: the position of the step's first token."""
         return self._held[self.layer]
 
-    def hold(self, layer: int, k: Tensor, v: Tensor) -> None:
-        """Start layer ``layer`` holding k (B, G, S, D) and v (B, G, S, Dv), as if a pass
-        had appended them (patching's shared prefix, measures/prefix.py); the next append
-        copies them into a buffer of its own, so ``k`` and ``v`` may be shared views."""
-        self._keys[layer], self._values[layer], self._held[layer] = k, v, k.size(2)
-
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store the step's k (B, G, L, D) and v (B, G, L, Dv) for the running layer and
         return every key and value it holds now: views (B, G, S, D), (B, G, S, Dv)."""
