@@ -194,6 +194,16 @@ class Generation:
             extra={"continuation": self.text, "stopped": self.stopped},
         )
 
+    def _repr_html_(self) -> str:
+        from .render import notebook  # lazy, as Attention's
+
+        return notebook.generation_view(self).html
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        from .render import notebook
+
+        return dict(notebook.generation_view(self)._repr_mimebundle_())
+
     def copy_scores(self) -> Any:
         """(layers, H) float: per head, the fraction of written tokens whose choosing query's
         strongest key holds that very token (measures/retrieval.py's copy score)."""
@@ -208,20 +218,33 @@ Keep = Callable[["torch.Tensor"], Any]  # what is kept of a step's rows (layers,
 
 def check_request(engine: Engine, tokens: Tokens, count: int) -> None:
     """Refuse, before any generation, what cannot be answered: N ≤ 0, a model that does not
-    write (an encoder, an encoder-decoder), a prompt plus N past the model's positions."""
+    write (an encoder; a base model saved without its LM head), a prompt plus N past the
+    model's positions (an encoder-decoder's decoder: its start token plus N)."""
     if count <= 0:
         raise UsageError(f"{count} tokens to write: the number must be at least 1", hint="ask for 1 or more tokens")
-    if not engine.shape.causal or getattr(engine, "parts", None):
+    seq2seq = bool(getattr(engine, "parts", None))
+    if not engine.shape.causal and not seq2seq:
         raise UsageError(
-            f"{engine.files.model_type} is not a decoder: it does not write text",
-            hint="generation needs a causal language model (GPT-2, Llama, ...)",
+            f"{engine.files.model_type} is an encoder, not a decoder: it does not write text",
+            hint="generation needs a causal language model (GPT-2, Llama, ...) or an encoder-decoder (T5, BART, ...)",
         )
-    limit = engine.max_positions
-    if limit is not None and len(tokens.ids) + count > limit:
+    saved = engine.files.config.get("architectures")
+    if seq2seq and isinstance(saved, list) and not any(str(a).endswith(_WRITERS) for a in saved):
         raise UsageError(
-            f"the prompt's {len(tokens.ids)} tokens plus {count} to write pass the model's {limit} positions",
-            hint=f"write at most {max(limit - len(tokens.ids), 0)} tokens, or shorten the prompt",
+            f"{engine.files.path} has no language-model head: it cannot write text (saved as {', '.join(saved)})",
+            hint="generation needs a checkpoint saved from a *ForConditionalGeneration class",
         )
+    limit, given = engine.max_positions, 1 if seq2seq else len(tokens.ids)
+    if limit is not None and given + count > limit:
+        what = "the decoder's start token" if seq2seq else f"the prompt's {given} tokens"
+        raise UsageError(
+            f"{what} plus {count} to write pass the model's {limit} positions",
+            hint=f"write at most {max(limit - given, 0)} tokens" + ("" if seq2seq else ", or shorten the prompt"),
+        )
+
+
+# The task classes of encoder-decoders saved with their LM head.
+_WRITERS = ("ForConditionalGeneration", "MTModel")
 
 
 def eos_ids(config: dict[str, Any]) -> set[int]:
@@ -262,12 +285,27 @@ def generate(
     (the retrieval probe keeps each head's strongest key: memory flat in the length).
     ``on_token(id, label)`` is called as each token is chosen (streaming). Ctrl-C returns
     what was written, partial."""
+    from dataclasses import replace
+
     from .engines import engine_provenance
 
     check_request(engine, tokens, count)
-    chosen = tuple(engine.shape.layers if layers is None else layers)
-    result = Generation(prompt=tokens, layers=chosen)
-    run = _generate_hf if engine.name == "hf" else _generate_own
+    seq2seq = bool(engine.parts)
+    shape = engine.part_shape("decoder") if seq2seq else engine.shape
+    chosen = tuple(shape.layers if layers is None else layers)
+    result = Generation(prompt=tokens, layers=chosen, seq2seq=seq2seq)
+    if seq2seq:
+        from . import generation_seq2seq as s2s
+
+        run = s2s.generate_hf if engine.name == "hf" else s2s.generate_own
+        start = s2s.start_id(engine)
+        base = Tokens("", (start,), (engine.tokenizer.id_to_token(start) or f"<{start}>",), ((0, 0),), (True,))
+        provenance = engine_provenance(engine)
+        result.provenance = {part: replace(provenance, shape=engine.part_shape(part)) for part in ("decoder", "cross")}
+    else:
+        run = _generate_hf if engine.name == "hf" else _generate_own
+        base = tokens
+        result.provenance = {None: engine_provenance(engine)}
     try:
         run(engine, tokens, count, chosen, sampling, on_token, result, keep or _all)
     except KeyboardInterrupt:
@@ -275,8 +313,7 @@ def generate(
         # A token chosen but not yet fed has no rows: keep tokens and rows in step.
         del result.ids[len(result.rows) :], result.pieces[len(result.rows) :]
     result.text = engine.tokenizer.decode(result.ids, skip_special_tokens=False)
-    result.tokens = extend_tokens(engine.tokenizer, tokens, result.ids)
-    result.provenance = {None: engine_provenance(engine)}
+    result.tokens = extend_tokens(engine.tokenizer, base, result.ids)
     return result
 
 
@@ -309,7 +346,8 @@ def extend_tokens(tokenizer: Any, base: Tokens, written: Sequence[int]) -> Token
         if token in special_ids:
             offsets.append((0, 0))
             special.append(True)
-            word_ids.append(None)
+            if base.word_ids:
+                word_ids.append(None)
             continue
         step = decode(context + list(written[: k + 1]))
         end = len(before)

@@ -358,14 +358,18 @@ class MultiHeadAttention(nn.Module):
         """
         key = query if key is None else key
         value = key if value is None else value
-        # 1. Per-head projections Q_i = Q·W_i^Q, K_i = K·W_i^K, V_i = V·W_i^V.
-        q, k, v = self.project(query, key, value)  # (B, H, L, D), (B, G, S, D), (B, G, S, Dv)
+        # 1. Per-head projections Q_i = Q·W_i^Q, K_i = K·W_i^K, V_i = V·W_i^V (a generation
+        #    step's cross-attention reuses the encoder's K_i and V_i, projected once).
+        cache = kv_cache.active()  # None unless generation runs (nn/cache.py)
+        if cache is not None and self.tap_role == "cross":
+            q, k, v = cache.cross(self.project, query, key, value)
+        else:
+            q, k, v = self.project(query, key, value)  # (B, H, L, D), (B, G, S, D), (B, G, S, Dv)
         if qk_transform is not None:
             q, k = qk_transform(q, k)
         site = taps.active()  # None unless a pass attached taps (nn/taps.py)
         if site is not None:
             q, k, v = site(f"{self.tap_role}.q", q), site(f"{self.tap_role}.k", k), site(f"{self.tap_role}.v", v)
-        cache = kv_cache.active()  # None unless generation runs (nn/cache.py)
         if cache is not None and self.tap_role == "attn":
             # The step's keys join the stored ones, after the position transform.
             k, v = cache.append(k, v)  # (B, G, S, D), (B, G, S, Dv)

@@ -9,8 +9,9 @@ family's mask for their positions (causal, sliding window) built by the stack.
 
 The cache reaches the attention modules as the running pass's context (``using``), as the
 taps do (nn/taps.py), so that no block of any family changes its signature; the layer loop
-(architectures/base.py) says which layer runs. Only self-attention modules (tap role
-``attn``) read it. torch + stdlib only.
+(architectures/base.py) says which layer runs. Self-attention modules (tap role ``attn``)
+append to it; an encoder-decoder's cross-attention (``cross``) keeps the encoder's keys and
+values, projected once (``KVCache.cross``). torch + stdlib only.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
-# attention.QKTransform, spelled out: attention.py reads this module.
+# attention.QKTransform and MultiHeadAttention.project, spelled out: attention.py reads this module.
 QKTransform = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
+Projection = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
 
 
 class KVCache:
@@ -39,6 +41,7 @@ class KVCache:
             raise ValueError(f"a cache needs at least one layer, not {layers}")
         self.keys: list[Tensor | None] = [None] * layers
         self.values: list[Tensor | None] = [None] * layers
+        self.cross_kv: list[tuple[Tensor, Tensor] | None] = [None] * layers
         self.layer = 0
 
     @property
@@ -62,6 +65,18 @@ class KVCache:
             v = torch.cat((held_v, v), dim=2)  # (B, G, S, Dv)
         self.keys[n], self.values[n] = k, v
         return k, v
+
+    def cross(self, project: Projection, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """An encoder-decoder's cross-attention in the running layer: q (B, H, L, D) of the
+        step's decoder tokens, and the encoder's k (B, G, S, D) and v (B, G, S, Dv),
+        projected at the first step and kept (the encoder's output does not change)."""
+        held = self.cross_kv[self.layer]
+        if held is None:
+            q, k, v = project(query, key, value)
+            self.cross_kv[self.layer] = (k, v)
+            return q, k, v
+        q, _, _ = project(query, key[:, :0], value[:, :0])  # the keys and values of no token: q alone
+        return q, *held
 
 
 _ACTIVE: contextvars.ContextVar[KVCache | None] = contextvars.ContextVar("attnviz_kv_cache", default=None)
