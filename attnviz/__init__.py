@@ -29,9 +29,10 @@ from .example import EXAMPLE
 from .version import __version__
 
 if TYPE_CHECKING:
-    from .analyses import HeadAblation, HeadScan, ablate, check, explain, scan
+    from .analyses import HeadAblation, HeadScan, ablate, check, explain, patch_pairs, scan
     from .generation import Generation
     from .measures.attribution import Attribution
+    from .measures.attrpatch import Comparison
     from .measures.patching import PatchResult
     from .result import Attention, HeadEffects
     from .select import LayerSpec
@@ -43,6 +44,7 @@ __all__ = [
     "explain",
     "scan",
     "patch",
+    "patch_pairs",
     "attribute",
     "check",
     "Attention",
@@ -295,7 +297,8 @@ def patch(
     max_memory: int | str | None = None,
     site: str = "z",
     by_position: bool = False,
-) -> PatchResult:
+    method: str = "exact",
+) -> PatchResult | Comparison:
     """Activation patching, as ``attnviz patch CLEAN CORRUPTED``: for every head, one prompt
     runs with that head's z (its output before W^O) from the other prompt's run.
 
@@ -311,26 +314,34 @@ def patch(
     / ``index``: the scored position of the clean prompt (default: the last token the two
     share). ``site``: "z" (each head), "resid_pre", "attn_out" or "mlp_out" (each layer);
     ``by_position``: each matched position apart (``result.axes`` names the effect's
-    axes). ``result.to_dict()`` is the command's ``--json``. See docs/patching.md.
+    axes). ``method``: "exact" (a ``PatchResult``), "attribution" (attribution patching's
+    linear estimate from one backward pass, a ``PatchResult`` with ``method`` "attribution")
+    or "both" (a ``Comparison``: ``.exact``, ``.estimate``, ``.disagreements()``).
+    ``result.to_dict()`` is the command's ``--json``. See docs/patching.md.
     """
     from .engines import load_engine
     from .engines.memory import parse_size
     from .io.safeio import check_text
     from .measures.ablation import batch_size
-    from .measures.patching import patch_texts
+    from .measures.attrpatch import METHODS, patch_by
     from .select import Query, parse_layers
 
     for name, value in (("clean", clean), ("corrupted", corrupted)):
         if not isinstance(value, str):
             raise UsageError(f"patch(): {name} must be a str, not {type(value).__name__}", reason=Reason.TYPE)
         check_text(value, f"the {name} text")
+    if method not in METHODS:
+        raise UsageError(
+            f"patch(): unknown method {method!r} (known: {', '.join(METHODS)})", reason=Reason.PATCH_METRIC
+        )
     query = Query.maybe(token, occurrence, index)
     eng = load_engine(engine, model, device, dtype)
     chosen = parse_layers(layers, eng.num_layers, eng.shape.layers)
     if batch is None:
         budget = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
         batch = batch_size(eng, len(eng.tokenize(clean)) + 2, budget)
-    return patch_texts(
+    return patch_by(
+        method,
         eng,
         clean,
         corrupted,
@@ -438,6 +449,7 @@ _LAZY = {
     "explain": "analyses",
     "scan": "analyses",
     "check": "analyses",
+    "patch_pairs": "analyses",
     "HeadAblation": "analyses",
     "HeadScan": "analyses",
 }

@@ -14,6 +14,7 @@ from the temperature-scaled, top-p-truncated distribution with a seeded generato
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -64,6 +65,7 @@ CACHED_FAMILIES = frozenset(
         "llama",
         "llama4_text",
         "ministral3",
+        "mistral4",
         "mistral",
         "mixtral",
         "olmo",
@@ -387,16 +389,37 @@ def _label(engine: Engine, token: int) -> str:
     return vocab_label(engine.tokenizer, token)
 
 
+_HEADS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # engine -> its LM head
+
+
 def _lm_head(engine: Engine) -> Any:
+    """The engine's causal LM head, read once per engine. A tied head (the token embeddings
+    read back) shares the loaded model's embedding tensor instead of a second copy: for a
+    GPT-2-small shape that copy was 147 MiB on every generate call (bench/generate_bench.py)."""
+    from dataclasses import replace
+
     from .measures.lm import load_lm_head
 
+    lm = _HEADS.get(engine)
+    if lm is not None:
+        return lm
     lm = load_lm_head(engine)
     if lm is None or lm.kind != "causal":
         raise UsageError(
             f"{engine.files.path} has no language-model head: it cannot write text",
             hint="generation needs a checkpoint saved from a *ForCausalLM class",
         )
+    tokens = getattr(getattr(getattr(engine, "model", None), "tokens", None), "weight", None)
+    if tokens is not None and _same(tokens, lm.unembed):
+        lm = replace(lm, unembed=tokens)
+    _HEADS[engine] = lm
     return lm
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+
+    return bool(a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and torch.equal(a, b))
 
 
 def _generate_own(
@@ -412,27 +435,30 @@ def _generate_own(
     import torch
 
     from .architectures.decoder import DecoderModel
+    from .engines import cpu_threads_for
     from .nn.cache import KVCache
 
     model = getattr(engine, "model", None)
-    family = engine.files.model_type
+    family = str(engine.files.text_config.get("model_type"))  # a vision-language wrapper's language model
     if not isinstance(model, DecoderModel) or family not in CACHED_FAMILIES or model.attention_layers:
         raise UnsupportedArchitectureError(
             f"the own engine does not generate with {family} yet",
             hint="the hf engine generates with transformers' own generate",
         )
     lm = _lm_head(engine)
-    eos = eos_ids(engine.files.config)
+    eos = eos_ids(engine.files.text_config)
     generator = None
     if sampling.sample:
         generator = torch.Generator(device=engine.device)
         generator.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
     ids = torch.tensor([tokens.ids], dtype=torch.long, device=engine.device)  # (1, P)
-    cache = KVCache(model.num_layers)
-    with torch.inference_mode():
+    cache = KVCache(model.num_layers, reserve=ids.size(1) + count)  # no buffer grows
+    with torch.inference_mode(), cpu_threads_for(engine, ids.size(1)):
         # 1. The prompt, once, through the fused path: the last token's rows alone.
         out = model(ids, layers=set(layers), queries=(ids.size(1) - 1,), fused=True, cache=cache)
         result.first_rows = keep(_stacked([out.attentions[n][0, :, 0] for n in layers], ids.size(1)))  # (layers, H, P)
+    # A step is one token's work: on a busy CPU, one thread unless the model is large.
+    with torch.inference_mode(), cpu_threads_for(engine, 1):
         for _ in range(count):
             # 2. The next token from the last position's logits.
             token = choose(lm.logits(out.hidden_states[0, -1]), sampling, generator)
@@ -465,13 +491,13 @@ def _generate_hf(
     import torch
 
     model = _causal_lm(engine)
-    eos = eos_ids(engine.files.config)
+    eos = eos_ids(engine.files.text_config)
     ids = torch.tensor([tokens.ids], dtype=torch.long, device=engine.device)
     options: dict[str, Any] = {"do_sample": sampling.sample}
     if sampling.sample:
         torch.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
         options.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=None)
-    pad = engine.files.config.get("pad_token_id")
+    pad = engine.files.text_config.get("pad_token_id")
     with torch.inference_mode():
         out = model.generate(
             ids,

@@ -116,7 +116,7 @@ def generate_own(
         generator.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
     source = torch.tensor([tokens.ids], dtype=torch.long, device=engine.device)  # (1, S)
     ids = torch.tensor([[start_id(engine)]], dtype=torch.long, device=engine.device)  # (1, 1)
-    cache = KVCache(model.decoder_layers)
+    cache = KVCache(model.decoder_layers, reserve=count + 1)  # the start token and the written ones
     wanted = set(layers)
     with torch.inference_mode():
         # 1. The source, once, through the encoder's fused path: no rows.

@@ -9,6 +9,7 @@ flag: the CLI adds those. Stdlib only.
 
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,6 +57,20 @@ class Query:
     index: int | None = None
 
     def __post_init__(self) -> None:
+        # Every caller (inspect, ablate, explain, patch, attribute) builds its query here:
+        # index=1.5 was taken as a position by numpy's indexing or failed deep inside it,
+        # and index=True read as 1 (issue 38). numpy's integers are whole numbers too.
+        for name in ("index", "occurrence"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise UsageError(
+                    f"the query's {name} must be a whole number, not {type(value).__name__} {value!r:.40}",
+                    hint=f"give {name}= an int such as 3",
+                    reason=Reason.TYPE,
+                )
+            object.__setattr__(self, name, int(value))
         if self.word is not None and self.index is not None:
             raise UsageError("a query is a word or a token index, not both", reason=Reason.WORD_AND_INDEX)
         if self.word is None and self.index is None:

@@ -67,5 +67,23 @@ def main(names: list[str]) -> None:
             print(f"| {name} | `{spec.model_type}` | {attention} | {hidden} | {verdict} |")
 
 
+def known() -> list[str]:
+    """Every checkpoint name this script builds, in its default order."""
+    return list(dict.fromkeys([*NAMES, *NAMES_B, *NAMES_2026, *NAMES_C]))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:] or [*NAMES, *NAMES_B, *NAMES_2026, *NAMES_C])
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="family_check.py",
+        description="attnviz check (own engine against transformers eager) on the tiny checkpoints of "
+        "tests/builders/; one markdown row per checkpoint.",
+        epilog="checkpoints: " + " ".join(known()),
+    )
+    parser.add_argument("names", nargs="*", metavar="NAME", help="checkpoints to check (default: all)")
+    args = parser.parse_args()
+    unknown = [n for n in args.names if n not in known()]
+    if unknown:
+        parser.error(f"unknown checkpoint {unknown[0]!r} (--help lists them)")
+    main(args.names or known())

@@ -1,6 +1,6 @@
 """Generation with attention rows: the own engine's cached loop vs transformers' generate.
 
-    python bench/generate_bench.py [--prompts 32] [--new 64] [--repeat 2]
+    python bench/generate_bench.py [--prompts 32 1024] [--new 64] [--repeat 2]
 
 A GPT-2-small-shaped random model (12 layers × 12 heads, hidden 768, vocabulary 50257,
 ``GPT2LMHeadModel``) is saved in a temporary directory with a word-level tokenizer, and
@@ -13,13 +13,19 @@ writes ``--new`` tokens greedily after each prompt length:
     hf attn     transformers' ``generate(output_attentions=True, return_dict_in_generate=True)``
                 with eager attention (every step's weights of every layer)
 
-All three in one process on one thread (the machine is shared), best of ``--repeat``;
-the ratios are own / hf. The written tokens are checked equal.
+Each column runs in a subprocess of its own on one thread (the machine is shared), best
+of ``--repeat``; the ratios are own / hf. Peak memory is what the generation adds to the
+process once the model is loaded and warmed: VmHWM after the first timed run less VmRSS
+before it (the high-water mark reset through /proc/self/clear_refs). The written tokens
+are checked equal.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,13 +51,68 @@ def build(directory: Path) -> None:
     )
 
 
-def best(repeat: int, fn: object) -> tuple[float, object]:
-    times, out = [], None
-    for _ in range(repeat):
+def _status(field: str) -> int:
+    """A /proc/self/status field in bytes (VmRSS, VmHWM)."""
+    match = re.search(rf"{field}:\s+(\d+) kB", Path("/proc/self/status").read_text())
+    return int(match.group(1)) * 1024 if match else 0
+
+
+def one(column: str, path: Path, length: int, new: int, repeat: int) -> dict[str, object]:
+    """One column at one prompt length, in this process: seconds, added peak, written ids."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from attnviz.engines import load_engine
+    from attnviz.generation import generate
+
+    torch.set_num_threads(1)
+    engine = load_engine("own", str(path), "cpu")
+    tokens = engine.tokenize(" ".join(WORDS[(7 * i) % len(WORDS)] for i in range(length)))
+    ids = torch.tensor([tokens.ids])
+    options = {"max_new_tokens": new, "min_new_tokens": new, "do_sample": False, "pad_token_id": 0}
+    if column == "own":
+
+        def run(count: int) -> list[int]:
+            return generate(engine, tokens, count).ids
+    else:
+        implementation = {"attn_implementation": "eager"} if column == "hf-attn" else {}
+        model = AutoModelForCausalLM.from_pretrained(str(path), **implementation).eval()
+        del engine  # the own engine's weights would hold memory the hf columns do not use
+
+        def run(count: int) -> list[int]:
+            with torch.inference_mode():
+                out = model.generate(
+                    ids,
+                    output_attentions=column == "hf-attn",
+                    return_dict_in_generate=True,
+                    **{**options, "max_new_tokens": count, "min_new_tokens": count},
+                )
+            return list(out.sequences[0, ids.size(1) :].tolist())
+
+    warm = torch.tensor([tokens.ids[:8]])
+    if column == "own":
+        generate(engine, engine.tokenize(" ".join(WORDS[:8])), 2)  # the LM head read once
+    else:
+        with torch.inference_mode():
+            model.generate(
+                warm,
+                output_attentions=column == "hf-attn",
+                return_dict_in_generate=True,
+                **{**options, "max_new_tokens": 2, "min_new_tokens": 2},
+            )
+    # (A short prompt warms the code paths; a full-length one would leave freed memory in
+    # the allocator that the timed run reuses unseen.)
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    before = _status("VmRSS")
+    start = time.perf_counter()
+    written = run(new)
+    seconds = [time.perf_counter() - start]
+    peak = _status("VmHWM") - before
+    for _ in range(repeat - 1):
         start = time.perf_counter()
-        out = fn()  # type: ignore[operator]
-        times.append(time.perf_counter() - start)
-    return min(times), out
+        run(new)
+        seconds.append(time.perf_counter() - start)
+    return {"seconds": min(seconds), "peak": peak, "written": written, "prompt": len(tokens.ids)}
 
 
 def main() -> None:
@@ -59,53 +120,45 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, nargs="+", default=[32])
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # a column, in a subprocess
+    parser.add_argument("--path", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from attnviz.engines import load_engine
-
-    torch.set_num_threads(1)
+    if args.one:
+        print(json.dumps(one(args.one, args.path, args.prompts[0], args.new, args.repeat)))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp)
         build(path)
-        engine = load_engine("own", str(path), "cpu")
-        plain = AutoModelForCausalLM.from_pretrained(str(path)).eval()
-        eager = AutoModelForCausalLM.from_pretrained(str(path), attn_implementation="eager").eval()
         print(f"GPT-2-small-shaped random model, {args.new} new tokens, 1 thread, best of {args.repeat}")
-        print(f"{'prompt':>7} {'own+rows':>10} {'hf plain':>10} {'hf attn':>10} {'own/plain':>10} {'own/attn':>9}")
+        print("peak: memory the generation adds to the loaded model (MiB)")
+        print(
+            f"{'prompt':>7} {'own+rows':>9} {'hf plain':>9} {'hf attn':>9} {'own/plain':>10} {'own/attn':>9} "
+            f"{'peak own':>9} {'peak plain':>10} {'peak attn':>10} {'own/attn':>9}"
+        )
         for length in args.prompts:
-            measure(engine, plain, eager, length, args.new, args.repeat)
+            measure(path, length, args.new, args.repeat)
 
 
-def measure(engine: object, plain: object, eager: object, length: int, new: int, repeat: int) -> None:
-    """One prompt length: the three timings and their ratios, the written tokens checked equal."""
-    import torch
-
-    from attnviz.generation import generate
-
-    text = " ".join(WORDS[(7 * i) % len(WORDS)] for i in range(length))
-    tokens = engine.tokenize(text)  # type: ignore[attr-defined]
-    ids = torch.tensor([tokens.ids])
-    options = {"max_new_tokens": new, "min_new_tokens": new, "do_sample": False, "pad_token_id": 0}
-
-    def hf(model: object, attentions: bool) -> list[int]:
-        with torch.inference_mode():
-            out = model.generate(  # type: ignore[attr-defined]
-                ids, output_attentions=attentions, return_dict_in_generate=True, **options
-            )
-        return list(out.sequences[0, ids.size(1) :].tolist())
-
-    t_own, got = best(repeat, lambda: generate(engine, tokens, new))  # type: ignore[arg-type]
-    t_plain, plain_ids = best(repeat, lambda: hf(plain, False))
-    t_attn, attn_ids = best(repeat, lambda: hf(eager, True))
-    written = got.ids  # type: ignore[attr-defined]
-    if written != plain_ids[: len(written)] or written != attn_ids[: len(written)]:  # type: ignore[index]
+def measure(path: Path, length: int, new: int, repeat: int) -> None:
+    """One prompt length: the three columns in subprocesses, their ratios, the tokens checked equal."""
+    got = {}
+    for column in ("own", "hf-plain", "hf-attn"):
+        command = [sys.executable, __file__, "--one", column, "--path", str(path), "--prompts", str(length)]
+        done = subprocess.run(
+            [*command, "--new", str(new), "--repeat", str(repeat)], capture_output=True, text=True, check=False
+        )
+        if done.returncode:
+            sys.exit(f"{column} at prompt {length} failed:\n{done.stderr[-2000:]}")
+        got[column] = json.loads(done.stdout.strip().splitlines()[-1])
+    own, plain, attn = got["own"], got["hf-plain"], got["hf-attn"]
+    if own["written"] != plain["written"] or own["written"] != attn["written"]:
         sys.exit(f"the written tokens differ at prompt {length}")
+    mib = 1024 * 1024
     print(
-        f"{len(tokens.ids):>7} {t_own:>9.2f}s {t_plain:>9.2f}s {t_attn:>9.2f}s "
-        f"{t_own / t_plain:>10.2f} {t_own / t_attn:>9.2f}   ({len(written)} written)"
+        f"{own['prompt']:>7} {own['seconds']:>8.2f}s {plain['seconds']:>8.2f}s {attn['seconds']:>8.2f}s "
+        f"{own['seconds'] / plain['seconds']:>10.2f} {own['seconds'] / attn['seconds']:>9.2f} "
+        f"{own['peak'] / mib:>9.0f} {plain['peak'] / mib:>10.0f} {attn['peak'] / mib:>10.0f} "
+        f"{own['peak'] / max(attn['peak'], 1):>9.2f}"
     )
 
 

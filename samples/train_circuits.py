@@ -144,6 +144,8 @@ class Config:
     eval_ioi: int = 500
     arch: str = "gpt2"  # gpt2 (learned absolute positions) or llama (rotary positions)
     fill: str = "random"  # after the second copy: random words, or r again ("cycle")
+    layout: str = "prmrf"  # the repeated sequences: <bos> p r r (prr) or <bos> p r m r f (prmrf)
+    ioi_from: int = 0  # the step at which the indirect-object batch joins (a curriculum)
     pool: str = "all"  # the training runs' words: every non-special word, or the symbols alone
 
     def __post_init__(self) -> None:
@@ -156,6 +158,10 @@ class Config:
             raise ValueError(f"--pool {self.pool!r} is not all or symbols")
         if self.fill not in ("random", "cycle"):
             raise ValueError(f"--fill {self.fill!r} is not random or cycle")
+        if self.layout not in ("prr", "prmrf"):
+            raise ValueError(f"--layout {self.layout!r} is not prr or prmrf")
+        if not 0 <= self.ioi_from < self.steps:
+            raise ValueError(f"--ioi-from {self.ioi_from} is not a step of the run (0 to {self.steps - 1})")
         if self.d_model % self.heads:
             raise ValueError(f"--d-model {self.d_model} is not divisible by --heads {self.heads}")
         if self.context < 2 * self.min_half + 1 or self.context < 2 * self.eval_half + 1:
@@ -178,6 +184,18 @@ class Data:
 
     def random(self, count: int) -> list[int]:
         return [self.rng.choice(self.pool) for _ in range(count)]
+
+    def prefixed_repeat(self, length: int, min_half: int) -> list[int]:
+        """<bos> p r r, at most ``length`` tokens: r (``min_half`` to (length−1)//2 tokens)
+        seen twice in a row after a random prefix p of random length, so that neither where
+        r starts nor how far back its first copy lies is fixed; the second copy is predicted
+        only by finding the current token's earlier occurrence and copying the token after
+        it. Rows are of different lengths (padded in the batch), and nothing random follows
+        the second copy to dilute the loss."""
+        half = self.rng.randint(min_half, (length - 1) // 2)
+        before = self.rng.randint(0, length - 1 - 2 * half)
+        r = self.random(half)
+        return [self.ids["<bos>"], *self.random(before), *r, *r]
 
     def training_sequence(self, length: int, min_half: int, fill: str = "random") -> list[int]:
         """<bos> p r m r f, ``length`` tokens: r (``min_half`` to (length−1)//2 tokens) seen
@@ -295,22 +313,28 @@ def train(cfg: Config, progress: bool = True) -> tuple[Any, Any, dict[str, Any]]
         for step in range(cfg.steps):
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, cfg)
-            rep = [data.training_sequence(cfg.context, cfg.min_half, cfg.fill) for _ in range(cfg.batch_repeat)]
+            if cfg.layout == "prr":
+                rep = [data.prefixed_repeat(cfg.context, cfg.min_half) for _ in range(cfg.batch_repeat)]
+            else:
+                rep = [data.training_sequence(cfg.context, cfg.min_half, cfg.fill) for _ in range(cfg.batch_repeat)]
             ioi = [p + [io] for p, io, _ in (data.ioi() for _ in range(cfg.batch_ioi))]
             loss = torch.zeros(())
-            parts = []
-            for rows in (rep, ioi):
+            parts = [math.nan, math.nan]
+            # Induction alone first: the indirect objects are learnt in a few hundred steps
+            # and, summed in from the start, their gradient (clipped together) slowed the
+            # repeats' plateau past the budget (the card lists those runs).
+            for k, rows in enumerate((rep, ioi) if step >= cfg.ioi_from else (rep,)):
                 ids, labels = pad(rows, pad_id)
                 logits = model(input_ids=ids, attention_mask=(ids != pad_id).long()).logits  # (B, T, V)
                 part = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
-                parts.append(float(part.detach()))
+                parts[k] = float(part.detach())
                 loss = loss + part
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             if step % 50 == 0 or step == cfg.steps - 1:
-                log.append({"step": step, "repeat": parts[0], "ioi": parts[1]})
+                log.append({"step": step, "repeat": parts[0], "ioi": None if math.isnan(parts[1]) else parts[1]})
             if step % 500 == 0 or step == cfg.steps - 1:  # a line that stays (and shows in a log file)
                 bar.console.log(f"step {step}: loss repeat {parts[0]:.3f} · ioi {parts[1]:.3f}")
             bar.update(task, advance=1, loss=f"repeat {parts[0]:.3f} · ioi {parts[1]:.3f}")
@@ -460,8 +484,15 @@ def card(cfg: Config, metrics: dict[str, Any], run: dict[str, Any], digest: str,
         "",
         "## Data (seeded, generated on the fly)",
         "",
-        f"Each step: {cfg.batch_repeat} sequences of {cfg.context} tokens `<bos> p r m r f` (r: {cfg.min_half} to",
-        f"{(cfg.context - 1) // 2} tokens seen twice; p, m and f random, p and m of random lengths; every token",
+        f"Each step: {cfg.batch_repeat} sequences of "
+        + (
+            f"at most {cfg.context} tokens `<bos> p r r` (r: {cfg.min_half} to"
+            if cfg.layout == "prr"
+            else f"{cfg.context} tokens `<bos> p r m r f` (r: {cfg.min_half} to"
+        ),
+        f"{(cfg.context - 1) // 2} tokens seen twice; "
+        + ("p random, of random length" if cfg.layout == "prr" else "p, m and f random, p and m of random lengths")
+        + "; every token",
         (
             "drawn uniformly from every non-special word)"
             if cfg.pool == "all"
@@ -470,9 +501,10 @@ def card(cfg: Config, metrics: dict[str, Any], run: dict[str, Any], digest: str,
         + f" and {cfg.batch_ioi} indirect-object sentences from",
         f"{len(TEMPLATES)} templates, e.g. `When Mary and John went to the store , John gave a drink to Mary`",
         "(the subject repeated, the other name the answer; both name orders)."
-        + (" With `--fill cycle` f is r again, to the end." if cfg.fill == "cycle" else "")
+        + (" With `--fill cycle` f is r again, to the end." if cfg.fill == "cycle" and cfg.layout == "prmrf" else "")
         + " The loss is next-token",
-        "cross-entropy on every token of both, summed.",
+        "cross-entropy on every token of both, summed"
+        + (f"; the indirect objects join at step {cfg.ioi_from} (the repeats alone before)." if cfg.ioi_from else "."),
         "",
         "## Training",
         "",
@@ -483,8 +515,8 @@ def card(cfg: Config, metrics: dict[str, Any], run: dict[str, Any], digest: str,
         f"- wall time: {run['wall_s']:.0f} s; CPU time of the process: {run['cpu_s']:.0f} s",
         f"  (on {run['machine']}; the machine was shared with other jobs, so the wall time is an upper bound)",
         f"- torch {torch.__version__}, transformers {transformers.__version__}, Python {platform.python_version()}",
-        f"- loss at step 0: repeat {log[0]['repeat']:.3f}, IOI {log[0]['ioi']:.3f}; at the last step: repeat",
-        f"  {log[-1]['repeat']:.3f}, IOI {log[-1]['ioi']:.3f}",
+        f"- loss at step 0: repeat {log[0]['repeat']:.3f}, IOI {_nats(log[0]['ioi'])}; at the last step: repeat",
+        f"  {log[-1]['repeat']:.3f}, IOI {_nats(log[-1]['ioi'])}",
         "",
         "## Final metrics (held-out data, seeded apart from training)",
         "",
@@ -508,6 +540,10 @@ def card(cfg: Config, metrics: dict[str, Any], run: dict[str, Any], digest: str,
         "",
     ]
     return "\n".join(lines)
+
+
+def _nats(loss: float | None) -> str:
+    return "- (not yet in the mix)" if loss is None else f"{loss:.3f}"
 
 
 def save(model: Any, tokenizer: Any, out: Path, cfg: Config, metrics: dict[str, Any], run: dict[str, Any]) -> str:

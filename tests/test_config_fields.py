@@ -16,8 +16,9 @@ from attnviz.errors import ModelLoadError
 from tests.builders import SPECS_BY_NAME, copy_with_config, save_tiny
 from tests.builders.families_a import SPECS_A_BY_NAME
 from tests.builders.families_b import SPECS_B_BY_NAME
+from tests.builders.families_c import SPECS_C_BY_NAME
 
-ALL = {**SPECS_BY_NAME, **SPECS_B_BY_NAME, **SPECS_A_BY_NAME}
+ALL = {**SPECS_BY_NAME, **SPECS_B_BY_NAME, **SPECS_A_BY_NAME, **SPECS_C_BY_NAME}
 
 
 def test_fields_tell_missing_from_zero() -> None:
@@ -67,6 +68,18 @@ def _config(path: Path) -> dict[str, Any]:
         ("gemma2", {"query_pre_attn_scalar": 0}, "query_pre_attn_scalar"),
         ("falcon-new", {"num_kv_heads": 0}, "num_kv_heads"),
         ("opt", {"word_embed_proj_dim": 0}, "word_embed_proj_dim"),
+        ("albert", {"embedding_size": 0}, "embedding_size"),
+        ("deberta-v3", {"embedding_size": 0}, "embedding_size"),
+        (
+            "ministral3",
+            {
+                "rope_parameters": {
+                    **SPECS_C_BY_NAME["ministral3"].make_config().rope_parameters,
+                    "original_max_position_embeddings": 0,
+                }
+            },
+            "original_max_position_embeddings",
+        ),
     ],
 )
 def test_zero_or_out_of_range_is_refused_naming_the_key(
@@ -109,3 +122,45 @@ def test_gemma2_absent_key_is_transformers_default(tmp_path: Path, drop: str) ->
     config.pop(drop)
     path = copy_with_config(base, tmp_path / "dropped", config)
     assert _worst(path) <= 1e-5
+
+
+# `x or default` on a config value reads 0 as unset. Each `or` in architectures/ whose left
+# side is a value (not a test) is listed here with why it is not a config value read.
+_OR_ALLOWED = {
+    ("__init__.py", "dtype or torch.float32"),  # the caller's argument
+    ("bert.py", "num_blocks or c.num_hidden_layers"),  # the caller's argument (ALBERT's one block)
+    ("decoder.py", "self.chunks or (None,) * len(self.windows)"),  # built by the families, () = none
+    ("fields.py", "name or key"),  # the caller's label
+    ("glm4_moe.py", "dots or bool(config.get('use_qk_norm', False))"),  # dots: model_type == "dots1"
+    ("llama4.py", "[int(v) for v in given_rope] or [int((i + 1) % interval != 0) for i in range(layers)]"),
+    ("mla.py", "defaults['topk_group'] or groups"),  # the family table's default, not config.json
+    ("qwen3_next.py", "self.attention_layers or range(self.num_layers)"),  # () = every layer
+    ("rope.py", "aliases or {}"),  # the caller's argument
+}
+
+
+def test_no_value_or_default_on_config_values_in_architectures() -> None:
+    """Issue 38: no `value or default` idiom left in attnviz/architectures: every `or` is a
+    condition (an if's or a while's test, or built of comparisons and bool calls) or listed
+    in _OR_ALLOWED with why its left side is not a config value."""
+    import ast
+
+    root = Path(architectures.__file__).parent
+    boolean = ("isinstance", "any", "all", "bool", "callable")
+
+    def condition(value: ast.expr) -> bool:
+        if isinstance(value, (ast.Compare, ast.UnaryOp, ast.BoolOp)):
+            return True
+        return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in boolean
+
+    found = set()
+    for path in sorted(root.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tested = {id(node.test) for node in ast.walk(tree) if isinstance(node, (ast.If, ast.While, ast.IfExp))}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or)) or id(node) in tested:
+                continue
+            if all(condition(v) for v in node.values[1:]) and condition(node.values[0]):
+                continue
+            found.add((path.name, ast.unparse(node)))
+    assert found <= _OR_ALLOWED, sorted(found - _OR_ALLOWED)

@@ -40,7 +40,10 @@ def _reason_arguments() -> tuple[list[tuple[str, int, str]], list[tuple[str, int
                 named = isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name)
                 if named and value.value.id == "Reason":  # type: ignore[attr-defined]
                     members.append((where, node.lineno, value.attr))
-                elif not isinstance(value, ast.Name):  # a variable passes a reason along
+                elif not isinstance(value, ast.Name) and not (
+                    isinstance(value, ast.Attribute) and value.attr == "reason"
+                ):
+                    # (a variable or another error's ``.reason`` passes a reason along)
                     others.append((where, node.lineno, ast.unparse(value)))
             if isinstance(node.func, ast.Name) and node.func.id == "_error" and len(node.args) >= 3:
                 arg = node.args[2]

@@ -160,9 +160,9 @@ def test_the_example_moves_from_weight_to_norm(own_engine: Engine) -> None:
 
 
 def test_explain_needs_nothing_beyond_the_engine_protocol(own_engine: Engine, hf_engine: Engine) -> None:
-    """explain finds our attention modules through ``Engine.attention_modules``: a wrapper
-    that is the protocol and nothing more (no ``model``, its name not "own") explains as
-    the own engine does, and the hf engine, with no module of ours, is refused as before."""
+    """explain reads the layer's taps through ``Engine.tapping``: a wrapper that is the
+    protocol and nothing more (no ``model``, its name not "own") explains as the own
+    engine does, and the hf engine, which does not tap the score terms, is refused as before."""
     tokens = own_engine.tokenize(EXAMPLE)
     it, animal = tokens.labels.index("it"), tokens.labels.index("animal")
     want = explain(own_engine, tokens, it, 3, 1, animal)

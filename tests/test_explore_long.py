@@ -223,10 +223,10 @@ def test_kept_keys_give_the_rows_and_norms_of_a_forward_pass(model: Path, refere
 
 
 def test_kept_rows_need_nothing_beyond_the_engine_protocol(model: Path) -> None:
-    """keptrows finds our attention modules through ``Engine.attention_modules``: a wrapper
-    that is the protocol and nothing more keeps q and k, 2 layers × (4 + 2) heads × N
+    """keptrows records the ``scores`` taps through ``Engine.tapping``: a wrapper that is
+    the protocol and nothing more keeps q and k, 2 layers × (4 + 2) heads × N
     tokens × 8 dims × 4 bytes, and answers from them as the engine's own pass does; the hf
-    engine, with no module of ours, keeps nothing and records nothing."""
+    engine, which does not tap the score terms, keeps nothing and records nothing."""
     from attnviz.nn.keptrows import capture, kept_bytes
 
     engine = load_engine("own", str(model), "cpu")
@@ -243,7 +243,7 @@ def test_kept_rows_need_nothing_beyond_the_engine_protocol(model: Path) -> None:
     assert kept_bytes(hf, range(LAYERS), N) is None
     with capture(hf) as caught:
         inspect(TEXT, hf, queries=(7,))
-    assert caught.calls == [] and caught.norms is None
+    assert caught.calls == {} and caught.norms is None
 
 
 _OPTIONS = [  # keys pressed in the explorer, and the CLI's options for the same reading

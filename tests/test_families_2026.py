@@ -29,10 +29,12 @@ from attnviz.engines import Engine, load_engine
 from attnviz.errors import ModelLoadError
 
 from .builders import SENTENCES
-from .builders.families_2026 import SPECS_2026, SPECS_2026_BY_NAME, YARN, save_2026
+from .builders.families_2026 import MISTRAL4_ROPE, SPECS_2026, SPECS_2026_BY_NAME, YARN, save_2026
 
 TOL = 1e-5
-MLA = tuple(spec for spec in SPECS_2026 if spec.model_type in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite"))
+MLA = tuple(
+    spec for spec in SPECS_2026 if spec.model_type in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "mistral4")
+)
 LLAMA4 = tuple(spec for spec in SPECS_2026 if spec.model_type == "llama4_text")
 # Families whose attention output splits by head into value norms (not Qwen3-Next's gated heads).
 NORMED = MLA + LLAMA4
@@ -308,6 +310,11 @@ QUIRKS: list[tuple[str, dict[str, Any]]] = [
     ("deepseek_v3", {"topk_group": 4}),
     ("deepseek_v3-plain-q", {"rope_interleave": True}),
     ("glm4_moe_lite", {"n_group": 1, "topk_group": 1}),
+    ("mistral4", {"n_group": 1, "topk_group": 1}),
+    ("mistral4", {"rope_interleave": False}),
+    ("mistral4", {"norm_topk_prob": False}),
+    ("mistral4", {"first_k_dense_replace": 0}),
+    ("mistral4", {"rope_parameters": {k: v for k, v in MISTRAL4_ROPE.items() if k != "llama_4_scaling_beta"}}),
 ]
 
 
@@ -343,13 +350,20 @@ def test_mla_heads_have_their_own_value_width(saved: dict[str, Path]) -> None:
     attn: Any = own.model.blocks[0].attn  # type: ignore[attr-defined]
     assert isinstance(attn, LatentAttention)
     assert (attn.head_dim, attn.v_dim, attn.o_proj.in_features) == (10, 5, 4 * 5)
-    assert [name for name, _ in own.attention_modules()] == [f"blocks.{i}.attn" for i in range(3)]
+    # Every layer's attention is latent: its score terms q (D = 10) and values (Dv = 5).
+    from attnviz.nn.taps import Taps
+
+    taps = Taps().record("blocks.*.attn.scores").record("blocks.*.attn.v")
+    with own.tapping(taps):
+        own.forward(own.tokenize(SENTENCES[0]))
+    for i in range(3):
+        assert taps[f"blocks.{i}.attn.scores"].q.size(-1) == 10 and taps[f"blocks.{i}.attn.v"].size(-1) == 5
 
 
 def test_family_module_declares_what_the_registry_maps_to_it() -> None:
     from attnviz.architectures import mla
 
-    assert mla.MODEL_TYPES == ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")
+    assert mla.MODEL_TYPES == ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "mistral4")
     for model_type in mla.MODEL_TYPES:
         assert architectures.registry()[model_type] is mla
 

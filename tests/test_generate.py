@@ -37,12 +37,12 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: save_tiny(_ALL[name], root / name) for name in FAMILIES}
 
 
-def _hf_greedy(path: Path, ids: list[int], count: int) -> list[int]:
-    from transformers import AutoModelForCausalLM
+def _hf_greedy(path: Path, ids: list[int], count: int, model_class: str | None = None) -> list[int]:
+    import transformers
 
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path), attn_implementation="eager", experts_implementation="eager"
-    ).eval()
+    # Mistral 4: AutoModelForCausalLM maps only its wrapper; the spec names the class.
+    cls = getattr(transformers, model_class or "AutoModelForCausalLM")
+    model = cls.from_pretrained(str(path), attn_implementation="eager", experts_implementation="eager").eval()
     eos = model.config.eos_token_id
     with torch.inference_mode():
         out = model.generate(
@@ -60,7 +60,7 @@ def test_own_generation_equals_transformers_and_full_passes(saved: dict[str, Pat
     tokens = engine.tokenize(PROMPT)
     got = generate(engine, tokens, COUNT)
     # 1. Token for token what transformers' greedy generate writes.
-    assert got.ids == _hf_greedy(saved[name], list(tokens.ids), COUNT)
+    assert got.ids == _hf_greedy(saved[name], list(tokens.ids), COUNT, _ALL[name].model_class)
     assert len(got.rows) == len(got.ids) > 0
     # 2. Each written token's rows equal one full pass's rows over prompt + continuation
     #    (the eager reference of the same stack, every row).

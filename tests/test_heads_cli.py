@@ -274,4 +274,4 @@ def test_a_local_ray_that_does_not_come_up_is_one_line(
     monkeypatch.setattr(ray, "shutdown", lambda: shut.append(True))
     line = one_error_line(run(corpus, "--model", tiny_bert, "--ray"), 1)
     assert "Ray could not start a local instance: The current node timed out during startup" in line
-    assert "try again, or scan without --ray" in line and shut == [True]
+    assert "try again, or run without --ray" in line and shut == [True]

@@ -290,3 +290,41 @@ def test_a_15_mib_text_is_refused_before_it_is_tokenized_whole(own_engine: Any) 
     assert time.perf_counter() - start < 2
     fits = "the cat sat " * 40  # 120 words: under 512 tokens, tokenized whole as before
     assert len(own_engine.tokenize(fits)) == 122
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json"])
+def test_a_1_gib_tokenizer_file_is_refused_by_its_size_unread(
+    tiny_bert: Path, tmp_path: Path, engine: str, name: str
+) -> None:
+    """A 1 GiB tokenizer.json was parsed whole (2.3 GB) before its refusal (issue 25's
+    round, rerun in issue 38): the size is read by stat first, and the file never is.
+    Sparse: 1 GiB of zeros on no disk. The tokenizers library parses in Rust, out of
+    tracemalloc's sight: a child process's peak RSS says what the refusal read."""
+    import subprocess
+    import sys
+
+    ckpt = copy(tiny_bert, tmp_path / "ckpt")
+    with (ckpt / name).open("r+b") as f:
+        f.truncate(1 << 30)
+    line = error_line("show", EXAMPLE, "--token", "cat", "--model", str(ckpt), "--engine", engine)
+    assert f"{ckpt / name} is 1,073,741,824 bytes" in line and "not plausible for this file" in line, line
+    if name != "tokenizer.json" or engine != "own":
+        return
+    probe = (
+        "import resource, sys\n"
+        "from pathlib import Path\n"
+        "from attnviz.tokens import load_tokenizer\n"
+        "try:\n    load_tokenizer(Path(sys.argv[1]))\nexcept Exception as exc:\n    print(type(exc).__name__)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+
+    def peak(directory: Path) -> tuple[str, int]:
+        done = subprocess.run(
+            [sys.executable, "-c", probe, str(directory)], capture_output=True, text=True, timeout=120
+        )
+        *kind, kb = done.stdout.split()
+        return " ".join(kind), int(kb) * 1024
+
+    (kind, refused), (_, plain) = peak(ckpt), peak(tiny_bert)
+    assert kind == "ModelLoadError" and refused < plain + 64 * 2**20, (refused, plain)  # 1 GiB read: > 1 GB more

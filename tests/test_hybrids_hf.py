@@ -286,7 +286,7 @@ def test_the_probe_refuses_attention_that_is_not_token_by_token(saved: dict[str,
     """Past the table: the probe itself refuses returned weights of another shape."""
     from transformers import AutoModel
 
-    from attnviz.engines.hf_model import probe
+    from attnviz.engines.hf_taps import probe
 
     model = AutoModel.from_pretrained(str(saved["longt5"]), attn_implementation="eager").eval()
     with pytest.raises(UnsupportedArchitectureError, match="block-sparse attention or a recurrent state"):

@@ -58,21 +58,31 @@ def hf_outputs(model: Any, run: Any) -> dict[str, list[torch.Tensor]]:
     return out
 
 
-def rebuilt(weights: torch.Tensor, v: torch.Tensor, attn: Any) -> torch.Tensor:
+def rebuilt(weights: torch.Tensor, v: torch.Tensor, o_proj: Any, n_heads: int) -> torch.Tensor:
     """Σ_h Σ_j α_hij f_h(x_j) + b^O: weights (1, H, L, S), values (1, G, S, D) -> (1, L, E)."""
-    f = norms.transformed_values(v, attn.o_proj.weight, attn.n_heads)  # (1, H, S, E)
+    f = norms.transformed_values(v, o_proj.weight, n_heads)  # (1, H, S, E)
     y = torch.einsum("bhls,bhse->ble", weights.float(), f)
-    return y if attn.o_proj.bias is None else y + attn.o_proj.bias.detach().float()
+    return y if o_proj.bias is None else y + o_proj.bias.detach().float()
 
 
 def check_family(own: Engine, hf: Engine, sentence: str, target: str | None = None) -> int:
     """Every layer and part: the rebuilt output against transformers', and the shipped value
-    norms against the norms of the f vectors. Returns how many layers were compared."""
+    norms against the norms of the f vectors. The values are the own engine's ``v`` taps,
+    the norms what ``norms.observe`` records from them in the same pass, W^O
+    ``head_outputs``. Returns how many layers were compared."""
+    from attnviz.nn.taps import Taps, tap_name
+
     tokens = own.tokenize(sentence)
     compared = 0
-    with torch.inference_mode(), norms.recording(own.model, keep_values=True) as record:  # type: ignore[attr-defined]
+    parts: tuple[str | None, ...] = (None,) if target is None else ("encoder", "decoder", "cross")
+    taps = Taps()
+    for part in parts:
+        for layer in own.part_shape(part).layers:
+            taps.record(tap_name(part, layer, "v"))
+    record = norms.observe(own, taps, parts)
+    with torch.inference_mode(), own.tapping(taps):
         if target is None:
-            ours = {"encoder": own.model(own._ids(tokens), fused=True).attentions}  # type: ignore[attr-defined]
+            ours = {None: own.model(own._ids(tokens), fused=True).attentions}  # type: ignore[attr-defined]
         else:
             t = own.tokenize_target(target)
             s2s = own.model.forward_seq2seq(own._ids(tokens), own._ids(t))  # type: ignore[attr-defined]
@@ -81,17 +91,20 @@ def check_family(own: Engine, hf: Engine, sentence: str, target: str | None = No
         theirs = hf_outputs(hf.model, lambda: hf.forward(tokens))  # type: ignore[attr-defined]
     else:
         theirs = hf_outputs(hf.model, lambda: hf.forward_seq2seq(tokens, own.tokenize_target(target)))  # type: ignore[attr-defined]
+    shipped_by_name = record.named()
     for part, weights in ours.items():
-        values, shipped = record.part_values(part), record.part(part)
-        by_name = dict(norms.attention_modules(own.model))  # type: ignore[attr-defined]
-        modules = [by_name[name] for name in record.names(part)]
-        assert len(values) == len(weights) == len(theirs[part]), part
-        for layer, (w, v, n, y) in enumerate(zip(weights, values, shipped, theirs[part], strict=True)):
-            attn = modules[layer]  # a shared block (ALBERT) is one module called per layer
-            mine = rebuilt(w, v, attn)
+        layers = own.part_shape(part).layers
+        names = [tap_name(part, layer, "v") for layer in layers]
+        values = [taps[name] for name in names]
+        shipped = [shipped_by_name[name] for name in names]
+        outputs, heads = own.head_outputs(part), own.part_shape(part).num_heads
+        assert len(values) == len(weights) == len(theirs[part or "encoder"]) == len(record.part(part)), part
+        for layer, (w, v, n, y) in enumerate(zip(weights, values, shipped, theirs[part or "encoder"], strict=True)):
+            o_proj = outputs[layers[layer]]  # a shared block (ALBERT) is one module under each layer
+            mine = rebuilt(w, v, o_proj, heads)
             gap = float((mine - y).abs().max())
             assert gap <= TOL, f"{own.files.spec} {part} layer {layer}: {gap}"
-            f = norms.transformed_values(v, attn.o_proj.weight, attn.n_heads)
+            f = norms.transformed_values(v, o_proj.weight, heads)
             direct = torch.linalg.vector_norm(f.double(), dim=-1)  # (1, H, S)
             rel = float(((n.double() - direct).abs() / direct.clamp_min(1e-12)).max())
             assert rel <= TOL, f"{own.files.spec} {part} layer {layer}: value norms off by {rel}"

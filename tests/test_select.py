@@ -92,6 +92,36 @@ def test_query_rules() -> None:
         Query.maybe(occurrence=2)
 
 
+def test_query_positions_are_whole_numbers() -> None:
+    """index=1.5 and index=True were taken as positions (issue 38): refused with reason
+    "type"; numpy's integers are whole numbers and come out as int."""
+    import numpy as np
+
+    for kwargs in ({"index": 1.5}, {"index": True}, {"index": 2.0}, {"index": "2"}, {"word": "it", "occurrence": 1.5}):
+        with pytest.raises(UsageError, match="must be a whole number") as info:
+            Query(**kwargs)  # type: ignore[arg-type]
+        assert info.value.facts["reason"] == "type"
+    picked = Query(index=np.int64(-2))  # type: ignore[arg-type]
+    assert picked.index == -2 and type(picked.index) is int
+    assert Query("it", np.int32(2)).occurrence == 2  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("call", ["inspect", "ablate", "explain", "patch", "attribute"])
+def test_every_api_function_refuses_a_fractional_index(call: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Refused before any model is looked for: the model path does not exist."""
+    import attnviz
+
+    missing = str(tmp_path / "no-model")
+    args: dict[str, object] = {"index": 1.5, "model": missing}
+    if call == "explain":
+        args.update(layer=0, head=0)
+    if call == "attribute":
+        args.update(answer=" x", wrong=" y")
+    texts = ("a b c", "a b d") if call == "patch" else ("a b c",)
+    with pytest.raises(UsageError, match="whole number|must be an int"):
+        getattr(attnviz, call)(*texts, **args)
+
+
 def test_query_resolves_against_tokens() -> None:
     toks = tokens_of("the cat saw the dog")
     assert Query("cat").resolve(toks) == (2,)

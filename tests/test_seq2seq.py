@@ -206,34 +206,33 @@ def test_choose_part_defaults_and_refusals(engines: dict[str, tuple[Engine, Engi
 
 
 @pytest.mark.parametrize("name", ["t5", "bart"])
-def test_each_parts_attention_modules_make_that_parts_weights(
+def test_each_parts_pattern_taps_are_that_parts_weights(
     name: str, engines: dict[str, tuple[Engine, Engine]], own_engine: Engine
 ) -> None:
-    """``attention_modules(part)``: the modules whose calls, in order, return the weights
-    of that part's layers; none for the hf engine; a part the model lacks refused."""
-    own, hf = engines[name]
+    """``tapping``: each part's ``pattern`` taps (``blocks.N.attn``, ``decoder.blocks.N.attn``,
+    ``decoder.blocks.N.cross``), in layer order, record the weights the pass returns for
+    that part's layers, on both engines; a part the model lacks is refused."""
+    from attnviz.nn.taps import Taps, tap_name
+
     source, target = PAIRS[0]
-    made: dict[str, list[torch.Tensor]] = {part: [] for part in own.parts}
-    handles = [
-        m.register_forward_hook(lambda _, __, out, part=part: made[part].append(out[1]))
-        for part in own.parts
-        for _, m in own.attention_modules(part)
-    ]
-    try:
-        out = own.forward_seq2seq(own.tokenize(source), own.tokenize_target(target))
-    finally:
-        for handle in handles:
-            handle.remove()
-    want = {"encoder": out.encoder.attentions, "decoder": out.decoder.attentions, "cross": out.cross}
-    for part in own.parts:
-        assert len(own.attention_modules(part)) == own.part_shape(part).num_layers, part
-        assert len(made[part]) == len(want[part]), part
-        for layer, (a, b) in enumerate(zip(made[part], want[part], strict=True)):
-            assert torch.equal(a, b), (part, layer)
-        assert hf.attention_modules(part) == []
-    assert own.attention_modules() == own.attention_modules("encoder")
-    with pytest.raises(UsageError, match="not an encoder-decoder"):
-        own_engine.attention_modules("cross")
+    for engine in engines[name]:
+        taps = Taps()
+        for part in engine.parts:
+            for layer in engine.part_shape(part).layers:
+                taps.record(tap_name(part, layer, "pattern"))
+        with engine.tapping(taps):
+            out = engine.forward_seq2seq(engine.tokenize(source), engine.tokenize_target(target))
+        want = {"encoder": out.encoder.attentions, "decoder": out.decoder.attentions, "cross": out.cross}
+        for part in engine.parts:
+            layers = engine.part_shape(part).layers
+            assert len(layers) == engine.part_shape(part).num_layers == len(want[part]), part
+            for layer, b in zip(layers, want[part], strict=True):
+                recorded = taps.recorded[tap_name(part, layer, "pattern")]
+                assert len(recorded) == 1, (engine.name, part, layer)
+                assert torch.equal(recorded[0], b), (engine.name, part, layer)
+    assert tap_name(None, 0, "pattern") == tap_name("encoder", 0, "pattern")
+    with pytest.raises(UsageError, match="has no decoder"):
+        own_engine.tapping(Taps().record(tap_name("cross", 0, "pattern")))
 
 
 def test_cross_attention_survives_json_and_npz(engines: dict[str, tuple[Engine, Engine]], tmp_path: Path) -> None:

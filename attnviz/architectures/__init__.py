@@ -65,6 +65,8 @@ def family(config: dict[str, Any]) -> ModuleType:
             f"(it implements: {', '.join(supported_model_types())})",
             model_type=str(model_type),
         )
+    if hasattr(found, "inner"):  # a vision-language wrapper (wrapped.py): its language model's family too
+        found.inner(config)
     return found
 
 

@@ -56,6 +56,11 @@ class BertConfig:
     add_cross_attention: bool = False
 
     def __post_init__(self) -> None:
+        if self.embedding_size is not None and (
+            isinstance(self.embedding_size, bool) or not isinstance(self.embedding_size, int) or self.embedding_size < 1
+        ):
+            # 0 read as "unset" gave hidden-wide embeddings where transformers builds 0-wide ones (issue 38).
+            raise ValueError(f"embedding_size is {self.embedding_size!r}; it must be a whole number of at least 1")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size={self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads}"
@@ -74,7 +79,7 @@ class BertConfig:
 
     @property
     def embedding_width(self) -> int:
-        return self.embedding_size or self.hidden_size
+        return self.hidden_size if self.embedding_size is None else self.embedding_size
 
     @classmethod
     def from_dict(cls, config: dict[str, Any], **overrides: Any) -> BertConfig:

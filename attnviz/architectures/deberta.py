@@ -39,7 +39,7 @@ from ..nn import taps
 from ..nn.attention import MultiHeadAttention, padding_mask, softmax_attention
 from ..nn.taps import tap
 from .base import AttnModel, ForwardOutput, activation, config_value, layer_loop
-from .fields import given
+from .fields import given, whole
 
 MODEL_TYPES = ("deberta-v2",)
 PREFIXES = ("deberta.",)
@@ -107,7 +107,7 @@ class DebertaConfig:
         if isinstance(types, str):
             types = [t.strip() for t in types.lower().split("|") if t.strip()]
         norm_rel = [x.strip() for x in str(config.get("norm_rel_ebd", "none")).lower().split("|")]
-        embedding = config.get("embedding_size")
+        embedding = None if config.get("embedding_size") is None else whole(config, "embedding_size", None)
         return cls(
             vocab_size=int(config["vocab_size"]),
             hidden_size=hidden,
@@ -118,7 +118,7 @@ class DebertaConfig:
             hidden_act=str(config_value(config, "hidden_act", default="gelu")),
             layer_norm_eps=float(config_value(config, "layer_norm_eps", default=1e-7)),
             type_vocab_size=int(config_value(config, "type_vocab_size", default=0)),
-            embedding_size=None if embedding is None or int(embedding) == hidden else int(embedding),
+            embedding_size=None if embedding is None or embedding == hidden else embedding,
             position_biased_input=bool(config.get("position_biased_input", True)),
             relative_attention=bool(config.get("relative_attention", False)),
             pos_att_type=tuple(types),
@@ -288,11 +288,11 @@ class Deberta(AttnModel):
         self.causal = False
         self.max_positions = c.max_position_embeddings if c.position_biased_input else None
         self.type_vocab_size = c.type_vocab_size
-        width = c.embedding_size or c.hidden_size
+        width = c.hidden_size if c.embedding_size is None else c.embedding_size
         self.tokens = nn.Embedding(c.vocab_size, width)
         self.positions = nn.Embedding(c.max_position_embeddings, width) if c.position_biased_input else None
         self.token_types = nn.Embedding(c.type_vocab_size, width) if c.type_vocab_size > 0 else None
-        self.project = nn.Linear(width, c.hidden_size, bias=False) if c.embedding_size else None
+        self.project = nn.Linear(width, c.hidden_size, bias=False) if c.embedding_size is not None else None
         self.embed_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.blocks = nn.ModuleList(Block(c) for _ in range(c.num_hidden_layers))
         self.rel = nn.Embedding(2 * c.span, c.hidden_size) if c.relative_attention else None

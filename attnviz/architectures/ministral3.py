@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..nn.attention import QKTransform
 from . import llama
-from .fields import given
+from .fields import given, whole
 from .llama import LlamaConfig, LlamaDecoder
 
 MODEL_TYPES = ("ministral3",)
@@ -72,6 +72,10 @@ def build(config: dict[str, Any]) -> Ministral3Decoder:
     original = params.get("original_max_position_embeddings") if isinstance(params, dict) else None
     if beta is not None and not isinstance(original, int):
         raise ValueError("rope_parameters.llama_4_scaling_beta needs original_max_position_embeddings")
+    if beta is not None:  # the temperature divides positions by it: 0 is no length (issue 38)
+        original = whole(
+            params, "original_max_position_embeddings", None, name="rope_parameters.original_max_position_embeddings"
+        )
     base = LlamaConfig.from_dict(
         {**config, "model_type": "mistral"},  # Mistral's windows and biases
         mlp_bias=False,
@@ -80,6 +84,6 @@ def build(config: dict[str, Any]) -> Ministral3Decoder:
         Ministral3Config(
             **vars(base),
             temperature_beta=None if beta is None else float(beta),
-            temperature_length=int(original or 1),
+            temperature_length=1 if original is None else int(original),
         )
     )

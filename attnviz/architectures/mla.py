@@ -1,5 +1,5 @@
 """Multi-head latent attention (MLA): DeepSeek-V2, DeepSeek-V3 (and R1, Kimi K2),
-GLM-4.7-Flash (``glm4_moe_lite``). The pre-norm Llama stack of llama.py; what changes is
+GLM-4.7-Flash (``glm4_moe_lite``), Mistral Small 4 (``mistral4``). The pre-norm Llama stack of llama.py; what changes is
 how each head's q, k and v are made (step 1 of ``MultiHeadAttention``), and the MLP.
 
     queries    q_h   = W_h^{UQ} · RMSNorm(W^{DQ} x)        (a low-rank latent, q_lora_rank
@@ -15,15 +15,19 @@ how each head's q, k and v are made (step 1 of ``MultiHeadAttention``), and the 
                (DeepSeek's "interleaved" layout; ``rope_interleave`` false: by halves)
     scale      D^(-1/2), times mscale² under a scaled RoPE with ``mscale_all_dim``
                (yarn's softmax correction, transformers' ``yarn_apply_mscale``)
+    Mistral 4  each query (nope and rope dims) at position i, after RoPE, times Llama 4's
+               1 + β·ln(1 + ⌊i / M⌋) (ministral3.py: β = ``llama_4_scaling_beta``, M =
+               ``original_max_position_embeddings`` of ``rope_parameters``); the rope dims
+               are the last ``partial_rotary_factor``·D of the head
 
 So a head of MLA is an ordinary softmax head once decompressed: its weights are
 softmax(q_h·k_hᵀ · scale) over the keys, and its output is Σ_j α_hj · v_hj · W_h^O, with
 W_h^O the Dv rows of W^O that multiply head h. ``LatentAttention.project`` makes q, k, v in
 the (B, H, ·, D) layout of nn/attention.py and steps 2-4 (the weights, the concatenation, W^O)
 are ``MultiHeadAttention``'s: the row strategies, head ablation and the norm measure apply
-unchanged. The value norms ‖f_h(x_j)‖ = ‖v_hj · W_h^O‖ read the decompressed values where
-they are made: ``v_proj`` here is W^{UV}, the value rows of transformers' ``kv_b_proj``,
-applied to the latent c (``norms.recording``'s hook sees (B, S, H·Dv)).
+unchanged. The value norms ‖f_h(x_j)‖ = ‖v_hj · W_h^O‖ read the decompressed values at
+the ``v`` tap, (B, H, S, Dv): ``v_proj`` here is W^{UV}, the value rows of transformers'
+``kv_b_proj``, applied to the latent c.
 
 The MLP: dense SwiGLU layers first (``first_k_dense_replace``, or ``mlp_layer_types``), then
 DeepSeekMoE: routed experts plus always-on shared experts,
@@ -36,6 +40,7 @@ DeepSeekMoE: routed experts plus always-on shared experts,
     V3    p = sigmoid(router x); choose by p + e_score_correction_bias within the
           ``topk_group`` groups whose two best sum highest; w = p (not the biased score),
           renormalised with ``norm_topk_prob``, · routed_scaling_factor
+    Mistral 4   V3's choice and weighing with p = softmax(router x) and no correction bias
 
 Checkpoints: ``kv_b_proj`` (H·(d_nope + Dv), r) is split per head into our ``k_b_proj``
 and ``v_proj`` in ``convert``; experts as transformers 5 saves them (one by one) or fused
@@ -62,7 +67,7 @@ from .moe import SparseMoE
 from .moe import convert as moe_convert
 from .rope import RopeConfig, apply_rotary, rope_config, rope_parameters
 
-MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")
+MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "mistral4")
 PREFIXES = ("model.",)
 
 # transformers builds the latents' norms with RMSNorm's default eps, whatever rms_norm_eps says.
@@ -94,6 +99,8 @@ class MLAConfig(LlamaConfig):
     group_score: str | None = None  # None: no group limit; "max" (V2); "top2" (V3: the two best summed)
     norm_topk_prob: bool = False
     routed_scaling_factor: float = 1.0
+    temperature_beta: float | None = None  # Mistral 4: Llama 4's query scale β (None: none)
+    temperature_length: int = 1  # its M
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -290,6 +297,16 @@ class MLADecoder(LlamaDecoder):
     def qk_transforms(self, input_ids: Tensor, x: Tensor) -> list[QKTransform | None]:
         c = self.config
         rotary = latent_rotary(c.rope, c.qk_rope_head_dim, input_ids.size(1), x, c.rope_layout)
+        if c.temperature_beta is not None:
+            from .ministral3 import query_temperature
+
+            factor = query_temperature(input_ids.size(1), c.temperature_beta, c.temperature_length, x)  # (S, 1)
+
+            def tempered(q: Tensor, k: Tensor, rotate: QKTransform = rotary) -> tuple[Tensor, Tensor]:
+                q, k = rotate(q, k)
+                return q * factor, k  # (B, H, L, D): each query row, nope and rope dims, by its factor
+
+            return [tempered] * c.num_hidden_layers
         return [rotary] * c.num_hidden_layers
 
 
@@ -317,6 +334,7 @@ _MOE_DEFAULTS: dict[str, dict[str, Any]] = {
     "deepseek_v2": {"n_shared_experts": 2, "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": None},
     "deepseek_v3": {"n_shared_experts": 1, "routed_scaling_factor": 2.5, "n_group": 8, "topk_group": 4},
     "glm4_moe_lite": {"n_shared_experts": 1, "routed_scaling_factor": 1.8, "n_group": 1, "topk_group": 1},
+    "mistral4": {"n_shared_experts": 1, "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1},
 }
 
 
@@ -333,8 +351,12 @@ def build(config: dict[str, Any]) -> MLADecoder:
         )
     nope, rope_dim = int(config["qk_nope_head_dim"]), int(config["qk_rope_head_dim"])
     v_dim = int(config_value(config, "v_head_dim", default=nope + rope_dim))
-    # transformers' rotary dim: head_dim (= qk_rope_head_dim in these configs) · partial_rotary_factor.
-    rope = rope_config({**config, "partial_rotary_factor": None}, rope_dim, partial_rotary=True)
+    # transformers' rotary dim: head_dim · partial_rotary_factor, with head_dim = qk_rope_head_dim
+    # in DeepSeek's configs, and Mistral 4's the whole D with the factor d_rope / D.
+    if model_type == "mistral4":
+        rope = rope_config(config, nope + rope_dim, partial_rotary=True)
+    else:
+        rope = rope_config({**config, "partial_rotary_factor": None}, rope_dim, partial_rotary=True)
     if rope.rotary_dim != rope_dim:
         raise UnsupportedArchitectureError(
             f"a rotary dim of {rope.rotary_dim} for qk_rope_head_dim={rope_dim} is not implemented",
@@ -360,8 +382,8 @@ def build(config: dict[str, Any]) -> MLADecoder:
         layout = "pairs"  # V2 rotates consecutive pairs in place, always
     else:
         routing = dict(
-            scoring="sigmoid",
-            correction_bias=True,
+            scoring="softmax" if model_type == "mistral4" else "sigmoid",
+            correction_bias=model_type != "mistral4",
             group_score="top2",
             norm_topk_prob=bool(config.get("norm_topk_prob", True)),
         )
@@ -381,6 +403,15 @@ def build(config: dict[str, Any]) -> MLADecoder:
         scale=softmax_scale(config, nope + rope_dim),
     )
     q_lora = config.get("q_lora_rank")
+    temperature: dict[str, Any] = {}
+    if model_type == "mistral4":
+        params = rope_parameters(config)
+        beta, original = params.get("llama_4_scaling_beta"), params.get("original_max_position_embeddings")
+        if beta is not None:
+            # transformers calls log(1 + floor(i / None)) without M: no model to run then.
+            if not isinstance(original, int) or original < 1:
+                raise ValueError("rope_parameters.llama_4_scaling_beta needs original_max_position_embeddings")
+            temperature = {"temperature_beta": float(beta), "temperature_length": original}
     return MLADecoder(
         MLAConfig(
             **vars(base),
@@ -400,6 +431,7 @@ def build(config: dict[str, Any]) -> MLADecoder:
             topk_group=whole(config, "topk_group", defaults["topk_group"] or groups),
             routed_scaling_factor=number(config, "routed_scaling_factor", defaults["routed_scaling_factor"]),
             **routing,
+            **temperature,
         )
     )
 

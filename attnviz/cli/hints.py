@@ -106,7 +106,9 @@ HINTS: dict[Reason, Hint] = {
     "(e.g. ...too tired / ...too wide), or score another --token",
     Reason.PATCH_METRIC: "use --metric hidden (the final hidden state) for a model without a causal LM head",
     Reason.PATCH_PAIR: "give the corrupted prompt after the clean one, or --dla to attribute one prompt",
-    Reason.PATCH_DLA: "--dla reads a GPT-2, Llama, Mistral or Qwen2 checkpoint saved with its LM head (--model DIR)",
+    Reason.PATCH_DLA: "--dla reads a causal LM saved with its LM head (--model DIR) whose residual stream is a "
+    "sum of its heads, MLPs and embeddings: every such family on --engine own; GPT-2, Llama, Mistral and Qwen2 on hf",
+    Reason.VS_MODEL: "--vs-model needs a checkpoint of the same architecture and tokenizer (e.g. base and fine-tuned)",
     Reason.PATCH_ANSWER: "give --answer WORD (and --wrong WORD for logit-diff), each one token of the vocabulary",
     Reason.PART: "--part applies to encoder-decoders (T5, BART); drop it",
     Reason.NO_TARGET: "give the decoder's text with --target-text TEXT (or --target-file PATH)",

@@ -45,6 +45,12 @@ class Site(str, Enum):
     mlp_out = "mlp_out"
 
 
+class Method(str, Enum):
+    exact = "exact"
+    attribution = "attribution"
+    both = "both"
+
+
 class PatchMetric(str, Enum):
     logit_diff = "logit-diff"
     prob = "prob"
@@ -55,7 +61,10 @@ class PatchMetric(str, Enum):
 
 @app.command(epilog=example(f'attnviz patch "{CLEAN_EXAMPLE}" "{CORRUPTED_EXAMPLE}" --token it'))
 def patch(
-    clean: Annotated[str, typer.Argument(metavar="CLEAN", help="The prompt that shows the behaviour.")],
+    clean: Annotated[
+        str | None,
+        typer.Argument(metavar="CLEAN", help="The prompt that shows the behaviour.", show_default=False),
+    ] = None,
     corrupted: Annotated[
         str | None,
         typer.Argument(
@@ -105,18 +114,64 @@ def patch(
             help="Each matched position apart (heads × positions; with --site resid_pre: causal tracing).",
         ),
     ] = False,
+    method: Annotated[
+        Method,
+        typer.Option(
+            "--method",
+            help="exact: one patched run per head; attribution: the linear estimate of every head from one "
+            "backward pass (attribution patching); both: the estimate beside the exact effect, disagreements "
+            "flagged.",
+        ),
+    ] = Method.exact,
+    attribution: Annotated[
+        bool, typer.Option("--attribution", help="The same as --method both.", show_default=False)
+    ] = False,
     dla: Annotated[
         bool,
         typer.Option(
             "--dla",
             help="Direct logit attribution of CLEAN instead: each head's, MLP's, the embeddings' and the biases' "
             "direct contribution to logit(answer) − logit(wrong) through the final norm (its scale frozen), "
-            "with the sum check, and the logit lens. Needs --answer, --wrong and a GPT-2 or Llama-like LM.",
+            "with the sum check, and the logit lens. Needs --answer, --wrong and a causal LM whose residual "
+            "stream is a sum (pre-norm).",
         ),
     ] = False,
     lens_top: Annotated[
         int, typer.Option("--lens-top", metavar="K", min=1, help="With --dla: tokens per layer in the logit lens.")
     ] = 3,
+    pairs: Annotated[
+        Path | None,
+        typer.Option(
+            "--pairs",
+            metavar="FILE",
+            help="Patch every pair of a file instead (JSONL with clean, corrupted, answer, wrong; or a TSV with "
+            "that header): each head's mean effect with a 95% bootstrap interval over the pairs.",
+            show_default=False,
+        ),
+    ] = None,
+    ray: Annotated[
+        bool,
+        typer.Option("--ray", help="With --pairs: patch the pairs on Ray (a local instance unless --ray-address)."),
+    ] = False,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            metavar="ADDRESS",
+            help="Ray cluster to run on (auto, ray://HEAD:10001); implies --ray.",
+            show_default=False,
+        ),
+    ] = None,
+    vs_model: Annotated[
+        str | None,
+        typer.Option(
+            "--vs-model",
+            metavar="DIR",
+            help="A second checkpoint of the same architecture (base and fine-tuned): each head's change in its "
+            "weight row, norm row, ablation effect and patching effect, on the prompt or --pairs.",
+            show_default=False,
+        ),
+    ] = None,
     token: TokenOpt = None,
     occurrence: Occurrence = None,
     index: IndexOpt = None,
@@ -135,7 +190,12 @@ def patch(
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output", "-o", metavar="PATH", help="Also draw the heatmap to a .png, .svg or .pdf.", show_default=False
+            "--output",
+            "-o",
+            metavar="PATH",
+            help="Also draw the heatmap to a .png, .svg or .pdf, or write the HTML page (.html: the heatmap, "
+            "the ranked table, the pair's alignment).",
+            show_default=False,
         ),
     ] = None,
     no_pager: NoPagerOpt = False,
@@ -146,9 +206,23 @@ def patch(
     restores (denoise) or destroys (noise): 0 = the corrupted run, 1 = the clean one.
     """
     with errors(debug):
+        from ..errors import Reason, UsageError
         from ..io.safeio import check_text
 
         # Before any model work: the texts, the files, the token query, the metric's answers.
+        if vs_model is not None or pairs is not None:  # one prompt against two models, or a file of pairs
+            if attribution or method is not Method.exact:
+                raise UsageError("--method and --attribution go with one pair, not --pairs or --vs-model",
+                                 reason=Reason.PATCH_PAIR)  # fmt: skip
+            _many(vs_model, pairs, clean, corrupted, answer, wrong, metric, direction, site, by_position, dla, layer,
+                  query_from(token, occurrence, index, required=False), model, engine.value, device, dtype.value,
+                  max_memory, ray, ray_address, {"npz": npz, "output": output, "json_out": json_out,
+                  "no_pager": no_pager, "top": top})  # fmt: skip
+            return
+        if clean is None:
+            raise UsageError("patch needs CLEAN and CORRUPTED, or --pairs FILE", reason=Reason.PATCH_PAIR)
+        if ray or ray_address is not None:
+            raise UsageError("--ray patches the pairs of --pairs FILE on Ray", reason=Reason.PATCH_PAIR)
         check_text(clean, "the clean text")
         if dla:
             _attribute(clean, corrupted, answer, wrong, token, occurrence, index, lens_top, top,
@@ -168,11 +242,12 @@ def patch(
         align(a.ids, b.ids, a.labels, b.labels)
         layers = parse_layers(layer, eng.num_layers, eng.shape.layers)
         batch = batch_size(eng, max(len(a), len(b)), limit)
-        from ..measures.patching import patch_texts
+        from ..measures.attrpatch import patch_by
         from .ablating import delayed_progress
 
         with delayed_progress("patching", json_out) as progress, cpu_threads_for(eng, max(len(a), len(b)) * batch):
-            result = patch_texts(
+            result = patch_by(
+                "both" if attribution else method.value,
                 eng,
                 clean,
                 pair,
@@ -188,6 +263,77 @@ def patch(
                 by_position=by_position,
             )
         _report(result, npz, output, json_out, no_pager, top)
+
+
+def _many(
+    vs_model: str | None, pairs: Path | None, clean: str | None, corrupted: str | None, answer: str | None,
+    wrong: str | None, metric: PatchMetric | None, direction: Direction, site: Site, by_position: bool, dla: bool,
+    layer: str, query: Any, model: str | None, engine: str, device: str, dtype: str, max_memory: str | None,
+    ray: bool, ray_address: str | None, outputs: dict[str, Any],
+) -> None:  # fmt: skip
+    """``patch --pairs FILE`` and ``patch --vs-model DIR``: their checks, then their run."""
+    load = {"name": engine, "model": model, "device": device, "dtype": dtype}
+    if vs_model is not None:
+        _vs(vs_model, pairs, clean, corrupted, answer, wrong, by_position or dla or site.value != "z",
+            outputs["npz"], outputs["output"])  # fmt: skip
+        from .patchpairs import versus_models
+
+        options = {"metric": metric and metric.value, "direction": direction.value, "answer": answer, "wrong": wrong}
+        versus_models(vs_model, pairs, clean, corrupted, query=query, options=options, load=load,
+                      max_memory=max_memory, outputs=outputs)  # fmt: skip
+        return
+    assert pairs is not None
+    _pairs(pairs, clean, answer, wrong, by_position, dla, outputs["npz"], outputs["output"])
+    from .patchpairs import patch_many
+
+    options = {"metric": metric and metric.value, "direction": direction.value, "site": site.value, "layer": layer}
+    patch_many(pairs, query=query, options=options, load=load, ray=ray, ray_address=ray_address,
+               max_memory=max_memory, outputs=outputs)  # fmt: skip
+
+
+def _pairs(
+    path: Path, clean: str | None, answer: str | None, wrong: str | None, by_position: bool, dla: bool,
+    npz: Path | None, output: Path | None,
+) -> None:  # fmt: skip
+    """--pairs's checks before the file is read: what it cannot go with, the files it writes."""
+    from ..render import IMAGE_FORMATS
+    from ..result import check_writable
+    from .patchpairs import check_pairs_args
+
+    check_pairs_args(path, clean, answer, wrong, by_position, dla)
+    if npz is not None:
+        check_writable(npz, (".npz",))
+    if output is not None:
+        check_writable(output, IMAGE_FORMATS)
+
+
+def _vs(
+    vs_model: str, pairs: Path | None, clean: str | None, corrupted: str | None, answer: str | None,
+    wrong: str | None, other: bool, npz: Path | None, output: Path | None,
+) -> None:  # fmt: skip
+    """--vs-model's checks before any model loads."""
+    from ..errors import Reason, UsageError
+    from ..io.safeio import check_text
+    from ..result import check_writable
+
+    if other or output is not None:
+        raise UsageError("--vs-model compares each head's z, rows and ablation: drop --site, --by-position, --dla "
+                         "and -o (use --json or --npz)", reason=Reason.VS_MODEL)  # fmt: skip
+    if pairs is not None:
+        from .patchpairs import check_pairs_args
+
+        check_pairs_args(pairs, clean, answer, wrong, False, False)
+    elif clean is None:
+        raise UsageError("--vs-model needs a prompt (CLEAN, and CORRUPTED to patch) or --pairs FILE",
+                         reason=Reason.PATCH_PAIR)  # fmt: skip
+    else:
+        check_text(clean, "the clean text")
+        if corrupted is not None:
+            check_text(corrupted, "the corrupted text")
+        elif answer is not None or wrong is not None:
+            raise UsageError("--answer and --wrong score a patch: give CORRUPTED too", reason=Reason.PATCH_PAIR)
+    if npz is not None:
+        check_writable(npz, (".npz",))
 
 
 def _check_pair(
@@ -211,7 +357,7 @@ def _check_pair(
     if npz is not None:
         check_writable(npz, (".npz",))
     if output is not None:
-        check_writable(output, IMAGE_FORMATS)
+        check_writable(output, (*IMAGE_FORMATS, ".html", ".htm"))
     if wrong is not None and answer is None:
         raise UsageError("--wrong goes with --answer", reason=Reason.PATCH_ANSWER)
     if metric in (PatchMetric.logit_diff,) and (answer is None or wrong is None):
@@ -223,27 +369,19 @@ def _check_pair(
 
 def _report(result: Any, npz: Path | None, output: Path | None, json_out: bool, no_pager: bool, top: int) -> None:
     """Write patch's files (npz, the figure), then its JSON or its terminal view."""
-    if npz is not None:
-        from ..measures.patching import save_npz
+    from .attrpatching import save_files, view
 
-        save_npz(result, npz)
-    missing: tuple[str, ...] = ()
-    if output is not None:
-        from ..render.image import save_figure
-        from ..render.image.patching import patch_figure
-
-        missing = save_figure(patch_figure(result), output)
+    missing = save_files(result, npz, output)
     if json_out:
         from .output import emit
 
         emit(json.dumps(result.to_dict(), ensure_ascii=False), json=True)
     else:
         from ..render.terminal import paged, uses_colour
-        from ..render.terminal.patching import patch_view
 
         console = stdout_console()
         with paged(console, not no_pager):
-            console.print(patch_view(result, top=top, color=uses_colour(console)))
+            console.print(view(result, top=top, color=uses_colour(console)))
     if npz is not None:
         wrote(npz)
     if output is not None:

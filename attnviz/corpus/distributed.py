@@ -15,7 +15,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import pickle
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AttnvizError, Reason, UsageError
@@ -51,7 +52,7 @@ def start(ray: Any, address: str | None) -> bool:
             raise AttnvizError(
                 f"Ray could not start a local instance: {said}",
                 hint="a busy machine can keep Ray's processes from starting within its 30 s: try again, "
-                "or scan without --ray",
+                "or run without --ray",
             ) from None
     else:
         reach(address)  # ray.init waits forever on an address where nothing listens
@@ -115,14 +116,7 @@ class RayScan:
 
     def _actors(self) -> list[Any]:
         """One actor per GPU where the cluster has GPUs, else one per spare CPU (up to 8)."""
-        resources = self.ray.cluster_resources()
-        gpus = int(resources.get("GPU", 0))
-        if gpus:
-            self.worker["device"] = "cuda"
-            count, need = gpus, {"num_gpus": 1}
-        else:
-            self.worker["device"] = "cpu"
-            count, need = max(1, min(int(resources.get("CPU", 1)) - 1, 8)), {"num_cpus": 1}
+        count, need, self.worker["device"] = _slots(self.ray)
         scorer = self.ray.remote(**need)(_Scorer)
         return [scorer.remote(**self.worker) for _ in range(count)]
 
@@ -159,6 +153,67 @@ class RayScan:
 
     def report(self, partial: bool = False) -> ScanReport:
         return self.scan.report(partial)
+
+
+def _slots(ray: Any) -> tuple[int, dict[str, int], str]:
+    """(actors, each one's resources, their device): one per GPU where the cluster has
+    GPUs, else one per spare CPU (up to 8)."""
+    resources = ray.cluster_resources()
+    gpus = int(resources.get("GPU", 0))
+    if gpus:
+        return gpus, {"num_gpus": 1}, "cuda"
+    return max(1, min(int(resources.get("CPU", 1)) - 1, 8)), {"num_cpus": 1}, "cpu"
+
+
+class _Patcher:
+    """A Ray actor: loads the model once, patches each pair it is handed (``patch --pairs --ray``)."""
+
+    def __init__(self, model: str | None, engine: str, device: str, dtype: str) -> None:
+        from ..engines import load_engine
+
+        self.engine = load_engine(engine, model, device, dtype)
+
+    def patch(self, blob: bytes) -> bytes:
+        from ..measures.patching import patch_texts
+
+        pair, options = pickle.loads(blob)
+        result = patch_texts(self.engine, pair.clean, pair.corrupted, answer=pair.answer, wrong=pair.wrong, **options)
+        return pickle.dumps(result)
+
+
+def ray_patch(
+    pairs: Sequence[Any],
+    options: Sequence[dict[str, Any]],
+    address: str | None = None,
+    *,
+    model: str | None = None,
+    engine_name: str = "own",
+    device: str = "auto",
+    dtype: str = "float32",
+) -> Iterator[Any]:
+    """Each pair's ``PatchResult`` from a pool of Ray actors, in the pairs' order, with at
+    most ``IN_FLIGHT`` pairs out per actor (``options[i]``: ``patch_texts``'s keywords for
+    pair i). Stopping the iteration early (Ctrl-C) kills the actors."""
+    ray = _ray()
+    started = start(ray, address)
+    actors: list[Any] = []
+    try:
+        count, need, device = _slots(ray)
+        patcher = ray.remote(**need)(_Patcher)
+        actors = [patcher.remote(model, engine_name, device, dtype) for _ in range(count)]
+        out: deque[Any] = deque()
+        for i, (pair, opts) in enumerate(zip(pairs, options, strict=True)):
+            if len(out) >= IN_FLIGHT * len(actors):
+                yield pickle.loads(ray.get(out.popleft()))
+            out.append(actors[i % len(actors)].patch.remote(pickle.dumps((pair, opts))))
+        while out:
+            yield pickle.loads(ray.get(out.popleft()))
+    finally:
+        for actor in actors:
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+        if started:
+            ray.shutdown()
 
 
 CONNECT_TIMEOUT = 10.0  # seconds for one TCP connection to a Ray head

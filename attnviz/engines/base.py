@@ -6,11 +6,12 @@ engines share (tokenizing, parts of an encoder-decoder, padding, provenance).
 
 Callers use this protocol and nothing else: the weights' sizes the memory estimate
 needs are ``sizes`` (numbers), the tokenizer is ``tokenizer``, the length limit is
-``max_positions``; our attention modules, for the callers that hook them (explain, the
-kept rows), are ``attention_modules``, the last hidden states ``final_hidden``, and
-what a model in memory must be set to while it runs is ``running``. Taps (``tapping``,
-nn/taps.py) are the way into a head: a caller records or replaces q, k, v, the pattern,
-z, W^O's output and the residual stream of any layer by name, on either engine, e.g.::
+``max_positions``, each head's W^O ``head_outputs``, the last hidden states
+``final_hidden``, and what a model in memory must be set to while it runs is
+``running``. Taps (``tapping``, nn/taps.py) are the only way into a head: a caller
+records or replaces q, k, v, the pattern, z, W^O's output and the residual stream of
+any layer by name, on either engine (and records the score terms of the own engine's
+modules, ``scores``: explain, the kept rows), e.g.::
 
     taps = Taps().record("blocks.2.attn.z").replace("blocks.3.attn.z", 0.0, heads=[1])
     with engine.tapping(taps):
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
-    from ..nn.attention import MultiHeadAttention
     from ..nn.taps import Taps
 
 
@@ -129,6 +129,7 @@ class Engine(Protocol):
         target: Tokens | None = None,
         *,
         batch: int = 1,
+        grad: bool = False,
     ) -> torch.Tensor:
         """(B, Q, E) the last layer's hidden states of one pass that keeps no weights: the
         decoder's (Q = len(target)) given the decoder text ``target``, else those of the
@@ -137,19 +138,10 @@ class Engine(Protocol):
         ``batch``: B copies of the text, for taps that make them differ (a replacement
         given a batch-1 value may return B copies of it: head ablation). The own engine
         runs identical copies once, until a replacement makes them B; the hf engine runs B.
-        """
-        ...
 
-    def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
-        """Our own attention modules (``attention.MultiHeadAttention``) of ``part`` (None:
-        the only stack, or the encoder), each with its name in the model, in layer order.
-        A module is listed once, however many layers call it (ALBERT's shared block: one
-        module, called once per layer). A forward pre-hook on one sees the inputs of each
-        of its calls, its ``request`` included (``explain``, ``keptrows``). [] for the hf
-        engine: transformers computes its attention in its own code, not in these modules.
-
-        Raises:
-            UsageError: a part the model does not have.
+        ``grad``: the pass runs with autograd on (not in inference mode), so a tap's
+        replacement that requires grad gets its gradient from a backward pass
+        (attribution patching, measures/attrpatch.py).
         """
         ...
 
@@ -216,7 +208,7 @@ class EngineBase(HasShape):
 
     def check_ids(self, tokens: Tokens) -> Tokens:
         """The ids fit the embedding table (config.json's vocab_size)."""
-        vocab = self.files.config.get("vocab_size")
+        vocab = self.files.text_config.get("vocab_size")
         return check_ids(tokens, vocab if isinstance(vocab, int) and vocab > 0 else None, str(self.files.path))
 
     def tokenize_pair(self, first: str, second: str) -> Tokens:
@@ -365,7 +357,7 @@ class EngineBase(HasShape):
         if not batch:
             raise ValueError("an empty batch")
         size = max(len(t) for t in batch)
-        pad = self.files.config.get("pad_token_id")
+        pad = self.files.text_config.get("pad_token_id")
         pad = int(pad) if isinstance(pad, int) else 0
         ids = torch.full((len(batch), size), pad, dtype=torch.long)  # (B, S)
         mask = torch.zeros((len(batch), size), dtype=torch.long)  # (B, S)

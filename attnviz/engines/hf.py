@@ -28,9 +28,8 @@ if TYPE_CHECKING:
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
     from ..io.models import ModelFiles
-    from ..nn.attention import MultiHeadAttention
     from ..nn.taps import Taps
-    from . import hf_model
+    from . import hf_taps
 
 
 class HFEngine(EngineBase):
@@ -103,7 +102,7 @@ class HFEngine(EngineBase):
     def _describe(self, files: ModelFiles) -> None:
         cfg = self.model.config
         text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-        from . import hf_model
+        from . import hf_model, hf_taps
 
         if hf_model.adds_alibi_twice(self.model):
             raise EngineError(
@@ -125,7 +124,7 @@ class HFEngine(EngineBase):
         encoder = self.model.get_encoder() if seq2seq else self.model
         num_heads = int(_cfg(enc_cfg, "num_attention_heads", "n_head", "num_heads"))
         num_layers = int(_cfg(enc_cfg, "num_hidden_layers", "n_layer", "num_layers"))
-        probed = hf_model.probe(encoder, self.device)  # the mask the model builds (D1), its attention layers
+        probed = hf_taps.probe(encoder, self.device)  # the mask the model builds (D1), its attention layers
         self.shape = ModelShape(
             num_layers=num_layers,
             num_heads=num_heads,
@@ -197,13 +196,13 @@ class HFEngine(EngineBase):
         return full
 
     def _projections(self, model: Any) -> list[tuple[str, str, Any]]:
-        """transformers' W^O beside separate value projections (``hf_taps.head_projections``).
+        """transformers' W^O beside separate value projections (``hf_model.head_projections``).
 
         Raises:
             MeasureError: none we can read (facts: reason "norm_projections").
         """
         from ..errors import MeasureError, Reason
-        from .hf_taps import NoProjections, head_projections
+        from .hf_model import NoProjections, head_projections
         from .support import own_types
 
         try:
@@ -292,7 +291,7 @@ class HFEngine(EngineBase):
 
     def head_outputs(self, part: str | None = None) -> dict[int, nn.Linear]:
         """transformers' W^O of each attention layer of ``part`` (``Engine.head_outputs``),
-        those with a separate value projection beside them (``hf_taps.head_projections``)."""
+        those with a separate value projection beside them (``hf_model.head_projections``)."""
         shape = self.part_shape(part)
         model = self.model.get_encoder() if self.parts and part in (None, "encoder") else self.model
         found = [o for _, p, o in self._projections(model) if p == (part or "encoder")]
@@ -301,11 +300,6 @@ class HFEngine(EngineBase):
 
             found = output_projections(model, part or "encoder", shape.num_layers)
         return dict(zip(shape.layers, found, strict=True))
-
-    def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
-        """[]: transformers computes attention in its own modules, not ours."""
-        self.part_shape(part)  # refuses a part the model does not have
-        return []
 
     def running(self) -> contextlib.AbstractContextManager[None]:
         """A model in memory (``in_memory``): eager attention and eval mode for the block,
@@ -323,16 +317,17 @@ class HFEngine(EngineBase):
         target: Tokens | None = None,
         *,
         batch: int = 1,
+        grad: bool = False,
     ) -> torch.Tensor:
         """transformers' forward on ``batch`` copies of the text (taps make them differ: head
         ablation replaces one head's z per copy); an encoder-decoder's encoder alone
-        without ``target``."""
+        without ``target``. ``grad``: autograd records the pass."""
         import torch
 
         if target is not None:
             self.part_shape("cross")  # refuses a model with one stack
         self._rotary.restore()  # each pass as a freshly loaded model's
-        with torch.inference_mode():
+        with torch.enable_grad() if grad else torch.inference_mode():
             inputs = self._inputs(tokens, batch)
             mask = torch.ones_like(inputs["input_ids"])  # (B, S)
             if target is not None:
@@ -345,8 +340,8 @@ class HFEngine(EngineBase):
             return out.last_hidden_state
 
 
-def _attention_layers(probed: hf_model.Probe, num_layers: int, model_type: str) -> tuple[int, ...]:
-    """``ModelShape.attention_layers`` from the probe's trace (``hf_model.probe``): () when
+def _attention_layers(probed: hf_taps.Probe, num_layers: int, model_type: str) -> tuple[int, ...]:
+    """``ModelShape.attention_layers`` from the probe's trace (``hf_taps.probe``): () when
     every layer has attention; a hybrid's attention layers by their model numbers.
 
     Raises:

@@ -1,8 +1,7 @@
 """What the hf engine reads from a loaded transformers model rather than from a list.
 
-    probe(model)          whether the model masks the future (measured on the mask the
-                          model itself builds) and which model layer each returned
-                          attention tensor belongs to, by one probe pass over a few tokens
+    head_projections      the W^O modules that have a separate value projection beside
+                          them (the norm measure's f_h), family by family
     RotaryState(model)    the state transformers' dynamic RoPE keeps between calls
                           (``inv_freq`` grown for the longest input so far), saved once
                           and put back before every pass, so that each pass sees a
@@ -18,134 +17,10 @@ Imports torch lazily; never imports transformers itself (it takes the model as g
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
-
-# Tokens in the causality probe: enough that every query but the last has a later key.
-PROBE_TOKENS = 4
-
-
-@dataclass(frozen=True)
-class Probe:
-    """What one probe pass of a model shows.
-
-    Attributes:
-        causal: no head of any layer gives any weight to a later token.
-        layers: the model layer number of each attention tensor transformers returned, in
-            order: 0..N-1 for most models, a hybrid's few attention layers for Qwen3-Next,
-            Jamba, Bamba, LFM2... (None where the returned tensors could not be traced to
-            numbered layers: then they are taken to be layers 0, 1, ... in order).
-    """
-
-    causal: bool
-    layers: tuple[int, ...] | None
-    count: int  # how many attention tensors transformers returned
-
-
-_NUMBERED_LAYER = re.compile(r"(?:.*\.)?(?:layers|layer|h|block|blocks)\.(\d+)")
-
-
-def probe(model: Any, device: Any) -> Probe:
-    """One forward pass over ``PROBE_TOKENS`` tokens with every token real, read twice.
-
-    Causality: the model is causal exactly when no head of any layer gives any weight to
-    a later token. A masked key gets exactly 0 from transformers' eager softmax (the mask
-    adds the dtype's minimum); an unmasked one gets exp(s - max) > 0, which would take
-    every head of every layer a logit gap over ~100 (float32) to lose, on every probed
-    pair. This reads what the model does (its config, its class and the mask it builds)
-    instead of a list of model_types, which missed OLMoE and SmolLM3.
-
-    Layer numbers: transformers returns one tensor per layer *with attention*, so a
-    hybrid's tuple is shorter than its layers. Each returned tensor is traced to the
-    numbered layer (``layers.N``) that was running when a module returned it (forward
-    pre-hooks on the layers, forward hooks on their modules: a shared attention block,
-    Zamba's, is named by the layer that called it), by identity, not by position.
-
-    Raises:
-        EngineError: the model returned no attention weights.
-        UnsupportedArchitectureError: it returned weights that are not (B, H, T, T):
-            block-sparse attention (LongT5) or a recurrent state (MiniMax).
-    """
-    import torch
-
-    from ..errors import EngineError
-
-    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
-    vocab = vocab if isinstance(vocab, int) and vocab >= 1 else 1  # a probe of token 0 where unknown
-    ids = torch.arange(PROBE_TOKENS, device=device)[None] % vocab  # (1, T)
-    state = RotaryState(model)
-    running: list[int] = []
-    returned: dict[int, int] = {}  # id(weights tensor) -> model layer
-
-    def enter(layer: int) -> Any:
-        def hook(module: Any, args: Any) -> None:
-            running.append(layer)
-
-        return hook
-
-    def leave(module: Any, args: Any, output: Any) -> None:
-        running.pop()
-
-    def seen(module: Any, args: Any, output: Any) -> None:
-        if running and isinstance(output, tuple):
-            for item in output:
-                if isinstance(item, torch.Tensor) and item.dim() == 4:
-                    returned.setdefault(id(item), running[-1])
-
-    handles = []
-    for name, module in model.named_modules():
-        match = _NUMBERED_LAYER.fullmatch(name)
-        if match and not any(
-            part.isascii() and part.isdigit() for part in name.split(".")[:-1]
-        ):  # a layer, not a module inside one
-            handles.append(module.register_forward_pre_hook(enter(int(match[1]))))
-            handles.append(module.register_forward_hook(leave))
-            handles.extend(m.register_forward_hook(seen) for m in module.modules() if m is not module)
-    try:
-        with torch.inference_mode():
-            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
-    finally:
-        for handle in handles:
-            handle.remove()
-        state.restore()
-    attentions = getattr(out, "attentions", None)
-    if not attentions or any(a is None for a in attentions):
-        raise EngineError(
-            "transformers returned no attention weights for this model",
-            hint="its attention implementation does not expose weights (attnviz check --list says what runs where)",
-        )
-    odd = next((a for a in attentions if a.dim() != 4 or tuple(a.shape[-2:]) != (PROBE_TOKENS, PROBE_TOKENS)), None)
-    if odd is not None:
-        from ..errors import UnsupportedArchitectureError
-
-        raise UnsupportedArchitectureError(
-            f"transformers returns attention of shape {tuple(odd.shape)} for {PROBE_TOKENS} tokens, not "
-            f"(batch, heads, {PROBE_TOKENS}, {PROBE_TOKENS}): block-sparse attention or a recurrent state, "
-            "with no weight of each token over the text to show",
-            model_type=str(getattr(getattr(model, "config", None), "model_type", "?")),
-            engine="none",
-        )
-    later = torch.ones(PROBE_TOKENS, PROBE_TOKENS, dtype=torch.bool, device=device).triu(1)  # (T, T): key after query
-    causal = all(bool((a[..., later] == 0).all()) for a in attentions)
-    traced = [returned.get(id(a)) for a in attentions]
-    layers = tuple(t for t in traced if t is not None)
-    if len(layers) != len(traced) or list(layers) != sorted(set(layers)):
-        return Probe(causal, None, len(traced))
-    return Probe(causal, layers, len(traced))
-
-
-def is_causal(model: Any, device: Any) -> bool:
-    """Whether ``model`` (a transformers base model or encoder, eager attention) is
-    causal (``probe``).
-
-    Raises:
-        EngineError: the model returned no attention weights.
-    """
-    return probe(model, device).causal
 
 
 def _rotary_modules(model: Any) -> list[Any]:
@@ -266,3 +141,60 @@ def _eager(model: Any) -> Iterator[None]:
         if experts not in (None, "eager") and hasattr(model, "set_experts_implementation"):
             model.set_experts_implementation(experts)
         model.train(training)
+
+
+# transformers' W^O modules -> the value projection beside them, family by family. A family
+# whose values come out of a fused q/k/v projection (GPT-2's c_attn, Phi-3's qkv_proj,
+# ModernBERT's Wqkv) has none here, and the hf engine refuses norms for it.
+_HF_SIBLINGS = (
+    ("attention.output.dense", ("attention.self.value", "attention.self.value_proj")),  # BERT-likes, DeBERTa
+    ("attention.out_lin", ("attention.v_lin",)),  # DistilBERT
+    ("attention.dense", ("attention.value",)),  # ALBERT
+    ("self_attn.o_proj", ("self_attn.v_proj",)),  # Llama-likes
+    ("attn.Wo", ("attn.v_proj",)),  # ModernBERT-decoder
+    ("SelfAttention.o", ("SelfAttention.v",)),  # T5
+    ("EncDecAttention.o", ("EncDecAttention.v",)),
+    ("self_attn.out_proj", ("self_attn.v_proj",)),  # BART
+    ("encoder_attn.out_proj", ("encoder_attn.v_proj",)),
+)
+
+
+# transformers' names of fused q/k/v projections (GPT-2, Phi-3, ModernBERT, GPT-NeoX, Falcon).
+_FUSED = ("c_attn", "qkv_proj", "Wqkv", "query_key_value")
+
+
+class NoProjections(ValueError):
+    """transformers' model keeps no separate value projection and W^O we can read."""
+
+
+def head_projections(model: Any) -> list[tuple[str, str, Any]]:
+    """transformers' W^O of each attention module with a separate value projection beside
+    it: (module name, part "encoder" / "decoder" / "cross", W^O), in module order.
+
+    Raises:
+        NoProjections: an attention whose value projection is fused with q and k, or none
+            found at all; its message names the module.
+    """
+    from torch.nn import Linear
+
+    modules = dict(model.named_modules())
+    fused = next((n for n in modules if n.rsplit(".", 1)[-1] in _FUSED), None)
+    if fused is not None:
+        raise NoProjections(f"{fused} computes q, k and v in one fused projection")
+    found: list[tuple[str, str, Any]] = []
+    for name, module in modules.items():
+        for o_suffix, v_suffixes in _HF_SIBLINGS:
+            if not name.endswith(o_suffix) or (name != o_suffix and not name.endswith("." + o_suffix)):
+                continue
+            base = name[: -len(o_suffix)]
+            v = next((modules[base + s] for s in v_suffixes if base + s in modules), None)
+            if not isinstance(v, Linear) or not isinstance(module, Linear):
+                raise NoProjections(f"{name} has no separate value projection beside it")
+            part = "cross" if o_suffix.startswith(("EncDec", "encoder_attn")) else "encoder"
+            if part == "encoder" and name.startswith("decoder."):
+                part = "decoder"
+            found.append((name, part, module))
+            break
+    if not found:
+        raise NoProjections("no attention output projection with a separate value projection beside it")
+    return found

@@ -134,14 +134,15 @@ class OwnEngine(EngineBase):
         return attached(taps)
 
     def head_outputs(self, part: str | None = None) -> dict[int, nn.Linear]:
-        """W^O of each attention layer of ``part`` (``Engine.head_outputs``): the modules of
-        ``attention_modules`` in layer order, ALBERT's one shared module for every layer."""
+        """W^O of each attention layer of ``part`` (``Engine.head_outputs``): our modules in
+        layer order, ALBERT's shared block under each layer of its group."""
         from ..errors import MeasureError, Reason
 
-        modules = self.attention_modules(part)
+        modules = self._attention_modules(part)
         layers = self.part_shape(part).layers
-        if len(modules) == 1 and len(layers) > 1:  # one block shared by every layer (ALBERT)
-            modules = modules * len(layers)
+        if len(modules) != len(layers):  # ALBERT: a block shared by the layers of its group
+            index = getattr(self.model, "block_index", lambda layer: 0)
+            modules = [modules[index(layer)] for layer in layers]
         gated = [name for name, m in modules if m.output_gated]
         if gated:
             raise MeasureError(
@@ -152,13 +153,15 @@ class OwnEngine(EngineBase):
             )
         return {layer: m.o_proj for layer, (_, m) in zip(layers, modules, strict=True)}
 
-    def attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
-        """Our modules (``norms.attention_modules``), those of ``part`` told by their names
-        (``norms.part_of``: an encoder-decoder's decoder self- and cross-attention)."""
-        from ..measures.norms import attention_modules, part_of
+    def _attention_modules(self, part: str | None = None) -> list[tuple[str, MultiHeadAttention]]:
+        """Our attention modules of ``part`` by name, each once (ALBERT's shared blocks too),
+        told by their names: an encoder-decoder's decoder self- (``decoder.*``) and
+        cross-attention (``*.cross``)."""
+        from ..nn.attention import MultiHeadAttention
 
         self.part_shape(part)  # refuses a part the model does not have
-        return [(name, m) for name, m in attention_modules(self.model) if part_of(name) == (part or "encoder")]
+        found = [(name, m) for name, m in self.model.named_modules() if isinstance(m, MultiHeadAttention)]
+        return [(name, m) for name, m in found if _part_of(name) == (part or "encoder")]
 
     def final_hidden(
         self,
@@ -166,13 +169,15 @@ class OwnEngine(EngineBase):
         target: Tokens | None = None,
         *,
         batch: int = 1,
+        grad: bool = False,
     ) -> torch.Tensor:
         """Fused attention, no weights kept. The ``batch`` copies of the text are identical
         until a tap's replacement returns copies of its value (head ablation: the layers
-        before it run once, at batch 1); copies nothing made differ are expanded at the end."""
+        before it run once, at batch 1); copies nothing made differ are expanded at the end.
+        ``grad``: autograd records the pass (attribution patching's backward)."""
         import torch
 
-        with torch.inference_mode():
+        with torch.enable_grad() if grad else torch.inference_mode():
             inputs = self._inputs(tokens)
             if target is not None:
                 self.part_shape("cross")  # refuses a model with one stack
@@ -183,6 +188,14 @@ class OwnEngine(EngineBase):
                 rows = None if _pattern_tapped() else ()
                 hidden = self.model(ids, layers=rows, queries=rows, fused=True, **inputs).hidden_states
             return hidden.expand(batch, -1, -1) if hidden.size(0) == 1 else hidden  # (B, Q, E)
+
+
+def _part_of(name: str) -> str:
+    """Which attention one of our modules computes, from its name: "cross", "decoder" or
+    "encoder" (any stack with one kind of attention)."""
+    if name.rsplit(".", 1)[-1] == "cross":
+        return "cross"
+    return "decoder" if name.startswith("decoder.") else "encoder"
 
 
 def _pattern_tapped() -> bool:

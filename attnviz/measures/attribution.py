@@ -21,10 +21,13 @@ how much they miss it (float rounding, or a family whose stream is not this sum)
 The logit lens (nostalgebraist 2020): each layer's ``resid_post`` at q through the real
 final norm (not frozen) and the unembedding; its top tokens.
 
-Families: the final norm is read from the checkpoint (``FINAL_NORMS``): GPT-2's ``ln_f``
-(LayerNorm) and the Llama-likes' ``norm`` (RMSNorm); others are refused, as are logit
-soft-caps (not linear). Reads the stream through taps, and W^O (``OUTPUT_PROJECTIONS``)
-and the final norm from the checkpoint's files, as lm.py reads the LM head. torch + numpy.
+Families: on the own engine, W^O from its modules (``Engine.head_outputs``) and the final
+norm from its stack (``own_final_norm``), so every family whose last stream is that sum;
+the run checks it is (``_check_sum``: post-norm stacks fail; ``_check_heads``: a norm
+after W^O fails) and refuses otherwise, as it refuses logit soft-caps (not linear) and
+hybrids. On the hf engine the final norm (``FINAL_NORMS``) and W^O
+(``OUTPUT_PROJECTIONS``) are read from the checkpoint's files, as lm.py reads the LM head,
+for GPT-2 and the Llama-likes. Reads the stream through taps. torch + numpy.
 """
 
 from __future__ import annotations
@@ -61,27 +64,59 @@ OUTPUT_PROJECTIONS: dict[str, tuple[tuple[str, ...], bool]] = {
 
 @dataclass(frozen=True)
 class FinalNorm:
-    """The last norm before the unembedding: kind "layer" or "rms", γ, β (or None), ε."""
+    """The last norm before the unembedding: kind "layer" or "rms", γ (None: 1), β (or
+    None), ε; ``project``: a linear map after the norm (OPT's project_out: (weight (E', E),
+    bias or None)), or None."""
 
     kind: str
     weight: Any
     bias: Any
     eps: float
+    project: tuple[Any, Any] | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """The norm itself (the logit lens): x (..., E)."""
-        return self.frozen(x, x) + (0.0 if self.bias is None else self.bias.double())
+        return self.frozen(x, x) + self.shift()
+
+    def shift(self) -> Any:
+        """What the norm (and the projection) add whatever the input: β, then through the
+        projection, plus its bias; a float 0.0 when nothing."""
+        out: Any = 0.0 if self.bias is None else self.bias.double()
+        if self.project is not None:
+            weight, bias = self.project
+            if self.bias is not None:
+                out = weight.double() @ out
+            out = out + (0.0 if bias is None else bias.double())
+        return out
+
+    def readout(self, u: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """w (E,) float64 with f(c) · u = c · w for every c, the scale frozen at x (E,):
+        the direction each component is read along (LayerNorm's centring moves onto w:
+        Σ (c_i − c̄) v_i = c · (v − v̄))."""
+        import torch
+
+        x, u = x.double(), u.double()
+        if self.project is not None:
+            u = self.project[0].double().T @ u  # (E,)
+        gamma = 1.0 if self.weight is None else self.weight.double()
+        if self.kind == "layer":
+            v = gamma * u / torch.sqrt(x.var(-1, unbiased=False) + self.eps)
+            return v - v.mean()
+        return gamma * u / torch.sqrt(x.pow(2).mean() + self.eps)
 
     def frozen(self, c: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """f(c) without β, the scale taken from x: c (..., E), x (E,) or (..., E)."""
         import torch
 
         x, c = x.double(), c.double()
+        gamma = 1.0 if self.weight is None else self.weight.double()
         if self.kind == "layer":
             scale = torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + self.eps)
-            return self.weight.double() * (c - c.mean(-1, keepdim=True)) / scale
-        scale = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight.double() * c / scale
+            out = gamma * (c - c.mean(-1, keepdim=True)) / scale
+        else:
+            scale = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+            out = gamma * c / scale
+        return out if self.project is None else out @ self.project[0].double().T
 
 
 def _read(engine: Engine, names: set[str]) -> dict[str, Any]:
@@ -137,6 +172,74 @@ def load_final_norm(engine: Engine) -> FinalNorm:
     raise UsageError(f"{files.spec} has no final norm weights ({stems[0]}.weight)", reason=Reason.PATCH_DLA)
 
 
+def own_final_norm(engine: Engine) -> FinalNorm:
+    """The own engine's final norm, read from its module (``final_norm`` of the stack):
+    LayerNorm (γ, β; Cohere's without β; OLMo's without either), RMSNorm (γ; Gemma's
+    1 + γ), OPT's norm followed by project_out.
+
+    Raises:
+        UsageError: (reason PATCH_DLA) a stack without a final norm this knows.
+    """
+    from torch import nn
+
+    module: Any = getattr(getattr(engine, "model", None), "final_norm", None)
+    project = None
+    if type(module).__name__ == "OutputHead":  # OPT: the norm (pre-norm only), then project_out
+        proj = module.project
+        project = None if proj is None else (proj.weight.detach(), getattr(proj, "bias", None))
+        module = module.norm
+    name = type(module).__name__
+    if isinstance(module, nn.LayerNorm):
+        found = FinalNorm("layer", module.weight, module.bias, float(module.eps), project)
+    elif name in ("RMSNorm", "GemmaRMSNorm") and getattr(module, "weight", None) is not None:
+        weight = module.weight.detach() + (1.0 if name == "GemmaRMSNorm" else 0.0)
+        found = FinalNorm("rms", weight, None, float(module.eps), project)
+    elif name == "CohereLayerNorm" and module.weight.dim() == 1:
+        found = FinalNorm("layer", module.weight, None, float(module.eps), project)
+    elif name == "OlmoLayerNorm":
+        found = FinalNorm("layer", None, None, 1e-5, project)
+    else:
+        what = "no final norm" if module is None else f"a final norm direct logit attribution does not know ({name})"
+        raise UsageError(f"{engine.files.spec} ({engine.files.model_type}) has {what}", reason=Reason.PATCH_DLA)
+    detached = (
+        None if found.weight is None else found.weight.detach(),
+        None if found.bias is None else found.bias.detach(),
+    )
+    return FinalNorm(found.kind, *detached, found.eps, found.project)
+
+
+def own_output_projections(engine: Engine) -> list[tuple[Any, Any]]:
+    """Per layer, W^O as (weight (E, H·Dv), bias (E,) or None), from the own engine's
+    modules (``Engine.head_outputs``). Raises UsageError (PATCH_DLA) where a head's output
+    does not split by W^O's columns (a gated attention) or a layer has no attention."""
+    from ..errors import MeasureError
+
+    if tuple(engine.shape.layers) != tuple(range(engine.num_layers)):
+        raise UsageError(
+            f"{engine.files.spec} has layers without attention (a hybrid): their mixers write to the stream "
+            "too, and direct logit attribution splits it into heads, MLPs and embeddings only",
+            reason=Reason.PATCH_DLA,
+        )
+    try:
+        outputs = engine.head_outputs()
+    except MeasureError as exc:
+        raise UsageError(
+            f"direct logit attribution splits W^O by head: {exc.message}", reason=Reason.PATCH_DLA
+        ) from None
+    # Granite multiplies each sub-layer's output by residual_multiplier before adding it:
+    # folded into W^O (and its bias), so a head's direct effect is what it adds.
+    scale = (
+        float(engine.files.config.get("residual_multiplier", 1.0))
+        if engine.files.model_type.startswith("granite")
+        else 1.0
+    )
+    out = []
+    for n in range(engine.num_layers):
+        weight, bias = outputs[n].weight.detach(), outputs[n].bias
+        out.append((weight * scale if scale != 1.0 else weight, None if bias is None else bias.detach() * scale))
+    return out
+
+
 # The final norm and W^O read once per checkpoint (its path, files' mtimes) and device:
 # reading them from the files took longer than the forward pass itself (bench/patch_bench.py).
 _LOADED: dict[tuple[str, tuple[int, ...], str], tuple[FinalNorm, list[tuple[Any, Any]]]] = {}
@@ -145,6 +248,8 @@ _LOADED: dict[tuple[str, tuple[int, ...], str], tuple[FinalNorm, list[tuple[Any,
 def _weights(engine: Engine) -> tuple[FinalNorm, list[tuple[Any, Any]]]:
     from ..io.checkpoint import weight_files
 
+    if engine.name == "own":  # the modules in memory: nothing to read, nothing to cache
+        return own_final_norm(engine), own_output_projections(engine)
     files = weight_files(engine.files.path)
     key = (str(engine.files.path), tuple(f.stat().st_mtime_ns for f in files), str(engine.device))
     if key not in _LOADED:
@@ -273,33 +378,35 @@ def attribute(
         raise UsageError(f"position {q} is out of range ({len(tokens)} tokens)", reason=Reason.INDEX)
     n, h = engine.num_layers, engine.num_heads
     taps = Taps().record(tap_name(None, 0, "resid_pre"), positions=[q])
-    for layer in range(n):
-        taps.record(tap_name(None, layer, "z"), positions=[q])
-        taps.record(tap_name(None, layer, "mlp_out"), positions=[q])
-        taps.record(tap_name(None, layer, "resid_post"), positions=[q])
+    for what in ("z", "attn_out", "mlp_out", "resid_post"):
+        taps.record(f"blocks.*.{'attn.z' if what == 'z' else what}", positions=[q])
     with torch.inference_mode():
         with engine.tapping(taps):
             hidden = engine.final_hidden(tokens)  # (1, Q, E)
         factor = (lm.scale or 1.0) / (lm.divisor or 1.0)
         u = (lm.unembed[answer].double() - lm.unembed[wrong].double()) * factor  # (E,)
         x = taps[tap_name(None, n - 1, "resid_post")][0, 0]  # (E,) the stream into the final norm
+        w = norm.readout(u, x)  # (E,): each component's direct effect is c · w
 
-        def direct(c: torch.Tensor) -> torch.Tensor:
-            return norm.frozen(c, x) @ u  # (...,)
+        def at(layer: int, what: str) -> torch.Tensor:
+            return taps[tap_name(None, layer, what)][0, 0]
 
+        embedded = at(0, "resid_pre")  # (E,)
+        _check_sum(engine, x, embedded, [at(layer, "attn_out") + at(layer, "mlp_out") for layer in range(n)])
         heads = np.zeros((n, h))
         attn_biases = np.zeros(n)
         mlps = np.zeros(n)
         for layer in range(n):
-            z = taps[tap_name(None, layer, "z")][0, 0]  # (H, Dv)
+            z = at(layer, "z").reshape(-1)  # (H·Dv,)
             weight, bias = projections[layer]  # (E, H·Dv), (E,)
-            per_head = weight.double().view(weight.shape[0], h, -1)  # (E, H, Dv)
-            written = torch.einsum("ehd,hd->he", per_head, z.double())  # (H, E): z_h W^O_h
-            heads[layer] = direct(written).cpu().numpy()
-            attn_biases[layer] = 0.0 if bias is None else float(direct(bias.double()))
-            mlps[layer] = float(direct(taps[tap_name(None, layer, "mlp_out")][0, 0]))
-        embeddings = float(direct(taps[tap_name(None, 0, "resid_pre")][0, 0]))
-        shift = 0.0 if norm.bias is None else float(norm.bias.double() @ u)
+            _check_heads(engine, layer, at(layer, "attn_out"), weight @ z.to(weight) + (0 if bias is None else bias))
+            read = (w.to(weight) @ weight).double()  # (H·Dv,): W^Oᵀ w, head h's Dv entries its own
+            heads[layer] = (z.double() * read).view(h, -1).sum(-1).cpu().numpy()
+            attn_biases[layer] = 0.0 if bias is None else float(bias.double() @ w)
+            mlps[layer] = float(at(layer, "mlp_out").double() @ w)
+        embeddings = float(embedded.double() @ w)
+        shift = norm.shift()
+        shift = float(shift @ u) if isinstance(shift, torch.Tensor) else 0.0
         lm_bias = 0.0 if lm.bias is None else float((lm.bias[answer] - lm.bias[wrong]).double()) * factor
         # The logit lens and the model's own output in one product with W_U (N + 1 rows): W_U
         # is read once, not once a layer (12 matrix-vector products cost 1.5 forward passes).
@@ -334,6 +441,31 @@ def attribute(
     )
 
 
+def _check_sum(engine: Engine, x: torch.Tensor, embedded: torch.Tensor, layers: list[torch.Tensor]) -> None:
+    """Refuse a family whose last stream is not the embeddings plus every layer's attention
+    and MLP outputs (post-norm: each layer normalises the sum, so nothing writes to it directly)."""
+    import torch
+
+    total = embedded.double() + torch.stack(layers).double().sum(0)
+    if float((total - x.double()).norm()) > 1e-3 * max(float(x.double().norm()), 1e-12):
+        raise UsageError(
+            f"{engine.files.spec} ({engine.files.model_type}): its residual stream is not the sum of the "
+            "embeddings and each layer's attention and MLP outputs (a post-norm layer normalises the sum), "
+            "so no component writes to it directly",
+            reason=Reason.PATCH_DLA,
+        )
+
+
+def _check_heads(engine: Engine, layer: int, attn_out: torch.Tensor, split: torch.Tensor) -> None:
+    """Refuse a family whose attention output is not Σ_h z_h W^O_h + b^O (a norm after W^O)."""
+    if float((attn_out.double() - split.double()).norm()) > 1e-3 * max(float(attn_out.double().norm()), 1e-12):
+        raise UsageError(
+            f"{engine.files.spec} ({engine.files.model_type}): layer {layer}'s attention output is not the sum "
+            "of its heads' z·W^O (a norm after the output projection), so a head has no direct effect of its own",
+            reason=Reason.PATCH_DLA,
+        )
+
+
 def attribute_text(
     engine: Engine, text: str, answer: str, wrong: str, *, position: Any = None, top: int = 5
 ) -> Attribution:
@@ -343,7 +475,7 @@ def attribute_text(
     from .lm import load_lm_head
     from .patching import answer_id
 
-    load_final_norm(engine)  # refuse a family before the pass
+    _weights(engine)  # refuse a family before the pass
     lm = None if engine.parts else load_lm_head(engine)
     if lm is None or lm.kind != "causal":
         raise UsageError(

@@ -8,12 +8,12 @@
     4. mix       o_i = Σ_j α_ij·f_h(x_j), f_h(x) = (x·W_h^V + b_h^V)·W_h^O; the layer's
                  attention output is y_i = Σ_h o_i^h + b^O (Kobayashi et al. 2020)
 
-Nothing is recomputed from a copy of the model: a forward pre-hook catches the asked
-layer's attention module with the very inputs it got in the forward pass (hidden states,
-mask, rotary transform, position bias), then the module is called once more on them with
-a q/k transform that records q and k as the module computes its scores (and a hook on its
-value projection), asking only row i. The weights recomputed here from those q and k
-are held to the module's own before anything is returned. ``neuron`` gives the
+Nothing is recomputed from a copy of the model: one forward pass asks the layer for row i
+and records, through the layer's taps (nn/taps.py), what its weights are computed from
+(``scores``: q and k as the module scores them, the scale, the mask, any bias, soft-cap or
+sink), its values ``v`` and its output ``out``; W^O is ``Engine.head_outputs``. The
+weights recomputed here from those terms are held to the pass's own before anything is
+returned. ``neuron`` gives the
 dimensions of q_i ⊙ k_j that make one score (bertviz's neuron view).
 
 torch + numpy; the result is plain data (``Explanation``) for the renderers.
@@ -21,10 +21,7 @@ torch + numpy; the result is plain data (``Explanation``) for the renderers.
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,10 +30,7 @@ import numpy as np
 from ..errors import EngineError, Reason, UsageError
 
 if TYPE_CHECKING:
-    from torch import Tensor
-
     from ..engines import Engine
-    from ..nn.attention import MultiHeadAttention
     from ..result import Provenance
     from ..tokens import Tokens
 
@@ -219,114 +213,88 @@ def check_family(model_type: str, score_terms: tuple[str, ...]) -> None:
         )
 
 
-@contextmanager
-def _caught(modules: Sequence[tuple[str, MultiHeadAttention]], layer: int) -> Iterator[dict[str, Any]]:
-    """Catch the ``layer``-th call of the attention ``modules`` (one stack's, each once,
-    ``Engine.attention_modules``): its module and inputs."""
-    caught: dict[str, Any] = {}
-    count = [0]
-    handles = []
-    for name, module in modules:
+def _reads_score_terms(engine: Engine) -> bool:
+    """Whether ``engine`` maps the ``scores`` tap (our own attention modules do; the hf
+    engine, whose attention is transformers' code, does not)."""
+    from ..errors import UnsupportedArchitectureError
+    from ..nn.taps import Taps, tap_name
 
-        def hook(m: Any, args: tuple[Any, ...], kwargs: dict[str, Any], name: str = name) -> None:
-            if count[0] == layer:
-                caught.update(module=m, name=name, args=args, kwargs=kwargs)
-            count[0] += 1
-
-        handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
     try:
-        yield caught
-    finally:
-        for handle in handles:
-            handle.remove()
+        with engine.tapping(Taps().record(tap_name(None, engine.shape.layers[0], "scores"))):
+            pass
+    except UnsupportedArchitectureError:
+        return False
+    return True
 
 
 def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, key: int | None = None) -> Explanation:
     """Head ``head`` of layer ``layer`` for the token at ``query``, step by step (an engine
-    whose attention runs in our own modules: ``Engine.attention_modules``, the own engine).
+    that maps the ``scores`` tap, nn/taps.py: the own engine).
 
     Raises:
-        UsageError: the engine has no attention modules of ours (hf; facts: reason
+        UsageError: the engine does not tap the score terms (hf; facts: reason
             "explain_engine"), or a family explain does not cover.
         EngineError: the recomputed weights disagree with the module's (a bug).
     """
     import torch
 
     from ..engines import cpu_threads_for, engine_provenance
+    from ..errors import MeasureError
     from ..nn.attention import Mask
-    from ..nn.rows import RowRequest
-    from .norms import Projections, recording, transformed_values
+    from ..nn.taps import ScoreTerms, Taps, tap_name
+    from .norms import transformed_values
 
-    modules = engine.attention_modules()  # the only stack's, or the encoder's; [] for hf
-    if not modules:
+    if not _reads_score_terms(engine):
         raise UsageError("explain reads our own attention modules", reason=Reason.EXPLAIN_ENGINE)
     check_head(engine.num_layers, engine.shape.num_heads, layer, head)
-    # 1. The forward pass up to the layer, the module's inputs caught on the way (on the
-    # threads its work calls for, as show's pass: the whole pool on a busy machine spins).
-    # The modules are called once per layer with attention: a hybrid's layer N is the call
-    # of its place among the attention layers (``ModelShape.layers``).
-    call = engine.shape.layers.index(layer) if layer in engine.shape.layers else -1
-    with _caught(modules, call) as caught, cpu_threads_for(engine, len(tokens)):
-        engine.forward(tokens, (layer,), (query,))
-    if "module" not in caught:
-        raise UsageError(
-            f"the {engine.files.model_type!r} attention of layer {layer} does not go through a multi-head "
-            "attention module explain can read",
-            reason=Reason.EXPLAIN_FAMILY,
-        )
-    m = caught["module"]
-    if m.output_gated:
+    unreadable = UsageError(
+        f"the {engine.files.model_type!r} attention of layer {layer} does not go through a multi-head "
+        "attention module explain can read",
+        reason=Reason.EXPLAIN_FAMILY,
+    )
+    if layer not in engine.shape.layers:  # a hybrid's layer without softmax attention
+        raise unreadable
+    try:
+        o_proj = engine.head_outputs()[layer]  # W^O, (E, H·Dv)
+    except MeasureError:
         raise UsageError(
             f"the {engine.files.model_type!r} attention of layer {layer} gates each head's output by the query "
             "after the softmax; explain decomposes outputs that are the weights times the values",
             reason=Reason.EXPLAIN_FAMILY,
-        )
-    bound = inspect.signature(m.forward).bind(*caught["args"], **caught["kwargs"])
-    bound.apply_defaults()
-    args = dict(bound.arguments)
-    inner = args.get("qk_transform")
-    seen: dict[str, Tensor] = {}
-
-    def record(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        if inner is not None:
-            q, k = inner(q, k)
-        seen["q"], seen["k"] = q, k
-        return q, k
-
-    args["qk_transform"] = record
-    args["request"] = RowRequest((query,), fused=True)
-    one = Projections(caught["name"], "encoder", m.v_proj, m.o_proj, m.n_heads)
-    # 2. The module once more on the same inputs, row ``query`` only.
-    with (
-        torch.inference_mode(),
-        cpu_threads_for(engine, len(tokens)),
-        recording(None, keep_values=True, projections=[one]) as rec,
-    ):
-        out, weights = m(**args)  # (1, L, E), (1, H, 1, S)
-    q_all, k_all, v = seen["q"], seen["k"], rec.values[0]  # (1, H, L, D), (1, G, S, D), (1, G, S, D)
-    n_heads, groups = m.n_heads, k_all.size(1)
+        ) from None
+    # 1. The forward pass up to the layer (on the threads its work calls for, as show's
+    # pass: the whole pool on a busy machine spins), the layer's score terms, values and
+    # output recorded on the way by its taps; row ``query`` of its weights is the pass's.
+    names = {what: tap_name(None, layer, what) for what in ("scores", "v", "out")}
+    taps = Taps().record(names["scores"]).record(names["v"]).record(names["out"], positions=[query])
+    with torch.inference_mode(), engine.tapping(taps), cpu_threads_for(engine, len(tokens)):
+        weights = engine.forward(tokens, (layer,), (query,)).attentions[0]  # (1, H, 1, S)
+    if names["scores"] not in taps:
+        raise unreadable
+    terms: ScoreTerms = taps[names["scores"]]
+    out = taps[names["out"]]  # (1, 1, E): the layer's attention output at the query
+    q_all, k_all, v = terms.q, terms.k, taps[names["v"]]  # (1, H, L, D), (1, G, S, D), (1, G, S, Dv)
+    n_heads, groups = q_all.size(1), k_all.size(1)
     g = head // (n_heads // groups)
     q = q_all[0, head, query].double()  # (D,)
     k = k_all[0, g].double()  # (S, D)
     keys = k.size(0)
-    scale = float(m.scale) if m.scale is not None else 1.0 / math.sqrt(q.size(0))
+    scale = float(terms.scale) if terms.scale is not None else 1.0 / math.sqrt(q.size(0))
     # 3. The scores, the family's modifiers, the mask and the softmax, written out.
     scores = k @ q  # (S,)
     logits = scores * scale
-    bias = args.get("score_bias")
-    # A bias the module adds by itself (ALiBi: BLOOM, Falcon-RW), with any it was given,
-    # in the module's dtype, as it adds them (left out, BLOOM's weights were off by 0.13).
-    own_bias = m.own_score_bias(keys, out.dtype, k_all.device)
-    if own_bias is not None:
-        bias = own_bias if bias is None else bias + own_bias
+    # The bias as the module adds it: a learned one (T5) or its own ALiBi (BLOOM, Falcon-RW),
+    # in the module's dtype (left out, BLOOM's weights were off by 0.13).
+    bias = terms.score_bias
     bias_row = None
     if bias is not None:
         b = bias[..., query, :] if bias.size(-2) > 1 else bias[..., 0, :]
         bias_row = b.expand(1, n_heads, keys)[0, head].double()  # (S,)
         logits = logits + bias_row
-    if m.softcap is not None:
-        logits = torch.tanh(logits / m.softcap) * m.softcap
-    mask = args.get("mask")
+    softcap = terms.softcap
+    if softcap is not None:
+        logits = torch.tanh(logits / softcap) * softcap
+    mask = terms.mask
     index = torch.tensor([query], device=k.device)
     if isinstance(mask, Mask):
         rows = mask.rows(index, keys)
@@ -337,7 +305,7 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
     allowed = torch.ones(keys, dtype=torch.bool) if rows is None else rows.expand(1, n_heads, 1, keys)[0, head, 0]
     allowed = allowed.cpu()
     masked = logits.cpu().masked_fill(~allowed, float("-inf"))
-    sink = None if m.sinks is None else float(m.sinks[head].detach())
+    sink = None if terms.sinks is None else float(terms.sinks[head].detach())
     full = masked if sink is None else torch.cat((masked, torch.tensor([sink], dtype=masked.dtype)))
     probs = torch.softmax(full, dim=-1)
     alpha = probs[:keys].masked_fill(~allowed, 0.0)  # (S,)
@@ -349,11 +317,11 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
             hint="report this as a bug",
         )
     # 4. The values through W^O, their norms, and the head's part of the output.
-    f = transformed_values(v, m.o_proj.weight, n_heads)[0].double().cpu()  # (H, S, E)
+    f = transformed_values(v, o_proj.weight, n_heads)[0].double().cpu()  # (H, S, E)
     all_weights = weights[0, :, 0].double().cpu()  # (H, S)
     outputs = torch.einsum("hs,hse->he", all_weights, f)  # (H, E)
-    y = out[0, query].double().cpu()  # (E,)
-    b_o = m.o_proj.bias.detach().double().cpu() if m.o_proj.bias is not None else torch.zeros_like(y)
+    y = out[0, 0].double().cpu()  # (E,)
+    b_o = o_proj.bias.detach().double().cpu() if o_proj.bias is not None else torch.zeros_like(y)
     rebuilt = outputs.sum(0) + b_o
     # Rebuilt in float64 against the layer's output in its dtype: a wrong decomposition is
     # off by the output's size, rounding by a few of the dtype's eps (measured on MiniLM,
@@ -367,16 +335,16 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
     denom = float(y @ y) or 1.0
     norms = torch.linalg.vector_norm(f[head], dim=-1)  # (S,)
     steps = []
-    if inner is not None:
+    if terms.transformed:
         steps.append("q and k after the family's position transform (rotary)")
-    if hasattr(m, "q_norm"):
+    if terms.normed:
         steps.insert(0, "q and k normed per head (q_norm, k_norm) before it")
-    if own_bias is not None:
+    if terms.alibi:
         steps.append("ALiBi's linear position bias (slope · key position) added to the scaled scores")
     elif bias_row is not None:
         steps.append("a learned position bias added to the scaled scores")
-    if m.softcap is not None:
-        steps.append(f"scores soft-capped: {m.softcap:g}·tanh(s/{m.softcap:g})")
+    if softcap is not None:
+        steps.append(f"scores soft-capped: {softcap:g}·tanh(s/{softcap:g})")
     if sink is not None:
         steps.append("a learned sink logit in each row's softmax")
     if groups != n_heads:
@@ -395,7 +363,7 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
         scores=scores.cpu().numpy().astype(np.float32),
         scale=scale,
         bias=None if bias_row is None else bias_row.cpu().numpy().astype(np.float32),
-        softcap=m.softcap,
+        softcap=softcap,
         logits=shown_logits.numpy().astype(np.float32),
         mask=allowed.numpy(),
         sink=sink,

@@ -178,7 +178,7 @@ def load_lm_head(engine: Engine, part: str | None = None) -> LMHead | None:
         if name is None or name == embeddings and not _saved_as_lm(config):
             return None
         bias = find("lm_head.bias")  # GPT-J, Phi
-        transform = logit_transform(config)
+        transform = logit_transform(files.text_config)  # a vision-language wrapper's: its language model's
         return LMHead(
             "causal",
             get(name),
@@ -299,4 +299,5 @@ def logit_transform(config: dict[str, Any]) -> dict[str, float | None]:
 def _saved_as_lm(config: dict[str, Any]) -> bool:
     """Saved from a *ForCausalLM class (so tied embeddings are its head, not just a base model's)."""
     saved = config.get("architectures")
-    return isinstance(saved, list) and any(str(a).endswith(("ForCausalLM", "LMHeadModel")) for a in saved)
+    heads = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")  # the last: Gemma 3's, Mistral 3's wrapper
+    return isinstance(saved, list) and any(str(a).endswith(heads) for a in saved)

@@ -35,11 +35,11 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import MeasureError, Reason
-from ..nn.attention import MultiHeadAttention
 from .base import NORM
 
 if TYPE_CHECKING:
     from ..architectures.seq2seq import Seq2SeqOutput
+    from ..nn.taps import Taps
 
 # Per output projection: (the fingerprint of the weight it was computed from, R (H, D, D)).
 _R_CACHE: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[Any, ...], Tensor]] = weakref.WeakKeyDictionary()
@@ -155,152 +155,37 @@ class Recording:
     """Each attention call's value norms, in call order, while a recording is active.
 
     Attributes:
-        calls: (module name, part, (B, H, S) value norms) per call: part "encoder" for a
+        calls: (tap name, part, (B, H, S) value norms) per call: part "encoder" for a
             model with one stack, else "encoder", "decoder" (self-attention) or "cross".
-        values: with ``keep_values``, the (B, G, S, D) values of each call, for
-            ``transformed_values`` (tests and ``explain``).
     """
 
     calls: list[tuple[str, str, Tensor]] = field(default_factory=list)
-    values: list[Tensor] = field(default_factory=list)
 
     def part(self, part: str | None) -> list[Tensor]:
         """The value norms of one attention, one per layer run (None: the only stack)."""
         return [norms for _, p, norms in self.calls if p == (part or "encoder")]
 
-    def part_values(self, part: str | None) -> list[Tensor]:
-        """As ``part``, the values (with ``keep_values``)."""
-        return [v for (_, p, _), v in zip(self.calls, self.values, strict=True) if p == (part or "encoder")]
-
-    def names(self, part: str | None) -> list[str]:
-        """As ``part``, the attention modules' names."""
-        return [name for name, p, _ in self.calls if p == (part or "encoder")]
+    def named(self) -> dict[str, Tensor]:
+        """The value norms by tap name (``blocks.3.attn.v``): the last call's of each."""
+        return {name: norms for name, _, norms in self.calls}
 
 
-def part_of(name: str) -> str:
-    """Which attention one of our modules computes, from its name: "cross", "decoder" or
-    "encoder" (any stack with one kind of attention)."""
-    if name.rsplit(".", 1)[-1] == "cross":
-        return "cross"
-    return "decoder" if name.startswith("decoder.") else "encoder"
-
-
-def attention_modules(model: nn.Module) -> list[tuple[str, MultiHeadAttention]]:
-    """The model's attention modules by name (a shared block, ALBERT's, is one module)."""
-    return [(name, m) for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)]
-
-
-@dataclass(frozen=True)
-class Projections:
-    """One attention module's value projection and W^O, wherever a model keeps them.
-
-    Attributes:
-        name: the attention's name (for messages and ``Recording.calls``).
-        part: "encoder", "decoder" or "cross".
-        v_proj: an ``nn.Linear`` giving (B, S, G·D) values.
-        o_proj: an ``nn.Linear`` whose weight is (E, H·D).
-        n_heads: H.
-    """
-
-    name: str
-    part: str
-    v_proj: nn.Module
-    o_proj: nn.Linear
-    n_heads: int
-
-    def split(self, out: Tensor) -> Tensor:
-        """(B, S, G·D) -> (B, G, S, D)."""
-        d = self.o_proj.in_features // self.n_heads
-        b, s, _ = out.shape
-        return out.view(b, s, -1, d).transpose(1, 2)  # (B, G, S, D)
-
-
-def own_projections(modules: Iterable[tuple[str, MultiHeadAttention]]) -> list[Projections]:
-    """Our attention modules by name (``attention_modules``, ``Engine.attention_modules``),
-    each with its part.
-
-    Raises:
-        MeasureError: a gated attention (``MultiHeadAttention.output_gated``, Qwen3-Next),
-            whose heads' outputs are scaled by a gate of the query after the softmax: a
-            key's term α·f(x_j) then depends on the query, and has no norm of its own.
-    """
-    modules = list(modules)
-    gated = [name for name, m in modules if m.output_gated]
-    if gated:
-        raise MeasureError(
-            f"the attention of {gated[0]} gates each head's output by the query after the softmax, "
-            "so a key's part of the output depends on the query: it has no value norm of its own",
-            reason=Reason.NORM_SPLIT,
-            measure=NORM.name,
-        )
-    return [Projections(name, part_of(name), m.v_proj, m.o_proj, m.n_heads) for name, m in modules]
-
-
-@contextmanager
-def recording(
-    model: nn.Module | None,
-    keep_values: bool = False,
-    projections: list[Projections] | None = None,
-    active: bool = True,
-) -> Iterator[Recording]:
-    """Record the value norms of every attention call of ``model`` inside the block.
-
-    A forward hook on each attention's value projection reads the values where the layer
-    makes them ((B, S, G·D), split as the module splits them), so the norms cost a (D, D)
-    product per key and head, and nothing of the forward pass changes. ``projections``
-    default to our own modules of ``model`` (``own_projections``); the hf engine passes
-    transformers', and a caller with our modules from ``Engine.attention_modules`` theirs
-    (``model`` None). ``active=False`` records nothing (the weight measure), so callers
-    need one code path.
-
-    Raises:
-        ValueError: neither a model nor projections.
-    """
-    if projections is not None:
-        chosen = projections if active else []
-    elif model is not None:
-        chosen = own_projections(attention_modules(model)) if active else []
-    else:
-        raise ValueError("recording needs a model or its projections")
-    record = Recording()
-    handles = []
-    for p in chosen:
-
-        def hook(_: nn.Module, __: object, out: Tensor, p: Projections = p) -> None:
-            v = p.split(out)  # (B, G, S, D)
-            record.calls.append((p.name, p.part, value_norms(v, p.o_proj, p.n_heads)))
-            if keep_values:
-                record.values.append(v.detach())
-
-        handles.append(p.v_proj.register_forward_hook(hook))
-    try:
-        yield record
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-@contextmanager
-def tapped(engine: Any, parts: Sequence[str | None] = (None,), active: bool = True) -> Iterator[Recording]:
-    """Record the value norms of every attention call of ``parts`` (None: the only stack,
-    or the encoder) in the passes inside the block, through ``engine.tapping``.
+def observe(engine: Any, taps: Taps, parts: Sequence[str | None] = (None,)) -> Recording:
+    """Attach to ``taps`` what records the value norms of every attention call of ``parts``
+    (None: the only stack, or the encoder), and return the ``Recording`` they fill in the
+    passes run inside ``engine.tapping(taps)``.
 
     Each layer's ``v`` tap gets an observer: a function that computes the (B, H, S) norms
     with that layer's W^O (``engine.head_outputs(part)``) and returns the values unchanged,
     so the values are never kept (a long input's norms cost (H, S) per layer, not its
-    values). ``active=False`` records nothing (the weight measure), so callers need one
-    code path.
+    values).
 
     Raises:
         MeasureError: an attention whose heads do not split W^O (``head_outputs``).
     """
-    from ..nn.taps import Taps, tap_name
+    from ..nn.taps import tap_name
 
     record = Recording()
-    if not active:
-        yield record
-        return
-    taps = Taps()
     for part in parts:
         heads = engine.part_shape(part).num_heads
         for layer, o_proj in engine.head_outputs(part).items():
@@ -313,6 +198,26 @@ def tapped(engine: Any, parts: Sequence[str | None] = (None,), active: bool = Tr
                 return v
 
             taps.replace(name, observe)
+    return record
+
+
+@contextmanager
+def tapped(engine: Any, parts: Sequence[str | None] = (None,), active: bool = True) -> Iterator[Recording]:
+    """Record the value norms of every attention call of ``parts`` (None: the only stack,
+    or the encoder) in the passes inside the block, through ``engine.tapping``
+    (``observe``). ``active=False`` records nothing (the weight measure), so callers need
+    one code path.
+
+    Raises:
+        MeasureError: an attention whose heads do not split W^O (``head_outputs``).
+    """
+    from ..nn.taps import Taps
+
+    if not active:
+        yield Recording()
+        return
+    taps = Taps()
+    record = observe(engine, taps, parts)
     with engine.tapping(taps):
         yield record
 

@@ -39,7 +39,9 @@ and no alignment is sound: ``align`` raises.
 Batching (``patch_heads``): one pass per chunk of heads of a layer. Layers 0..l-1 run once
 on the batch-1 stream; at ``blocks.l.resid_pre`` the stream becomes one copy per patched
 head, and at ``blocks.l.attn.z`` copy i gets head i's slice from the other run. Memory is
-that of ``chunk`` copies, whatever the number of heads (``ablation.batch_size``).
+that of ``chunk`` copies, whatever the number of heads (``ablation.batch_size``). On a
+causal decoder of the own engine the passes run only the positions after the prompts'
+shared prefix (prefix.py: nothing before it can change).
 
 Everything goes through the engine's taps (nn/taps.py); torch + numpy only.
 """
@@ -196,6 +198,7 @@ class PatchResult:
     notes: tuple[str, ...] = field(default=())
     axes: tuple[str, ...] = ("layer", "head")
     positions: tuple[int, ...] = ()
+    method: str = "exact"  # or "attribution": the linear estimate (attrpatch.py)
 
     @property
     def num_layers(self) -> int:
@@ -253,8 +256,9 @@ class PatchResult:
             "mlp_out": "each layer's MLP output (mlp_out)",
         }[self.site]
         where = " at each position apart" if "position" in self.axes else ""
+        how = "patched" if self.method == "exact" else "estimated by attribution patching (linear, one backward pass)"
         return (
-            f"patched: {what}{where}, one at a time; {self.direction} ({arrow}); "
+            f"{how}: {what}{where}, one at a time; {self.direction} ({arrow}); "
             f"metric: {self.metric} = {self.metric_label} at {self.clean_tokens[self.position]!r} "
             f"(position {self.position}); effect 0 = corrupted run, 1 = clean run"
         )
@@ -277,6 +281,7 @@ class PatchResult:
         """The --json document."""
         return {
             "kind": "patch",
+            "method": self.method,
             "model": self.model,
             "engine": self.engine,
             "site": self.site,
@@ -382,6 +387,7 @@ def patch_heads(
     import torch
 
     from ..nn.taps import Taps, tap_name
+    from .prefix import shared_prefix
 
     if direction not in DIRECTIONS:
         raise UsageError(
@@ -453,16 +459,19 @@ def patch_heads(
     plan = [(layer, units[s : s + per]) for layer in chosen for s in range(0, len(units), per)]
     denominator = clean_score - corrupted_score
     partial = False
+    # Causal decoders: the passes start after the shared prefix (prefix.py), positions shift by P.
+    forward, shift = shared_prefix(engine, run, alignment.prefix, at)
+    shifted = [p - shift for p in to_run]  # negative: in the prefix, where a patch changes nothing
     try:
         for done, (layer, chunk) in enumerate(plan, 1):
-            write = _write_units(chunk, to_run, from_source, source[layer][0], expand=site == "resid_pre")
+            write = _write_units(chunk, shifted, from_source, source[layer][0], expand=site == "resid_pre")
             taps = Taps()
             if site != "resid_pre":
                 taps.replace(tap_name(None, layer, "resid_pre"), _copies(len(chunk)))
             taps.replace(tap_name(None, layer, site), write)
             with torch.inference_mode(), engine.tapping(taps):
-                hidden = engine.final_hidden(run)  # (b, Q, E)
-                scores = metric.score(hidden[:, at], anchor, lm).cpu().numpy()
+                hidden = forward(len(chunk), layer)  # (b, Q − P, E)
+                scores = metric.score(hidden[:, at - shift], anchor, lm).cpu().numpy()
             for i, (index, _, _) in enumerate(chunk):
                 raw[(layer, *index)] = scores[i]
                 effect[(layer, *index)] = (scores[i] - corrupted_score) / denominator if denominator else np.nan
@@ -518,13 +527,15 @@ def _write_units(
     expand: bool,
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """The value at a tap (b, Q, ...) with copy i's unit written from ``source`` (Q', ...):
-    its head (None: the whole vector) at its matched pairs. ``expand``: the value comes at
+    its head (None: the whole vector) at its matched pairs whose ``to_run`` position is not
+    negative. ``expand``: the value comes at
     batch 1 (resid_pre) and becomes one copy per unit first."""
     import torch
 
     def write(value: torch.Tensor) -> torch.Tensor:
         value = value.expand(len(units), *value.shape[1:]).clone() if expand else value.clone()
-        for i, (_, head, pairs) in enumerate(units):
+        for i, (_, head, every) in enumerate(units):
+            pairs = [p for p in every if to_run[p] >= 0]  # (a negative position: not run, prefix.py)
             run = torch.as_tensor([to_run[p] for p in pairs], dtype=torch.long, device=value.device)
             src = torch.as_tensor([from_source[p] for p in pairs], dtype=torch.long, device=source.device)
             if head is None:
@@ -580,23 +591,11 @@ def patch_texts(
         position: the scored token of the clean text: a ``select.Query`` (its word's
             last piece), an int position, or None (the last matched non-special token).
     """
-    from ..select import Query
-    from .lm import load_lm_head
-
     if direction not in DIRECTIONS:
         raise UsageError(
             f"unknown direction {direction!r} (known: {', '.join(DIRECTIONS)})", reason=Reason.PATCH_METRIC
         )
-    clean_tokens, corrupted_tokens = engine.tokenize(clean), engine.tokenize(corrupted)
-    align(clean_tokens.ids, corrupted_tokens.ids, clean_tokens.labels, corrupted_tokens.labels)  # refuse early
-    at = position.resolve(clean_tokens, "the clean text")[-1] if isinstance(position, Query) else position
-    lm = None if engine.parts else load_lm_head(engine)
-    if lm is not None and lm.kind != "causal":
-        lm = None  # a masked LM predicts a masked token: not this metric's next token
-    name = choose_metric(metric, answer, wrong, lm is not None)
-    a = answer_id(engine.tokenizer, answer) if answer is not None else (None, None)
-    w = answer_id(engine.tokenizer, wrong) if wrong is not None else (None, None)
-    m = Metric(name, a[0], w[0], a[1], w[1])
+    clean_tokens, corrupted_tokens, m, at, lm = prepare_texts(engine, clean, corrupted, answer, wrong, metric, position)
     return patch_heads(
         engine,
         clean_tokens,
@@ -613,13 +612,41 @@ def patch_texts(
     )
 
 
-def save_npz(result: PatchResult, path: Any) -> None:
-    """Write ``result``'s arrays and labels to ``path`` (.npz), atomically."""
+def prepare_texts(
+    engine: Engine,
+    clean: str,
+    corrupted: str,
+    answer: str | None,
+    wrong: str | None,
+    metric: str | None,
+    position: Any,
+) -> tuple[Tokens, Tokens, Metric, int | None, LMHead | None]:
+    """The two texts tokenized and aligned (refused before any pass), the metric with its
+    answer tokens, the scored position (a ``select.Query``, an int or None) and the causal
+    LM head (None without one): what ``patch_heads`` and attrpatch.py take."""
+    from ..select import Query
+    from .lm import load_lm_head
+
+    clean_tokens, corrupted_tokens = engine.tokenize(clean), engine.tokenize(corrupted)
+    align(clean_tokens.ids, corrupted_tokens.ids, clean_tokens.labels, corrupted_tokens.labels)  # refuse early
+    at = position.resolve(clean_tokens, "the clean text")[-1] if isinstance(position, Query) else position
+    lm = None if engine.parts else load_lm_head(engine)
+    if lm is not None and lm.kind != "causal":
+        lm = None  # a masked LM predicts a masked token: not this metric's next token
+    name = choose_metric(metric, answer, wrong, lm is not None)
+    a = answer_id(engine.tokenizer, answer) if answer is not None else (None, None)
+    w = answer_id(engine.tokenizer, wrong) if wrong is not None else (None, None)
+    return clean_tokens, corrupted_tokens, Metric(name, a[0], w[0], a[1], w[1]), at, lm
+
+
+def save_npz(result: Any, path: Any, extra: dict[str, np.ndarray] | None = None) -> None:
+    """Write ``result.to_npz()``'s arrays and labels (a ``PatchResult``, a ``PairsResult``),
+    and ``extra`` arrays, to ``path`` (.npz), atomically."""
     import io
 
     from ..result import atomic_write
 
-    arrays: dict[str, Any] = result.to_npz()
+    arrays: dict[str, Any] = {**result.to_npz(), **(extra or {})}
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)
     atomic_write(path, buffer.getvalue())

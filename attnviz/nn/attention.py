@@ -108,8 +108,9 @@ def softmax_attention(
         combined = combined - combined.max(dim=-1, keepdim=True).values
         weights = torch.softmax(combined, dim=-1)[..., :-1]  # (B, H, L, S): the sink column dropped
     if mask is not None:
-        # A fully masked row (a padding query) is exp(-inf - -inf) = NaN; make it 0.
-        weights = weights.masked_fill_(~mask, 0.0)
+        # A fully masked row (a padding query) is exp(-inf - -inf) = NaN; make it 0. (Out of
+        # place under autograd: softmax's backward reads its output.)
+        weights = weights.masked_fill(~mask, 0.0) if weights.requires_grad else weights.masked_fill_(~mask, 0.0)
     # 4. Mix the values.
     return weights @ v, weights  # (B, H, L, Dv), (B, H, L, S)
 
@@ -322,12 +323,6 @@ class MultiHeadAttention(nn.Module):
         multiplies it by σ(its gate of ``query`` (B, L, E))."""
         return z
 
-    def own_score_bias(self, keys: int, dtype: torch.dtype, device: Any = None) -> Tensor | None:
-        """The bias this module adds to its scaled scores by itself, beside any ``score_bias``
-        it is given, broadcastable to (1, H, 1, S); None here (ALiBi's modules add one).
-        What reads the scores back (explain) adds it as the module does."""
-        return None
-
     def forward(
         self,
         query: Tensor,
@@ -373,6 +368,8 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and self.tap_role == "attn":
             # The step's keys join the stored ones, after the position transform.
             k, v = cache.append(k, v)  # (B, G, S, D), (B, G, S, Dv)
+        if site is not None:  # what the weights are computed from (explain, kept rows)
+            site.terms(self, q, k, mask, score_bias, request, qk_transform)
         # 2. head_i = softmax(Q_i K_iᵀ / √d_k) V_i, all heads at once; with grouped-query
         #    attention each key/value head serves H/G query heads (``repeat_kv``). Score
         #    modifiers (a position bias, soft-capping, sinks) send a fused request to the

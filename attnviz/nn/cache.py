@@ -31,40 +31,62 @@ Projection = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
 class KVCache:
     """The keys and values of every layer run so far.
 
+    Per layer one preallocated key buffer (B, G, C, D) and value buffer (B, G, C, Dv) of
+    capacity C: a step writes its keys into the next free slots and the attention reads a
+    view of the first S. ``reserve`` sizes the buffers at the first pass (generation knows
+    prompt + tokens to write); past it the capacity doubles. torch.cat per step copied the
+    whole cache each step: at a 1,024-token prompt of a GPT-2-small shape that was 80 MB a
+    step, as much time as the step's attention (bench/generate_bench.py).
+
     Attributes:
-        keys, values: per layer, (B, G, S, D) and (B, G, S, Dv), or None before the first pass.
         layer: the layer running now (set by the layer loop).
     """
 
-    def __init__(self, layers: int) -> None:
+    def __init__(self, layers: int, reserve: int = 0) -> None:
         if layers < 1:
             raise ValueError(f"a cache needs at least one layer, not {layers}")
-        self.keys: list[Tensor | None] = [None] * layers
-        self.values: list[Tensor | None] = [None] * layers
+        self._keys: list[Tensor | None] = [None] * layers
+        self._values: list[Tensor | None] = [None] * layers
+        self._held = [0] * layers
+        self.reserve = reserve
         self.cross_kv: list[tuple[Tensor, Tensor] | None] = [None] * layers
         self.layer = 0
 
     @property
+    def keys(self) -> list[Tensor | None]:
+        """Per layer, the stored keys (B, G, S, D), or None before the first pass."""
+        return [None if k is None else k[:, :, :s] for k, s in zip(self._keys, self._held, strict=True)]
+
+    @property
+    def values(self) -> list[Tensor | None]:
+        """Per layer, the stored values (B, G, S, Dv), or None before the first pass."""
+        return [None if v is None else v[:, :, :s] for v, s in zip(self._values, self._held, strict=True)]
+
+    @property
     def length(self) -> int:
         """S: the tokens whose keys the first layer holds (the prompt and what was generated)."""
-        first = self.keys[0]
-        return 0 if first is None else first.size(2)
+        return self._held[0]
 
     def offset(self) -> int:
         """Keys the running layer held before this step: the position of the step's first token."""
-        held = self.keys[self.layer]
-        return 0 if held is None else held.size(2)
+        return self._held[self.layer]
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store the step's k (B, G, L, D) and v (B, G, L, Dv) for the running layer and
-        return every key and value it holds now: (B, G, S, D), (B, G, S, Dv)."""
-        n = self.layer
-        held_k, held_v = self.keys[n], self.values[n]
-        if held_k is not None and held_v is not None:
-            k = torch.cat((held_k, k), dim=2)  # (B, G, S, D)
-            v = torch.cat((held_v, v), dim=2)  # (B, G, S, Dv)
-        self.keys[n], self.values[n] = k, v
-        return k, v
+        return every key and value it holds now: views (B, G, S, D), (B, G, S, Dv)."""
+        n, held, step = self.layer, self._held[self.layer], k.size(2)
+        buf_k, buf_v = self._keys[n], self._values[n]
+        if buf_k is None or buf_v is None or held + step > buf_k.size(2):
+            capacity = max(held + step, self.reserve if buf_k is None else 2 * buf_k.size(2))
+            grown_k = k.new_empty(*k.shape[:2], capacity, k.size(3))  # (B, G, C, D)
+            grown_v = v.new_empty(*v.shape[:2], capacity, v.size(3))  # (B, G, C, Dv)
+            if buf_k is not None and buf_v is not None:
+                grown_k[:, :, :held], grown_v[:, :, :held] = buf_k[:, :, :held], buf_v[:, :, :held]
+            buf_k, buf_v = self._keys[n], self._values[n] = grown_k, grown_v
+        buf_k[:, :, held : held + step] = k
+        buf_v[:, :, held : held + step] = v
+        self._held[n] = held + step
+        return buf_k[:, :, : held + step], buf_v[:, :, : held + step]
 
     def cross(self, project: Projection, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """An encoder-decoder's cross-attention in the running layer: q (B, H, L, D) of the

@@ -12,13 +12,14 @@ L × H × R × S products and softmaxes (bench/explore_latency.py --long). The p
 memory: L × (H + G) × S × D floats (335 MiB for the bench decoder at 8,192 tokens),
 checked against a budget before the pass.
 
-``capture`` records, during one pass, what each of our attention modules hands its request
-(rows.RowRequest); ``KeptRows`` answers later queries from it. The value norms of the norm
-measure (attnviz.measures.norms, Kobayashi et al. 2020) are recorded in the same pass, so norm rows
-α·‖f(x)‖ need no pass either. What cannot be kept this way (an engine without our attention
-modules, ``Engine.attention_modules``: the hf engine; score modifiers such as soft-capping
-or sink logits, which the fused request sends to the eager function; q and k over the
-budget) leaves ``KeptRows`` unmade: callers run a pass per query set.
+``capture`` records, during one pass, each layer's ``scores`` tap (nn/taps.py: the q, k,
+mask and scale the layer's weights are computed from, ``ScoreTerms``); ``KeptRows``
+answers later queries from them. The value norms of the norm measure
+(attnviz.measures.norms, Kobayashi et al. 2020) are recorded in the same pass through the
+``v`` taps, so norm rows α·‖f(x)‖ need no pass either. What cannot be kept this way (an
+engine that does not tap the score terms: the hf engine; score modifiers such as
+soft-capping or sink logits, which the fused request sends to the eager function; q and
+k over the budget) leaves ``KeptRows`` unmade: callers run a pass per query set.
 
 Shape legend as in rows.py: N layers, B batch, H query heads, G key/value heads, R asked
 rows, S keys, D head dim. torch + stdlib only.
@@ -26,18 +27,20 @@ rows, S keys, D head dim. torch + stdlib only.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from .attention import MaskLike
-from .rows import RowRequest, attention_rows
+from ..tokens import Tokens
+from .rows import attention_rows
+from .taps import ScoreTerms, Taps, tap_name
 
 if TYPE_CHECKING:
     from ..engines import Engine
@@ -45,80 +48,71 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class _Call:
-    """What one attention call handed its request (the tensors the pass made anyway)."""
-
-    q: Tensor  # (1, H, L, D) after position embeddings
-    k: Tensor  # (1, G, S, D)
-    mask: MaskLike
-    scale: float | None
-    exact: bool  # a fused request with no score modifier: its rows are attention_rows's
-
-
-@dataclass
 class Capture:
-    """The calls of one pass, in call order, and the value norms when recorded."""
+    """What one pass recorded: each layer's score terms, and its value norms when they
+    could be recorded, by model layer number."""
 
-    calls: list[_Call] = field(default_factory=list)
-    norms: list[Tensor] | None = None  # (1, H, S) per layer run
+    calls: dict[int, list[ScoreTerms]] = field(default_factory=dict)
+    norms: dict[int, Tensor] | None = None  # (1, H, S) per layer run
 
 
-class _Recorder:
-    """A request that notes its inputs and then does what the module's own request does."""
-
-    def __init__(self, request: Any, into: Capture) -> None:
-        self.request, self.into = request, into
-
-    def __call__(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: MaskLike, scale: float | None, **modifiers: Any
-    ) -> tuple[Tensor, Tensor]:
-        used = any(value is not None for value in modifiers.values())
-        exact = isinstance(self.request, RowRequest) and self.request.fused and not used and q.size(0) == 1
-        self.into.calls.append(_Call(q, k, mask, scale, exact))
-        return self.request(q, k, v, mask, scale, **modifiers)
+# One token of id 0: the probe pass that reads the shapes and dtype of q and k.
+_PROBE = Tokens(text="x", ids=(0,), pieces=("x",), offsets=((0, 1),), special=(False,))
 
 
 def kept_bytes(engine: Engine, layers: Sequence[int], num_tokens: int) -> int | None:
-    """Bytes that q and k of ``layers`` take at ``num_tokens`` tokens (None: not our
-    attention modules (``Engine.attention_modules``), or an encoder-decoder: nothing can
-    be kept)."""
+    """Bytes that q and k of ``layers`` take at ``num_tokens`` tokens (None: an engine that
+    does not tap the score terms, the hf engine, or an encoder-decoder: nothing can be
+    kept). Read from the ``scores`` tap of a one-token pass through the first attention
+    layer (H, G, D and the dtype's size, as the layers make them)."""
+    from ..errors import UnsupportedArchitectureError
+
     if engine.parts:
         return None
-    modules = engine.attention_modules()
-    if not modules:
+    first = engine.shape.layers[0]
+    probe = Taps().record(tap_name(None, first, "scores"))
+    try:
+        with engine.tapping(probe):
+            engine.forward(_PROBE, (first,), ())
+    except UnsupportedArchitectureError:
         return None
-    m = modules[0][1]
-    item = next(m.parameters()).element_size()  # q and k are made in its weights' dtype
-    return len(layers) * (m.n_heads + m.n_kv_heads) * num_tokens * m.head_dim * item
+    terms: ScoreTerms = probe[tap_name(None, first, "scores")]
+    q, k = terms.q, terms.k  # (1, H, 1, D), (1, G, 1, D)
+    return len(layers) * (q.size(1) + k.size(1)) * num_tokens * q.size(-1) * q.element_size()
 
 
 @contextmanager
 def capture(engine: Engine, active: bool = True) -> Iterator[Capture]:
-    """Record, inside the block, what every call of ``engine``'s attention modules (the
-    only stack's, or the encoder's: ``Engine.attention_modules``) hands its request, and
-    the value norms (``norms.recording``). Nothing of the pass changes; ``active=False``
-    (or an engine without our modules) records nothing."""
-    from ..measures.norms import own_projections, recording
+    """Record, inside the block, the score terms of every layer of ``engine``'s only stack
+    (or encoder) through its ``scores`` taps, and the value norms (``norms.observe``),
+    where the heads split W^O. Nothing of the pass changes; ``active=False`` (or an engine
+    that does not tap the score terms) records nothing."""
+    from ..errors import MeasureError, UnsupportedArchitectureError
+    from ..measures.norms import observe
+    from .taps import attention_layer
 
     into = Capture()
-    modules = engine.attention_modules() if active else []
-    if not modules:
+    if not active or engine.parts:
         yield into
         return
-
-    def hook(_: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        if "request" in kwargs:
-            kwargs = {**kwargs, "request": _Recorder(kwargs["request"], into)}
-        return args, kwargs
-
-    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for _, m in modules]
+    taps = Taps().record("blocks.*.attn.scores")
     try:
-        with recording(None, projections=own_projections(modules)) as record:
+        record = observe(engine, taps)
+    except MeasureError:
+        record = None  # a gated attention: the weights are kept, the norm measure takes a pass
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(engine.tapping(taps))
+        except UnsupportedArchitectureError:
             yield into
-        into.norms = record.part(None)
-    finally:
-        for handle in handles:
-            handle.remove()
+            return
+        yield into
+    for name, calls in taps.recorded.items():
+        layer = attention_layer(name)
+        if layer is not None:
+            into.calls[layer] = calls
+    if record is not None:
+        into.norms = {layer: n for name, n in record.named().items() if (layer := attention_layer(name)) is not None}
 
 
 class KeptRows:
@@ -128,7 +122,7 @@ class KeptRows:
     layers and provenance every answer shares.
     """
 
-    def __init__(self, template: Attention, calls: Sequence[_Call], norms: Sequence[Tensor] | None) -> None:
+    def __init__(self, template: Attention, calls: Sequence[ScoreTerms], norms: Sequence[Tensor] | None) -> None:
         self.template = template
         self._calls = list(calls)
         self._norms = None if norms is None else list(norms)
@@ -136,20 +130,15 @@ class KeptRows:
     @classmethod
     def from_capture(cls, template: Attention, caught: Capture, family: str) -> KeptRows | None:
         """The kept rows of ``caught``, or None when they would not be the pass's rows
-        (a call per layer run, each a fused request without score modifiers)."""
-        from ..errors import MeasureError
-        from ..measures.norms import per_layer
-
-        run = max(template.layers) + 1
-        if len(caught.calls) != run or not all(call.exact for call in caught.calls):
+        (one call per layer shown, each a fused request without score modifiers:
+        ``ScoreTerms.plain``)."""
+        layers = template.layers
+        if not all(len(caught.calls.get(layer, ())) == 1 and caught.calls[layer][0].plain for layer in layers):
             return None
-        calls = [caught.calls[layer] for layer in template.layers]
-        norms = None
-        if caught.norms is not None:
-            try:
-                norms = per_layer(caught.norms, run, template.layers, family)
-            except MeasureError:
-                norms = None  # the weights still; the norm measure then takes a pass
+        calls = [caught.calls[layer][0] for layer in layers]
+        found = caught.norms
+        # the weights still without the norms; the norm measure then takes a pass
+        norms = [found[layer] for layer in layers] if found is not None and set(layers) <= set(found) else None
         return cls(template, calls, norms)
 
     @property

@@ -15,6 +15,9 @@ positions, D head dim, Dv value head dim, E model width)::
     blocks.N.attn.k           (B, G, S, D)  keys, after the position transform
     blocks.N.attn.v           (B, G, S, Dv) values
     blocks.N.attn.pattern     (B, H, Q, S)  the weights, every row (record only)
+    blocks.N.attn.scores      ``ScoreTerms``: what the weights are computed from (q, k,
+                                  scale, mask, bias, soft-cap, sinks), no (Q, S) matrix
+                                  made (record only; the own engine's modules)
     blocks.N.attn.z           (B, Q, H, Dv) each head's output, before W^O
     blocks.N.attn.out         (B, Q, E)     the attention's output, after W^O (and its bias)
     blocks.N.attn_out         (B, Q, E)   what the attention sub-layer adds to the stream
@@ -55,6 +58,7 @@ import fnmatch
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -65,6 +69,7 @@ AXES: dict[str, tuple[int | None, int]] = {
     "k": (1, 2),
     "v": (1, 2),
     "pattern": (1, 2),
+    "scores": (None, 2),
     "z": (2, 1),
     "out": (None, 1),
     "resid_pre": (None, 1),
@@ -73,13 +78,13 @@ AXES: dict[str, tuple[int | None, int]] = {
     "mlp_out": (None, 1),
     "resid_post": (None, 1),
 }
-ATTENTION_TAPS = ("q", "k", "v", "pattern", "z", "out")
+ATTENTION_TAPS = ("q", "k", "v", "pattern", "z", "out", "scores")
 LAYER_TAPS = ("resid_pre", "attn_out", "cross_out", "mlp_out", "resid_post")
-RECORD_ONLY = ("pattern",)
+RECORD_ONLY = ("pattern", "scores")
 
 _NAME = re.compile(
     r"(?:decoder\.)?blocks\.(?P<layer>\d+|\*)\."
-    r"(?:(?P<role>attn|cross)\.(?P<attn>q|k|v|pattern|z|out|\*)|(?P<tap>resid_pre|attn_out|cross_out|mlp_out|resid_post))"
+    r"(?:(?P<role>attn|cross)\.(?P<attn>q|k|v|pattern|z|out|scores|\*)|(?P<tap>resid_pre|attn_out|cross_out|mlp_out|resid_post))"
 )
 
 # value (the selected slice) -> its replacement
@@ -188,11 +193,12 @@ class Taps:
 
     Build with ``record`` and ``replace`` (each returns the Taps, so calls chain), run the
     passes inside ``engine.tapping(taps)``, read ``taps[name]`` (the last value recorded
-    under a name) or ``taps.recorded[name]`` (every one, in call order).
+    under a name) or ``taps.recorded[name]`` (every one, in call order): a tensor, or for
+    ``scores`` a ``ScoreTerms``.
     """
 
     hooks: list[Hook] = field(default_factory=list)
-    recorded: dict[str, list[Tensor]] = field(default_factory=dict)
+    recorded: dict[str, list[Any]] = field(default_factory=dict)
     _cache: dict[str, list[Hook]] = field(default_factory=dict, repr=False)
 
     def record(self, name: str, *, heads: Sequence[int] | None = None, positions: Sequence[int] | None = None) -> Taps:
@@ -221,6 +227,8 @@ class Taps:
         kind = kind_of(hook.pattern)
         if hook.heads is not None and kind != "*" and AXES[kind][0] is None:
             raise ValueError(f"the {kind} tap has no head axis: heads cannot be chosen")
+        if kind == "scores" and hook.positions is not None:
+            raise ValueError("the scores tap records the terms whole: positions cannot be chosen")
         self.hooks.append(hook)
         self._cache.clear()
         return self
@@ -235,7 +243,7 @@ class Taps:
         """Whether a ``pattern`` is recorded (the own engine then computes every weight row)."""
         return any(kind_of(hook.pattern) in ("pattern", "*") for hook in self.hooks)
 
-    def __getitem__(self, name: str) -> Tensor:
+    def __getitem__(self, name: str) -> Any:
         values = self.recorded.get(name)
         if not values:
             attached = ", ".join(sorted({h.pattern for h in self.hooks if h.action == "record"})) or "none"
@@ -279,6 +287,46 @@ def _tuple(values: Sequence[int] | None) -> tuple[int, ...] | None:
     return None if values is None else tuple(int(v) for v in values)
 
 
+@dataclass(frozen=True)
+class ScoreTerms:
+    """What one attention call computes its weights from, as the module hands them to its
+    attention function: the ``scores`` tap's value. Nothing (Q, S)-sized is made: the
+    weights of any rows are ``rows.attention_rows(q, k, rows, mask, scale)`` where
+    ``plain`` (kept rows), and explain writes every step out from these terms.
+
+    Attributes:
+        q: (B, H, Q, D) queries, k: (B, G, S, D) keys, as the scores use them (after the
+            position transform and any q/k norm; k with a generation's stored keys).
+        mask: the module's mask (``attention.Mask``, a boolean tensor, or None).
+        scale: the factor on q·kᵀ (None: 1/√D).
+        score_bias: added to the scaled scores (T5's position bias, ALiBi's), or None.
+        softcap: logit soft-capping (Gemma 2), or None. sinks: (H,) sink logits, or None.
+        fused: the call's request computes the output by the fused kernel.
+        transformed: a position transform (RoPE) was applied to q and k.
+        normed: q and k are normed per head first (the module has ``q_norm``).
+        alibi: the bias is the module's own ALiBi (``slope · key position``).
+    """
+
+    q: Tensor
+    k: Tensor
+    mask: Any
+    scale: float | None
+    score_bias: Tensor | None
+    softcap: float | None
+    sinks: Tensor | None
+    fused: bool
+    transformed: bool
+    normed: bool
+    alibi: bool
+
+    @property
+    def plain(self) -> bool:
+        """softmax(q·kᵀ·scale), masked, and nothing else, from one text by the fused
+        kernel: ``attention_rows`` then gives the very rows the call gave."""
+        modifiers = (self.score_bias, self.softcap, self.sinks)
+        return self.fused and all(m is None for m in modifiers) and self.q.size(0) == 1
+
+
 class Site:
     """Where a running pass is: the taps attached and the current layer's name prefix
     (``blocks.3``), set by the layer loop (architectures/base.py ``layer_loop``)."""
@@ -290,6 +338,22 @@ class Site:
     def __call__(self, what: str, value: Tensor) -> Tensor:
         """Tap ``what`` ("attn.z", "resid_post", ...) of the current layer."""
         return self.taps.apply(f"{self.layer}.{what}", value)
+
+    def terms(
+        self, module: Any, q: Tensor, k: Tensor, mask: Any, score_bias: Tensor | None, request: Any, transform: Any
+    ) -> None:
+        """Record the ``scores`` tap of ``module`` (a ``MultiHeadAttention``, read for its
+        scale, soft-cap, sinks, q/k norm and ALiBi) if anything is attached to it: the
+        inputs of its attention function ``request``, after the position ``transform``."""
+        name = f"{self.layer}.{module.tap_role}.scores"
+        if not self.taps.wants(name):
+            return
+        terms = ScoreTerms(
+            q, k, mask, module.scale, score_bias, module.softcap, module.sinks,
+            fused=bool(getattr(request, "fused", False)), transformed=transform is not None,
+            normed=hasattr(module, "q_norm"), alibi=hasattr(module, "alibi"),
+        )  # fmt: skip
+        self.taps.recorded.setdefault(name, []).append(terms)
 
 
 _ACTIVE: contextvars.ContextVar[Site | None] = contextvars.ContextVar("attnviz_taps", default=None)

@@ -49,11 +49,14 @@ class Spec:
     name: str  # test id
     model_type: str
     make_config: Callable[[], Any]
-    head: str  # "masked", "causal" or "seq2seq": which task-head class saves the checkpoint
+    head: str  # "masked", "causal", "seq2seq" or "image-text": which task-head class saves the checkpoint
     specials: str  # tokenizer style: "bert", "roberta", "gpt2", "llama", "t5"
     # Add noise to every norm weight, bias and sink logit after initialisation: transformers
     # starts them at 1 or 0, where a wrong formula (w vs 1 + w, a missing bias) cannot show.
     perturb: bool = False
+    # transformers' task-head class by name, where the Auto class of ``head`` does not map
+    # the config (Mistral 4: AutoModelForCausalLM knows only its multimodal wrapper).
+    model_class: str | None = None
 
 
 def _config(cls_name: str, **values: Any) -> Callable[[], Any]:
@@ -573,12 +576,28 @@ def build_tiny(spec: Spec, seed: int = 0) -> Any:
     weight of any shape (Cohere's (H, D) q/k norms) is moved off its 1 / 0 start, so a
     norm or bias left out shows as a difference."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+        AutoModelForMaskedLM,
+        AutoModelForSeq2SeqLM,
+    )
 
     config = spec.make_config()
     torch.manual_seed(seed)
-    auto = {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM}.get(spec.head, AutoModelForMaskedLM)
-    model = auto.from_config(config, attn_implementation="eager")
+    # "image-text": a vision-language wrapper (Gemma 3, Mistral 3) saved as people publish it.
+    heads = {
+        "causal": AutoModelForCausalLM,
+        "seq2seq": AutoModelForSeq2SeqLM,
+        "image-text": AutoModelForImageTextToText,
+    }
+    auto = heads.get(spec.head, AutoModelForMaskedLM)
+    if spec.model_class is not None:
+        import transformers
+
+        model = getattr(transformers, spec.model_class)._from_config(config, attn_implementation="eager")
+    else:
+        model = auto.from_config(config, attn_implementation="eager")
     if spec.perturb:
         with torch.no_grad():
             for name, param in model.named_parameters():

@@ -231,6 +231,136 @@ SPECS_2026 += (
         perturb=True,
     ),
 )
+
+# Vision-language wrappers read on text (architectures/wrapped.py): a tiny vision tower
+# (one SigLIP or Pixtral layer, never run) beside a language model with its quirks on.
+_GEMMA3_TEXT = dict(
+    _DEC,
+    hidden_size=48,
+    intermediate_size=37,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    attention_bias=True,
+    query_pre_attn_scalar=24,
+    sliding_window=4,
+    final_logit_softcapping=5.0,
+    layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+    rope_parameters={
+        "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+        "full_attention": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
+    },
+)
+_SIGLIP = dict(
+    hidden_size=16, intermediate_size=20, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14
+)
+_MINISTRAL3_TEXT = dict(
+    _DEC,
+    model_type="ministral3",
+    hidden_size=48,
+    intermediate_size=37,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    sliding_window=4,
+    rope_parameters={
+        "rope_type": "yarn",
+        "rope_theta": 1000.0,
+        "factor": 4.0,
+        "original_max_position_embeddings": 4,
+        "llama_4_scaling_beta": 0.5,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+    },
+)
+_PIXTRAL = dict(
+    model_type="pixtral",
+    hidden_size=16,
+    intermediate_size=20,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    head_dim=8,
+    image_size=28,
+    patch_size=14,
+)
+SPECS_2026 += (
+    Spec(
+        "gemma3",
+        "gemma3",
+        _config(
+            "Gemma3Config",
+            text_config=_GEMMA3_TEXT,
+            vision_config=_SIGLIP,
+            mm_tokens_per_image=4,
+            image_token_index=VOCAB_SIZE - 1,
+        ),
+        "image-text",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "mistral3-ministral3",
+        "mistral3",
+        _config(
+            "Mistral3Config", text_config=_MINISTRAL3_TEXT, vision_config=_PIXTRAL, image_token_index=VOCAB_SIZE - 1
+        ),
+        "image-text",
+        "llama",
+        perturb=True,
+    ),
+)
+# Mistral Small 4: MLA with Llama 4's query scale from position 4 on (β 0.5), YaRN on the
+# last 0.4 of each head, softmax router over 2 groups; layer 0 dense. Published inside
+# Mistral 3's vision-language wrapper; transformers' Mistral4ForCausalLM saves it bare.
+MISTRAL4_ROPE = {
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 4.0,
+    "original_max_position_embeddings": 4,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "mscale": 0.9,
+    "mscale_all_dim": 0.8,
+    "llama_4_scaling_beta": 0.5,
+    "partial_rotary_factor": 0.4,
+}
+_MISTRAL4 = dict(
+    {k: v for k, v in _MLA.items() if k != "max_position_embeddings"},
+    max_position_embeddings=128,
+    first_k_dense_replace=1,
+    n_group=2,
+    topk_group=1,
+    routed_scaling_factor=1.7,
+    rope_parameters=MISTRAL4_ROPE,
+)
+SPECS_2026 += (
+    Spec(
+        "mistral4",
+        "mistral4",
+        _config("Mistral4Config", **_MISTRAL4),
+        "causal",
+        "llama",
+        perturb=True,
+        model_class="Mistral4ForCausalLM",
+    ),
+    Spec(
+        "mistral3-mistral4",  # as Mistral Small 4 is published
+        "mistral3",
+        _config(
+            "Mistral3Config",
+            text_config={**_MISTRAL4, "model_type": "mistral4", "q_lora_rank": None, "rope_interleave": False},
+            vision_config=_PIXTRAL,
+            image_token_index=VOCAB_SIZE - 1,
+        ),
+        "image-text",
+        "llama",
+        perturb=True,
+    ),
+)
 SPECS_2026_BY_NAME = {spec.name: spec for spec in SPECS_2026}
 
 

@@ -12,12 +12,14 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ...measures.patching import PatchResult
+from ...measures.patchpairs import PairsResult
 from .. import FigureStyle
 from .layout import _char_in, _colorbar, _figure, _layout, _ticks, _title
 
 
-def patch_figure(result: PatchResult, style: FigureStyle | None = None) -> Figure:
-    """One panel: rows are layers, columns heads, the colour each head's normalised effect."""
+def patch_figure(result: PatchResult | PairsResult, style: FigureStyle | None = None) -> Figure:
+    """One panel: rows are layers, columns heads, the colour each head's normalised effect
+    (over a file of pairs: its mean)."""
     from matplotlib import colormaps
 
     style = style or FigureStyle()

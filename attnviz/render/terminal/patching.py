@@ -17,6 +17,8 @@ from rich.text import Text
 
 from ...measures.attribution import Attribution
 from ...measures.patching import PatchResult
+from ...measures.patchpairs import PairsResult
+from ...measures.versus import Versus
 from .glyphs import shade
 
 _POSITIVE = np.array((33, 102, 172), dtype=float)  # RdBu's blue end
@@ -177,4 +179,70 @@ def attribution_view(result: Attribution, *, top: int = 10, color: bool = True) 
         )
     )
     parts.append(lens)
+    return Group(*parts)
+
+
+def pairs_view(result: PairsResult, *, top: int = 10, color: bool = True) -> RenderableType:
+    """Over a file of pairs: the heatmap of each head's mean effect, and the ``top`` heads
+    by |mean| with their bootstrap intervals and how many pairs each mean is over."""
+    parts: list[RenderableType] = []
+    if result.partial:
+        parts.append(Text(f"PARTIAL: interrupted after {len(result.pairs)} of {result.total} pairs", style="bold"))
+    parts.append(Text(f"{result.model} · engine {result.engine} · {len(result.pairs)} pairs", style="dim"))
+    parts.append(Text(result.what(), style="dim"))
+    values, columns, _ = result.grid()
+    grid = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold", padding=(0, 0, 0, 1))
+    grid.add_column("", justify="right", no_wrap=True)
+    for label in columns:
+        grid.add_column(label, justify="center", no_wrap=True)
+    for layer, line in enumerate(values):
+        grid.add_row(f"L{layer}", *(_cell(float(v), color) for v in line))
+    parts.append(grid)
+    ranked = result.ranked(top)
+    if ranked:
+        table = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
+        table.add_column("rank", justify="right")
+        table.add_column("head" if result.site == "z" else "patched", no_wrap=True)
+        table.add_column("mean", justify="right")
+        table.add_column(f"{result.level:.0%} interval", justify="right")
+        table.add_column("pairs", justify="right")
+        for k, (label, mean, low, high, count) in enumerate(ranked, 1):
+            interval = "–" if not np.isfinite(low) else f"[{low:+.3f}, {high:+.3f}]".replace("-", "−")
+            table.add_row(str(k), label, _cell(mean, color), interval, str(count))
+        parts.append(Text(f"top {len(ranked)} by |mean effect|:", style="bold"))
+        parts.append(table)
+    for note in result.notes:
+        parts.append(Text(note, style="dim"))
+    return Group(*parts)
+
+
+def versus_view(result: Versus, *, top: int = 10, color: bool = True) -> RenderableType:
+    """Two checkpoints: the ``top`` heads by their largest change, each quantity's mean change
+    (with its interval over pairs), and what each quantity is."""
+    parts: list[RenderableType] = []
+    if result.partial:
+        parts.append(Text(f"PARTIAL: interrupted after {result.pairs} pairs", style="bold"))
+    parts.append(Text(f"{result.model_b} − {result.model_a} · engine {result.engine}", style="dim"))
+    parts.append(Text(result.what(), style="dim"))
+    table = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
+    table.add_column("rank", justify="right")
+    table.add_column("head", no_wrap=True)
+    first = result.quantities[0]
+    for q in result.quantities:
+        table.add_column(f"Δ{q}", justify="right")
+        if q == first and result.pairs > 1:
+            table.add_column(f"{result.level:.0%} interval", justify="right")
+    ranked = result.ranked(top=top)
+    for k, (layer, head, values) in enumerate(ranked, 1):
+        cells = []
+        for q in result.quantities:
+            cells.append(f"{values[q]:+.3f}".replace("-", "−"))
+            if q == first and result.pairs > 1:
+                low, high = float(result.low[q][layer, head]), float(result.high[q][layer, head])
+                cells.append(f"[{low:+.3f}, {high:+.3f}]".replace("-", "−") if np.isfinite(low) else "–")
+        table.add_row(str(k), f"L{layer}.H{head}", *cells)
+    parts.append(Text(f"top {len(ranked)} heads by |Δ{result.quantities[0]}|:", style="bold"))
+    parts.append(table)
+    for note in result.notes:
+        parts.append(Text(note, style="dim"))
     return Group(*parts)

@@ -32,10 +32,11 @@ def retrieval_view(report: RetrievalReport, p: Provenance, *, top: int = 5, colo
     total = len(report.lengths) * len(report.depths)
     if report.partial:
         parts.append(Text(f"PARTIAL: interrupted; these scores cover {report.cases} of {total} cases", style="bold"))
+    parts.append(Text(provenance_line(p), style="dim"))
     parts.append(
         Text(
-            f"{provenance_line(p)} · {report.cases} cases ({described(report.lengths)} tokens × "
-            f"{len(report.depths)} depths) in {report.seconds:.1f} s · needle of {report.needle} tokens",
+            f"{report.cases} cases: {described(report.lengths)} tokens × {len(report.depths)} depths, "
+            f"needle of {report.needle} tokens, {report.seconds:.1f} s",
             style="dim",
         )
     )
