@@ -1,4 +1,4 @@
-"""Encoder-decoders write (attnviz/generation_seq2seq.py): the own engine's cached decoding
+"""Encoder-decoders write (attnviz/generation/seq2seq.py): the own engine's cached decoding
 against transformers' greedy generate (token for token) and against one full pass over the
 source and the written decoder text (decoder self-attention and cross-attention, row for
 row); the hf engine through transformers' generate; the views on what was written."""
@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from attnviz.engines import load_engine  # noqa: E402
 from attnviz.generation import Sampling, generate  # noqa: E402
-from attnviz.generation_seq2seq import CACHED_SEQ2SEQ  # noqa: E402
+from attnviz.generation.seq2seq import CACHED_SEQ2SEQ  # noqa: E402
 from tests.builders import SPECS, build_tiny, save_tiny  # noqa: E402
 from tests.builders.families_2026 import SPECS_2026  # noqa: E402
 from tests.builders.families_a import CAUSALITY_SPECS, FAMILY_A_SPECS  # noqa: E402

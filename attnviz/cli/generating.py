@@ -1,5 +1,5 @@
 """--generate on show: the model writes a continuation, and each written token's attention
-is shown (attnviz/generation.py computes it; this module checks the options, streams the
+is shown (attnviz/generation computes it; this module checks the options, streams the
 continuation to a terminal's stderr and prints the views)."""
 
 from __future__ import annotations

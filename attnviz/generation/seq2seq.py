@@ -1,7 +1,7 @@
 """Generation with an encoder-decoder (T5, BART and their kin): the encoder reads the source
 once, then the decoder writes from its start token, one token at a time, and each written
 token's rows are kept: its decoder self-attention over the decoder's text so far and its
-cross-attention over the source (attnviz/generation.py's ``Generation.rows`` and ``.cross``).
+cross-attention over the source (attnviz/generation's ``Generation.rows`` and ``.cross``).
 
 The own engine runs the decoder with a key/value cache (nn/cache.py): its self-attention's
 keys and values appended step by step, cross-attention's projected from the encoder's output
@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import UnsupportedArchitectureError, UsageError
+from ..errors import UnsupportedArchitectureError, UsageError
 
 if TYPE_CHECKING:
     import torch
 
-    from .engines import Engine
-    from .generation import Generation, Keep, OnToken, Sampling
-    from .tokens import Tokens
+    from ..engines import Engine
+    from ..tokens import Tokens
+    from .sampling import Keep, OnToken, Sampling
 
 # Encoder-decoder families whose own-engine generation is proved token for token against
 # transformers' greedy generate and row for row against full passes (tests/test_generate_seq2seq.py).
@@ -34,7 +34,7 @@ def settings(engine: Engine) -> dict[str, Any]:
     """config.json's generation keys under generation_config.json's (transformers' order)."""
     import contextlib
 
-    from .io.jsonread import loads
+    from ..io.jsonread import loads
 
     merged = dict(engine.files.config)
     path = engine.files.path / "generation_config.json"
@@ -84,16 +84,18 @@ def generate_own(
     layers: tuple[int, ...],
     sampling: Sampling,
     on_token: OnToken | None,
-    result: Generation,
+    result: Any,
     keep: Keep,
 ) -> None:
-    """The own engine's cached decoding (see the module's docstring)."""
+    """The own engine's cached decoding (see the module's docstring), into ``result``
+    (the ``generation.Generation`` being filled: written as it goes, for Ctrl-C)."""
     import torch
 
-    from .architectures.seq2seq import EncoderDecoder
-    from .generation import _label, _stacked, choose, eos_ids
-    from .measures.lm import load_seq2seq_head
-    from .nn.cache import KVCache
+    from ..architectures.seq2seq import EncoderDecoder
+    from ..measures.lm import load_seq2seq_head
+    from ..nn.cache import KVCache
+    from ..tokens import vocab_label
+    from .sampling import choose, eos_ids, stacked
 
     model = getattr(engine, "model", None)
     family = engine.files.model_type
@@ -128,15 +130,15 @@ def generate_own(
             logits = forced(lm.logits(out.decoder.hidden_states[0, -1]), found, ids.size(1), count + 1)
             token = choose(logits, sampling, generator)
             result.ids.append(token)
-            result.pieces.append(_label(engine, token))
+            result.pieces.append(vocab_label(engine.tokenizer, token))
             if on_token is not None:
                 on_token(token, result.pieces[-1])
             # 4. Fed back: its self-attention row (B=1, H, 1, T) and cross-attention row
             #    (B=1, H, 1, S) in the asked layers.
             ids = torch.cat((ids, ids.new_tensor([[token]])), dim=1)  # (1, T)
             out = model.decode(ids, memory, layers=wanted, queries=(0,), fused=True, cache=cache)
-            result.cross.append(keep(_stacked([out.cross[n][0, :, -1] for n in layers], source.size(1))))
-            result.rows.append(keep(_stacked([out.decoder.attentions[n][0, :, 0] for n in layers], ids.size(1))))
+            result.cross.append(keep(stacked([out.cross[n][0, :, -1] for n in layers], source.size(1))))
+            result.rows.append(keep(stacked([out.decoder.attentions[n][0, :, 0] for n in layers], ids.size(1))))
             if token in eos:
                 result.stopped = "eos"
                 break
@@ -149,14 +151,15 @@ def generate_hf(
     layers: tuple[int, ...],
     sampling: Sampling,
     on_token: OnToken | None,
-    result: Generation,
+    result: Any,
     keep: Keep,
 ) -> None:
     """transformers' own generate (greedy: one beam) with eager attention; the last written
     token's rows from one more pass (generate stops before feeding it)."""
     import torch
 
-    from .generation import _label, _stacked, eos_ids
+    from ..tokens import vocab_label
+    from .sampling import eos_ids, stacked
 
     model = _seq2seq_lm(engine)
     eos = eos_ids(settings(engine))
@@ -185,12 +188,12 @@ def generate_hf(
             crosses.append(last.cross_attentions)
     for i, token in enumerate(written):
         result.ids.append(int(token))
-        result.pieces.append(_label(engine, int(token)))
+        result.pieces.append(vocab_label(engine.tokenizer, int(token)))
         if on_token is not None:
             on_token(int(token), result.pieces[-1])
         keys = i + 2  # the start token and the written ones up to this
-        result.rows.append(keep(_stacked([selves[i + 1][n][0, :, -1] for n in layers], keys)))
-        result.cross.append(keep(_stacked([crosses[i + 1][n][0, :, -1] for n in layers], source.size(1))))
+        result.rows.append(keep(stacked([selves[i + 1][n][0, :, -1] for n in layers], keys)))
+        result.cross.append(keep(stacked([crosses[i + 1][n][0, :, -1] for n in layers], source.size(1))))
     if written and written[-1] in eos:
         result.stopped = "eos"
 
