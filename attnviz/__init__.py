@@ -11,6 +11,7 @@ Every analysis, each the library half of a command (``attnviz.analyses``):
     ablate(...)                 compare --ablate   removing each head: 1 - cos, kl, Δlogp
     explain(...)                explain            one head's four steps for one token
     scan(...)                   heads              every head scored over a corpus
+    retrieval(...)              heads --probe retrieval   retrieval heads (Wu et al. 2024)
     check(...)                  check              our attention against transformers'
 
 Each result's ``to_dict()`` is its command's ``--json``. Errors are ``AttnvizError``
@@ -29,7 +30,7 @@ from .example import EXAMPLE
 from .version import __version__
 
 if TYPE_CHECKING:
-    from .analyses import HeadAblation, HeadScan, ablate, check, explain, patch_pairs, scan
+    from .analyses import HeadAblation, HeadScan, ablate, check, explain, patch_pairs, retrieval, scan
     from .generation import Generation
     from .measures.attribution import Attribution
     from .measures.attrpatch import Comparison
@@ -43,6 +44,7 @@ __all__ = [
     "ablate",
     "explain",
     "scan",
+    "retrieval",
     "patch",
     "patch_pairs",
     "attribute",
@@ -448,6 +450,7 @@ _LAZY = {
     "ablate": "analyses",
     "explain": "analyses",
     "scan": "analyses",
+    "retrieval": "analyses",
     "check": "analyses",
     "patch_pairs": "analyses",
     "HeadAblation": "analyses",

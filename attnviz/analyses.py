@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .measures.check import CheckResult
     from .measures.explain import Explanation
     from .measures.patchpairs import PairsResult
+    from .measures.retrieval import RetrievalReport
     from .measures.versus import Versus
     from .pipeline import Plan
     from .result import Attention, HeadEffects, Provenance
@@ -425,6 +426,8 @@ def scan(
         raise UsageError("give a corpus or a probe, not both")
     if probe is not None and probe not in PROBES:
         raise UsageError(f"unknown probe {probe!r} (known: {', '.join(PROBES)})")
+    if probe == "retrieval":
+        raise UsageError("the retrieval probe generates: it is attnviz.retrieval(), not scan()", hint=None)
     eng, budget = _load(None, model, engine, device, dtype, max_memory)
     options = ScanOptions(
         layers=parse_layers("all" if layers is None else layers, eng.num_layers, eng.shape.attention_layers),
@@ -447,6 +450,49 @@ def scan(
     runner = Scan(eng, options)
     report = runner.run(items, progress or (lambda n: None))
     return HeadScan(report, engine_provenance(eng), measure)
+
+
+def retrieval(
+    model: str | None = None,
+    *,
+    lengths: Sequence[int] = (1024, 4096),
+    depths: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
+    needle_length: int = 8,
+    seed: int = 0,
+    needle_file: str | os.PathLike[str] | None = None,
+    engine: str = "own",
+    layers: LayerSpec = None,
+    device: str = "auto",
+    dtype: str = "float32",
+    progress: Callable[[int], None] | None = None,
+) -> RetrievalReport:
+    """Retrieval heads (Wu et al. 2024), as ``attnviz heads --probe retrieval``: each head's
+    retrieval score over needle-in-a-haystack prompts of ``lengths`` tokens with the needle
+    at ``depths`` (corpus/needles.py, measures/retrieval.py). ``progress(n)`` after each case.
+
+        >>> r = attnviz.retrieval("samples/circuits-2l", lengths=[24, 40], depths=[0, 1],
+        ...                       needle_file="samples/needle_ioi.json")
+        >>> r.scores.shape                     # (lengths, depths, layers, heads)
+        (2, 2, 2, 4)
+
+    ``r.to_dict()`` is the command's ``--json`` without its provenance.
+    """
+    from pathlib import Path
+
+    from .corpus.needles import NeedleSpec, check_model, run_probe, within_positions
+    from .engines import load_engine
+    from .io.models import resolve
+    from .select import parse_layers
+
+    file = None if needle_file is None else Path(needle_file)
+    if file is not None and not file.is_file():
+        raise UsageError(f"retrieval(): needle_file {str(file)!r} is not a file", hint="check the path")
+    spec = NeedleSpec(tuple(int(n) for n in lengths), tuple(float(d) for d in depths), needle_length, seed, file)
+    within_positions(spec, resolve(model).config)
+    eng = load_engine(engine, model, device, dtype)
+    check_model(eng, spec)
+    chosen = tuple(parse_layers(layers, eng.num_layers, eng.shape.attention_layers))
+    return run_probe(eng, spec, chosen, progress)
 
 
 def corpus_texts(
@@ -609,6 +655,7 @@ def versus(
     """Every head's change from ``model_a`` to ``model_b`` (``measures.versus``) on each
     ``PatchPair`` (corrupted "" : no patching), at each pair's scored token: ``patch
     --vs-model``. Ctrl-C keeps the pairs done (``partial``)."""
+    from .measures.base import NORM, WEIGHT
     from .measures.versus import QUANTITIES, check_same_shape, summarise
 
     check_same_shape(model_a.shape, model_b.shape, model_a.files.spec, model_b.files.spec)
@@ -628,7 +675,7 @@ def versus(
             for q in ("patching", "ablation"):
                 if q in a:
                     changes[q].append(b[q] - a[q])
-            for q in ("weight", "norm"):
+            for q in (WEIGHT.name, NORM.name):
                 if q in a and q in b:
                     changes[q].append(_distance(a[q], b[q]))
             names = (a.get("metric", ""), direction if patching else "")
@@ -660,6 +707,7 @@ def _versus_reads(
     """One model on one pair: its (N, H, S) weight and norm-share rows and (N, H) ablation
     effects at the scored token, and with a corrupted prompt its (N, H) patching effects."""
     from .errors import MeasureError
+    from .measures.base import NORM, WEIGHT
     from .measures.patching import patch_heads
     from .measures.patchpairs import prepare_pairs
     from .measures.versus import shares
@@ -684,10 +732,10 @@ def _versus_reads(
             position = plain[-1]
     out["ids"] = list(tokens.ids)
     planned = plan(pair.clean, eng, Selection(queries=(Q(index=position),)))
-    out["weight"] = read(planned, eng).attention.weights[:, :, 0, :].astype(float)
+    out[WEIGHT.name] = read(planned, eng).attention.weights[:, :, 0, :].astype(float)
     try:
-        normed = plan(pair.clean, eng, Selection(queries=(Q(index=position),), measure="norm"))
-        out["norm"] = shares(read(normed, eng).attention.weights[:, :, 0, :])
+        normed = plan(pair.clean, eng, Selection(queries=(Q(index=position),), measure=NORM.name))
+        out[NORM.name] = shares(read(normed, eng).attention.weights[:, :, 0, :])
     except MeasureError as exc:
         notes.append(f"no norm change: {exc.message}")
     out["ablation"] = ablation_of(eng, planned, "zero").effect

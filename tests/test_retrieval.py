@@ -253,3 +253,17 @@ def test_ray_equals_the_local_probe(saved: dict[str, Path]) -> None:
     assert remote.cases == local.cases == 4
     np.testing.assert_array_equal(remote.scores, local.scores)
     np.testing.assert_array_equal(remote.copied, local.copied)
+
+
+def test_python_api_is_the_probe(saved: dict[str, Path]) -> None:
+    import attnviz
+
+    got = attnviz.retrieval(str(saved["llama"]), lengths=[24], depths=[0, 1], needle_length=3, seed=2, layers="1")
+    engine = load_engine("own", str(saved["llama"]), "cpu")
+    expected = run_probe(engine, NeedleSpec((24,), (0.0, 1.0), needle_length=3, seed=2), (1,))
+    assert got.layers == (1,) and got.cases == 2
+    np.testing.assert_array_equal(got.scores, expected.scores)
+    with pytest.raises(attnviz.UsageError, match="passes the model's 64 positions"):
+        attnviz.retrieval(str(saved["llama"]), lengths=[60], depths=[0])
+    with pytest.raises(attnviz.UsageError, match="not scan"):
+        attnviz.scan(probe="retrieval", model=str(saved["llama"]))

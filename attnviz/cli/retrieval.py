@@ -62,8 +62,7 @@ class RetrievalArgs:
 def check(args: RetrievalArgs, model: str | None, *, refused: dict[str, bool]) -> NeedleSpec:
     """Everything knowable before loading the model: the lists, the options that do not
     apply, the file, and each length plus the written needle against the config's positions."""
-    from ..architectures.base import config_value
-    from ..corpus.needles import NeedleSpec
+    from ..corpus.needles import NeedleSpec, within_positions
     from ..io.models import resolve
     from ..measures.retrieval import parse_depths, parse_lengths
 
@@ -82,39 +81,12 @@ def check(args: RetrievalArgs, model: str | None, *, refused: dict[str, bool]) -
         raise UsageError(f"--needle-length {args.needle_length}: a needle needs a token", hint="e.g. 8")
     if args.needle_file is not None and not args.needle_file.is_file():
         raise UsageError(f"--needle-file {str(args.needle_file)!r} is not a file", hint="check the path")
-    config = resolve(model).config
-    limit = config_value(config, "max_position_embeddings", "n_positions", "n_ctx", "seq_length")
-    written = args.needle_length if args.needle_file is None else 1
-    if isinstance(limit, int) and max(lengths) + written > limit:
-        raise UsageError(
-            f"--lengths {args.lengths}: a prompt of {max(lengths)} tokens plus the {written}-token needle written "
-            f"after it passes the model's {limit} positions",
-            hint=f"lengths of at most {limit - written} tokens",
-        )
-    return NeedleSpec(lengths, depths, args.needle_length, args.seed, args.needle_file)
-
-
-def check_model(engine: Engine, spec: NeedleSpec) -> None:
-    """After loading: a decoder with a language-model head, and every prompt plus the
-    needle within the engine's positions (a file's needle is known once tokenized)."""
-    from ..corpus.needles import parts, shortest
-    from ..generation import _lm_head, check_request
-    from ..tokens import Tokens
-
-    p = parts(engine.tokenizer, spec)
-    if min(spec.lengths) < shortest(p):
-        raise UsageError(
-            f"--lengths: a prompt of {min(spec.lengths)} tokens cannot hold the {p.fixed} tokens of needle, key "
-            "and question",
-            hint=f"lengths of at least {shortest(p)} tokens",
-        )
-    longest = max(spec.lengths)
-    prompt = Tokens("", (0,) * longest, ("",) * longest, ((0, 0),) * longest, (False,) * longest)
+    spec = NeedleSpec(lengths, depths, args.needle_length, args.seed, args.needle_file)
     try:
-        check_request(engine, prompt, len(p.needle))
+        within_positions(spec, resolve(model).config)
     except UsageError as exc:
-        raise UsageError(f"--probe retrieval: {exc.message}", hint=exc.hint) from None
-    _lm_head(engine)
+        raise UsageError(f"--lengths {args.lengths}: {exc.message}", hint=exc.hint) from None
+    return spec
 
 
 def run(
@@ -145,9 +117,13 @@ def probe_heads(
     eng: Engine, spec: NeedleSpec, layers: tuple[int, ...], where: str | None, json_out: bool, top: int, worker: Any
 ) -> None:
     """Run, then print the table (or JSON); a partial run ends 130 after printing."""
+    from ..corpus.needles import check_model
     from ..engines import engine_provenance
 
-    check_model(eng, spec)
+    try:
+        check_model(eng, spec)
+    except UsageError as exc:
+        raise UsageError(f"--probe retrieval: {exc.message}", hint=exc.hint) from None
     started = time.perf_counter()
     report = run(eng, spec, layers, where, json_out or not sys.stderr.isatty(), worker)
     report.seconds = time.perf_counter() - started

@@ -62,6 +62,43 @@ class NeedleSpec:
             raise UsageError("the retrieval probe needs at least one length and one depth", hint="e.g. --lengths 1k")
         if self.needle_length < 1:
             raise UsageError(f"a needle of {self.needle_length} tokens", hint="--needle-length 1 or more")
+        if any(n < 1 for n in self.lengths):
+            raise UsageError(f"lengths {list(self.lengths)}: each must be a positive number of tokens", hint=None)
+        if any(not 0 <= d <= 1 for d in self.depths):
+            raise UsageError(f"depths {list(self.depths)}: each must lie in [0, 1]", hint="0 = first, 1 = last")
+
+
+def within_positions(spec: NeedleSpec, config: dict[str, Any]) -> None:
+    """Before loading: the longest prompt plus the needle written after it within the
+    config's positions (a file's needle counts one token until it is tokenized)."""
+    from ..architectures.base import config_value
+
+    limit = config_value(config, "max_position_embeddings", "n_positions", "n_ctx", "seq_length")
+    written = spec.needle_length if spec.file is None else 1
+    if isinstance(limit, int) and max(spec.lengths) + written > limit:
+        raise UsageError(
+            f"a prompt of {max(spec.lengths)} tokens plus the {written}-token needle written after it passes "
+            f"the model's {limit} positions",
+            hint=f"lengths of at most {limit - written} tokens",
+        )
+
+
+def check_model(engine: Engine, spec: NeedleSpec) -> None:
+    """After loading, before generating: a decoder with a language-model head, every prompt
+    long enough for needle, key and question, and within the positions with the needle."""
+    from ..generation import _lm_head, check_request
+
+    p = parts(engine.tokenizer, spec)
+    if min(spec.lengths) < shortest(p):
+        raise UsageError(
+            f"a prompt of {min(spec.lengths)} tokens cannot hold the {p.fixed} tokens of needle, key and question",
+            hint=f"lengths of at least {shortest(p)} tokens",
+        )
+    longest = max(spec.lengths)
+    check_request(
+        engine, Tokens("", (0,) * longest, ("",) * longest, ((0, 0),) * longest, (False,) * longest), len(p.needle)
+    )
+    _lm_head(engine)
 
 
 @dataclass(frozen=True)

@@ -210,10 +210,11 @@ def score_batch(
         return acc.joined(effects), tally
     import torch
 
-    if measure_named(options.measure).needs_values:
+    measure = measure_named(options.measure)
+    if measure.needs_values:
         from ..measures.norms import norm_shares
 
-        out = engine.forward_batch([p.tokens for p in batch], max_layer=max(options.layers), norms=True)
+        out = engine.forward_batch([p.tokens for p in batch], max_layer=max(options.layers), measure=measure)
         assert out.value_norms is not None  # asked for
         out.attentions = [norm_shares(a, n) for a, n in zip(out.attentions, out.value_norms, strict=True)]
     else:

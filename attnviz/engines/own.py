@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..measures.base import NORM
+from ..measures.base import NORM, WEIGHT, Measure
 from ..select import PARTS
 from ..tokens import Tokens
 from .base import EngineBase
@@ -57,11 +57,11 @@ class OwnEngine(EngineBase):
         tokens: Tokens,
         layers: Sequence[int] | None = None,
         queries: Sequence[int] | None = None,
-        norms: bool = False,
+        measure: Measure = WEIGHT,
     ) -> ForwardOutput:
         """Fused attention in every layer; exact weights only for ``queries`` of ``layers``,
         and no layer after the last one asked for. (An encoder-decoder's encoder alone.)
-        ``norms``: the value norms of ``layers`` too (``attnviz.measures.norms``)."""
+        A ``measure`` that needs values: the value norms of ``layers`` too (``attnviz.measures.norms``)."""
         import torch
 
         from ..measures.norms import per_layer, tapped
@@ -78,6 +78,7 @@ class OwnEngine(EngineBase):
         if any(tokens.type_ids) and types:
             # A sentence pair, into a model with token-type embeddings (else ignored, as transformers does).
             kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
+        norms = measure.needs_values
         with torch.inference_mode(), tapped(self, active=norms) as record:
             every = _pattern_tapped()  # a pattern tap sees every row of every layer, as on the hf engine
             rows, asked = (None, None) if every else (queries, set(chosen))
@@ -92,9 +93,10 @@ class OwnEngine(EngineBase):
         out.attentions = [out.attentions[i] for i in picked]
         return out
 
-    def forward_seq2seq(self, tokens: Tokens, target: Tokens, norms: bool = False) -> Seq2SeqOutput:
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens, measure: Measure = WEIGHT) -> Seq2SeqOutput:
         """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through
-        the decoder; every layer's full weights of every part (and value norms, ``norms``)."""
+        the decoder; every layer's full weights of every part (and value norms, for a
+        ``measure`` that needs values)."""
         import torch
 
         from ..architectures.seq2seq import EncoderDecoder
@@ -102,6 +104,7 @@ class OwnEngine(EngineBase):
 
         self.part_shape("cross")  # refuses a model with one stack
         assert isinstance(self.model, EncoderDecoder)  # part_shape checked it
+        norms = measure.needs_values
         with torch.inference_mode(), tapped(self, ("encoder", "decoder", "cross"), active=norms) as record:
             out = self.model.forward_seq2seq(self._ids(tokens), self._ids(target))
         if norms:
@@ -109,16 +112,17 @@ class OwnEngine(EngineBase):
         return out
 
     def forward_batch(
-        self, batch: Sequence[Tokens], max_layer: int | None = None, norms: bool = False
+        self, batch: Sequence[Tokens], max_layer: int | None = None, measure: Measure = WEIGHT
     ) -> ForwardOutput:
         """One forward pass over right-padded texts; attentions are (B, H, S, S) per layer
         (exact eager weights), padding keys get weight 0 and padding query rows are to be
-        ignored. ``norms``: the value norms (B, H, S) of every layer run too."""
+        ignored. A ``measure`` that needs values: the value norms (B, H, S) of every layer run too."""
         import torch
 
         from ..measures.norms import per_layer, tapped
 
         ids, mask = self._padded(batch)
+        norms = measure.needs_values
         with torch.inference_mode(), tapped(self, active=norms) as record:
             out = self.model(ids, attention_mask=mask, max_layer=max_layer, fused=False)
         if norms:

@@ -46,13 +46,22 @@ if TYPE_CHECKING:
     from ..tokens import Tokens
     from .lm import LMHead
 
-# model_type -> (final norm's weight name stems, kind, config eps key, default eps)
-FINAL_NORMS: dict[str, tuple[tuple[str, ...], str, str, float]] = {
-    "gpt2": (("transformer.ln_f", "ln_f"), "layer", "layer_norm_epsilon", 1e-5),
-    "llama": (("model.norm", "norm"), "rms", "rms_norm_eps", 1e-6),
-    "mistral": (("model.norm", "norm"), "rms", "rms_norm_eps", 1e-6),
-    "qwen2": (("model.norm", "norm"), "rms", "rms_norm_eps", 1e-6),
+# model_type -> (final norm's weight name stem in a causal-LM checkpoint, kind, config eps
+# key, default eps); a base model's checkpoint names it without the first part (``bare``)
+FINAL_NORMS: dict[str, tuple[str, str, str, float]] = {
+    "gpt2": ("transformer.ln_f", "layer", "layer_norm_epsilon", 1e-5),
+    "llama": ("model.norm", "rms", "rms_norm_eps", 1e-6),
+    "mistral": ("model.norm", "rms", "rms_norm_eps", 1e-6),
+    "qwen2": ("model.norm", "rms", "rms_norm_eps", 1e-6),
 }
+
+
+def bare(stem: str) -> tuple[str, str]:
+    """A weight's name stem as a causal-LM checkpoint and as its base model's spell it:
+    model.norm and norm, transformer.ln_f and ln_f."""
+    return stem, stem.split(".", 1)[1]
+
+
 # model_type -> (W^O's weight name stems, layer N as {n}; stored (in, out) as a Conv1D)
 OUTPUT_PROJECTIONS: dict[str, tuple[tuple[str, ...], bool]] = {
     "gpt2": (("transformer.h.{n}.attn.c_proj", "h.{n}.attn.c_proj"), True),
@@ -163,7 +172,8 @@ def load_final_norm(engine: Engine) -> FinalNorm:
             f"{files.spec} is {files.model_type!r}",
             reason=Reason.PATCH_DLA,
         )
-    stems, kind, key, default = found
+    stem, kind, key, default = found
+    stems = bare(stem)
     tensors = _read(engine, {f"{s}.{p}" for s in stems for p in ("weight", "bias")})
     for stem in stems:
         if f"{stem}.weight" in tensors:

@@ -101,6 +101,28 @@ class KVCache:
         return q, *held
 
 
+def joined(role: str, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """A self-attention module's (tap role "attn") step keys (B, G, L, D) and values
+    (B, G, L, Dv), after the position transform, joined to the running layer's stored
+    ones while generation runs: (B, G, S, D), (B, G, S, Dv); as they are otherwise."""
+    cache = _ACTIVE.get()
+    if cache is None or role != "attn":
+        return k, v
+    return cache.append(k, v)
+
+
+def projected(
+    role: str, project: Projection, query: Tensor, key: Tensor, value: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A module's ``project(query, key, value)``: q, k, v; but an encoder-decoder's
+    cross-attention (tap role "cross") while generation runs takes the encoder's keys and
+    values projected at the first step (``KVCache.cross``)."""
+    cache = _ACTIVE.get()
+    if cache is None or role != "cross":
+        return project(query, key, value)
+    return cache.cross(project, query, key, value)
+
+
 _ACTIVE: contextvars.ContextVar[KVCache | None] = contextvars.ContextVar("attnviz_kv_cache", default=None)
 
 

@@ -121,6 +121,22 @@ def attention_rows(
     return weights
 
 
+def _plain_causal(mask: Mask) -> bool:
+    """Causal and nothing else: the fused kernel's ``is_causal`` says it all."""
+    return mask.causal and mask.window is None and mask.padding is None and mask.chunk is None
+
+
+def key_range(mask: Mask, start: int, stop: int, length: int) -> tuple[int, int]:
+    """Keys [lo, hi) that queries start..stop-1 may see at all under ``mask`` (a causal
+    block needs no keys after it; a windowed one none before its window)."""
+    hi = stop if mask.causal else length
+    lo = max(0, start - mask.window + 1) if mask.window is not None and mask.causal else 0
+    if mask.chunk is not None:
+        lo = max(lo, start // mask.chunk * mask.chunk)  # keys before the first query's chunk
+        hi = min(length, hi if mask.causal else (stop - 1) // mask.chunk * mask.chunk + mask.chunk)
+    return lo, hi
+
+
 def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: MaskLike = None, scale: float | None = None) -> Tensor:
     """The output of attention by torch's fused kernel, no weights kept.
 
@@ -140,12 +156,12 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: MaskLike = None, scal
     length, keys = q.size(2), k.size(2)
     if mask.causal and length != keys:
         raise ValueError(f"a causal Mask needs as many queries as keys, not {length} and {keys}")
-    if mask.plain_causal:
+    if _plain_causal(mask):
         return sdpa(q, k, v, is_causal=True, scale=scale)  # (B, H, L, Dv)
     b, h = q.shape[:2]
     out = q.new_empty(b, h, length, v.size(-1))  # (B, H, L, Dv)
     for start, stop in _row_blocks(length, b * h, keys):
-        lo, hi = mask.key_range(start, stop, keys)
+        lo, hi = key_range(mask, start, stop, keys)
         m = mask.rows(torch.arange(start, stop, device=q.device), keys)  # (B or 1, 1, l, S)
         block = None if m is None else m[..., lo:hi]  # (B or 1, 1, l, hi-lo)
         out[:, :, start:stop] = sdpa(q[:, :, start:stop], k[:, :, lo:hi], v[:, :, lo:hi], attn_mask=block, scale=scale)
