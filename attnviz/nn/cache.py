@@ -50,6 +50,8 @@ class KVCache:
         self._held = [0] * layers
         self.reserve = reserve
         self.cross_kv: list[tuple[Tensor, Tensor] | None] = [None] * layers
+        # Other per-token tensors a layer keeps (DeepSeek-V3.2's indexer keys), by (layer, name).
+        self.extras: dict[tuple[int, str], Tensor] = {}
         self.layer = 0
 
     @property
@@ -99,6 +101,14 @@ class KVCache:
             return q, k, v
         q, _, _ = project(query, key[:, :0], value[:, :0])  # the keys and values of no token: q alone
         return q, *held
+
+    def extend(self, name: str, x: Tensor) -> Tensor:
+        """Store the step's ``x`` (B, L, ...) under ``name`` for the running layer and return
+        all it holds now, (B, S, ...): per-token state besides keys and values."""
+        key = (self.layer, name)
+        held = self.extras.get(key)
+        self.extras[key] = x if held is None else torch.cat((held, x), dim=1)
+        return self.extras[key]
 
 
 def joined(role: str, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
