@@ -655,6 +655,7 @@ def versus(
     """Every head's change from ``model_a`` to ``model_b`` (``measures.versus``) on each
     ``PatchPair`` (corrupted "" : no patching), at each pair's scored token: ``patch
     --vs-model``. Ctrl-C keeps the pairs done (``partial``)."""
+    from .measures.base import NORM, WEIGHT
     from .measures.versus import QUANTITIES, check_same_shape, summarise
 
     check_same_shape(model_a.shape, model_b.shape, model_a.files.spec, model_b.files.spec)
@@ -674,7 +675,7 @@ def versus(
             for q in ("patching", "ablation"):
                 if q in a:
                     changes[q].append(b[q] - a[q])
-            for q in ("weight", "norm"):
+            for q in (WEIGHT.name, NORM.name):
                 if q in a and q in b:
                     changes[q].append(_distance(a[q], b[q]))
             names = (a.get("metric", ""), direction if patching else "")
@@ -706,6 +707,7 @@ def _versus_reads(
     """One model on one pair: its (N, H, S) weight and norm-share rows and (N, H) ablation
     effects at the scored token, and with a corrupted prompt its (N, H) patching effects."""
     from .errors import MeasureError
+    from .measures.base import NORM, WEIGHT
     from .measures.patching import patch_heads
     from .measures.patchpairs import prepare_pairs
     from .measures.versus import shares
@@ -730,10 +732,10 @@ def _versus_reads(
             position = plain[-1]
     out["ids"] = list(tokens.ids)
     planned = plan(pair.clean, eng, Selection(queries=(Q(index=position),)))
-    out["weight"] = read(planned, eng).attention.weights[:, :, 0, :].astype(float)
+    out[WEIGHT.name] = read(planned, eng).attention.weights[:, :, 0, :].astype(float)
     try:
-        normed = plan(pair.clean, eng, Selection(queries=(Q(index=position),), measure="norm"))
-        out["norm"] = shares(read(normed, eng).attention.weights[:, :, 0, :])
+        normed = plan(pair.clean, eng, Selection(queries=(Q(index=position),), measure=NORM.name))
+        out[NORM.name] = shares(read(normed, eng).attention.weights[:, :, 0, :])
     except MeasureError as exc:
         notes.append(f"no norm change: {exc.message}")
     out["ablation"] = ablation_of(eng, planned, "zero").effect

@@ -321,7 +321,8 @@ def forward(
 
     from .engines import cpu_threads_for, engine_provenance, memory
 
-    norms = measure_named(check_measure(measure)).needs_values
+    m = measure_named(check_measure(measure))
+    norms = m.needs_values
     shape = engine.part_shape(part)
     query_tokens, key_tokens = tokens, None
     if part in ("decoder", "cross"):
@@ -339,18 +340,12 @@ def forward(
         memory.check(need, max_memory, free, where)
         with cpu_threads_for(engine, len(tokens)):
             # None: every row, the full matrices
-            out = (
-                engine.forward(tokens, chosen, asked or None, norms=True)
-                if norms
-                else engine.forward(tokens, chosen, asked or None)
-            )
+            out = engine.forward(tokens, chosen, asked or None, measure=m)
         picked = torch.stack([a[0] for a in out.attentions])  # (N, H, Q, S)
         values = None if out.value_norms is None else torch.stack([n[0] for n in out.value_norms])  # (N, H, S)
     else:
         with cpu_threads_for(engine, len(tokens) + len(target)):
-            both = (
-                engine.forward_seq2seq(tokens, target, norms=True) if norms else engine.forward_seq2seq(tokens, target)
-            )
+            both = engine.forward_seq2seq(tokens, target, measure=m)
         full = both.part(part)
         stacked = torch.stack([full.attentions[i][0] for i in chosen])  # (N, H, L, S)
         picked = stacked[:, :, list(asked or range(len(query_tokens))), :]  # (N, H, Q, S)
@@ -358,7 +353,7 @@ def forward(
     if norms:
         if values is None:
             raise EngineError(f"the {engine.name} engine returned no value norms", hint="report this as a bug")
-        picked = picked.float() * values.float()[:, :, None, :]  # (N, H, Q, S): α_hij·‖f_h(x_j)‖
+        picked = m.combine(picked.float(), values.float())  # (N, H, Q, S): α_hij·‖f_h(x_j)‖
     weights = picked.to(device="cpu", dtype=torch.float32).numpy().astype(np.float32, copy=False)
     bad = first_nonfinite_layer(weights, chosen)
     if bad is not None:

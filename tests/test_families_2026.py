@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 from attnviz import architectures
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import ModelLoadError
+from attnviz.measures.base import NORM
 
 from .builders import SENTENCES
 from .builders.families_2026 import MISTRAL4_ROPE, SPECS_2026, SPECS_2026_BY_NAME, YARN, save_2026
@@ -196,7 +197,7 @@ def test_value_norms_are_the_decompressed_values_through_w_o(spec: Any, saved: d
     own, hf = _engines(spec.name, saved)
     tokens = own.tokenize(SENTENCES[0])
     expected = _transformers_value_norms(hf, tokens)
-    out = own.forward(tokens, norms=True)
+    out = own.forward(tokens, measure=NORM)
     assert out.value_norms is not None and len(out.value_norms) == own.num_layers
     for layer, norms in enumerate(out.value_norms):
         assert norms.shape == (1, own.num_heads, len(tokens))
@@ -423,7 +424,7 @@ def test_hybrid_norms_and_explain_are_refused_in_one_line(name: str, saved: dict
 
     own, _ = _engines(name, saved)
     with pytest.raises(MeasureError, match="gates each head's output"):
-        own.forward(own.tokenize(SENTENCES[0]), norms=True)
+        own.forward(own.tokenize(SENTENCES[0]), measure=NORM)
     layer = str(own.shape.attention_layers[0])
     for args in (
         ["show", SENTENCES[0], "--token", "it", "--layer", layer, "--measure", "norm"],
@@ -613,3 +614,24 @@ def test_llama4_layers_are_chunked_nope_and_moe_as_configured(saved: dict[str, P
     rows = own.forward(tokens, queries=(7,)).attentions  # query 7: chunk 5..9
     assert bool((rows[0][0, :, 0, :5] == 0).all()) and bool((rows[0][0, :, 0, 5:8] > 0).all())
     assert bool((rows[1][0, :, 0, :8] > 0).all())
+
+
+def test_the_explorers_rows_of_a_gated_hybrid_are_kept(saved: dict[str, Path]) -> None:
+    """Qwen3-Next (gated heads, linear-attention layers): the explorer's row source keeps
+    the ``scores`` taps of its attention layers (its first window used to fail with the
+    norm measure's refusal, though weights were asked) and answers a later window exactly
+    as a pass does; the norm measure is still refused."""
+    from attnviz.cli.exploring import RowSource
+    from attnviz.errors import MeasureError
+
+    from .helpers import inspect
+
+    own, _ = _engines("qwen3_next", saved)
+    tokens = own.tokenize(SENTENCES[0])
+    source = RowSource(own, tokens, own.shape.layers)
+    source((1,))
+    assert source.kept and source.kept_size > 0
+    want = inspect(SENTENCES[0], own, layers=list(own.shape.layers), queries=(2, len(tokens) - 1))
+    np.testing.assert_array_equal(source((2, len(tokens) - 1)).weights, want.weights)
+    with pytest.raises(MeasureError):
+        source((2,), "norm")

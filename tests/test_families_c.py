@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 from attnviz import architectures
 from attnviz.engines import Engine, load_engine
 from attnviz.errors import ModelLoadError
+from attnviz.measures.base import NORM
 
 from .builders import SENTENCES
 from .builders.families_c import SPECS_C, SPECS_C_BY_NAME, save_c
@@ -120,7 +121,7 @@ def test_norms_and_ablation_match_the_hf_engine(spec: Any, saved: dict[str, Path
 
     own, hf = _engines(spec.name, saved)
     tokens = own.tokenize(SENTENCES[0])
-    ours, theirs = own.forward(tokens, norms=True), hf.forward(tokens, norms=True)
+    ours, theirs = own.forward(tokens, measure=NORM), hf.forward(tokens, measure=NORM)
     assert ours.value_norms is not None and theirs.value_norms is not None
     for a, b in zip(ours.value_norms, theirs.value_norms, strict=True):
         assert _diff(a, b) <= TOL

@@ -21,6 +21,7 @@ import torch
 from attnviz.engines import Engine, load_engine
 from attnviz.example import EXAMPLE
 from attnviz.measures import norms
+from attnviz.measures.base import NORM
 
 from .builders import SENTENCES, SPECS, Spec, save_tiny
 
@@ -350,7 +351,7 @@ def test_hf_v_tap_is_transformers_value_projection(name: str, saved: dict[str, P
     taps = Taps().record("blocks.*.attn.v")
     with hf.tapping(taps):
         hf.forward(tokens)
-    out = hf.forward(tokens, norms=True)
+    out = hf.forward(tokens, measure=NORM)
     handles = [m.register_forward_hook(lambda _m, _a, y: seen.append(y.detach())) for m in modules.values()]
     try:
         hf.forward(tokens)

@@ -396,3 +396,36 @@ def test_the_script_refuses_a_bad_config_in_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.strip() == "train_circuits: --d-model 30 is not divisible by --heads 4"
     assert not (tmp_path / "m").exists()
+
+
+def test_the_script_refuses_an_ioi_start_outside_the_run(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--steps", "10", "--ioi-from", "10", "--out", str(tmp_path / "m")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == "train_circuits: --ioi-from 10 is not a step of the run (0 to 9)"
+    assert not (tmp_path / "m").exists()
+
+
+def test_the_prr_layout_repeats_a_run_after_a_prefix_of_varying_length() -> None:
+    """<bos> p r r: the last 2h tokens are one run seen twice, h and the prefix vary, the
+    row fits the context; drawn from the script's own generator."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import train_circuits as tc
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    data = tc.Data(tc.vocabulary(), random.Random(5))
+    halves, prefixes = set(), set()
+    for _ in range(200):
+        row = data.prefixed_repeat(64, 6)
+        assert row[0] == data.ids["<bos>"] and len(row) <= 64
+        # The longest h with row[-2h:-h] == row[-h:] (a run of random words repeats by chance
+        # only rarely): at least the minimum, and the prefix is what is left before it.
+        h = max(k for k in range(1, (len(row) - 1) // 2 + 1) if row[-2 * k : -k] == row[-k:])
+        assert 6 <= h <= 31
+        halves.add(h)
+        prefixes.add(len(row) - 1 - 2 * h)
+    assert len(halves) > 15 and len(prefixes) > 20  # neither the run's length nor its start is fixed

@@ -325,3 +325,128 @@ def test_a_pattern_tap_sees_every_row_whatever_rows_are_kept(tiny: Callable[[str
         first, second = taps.recorded[f"blocks.{layer}.attn.pattern"]  # forward's, final_hidden's
         torch.testing.assert_close(first, full[layer], atol=TOL, rtol=0)
         torch.testing.assert_close(second, full[layer], atol=TOL, rtol=0)
+
+
+# --- kept rows, explain and norms are users of taps ------------------------------------
+
+
+@pytest.mark.parametrize("engine_name", ["own", "hf"])
+def test_norms_kept_rows_and_explain_arrays_through_the_public_protocol(
+    tiny: Callable[[str], Path], engine_name: str
+) -> None:
+    """What the norm measure, the kept rows and explain compute, from taps attached through
+    ``engine.tapping`` on either engine, is what they return today: the value norms
+    ‖v·W_h^O‖ of the recorded ``v`` are ``forward(measure=NORM)``'s; ``attention_rows`` of
+    the recorded q and k (the own engine's ``scores`` terms; the hf engine's ``q``/``k``
+    under the causal mask) are the pass's rows and the kept rows; explain's q, k, value
+    norms and attention output are the recorded taps' (Llama: GQA and RoPE)."""
+    from attnviz.measures.base import NORM
+    from attnviz.measures.explain import explain
+    from attnviz.measures.norms import value_norms
+    from attnviz.nn.attention import Mask
+    from attnviz.nn.rows import attention_rows
+
+    engine = load_engine(engine_name, resolve(str(tiny("llama"))), "cpu")
+    own = load_engine("own", resolve(str(tiny("llama"))), "cpu")
+    tokens = engine.tokenize(SENTENCE)
+    heads, layers = engine.shape.num_heads, engine.shape.layers
+    taps = Taps().record("blocks.*.attn.q").record("blocks.*.attn.k").record("blocks.*.attn.v")
+    taps.record("blocks.*.attn.out")
+    with engine.tapping(taps):
+        plain = engine.forward(tokens)
+    normed = engine.forward(tokens, measure=NORM)
+    assert normed.value_norms is not None
+    outputs = engine.head_outputs()
+    rows = (0, 4, len(tokens) - 1)
+    for n in layers:
+        # the norm measure: ‖f_h(x_j)‖ of the recorded values
+        mine = value_norms(taps[f"blocks.{n}.attn.v"], outputs[n], heads)
+        torch.testing.assert_close(mine, normed.value_norms[n], rtol=1e-6, atol=1e-6)
+        # the kept rows: the asked rows from q and k alone
+        q, k = taps[f"blocks.{n}.attn.q"], taps[f"blocks.{n}.attn.k"]
+        picked = attention_rows(q, k, rows, Mask(causal=True))  # (1, H, R, S)
+        torch.testing.assert_close(picked, plain.attentions[n][:, :, list(rows)].float(), atol=TOL, rtol=0)
+    # explain, the own engine's, held to this engine's taps (the same model on both engines)
+    it = 4
+    x = explain(own, tokens, it, 1, 3)
+    q, k, v = (taps[f"blocks.1.attn.{w}"] for w in ("q", "k", "v"))
+    g = 3 // (heads // k.size(1))
+    torch.testing.assert_close(torch.from_numpy(x.q), q[0, 3, it].float(), atol=TOL, rtol=0)
+    torch.testing.assert_close(torch.from_numpy(x.k), k[0, g].float(), atol=TOL, rtol=0)
+    norms = value_norms(v, outputs[1], heads)[0, 3]  # (S,)
+    torch.testing.assert_close(torch.from_numpy(x.value_norms), norms.float(), atol=TOL, rtol=1e-5)
+    torch.testing.assert_close(torch.from_numpy(x.attention_output), taps["blocks.1.attn.out"][0, it], atol=TOL, rtol=0)
+
+
+def test_the_score_terms_give_the_kept_rows_and_change_nothing(tiny: Callable[[str], Path]) -> None:
+    """The own engine's ``scores`` tap: what each layer's weights are computed from, with no
+    (Q, S) matrix made; its rows are the pass's rows, bit for bit (``KeptRows``), the pass
+    is unchanged, and the hf engine refuses the tap rather than tapping nothing."""
+    from attnviz.errors import UnsupportedArchitectureError
+    from attnviz.nn.rows import attention_rows
+
+    engine = load_engine("own", resolve(str(tiny("llama"))), "cpu")
+    tokens = engine.tokenize(SENTENCE)
+    plain = engine.forward(tokens, queries=[2, 5])
+    taps = Taps().record("blocks.*.attn.scores")
+    with engine.tapping(taps):
+        tapped = engine.forward(tokens, queries=[2, 5])
+    assert torch.equal(tapped.hidden_states, plain.hidden_states)
+    for n in range(engine.num_layers):
+        (terms,) = taps.recorded[f"blocks.{n}.attn.scores"]
+        assert terms.plain and terms.transformed and not terms.alibi
+        assert torch.equal(attention_rows(terms.q, terms.k, (2, 5), terms.mask, terms.scale), plain.attentions[n])
+    with pytest.raises(ValueError, match="positions cannot be chosen"):
+        Taps().record("blocks.0.attn.scores", positions=[1])
+    with pytest.raises(ValueError, match="recorded, not replaced"):
+        Taps().replace("blocks.0.attn.scores", 0.0)
+    hf = load_engine("hf", resolve(str(tiny("llama"))), "cpu")
+    with (
+        pytest.raises(UnsupportedArchitectureError, match="own engine taps them"),
+        hf.tapping(Taps().record("blocks.0.attn.scores")),
+    ):
+        pytest.fail("entered")
+
+
+_ROOT = Path(__file__).parent.parent / "attnviz"
+
+
+def test_only_the_hf_tap_module_hooks_a_torch_module() -> None:
+    """Taps are the one way into a head: no analysis registers a torch hook; the hf
+    engine's tap module maps the tap names onto transformers' modules and is alone."""
+    hooking = sorted(
+        str(p.relative_to(_ROOT)) for p in _ROOT.rglob("*.py") if "register_forward" in p.read_text(encoding="utf-8")
+    )
+    assert hooking == ["engines/hf_taps.py"]
+
+
+def test_the_engine_protocol_offers_taps_and_measures_not_modules_or_flags() -> None:
+    import inspect
+
+    from attnviz.engines.base import Engine
+
+    assert not {"attention_modules", "output_projections"} & set(vars(Engine))
+    assert "tapping" in vars(Engine) and "head_outputs" in vars(Engine)
+    for name, member in vars(Engine).items():
+        if callable(member) and not name.startswith("_"):
+            assert "norms" not in inspect.signature(member).parameters, name
+
+
+def test_the_measure_name_norm_is_tested_in_three_modules_at_most() -> None:
+    """A measure is an object (measures/base.py); the string "norm" is named where the
+    measure is defined and by explain's table orders, nowhere else."""
+    import re
+
+    quoted = re.compile(r"""["']norm["']""")
+    naming = sorted(
+        str(p.relative_to(_ROOT))
+        for p in _ROOT.rglob("*")
+        if p.suffix in (".py", ".js", ".html") and quoted.search(p.read_text(encoding="utf-8"))
+    )
+    assert len(naming) <= 3, naming
+    assert "measures/base.py" in naming
+
+
+def test_attention_py_teaches_the_seed_only() -> None:
+    lines = (_ROOT / "nn" / "attention.py").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 360

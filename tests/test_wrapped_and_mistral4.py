@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from attnviz.engines import Engine, load_engine
+from attnviz.measures.base import NORM
 
 from .builders import SENTENCES
 from .builders.families_2026 import SPECS_2026_BY_NAME, save_2026
@@ -66,7 +67,7 @@ def test_value_norms_equal_transformers_values_through_w_o(name: str, saved: dic
     finally:
         for handle in handles:
             handle.remove()
-    out = own.forward(tokens, norms=True)
+    out = own.forward(tokens, measure=NORM)
     assert out.value_norms is not None and len(out.value_norms) == len(text.layers)
     for layer, (module, v) in enumerate(zip(text.layers, seen, strict=True)):
         v = (

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from ..render import EXPLAIN_SORTS
 from ..render import EXPLAIN_TOP as DEFAULT_TOP
 from .app import EXAMPLE, app, errors
 from .common import query_from, read_input, stdout_console, wrote
@@ -27,17 +28,10 @@ from .options import (
     TokenOpt,
 )
 
-if TYPE_CHECKING:
-    pass
-
-
-class ExplainSort(str, Enum):
-    """``explain --sort``: the order of the keys' table (render.explain_view.SORTS)."""
-
-    weight = "weight"
-    norm = "norm"
-    contribution = "contribution"
-    position = "position"
+# ``explain --sort``: the order of the keys' table, its names from render.EXPLAIN_SORTS
+# (a light module: no rich, no numpy at the CLI's import).
+ExplainSort = Enum("ExplainSort", [(name, name) for name in EXPLAIN_SORTS], type=str)  # type: ignore[misc]
+_BY_WEIGHT = ExplainSort("weight")
 
 
 def _top(spec: str) -> int | None:
@@ -93,7 +87,7 @@ def explain(
             help="Which keys come first: weight (α), norm (‖f(x)‖), contribution (α·‖f(x)‖), largest first; "
             "position: the top by α in text order.",
         ),
-    ] = ExplainSort.weight,
+    ] = _BY_WEIGHT,
     model: ModelOpt = None,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = DType.float32,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ModelLoadError, Reason, UsageError
 from ..io.models import ModelFiles
+from ..measures.base import WEIGHT, Measure
 from ..result import Provenance
 from ..shape import HasShape, ModelShape
 from ..tokens import Tokens, check_ids, load_tokenizer, tokenize, tokenize_pair
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
+    from ..nn.rows import BlockSink
     from ..nn.taps import Taps
 
 
@@ -105,22 +107,34 @@ class Engine(Protocol):
         tokens: Tokens,
         layers: Sequence[int] | None = None,
         queries: Sequence[int] | None = None,
-        norms: bool = False,
+        measure: Measure = WEIGHT,
     ) -> ForwardOutput:
         """One forward pass (an encoder-decoder's encoder alone). ``attentions[i]``
         (1, H, R, S) holds layer ``layers[i]``'s weight rows of ``queries`` (default:
-        every layer, every row); with ``norms``, ``value_norms[i]`` (1, H, S) its value
-        norms (``attnviz.measures.norms``)."""
+        every layer, every row). The engine records the taps ``measure`` names
+        (``Measure.taps``): for one that needs values, ``value_norms[i]`` (1, H, S) holds
+        layer ``layers[i]``'s value norms (``attnviz.measures.norms``), which
+        ``measure.combine`` turns into rows with the weights."""
         ...
 
-    def forward_seq2seq(self, tokens: Tokens, target: Tokens, norms: bool = False) -> Seq2SeqOutput: ...
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens, measure: Measure = WEIGHT) -> Seq2SeqOutput: ...
 
     def forward_batch(
-        self, batch: Sequence[Tokens], max_layer: int | None = None, norms: bool = False
+        self,
+        batch: Sequence[Tokens],
+        max_layer: int | None = None,
+        measure: Measure = WEIGHT,
+        *,
+        blocks: BlockSink | None = None,
+        layers: Sequence[int] | None = None,
     ) -> ForwardOutput:
         """One pass over right-padded texts: full (B, H, S, S) weights of layers 0..max_layer
-        (and, ``norms``, their (B, H, S) value norms); a hybrid's, of its attention layers
-        among those (``shape.layers``), in order."""
+        (and, for a ``measure`` that needs values, their (B, H, S) value norms); a hybrid's,
+        of its attention layers among those (``shape.layers``), in order. ``blocks`` (with
+        the weight measure): instead, the weights of ``layers`` (default all run) go to
+        ``blocks(layer, start, stop, weights (B, H, l, S) float32)`` one block of query rows
+        at a time, ``attentions`` empty (``nn.rows.streaming``): the own engine never holds
+        a layer's matrix."""
         ...
 
     def final_hidden(

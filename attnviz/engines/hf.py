@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import EngineError, ModelLoadError, Reason
 from ..io.checkpoint import check_tensors
-from ..measures.base import NORM
+from ..measures.base import NORM, WEIGHT, Measure
 from ..select import PARTS
 from ..shape import ModelShape, layer_list
 from ..tokens import Tokens
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
     from ..io.models import ModelFiles
+    from ..nn.rows import BlockSink
     from ..nn.taps import Taps
     from . import hf_taps
 
@@ -156,11 +157,11 @@ class HFEngine(EngineBase):
         tokens: Tokens,
         layers: Sequence[int] | None = None,
         queries: Sequence[int] | None = None,
-        norms: bool = False,
+        measure: Measure = WEIGHT,
     ) -> ForwardOutput:
         """transformers computes every layer's full eager weights; we keep the asked ones.
-        (An encoder-decoder's encoder alone.) ``norms``: value norms from the ``v`` taps
-        and W^O (``norms.tapped``, ``head_outputs``)."""
+        (An encoder-decoder's encoder alone.) A ``measure`` that needs values: value norms
+        from the ``v`` taps and W^O (``norms.tapped``, ``head_outputs``)."""
         import torch
 
         from ..measures.norms import per_layer, tapped
@@ -172,6 +173,7 @@ class HFEngine(EngineBase):
         kwargs: dict[str, Any] = {}
         if any(tokens.type_ids) and "token_type_ids" in _parameters(model.forward):
             kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
+        norms = measure.needs_values
         with torch.inference_mode(), tapped(self, active=norms) as record:
             out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True, **kwargs)
         full = _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
@@ -218,17 +220,39 @@ class HFEngine(EngineBase):
             ) from None
 
     def forward_batch(
-        self, batch: Sequence[Tokens], max_layer: int | None = None, norms: bool = False
+        self,
+        batch: Sequence[Tokens],
+        max_layer: int | None = None,
+        measure: Measure = WEIGHT,
+        *,
+        blocks: BlockSink | None = None,
+        layers: Sequence[int] | None = None,
     ) -> ForwardOutput:
         """As ``OwnEngine.forward_batch``, through transformers (every layer runs; an
-        encoder-decoder's encoder alone)."""
+        encoder-decoder's encoder alone). ``blocks``: transformers returns whole matrices
+        (``ModelSizes.full_matrices``), handed to the sink a block of rows at a time after
+        the pass."""
         import torch
 
         from ..measures.norms import per_layer, tapped
 
+        if blocks is not None:
+            from ..nn.rows import feed_blocks
+
+            if measure.needs_values:
+                raise ValueError("the value norms are recorded beside whole matrices, not streamed blocks")
+            out = self.forward_batch(batch, max_layer)
+            attention_layers = self.shape.layers[: len(out.attentions)]
+            for layer, weights in zip(attention_layers, out.attentions, strict=True):
+                if layers is None or layer in layers:
+                    feed_blocks(layer, weights, blocks)
+            out.attentions = []
+            return out
+
         ids, mask = self._padded(batch)
         self._rotary.restore()
         model = self.model.get_encoder() if self.parts else self.model
+        norms = measure.needs_values
         with torch.inference_mode(), tapped(self, active=norms) as record:
             out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
         full = _output(getattr(out, "attentions", None), getattr(out, "last_hidden_state", None))
@@ -237,7 +261,7 @@ class HFEngine(EngineBase):
             full.value_norms = per_layer(record.part(None), run, range(run), self.files.model_type)
         return full
 
-    def forward_seq2seq(self, tokens: Tokens, target: Tokens, norms: bool = False) -> Seq2SeqOutput:
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens, measure: Measure = WEIGHT) -> Seq2SeqOutput:
         """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through the decoder."""
         import torch
 
@@ -247,7 +271,7 @@ class HFEngine(EngineBase):
         self.part_shape("cross")  # refuses a model with one stack
         ids, decoder_ids = self._ids(tokens), self._ids(target)
         self._rotary.restore()
-        parts = ("encoder", "decoder", "cross")
+        parts, norms = ("encoder", "decoder", "cross"), measure.needs_values
         with torch.inference_mode(), tapped(self, parts, active=norms) as record:
             out = self.model(
                 input_ids=ids,

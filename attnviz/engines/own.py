@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..measures.base import NORM
+from ..measures.base import NORM, WEIGHT, Measure
 from ..select import PARTS
 from ..tokens import Tokens
 from .base import EngineBase
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..architectures.seq2seq import Seq2SeqOutput
     from ..io.models import ModelFiles
     from ..nn.attention import MultiHeadAttention
+    from ..nn.rows import BlockSink
     from ..nn.taps import Taps
 
 
@@ -57,11 +58,11 @@ class OwnEngine(EngineBase):
         tokens: Tokens,
         layers: Sequence[int] | None = None,
         queries: Sequence[int] | None = None,
-        norms: bool = False,
+        measure: Measure = WEIGHT,
     ) -> ForwardOutput:
         """Fused attention in every layer; exact weights only for ``queries`` of ``layers``,
         and no layer after the last one asked for. (An encoder-decoder's encoder alone.)
-        ``norms``: the value norms of ``layers`` too (``attnviz.measures.norms``)."""
+        A ``measure`` that needs values: the value norms of ``layers`` too (``attnviz.measures.norms``)."""
         import torch
 
         from ..measures.norms import per_layer, tapped
@@ -78,6 +79,7 @@ class OwnEngine(EngineBase):
         if any(tokens.type_ids) and types:
             # A sentence pair, into a model with token-type embeddings (else ignored, as transformers does).
             kwargs["token_type_ids"] = torch.tensor([tokens.type_ids], dtype=torch.long, device=self.device)
+        norms = measure.needs_values
         with torch.inference_mode(), tapped(self, active=norms) as record:
             every = _pattern_tapped()  # a pattern tap sees every row of every layer, as on the hf engine
             rows, asked = (None, None) if every else (queries, set(chosen))
@@ -92,9 +94,10 @@ class OwnEngine(EngineBase):
         out.attentions = [out.attentions[i] for i in picked]
         return out
 
-    def forward_seq2seq(self, tokens: Tokens, target: Tokens, norms: bool = False) -> Seq2SeqOutput:
+    def forward_seq2seq(self, tokens: Tokens, target: Tokens, measure: Measure = WEIGHT) -> Seq2SeqOutput:
         """Source ``tokens`` through the encoder, ``target`` (from tokenize_target) through
-        the decoder; every layer's full weights of every part (and value norms, ``norms``)."""
+        the decoder; every layer's full weights of every part (and value norms, for a
+        ``measure`` that needs values)."""
         import torch
 
         from ..architectures.seq2seq import EncoderDecoder
@@ -102,6 +105,7 @@ class OwnEngine(EngineBase):
 
         self.part_shape("cross")  # refuses a model with one stack
         assert isinstance(self.model, EncoderDecoder)  # part_shape checked it
+        norms = measure.needs_values
         with torch.inference_mode(), tapped(self, ("encoder", "decoder", "cross"), active=norms) as record:
             out = self.model.forward_seq2seq(self._ids(tokens), self._ids(target))
         if norms:
@@ -109,16 +113,44 @@ class OwnEngine(EngineBase):
         return out
 
     def forward_batch(
-        self, batch: Sequence[Tokens], max_layer: int | None = None, norms: bool = False
+        self,
+        batch: Sequence[Tokens],
+        max_layer: int | None = None,
+        measure: Measure = WEIGHT,
+        *,
+        blocks: BlockSink | None = None,
+        layers: Sequence[int] | None = None,
     ) -> ForwardOutput:
         """One forward pass over right-padded texts; attentions are (B, H, S, S) per layer
         (exact eager weights), padding keys get weight 0 and padding query rows are to be
-        ignored. ``norms``: the value norms (B, H, S) of every layer run too."""
+        ignored. A ``measure`` that needs values: the value norms (B, H, S) of every layer run too.
+
+        ``blocks``: the weights of ``layers`` (default: every layer run) go to
+        ``blocks(layer, start, stop, weights)`` one block of query rows at a time, computed
+        by the eager steps on that block (rows.chunked_eager), and ``attentions`` is empty:
+        the pass holds one block of weights, never a layer's (B, H, S, S)."""
         import torch
 
         from ..measures.norms import per_layer, tapped
 
         ids, mask = self._padded(batch)
+        if blocks is not None:
+            from ..nn.rows import feed_blocks, streaming
+
+            if measure.needs_values:
+                raise ValueError("the value norms are recorded beside whole matrices, not streamed blocks")
+            asked = None if layers is None else set(layers)
+            if _pattern_tapped():  # a pattern tap records whole matrices: stream them after the pass
+                out = self.forward_batch(batch, max_layer)
+                for layer, weights in zip(self.shape.layers, out.attentions, strict=False):
+                    if asked is None or layer in asked:
+                        feed_blocks(layer, weights, blocks)
+            else:
+                with torch.inference_mode(), streaming(blocks):
+                    out = self.model(ids, attention_mask=mask, max_layer=max_layer, layers=asked, fused=True)
+            out.attentions = []
+            return out
+        norms = measure.needs_values
         with torch.inference_mode(), tapped(self, active=norms) as record:
             out = self.model(ids, attention_mask=mask, max_layer=max_layer, fused=False)
         if norms:

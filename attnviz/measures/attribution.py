@@ -32,7 +32,7 @@ for GPT-2 and the Llama-likes. Reads the stream through taps. torch + numpy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,13 +46,22 @@ if TYPE_CHECKING:
     from ..tokens import Tokens
     from .lm import LMHead
 
-# model_type -> (final norm's weight name stems, kind, config eps key, default eps)
-FINAL_NORMS: dict[str, tuple[tuple[str, ...], str, str, float]] = {
-    "gpt2": (("transformer.ln_f", "ln_f"), "layer", "layer_norm_epsilon", 1e-5),
-    "llama": (("model.norm", "norm"), "rms", "rms_norm_eps", 1e-6),
-    "mistral": (("model.norm", "norm"), "rms", "rms_norm_eps", 1e-6),
-    "qwen2": (("model.norm", "norm"), "rms", "rms_norm_eps", 1e-6),
+# model_type -> (final norm's weight name stem in a causal-LM checkpoint, kind, config eps
+# key, default eps); a base model's checkpoint names it without the first part (``bare``)
+FINAL_NORMS: dict[str, tuple[str, str, str, float]] = {
+    "gpt2": ("transformer.ln_f", "layer", "layer_norm_epsilon", 1e-5),
+    "llama": ("model.norm", "rms", "rms_norm_eps", 1e-6),
+    "mistral": ("model.norm", "rms", "rms_norm_eps", 1e-6),
+    "qwen2": ("model.norm", "rms", "rms_norm_eps", 1e-6),
 }
+
+
+def bare(stem: str) -> tuple[str, str]:
+    """A weight's name stem as a causal-LM checkpoint and as its base model's spell it:
+    model.norm and norm, transformer.ln_f and ln_f."""
+    return stem, stem.split(".", 1)[1]
+
+
 # model_type -> (W^O's weight name stems, layer N as {n}; stored (in, out) as a Conv1D)
 OUTPUT_PROJECTIONS: dict[str, tuple[tuple[str, ...], bool]] = {
     "gpt2": (("transformer.h.{n}.attn.c_proj", "h.{n}.attn.c_proj"), True),
@@ -163,7 +172,8 @@ def load_final_norm(engine: Engine) -> FinalNorm:
             f"{files.spec} is {files.model_type!r}",
             reason=Reason.PATCH_DLA,
         )
-    stems, kind, key, default = found
+    stem, kind, key, default = found
+    stems = bare(stem)
     tensors = _read(engine, {f"{s}.{p}" for s in stems for p in ("weight", "bias")})
     for stem in stems:
         if f"{stem}.weight" in tensors:
@@ -413,8 +423,20 @@ def attribute(
         streams = torch.stack([taps[tap_name(None, layer, "resid_post")][0, 0] for layer in range(n)])  # (N, E)
         lensed = norm(streams).to(hidden.dtype) if lens else streams[:0]
         rows = torch.cat([lensed, hidden[0, q][None]])  # (N + 1, E), or (1, E) without the lens
-        every = lm.logits(rows).double()  # (N + 1, V)
+        # Without the lens only two logits are read: W_U's two rows, not its V (a tenth of a
+        # forward pass at 15 tokens of GPT-2 small), in lm.logits's own order of operations.
+        head = (
+            lm
+            if lens
+            else replace(
+                lm,
+                unembed=lm.unembed[[answer, wrong]],
+                bias=None if lm.bias is None else lm.bias[[answer, wrong]],
+            )
+        )
+        every = head.logits(rows).double()  # (N + 1, V), or (1, 2) without the lens
         logits = every[-1]
+        a, w_ = (answer, wrong) if lens else (0, 1)  # their columns
         lens_rows, lens_diff = [], np.full(n, np.nan)
         if lens:
             values, ids = every[:n].topk(top, dim=-1)  # (N, top)
@@ -435,7 +457,7 @@ def attribute(
         attn_biases=attn_biases,
         embeddings=embeddings,
         biases=shift + lm_bias,
-        logit_diff=float(logits[answer] - logits[wrong]),
+        logit_diff=float(logits[a] - logits[w_]),
         lens=tuple(lens_rows),
         lens_diff=lens_diff,
     )

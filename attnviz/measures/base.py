@@ -46,7 +46,7 @@ class Measure:
     @property
     def needs_values(self) -> bool:
         """Whether it records more than the weights (the values and W^O of each head), so
-        the engines run their value recording (``norms=True`` on the protocol)."""
+        the engines record the values and combine them (``measure=`` on the protocol)."""
         return self.taps != ("pattern",)
 
     def combine(self, pattern: Any, value_norms: Any = None) -> Any:

@@ -17,14 +17,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
+from ..nn.cache import KVCache
+
+if TYPE_CHECKING:
     from ..engines import Engine
     from ..tokens import Tokens
 
 # (copies at the patched layer, the patched layer) -> final hidden states (B, Q − P, E)
-Forward = Callable[[int, int], "torch.Tensor"]
+Forward = Callable[[int, int], torch.Tensor]
 
 
 def shared_prefix(engine: Engine, run: Tokens, prefix: int, at: int) -> tuple[Forward, int]:
@@ -32,11 +34,8 @@ def shared_prefix(engine: Engine, run: Tokens, prefix: int, at: int) -> tuple[Fo
     gives the final hidden states of positions P.. (the scored position ``at`` at at − P).
     P is 0 (a plain ``final_hidden`` pass, every position) unless the engine is the own
     engine on a causal decoder the generation cache serves, and 0 < P ≤ at."""
-    import torch
-
     from ..architectures.decoder import DecoderModel
     from ..generation import CACHED_FAMILIES
-    from ..nn.cache import KVCache
 
     model = getattr(engine, "model", None)
     usable = (
@@ -56,15 +55,36 @@ def shared_prefix(engine: Engine, run: Tokens, prefix: int, at: int) -> tuple[Fo
         model(ids[:, :prefix], layers=(), queries=(), fused=True, cache=held)  # fills it: (1, G, P, D) a layer
 
     def forward(count: int, layer: int) -> torch.Tensor:
-        # Layers before the patched one run one copy; from it on, ``count`` (the taps' copies).
-        cache = KVCache(model.num_layers)
-        for n in range(model.num_layers):
-            k, v = held.keys[n], held.values[n]
-            assert k is not None and v is not None
-            many = n >= layer and count > 1
-            cache.keys[n] = k.expand(count, *k.shape[1:]) if many else k
-            cache.values[n] = v.expand(count, *v.shape[1:]) if many else v
         with torch.inference_mode():
-            return model(ids, layers=(), queries=(), fused=True, cache=cache).hidden_states  # (B, Q − P, E)
+            return model(ids, layers=(), queries=(), fused=True, cache=_Prefix(held)).hidden_states  # (B, Q − P, E)
 
     return forward, prefix
+
+
+class _Prefix(KVCache):
+    """The prefix's keys and values, read by every pass and kept by none: a layer's step gets
+    them (as many copies as its batch: one before the patched layer, the copies after) in
+    front of its own, and nothing is stored, so a pass holds one layer's keys at a time
+    (a cache that kept them would hold every layer's, batch × S × D each: 177 MB at 200
+    tokens of a GPT-2-small-shaped model, batch 12)."""
+
+    def __init__(self, held: KVCache) -> None:
+        super().__init__(len(held.keys))
+        self._prefix_keys, self._prefix_values = held.keys, held.values  # per layer (1, G, P, D)
+        self._size = held.length
+
+    @property
+    def length(self) -> int:
+        return self._size
+
+    def offset(self) -> int:
+        return self._size
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        held_k, held_v = self._prefix_keys[self.layer], self._prefix_values[self.layer]
+        assert held_k is not None and held_v is not None
+        batch = k.size(0)
+        return (
+            torch.cat((held_k.expand(batch, *held_k.shape[1:]), k), dim=2),  # (B, G, S, D)
+            torch.cat((held_v.expand(batch, *held_v.shape[1:]), v), dim=2),  # (B, G, S, Dv)
+        )

@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import Reason, UsageError
+from .base import NORM, WEIGHT
 from .patching import _numbers
 from .patchpairs import LEVEL, RESAMPLES, bootstrap
 
-QUANTITIES = ("patching", "ablation", "weight", "norm")
+QUANTITIES = ("patching", "ablation", WEIGHT.name, NORM.name)  # the two measures' row changes
 SIGNED = ("patching", "ablation")  # B − A; the row distances are ≥ 0
 
 
@@ -107,8 +108,8 @@ class Versus:
 
     def what(self) -> str:
         told = {
-            "weight": "weight: ½Σ|α_B − α_A| (the head's row, total variation)",
-            "norm": "norm: the same over its norm shares",
+            WEIGHT.name: f"{WEIGHT.name}: ½Σ|α_B − α_A| (the head's row, total variation)",
+            NORM.name: f"{NORM.name}: the same over its {NORM.share_label}s",
             "ablation": "ablation: effect_B − effect_A (1 − cos of the final hidden state)",
             "patching": f"patching: effect_B − effect_A ({self.metric}, {self.direction})",
         }

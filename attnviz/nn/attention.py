@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -165,11 +165,6 @@ class Mask:
                 f"padding must be a (B, S) boolean tensor, not {self.padding.dtype} {tuple(self.padding.shape)}"
             )
 
-    @property
-    def plain_causal(self) -> bool:
-        """Causal and nothing else: the fused kernel's ``is_causal`` says it all."""
-        return self.causal and self.window is None and self.padding is None and self.chunk is None
-
     def rows(self, index: Tensor, length: int) -> Tensor | None:
         """(B or 1, 1, R, S) boolean rows ``index`` (R,) of the mask; None when all True."""
         if not self.causal and self.window is None and self.padding is None and self.chunk is None:
@@ -190,16 +185,6 @@ class Mask:
     def dense(self, length: int, device: torch.device | str | None = None) -> Tensor | None:
         """(B or 1, 1, S, S) boolean: the whole matrix (the eager path's mask)."""
         return self.rows(torch.arange(length, device=device), length)
-
-    def key_range(self, start: int, stop: int, length: int) -> tuple[int, int]:
-        """Keys [lo, hi) that queries start..stop-1 may see at all (a causal block needs
-        no keys after it; a windowed one none before its window)."""
-        hi = stop if self.causal else length
-        lo = max(0, start - self.window + 1) if self.window is not None and self.causal else 0
-        if self.chunk is not None:
-            lo = max(lo, start // self.chunk * self.chunk)  # keys before the first query's chunk
-            hi = min(length, hi if self.causal else (stop - 1) // self.chunk * self.chunk + self.chunk)
-        return lo, hi
 
 
 MaskLike = Tensor | Mask | None
@@ -233,15 +218,10 @@ def eager_attention(
     return softmax_attention(q, k, v, dense, scale, **modifiers)  # (B, H, L, Dv), (B, H, L, S)
 
 
-class Attend(Protocol):
-    """How a layer computes its attention from the split heads: (output, weights).
-
-    ``eager_attention`` is one (the default); rows.py's ``RowRequest`` is the other (the
-    fused kernel's output and only the asked rows' weights)."""
-
-    def __call__(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: MaskLike, scale: float | None, **modifiers: Any
-    ) -> tuple[Tensor, Tensor]: ...
+# How a layer computes its attention from the split heads, (q, k, v, mask, scale,
+# **modifiers) -> (output, weights): ``eager_attention`` (the default), or rows.py's
+# ``RowRequest`` (the fused kernel's output and only the asked rows' weights).
+Attend = Callable[..., tuple[Tensor, Tensor]]
 
 
 class MultiHeadAttention(nn.Module):
@@ -360,16 +340,11 @@ class MultiHeadAttention(nn.Module):
         site = taps.active()  # None unless a pass attached taps (nn/taps.py)
         if site is not None:
             q, k, v = site(f"{self.tap_role}.q", q), site(f"{self.tap_role}.k", k), site(f"{self.tap_role}.v", v)
-        cache = kv_cache.active()  # None unless generation runs (nn/cache.py)
-        if cache is not None and self.tap_role == "attn":
-            # The step's keys join the stored ones, after the position transform.
-            k, v = cache.append(k, v)  # (B, G, S, D), (B, G, S, Dv)
+        k, v = kv_cache.joined(self.tap_role, k, v)  # with generation's stored keys (nn/cache.py)
         if site is not None:  # what the weights are computed from (explain, kept rows)
             site.terms(self, q, k, mask, score_bias, request, qk_transform)
         # 2. head_i = softmax(Q_i K_iᵀ / √d_k) V_i, all heads at once; with grouped-query
-        #    attention each key/value head serves H/G query heads (``repeat_kv``). Score
-        #    modifiers (a position bias, soft-capping, sinks) send a fused request to the
-        #    blocked eager path (rows.attend).
+        #    attention each key/value head serves H/G query heads (``repeat_kv``).
         heads, weights = request(
             q, k, v, mask, self.scale, score_bias=score_bias, softcap=self.softcap, sinks=self.sinks
         )  # (B, H, L, D), (B, H, R, S)

@@ -86,6 +86,16 @@ class KVCache:
         return buf_k[:, :, : held + step], buf_v[:, :, : held + step]
 
 
+def joined(role: str, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """A self-attention module's (tap role "attn") step keys (B, G, L, D) and values
+    (B, G, L, Dv), after the position transform, joined to the running layer's stored
+    ones while generation runs: (B, G, S, D), (B, G, S, Dv); as they are otherwise."""
+    cache = _ACTIVE.get()
+    if cache is None or role != "attn":
+        return k, v
+    return cache.append(k, v)
+
+
 _ACTIVE: contextvars.ContextVar[KVCache | None] = contextvars.ContextVar("attnviz_kv_cache", default=None)
 
 

@@ -62,9 +62,10 @@ _PROBE = Tokens(text="x", ids=(0,), pieces=("x",), offsets=((0, 1),), special=(F
 
 def kept_bytes(engine: Engine, layers: Sequence[int], num_tokens: int) -> int | None:
     """Bytes that q and k of ``layers`` take at ``num_tokens`` tokens (None: an engine that
-    does not tap the score terms, the hf engine, or an encoder-decoder: nothing can be
-    kept). Read from the ``scores`` tap of a one-token pass through the first attention
-    layer (H, G, D and the dtype's size, as the layers make them)."""
+    does not tap the score terms, the hf engine, a family whose attention our module does
+    not score (DeBERTa), or an encoder-decoder: nothing can be kept). Read from the
+    ``scores`` tap of a one-token pass through the first attention layer (H, G, D and the
+    dtype's size, as the layers make them)."""
     from ..errors import UnsupportedArchitectureError
 
     if engine.parts:
@@ -75,6 +76,8 @@ def kept_bytes(engine: Engine, layers: Sequence[int], num_tokens: int) -> int | 
         with engine.tapping(probe):
             engine.forward(_PROBE, (first,), ())
     except UnsupportedArchitectureError:
+        return None
+    if tap_name(None, first, "scores") not in probe:  # a layer not scored by our module (DeBERTa's)
         return None
     terms: ScoreTerms = probe[tap_name(None, first, "scores")]
     q, k = terms.q, terms.k  # (1, H, 1, D), (1, G, 1, D)

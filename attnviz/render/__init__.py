@@ -79,6 +79,8 @@ EXPORT_FORMATS = IMAGE_FORMATS + HTML_FORMATS
 DEFAULT_DPI = 150
 DEFAULT_FONT_PT = 8.0  # tick labels; titles scale with it
 EXPLAIN_TOP = 10  # explain's table: the top keys by default (a 343-token text printed 357 lines)
+# explain's table orders (``--sort``): α, ‖f(x)‖, α·‖f(x)‖, or the top by α in text order
+EXPLAIN_SORTS = ("weight", "norm", "contribution", "position")
 COLUMN_IN = 6.3  # a one-layer figure fits this width (a paper's text column) by default
 
 

@@ -387,7 +387,10 @@ class ExploreApp(App[None]):
             self.say(refused)
             return
         self.refresh_view()
-        self.say(f"measure: {'norm shares ‖α·f(x)‖ (Kobayashi et al. 2020)' if self.measure == 'norm' else 'weight'}")
+        from ..measures.base import measure_named
+
+        m = measure_named(self.measure)
+        self.say(f"measure: {m.name if m.sums_to_one else f'{m.share_label}s ‖α·f(x)‖ ({m.citation})'}")
 
     def action_scroll(self, where: str) -> None:
         body = self.query_one("#view", Lines)

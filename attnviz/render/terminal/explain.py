@@ -13,10 +13,10 @@ from rich.table import Table
 from rich.text import Text
 
 from ...measures.explain import Explanation
-from .. import EXPLAIN_TOP
+from .. import EXPLAIN_SORTS, EXPLAIN_TOP
 
 BAR = 10  # characters of a full bar
-SORTS = ("weight", "norm", "contribution", "position")
+SORTS = EXPLAIN_SORTS
 DEFAULT_TOP = EXPLAIN_TOP
 
 
