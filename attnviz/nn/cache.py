@@ -47,6 +47,8 @@ class KVCache:
         self._values: list[Tensor | None] = [None] * layers
         self._held = [0] * layers
         self.reserve = reserve
+        # Other per-token tensors a layer keeps (DeepSeek-V3.2's indexer keys), by (layer, name).
+        self.extras: dict[tuple[int, str], Tensor] = {}
         self.layer = 0
 
     @property
@@ -84,6 +86,14 @@ class KVCache:
         buf_v[:, :, held : held + step] = v
         self._held[n] = held + step
         return buf_k[:, :, : held + step], buf_v[:, :, : held + step]
+
+    def extend(self, name: str, x: Tensor) -> Tensor:
+        """Store the step's ``x`` (B, L, ...) under ``name`` for the running layer and return
+        all it holds now, (B, S, ...): per-token state besides keys and values."""
+        key = (self.layer, name)
+        held = self.extras.get(key)
+        self.extras[key] = x if held is None else torch.cat((held, x), dim=1)
+        return self.extras[key]
 
 
 def joined(role: str, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:

@@ -22,7 +22,7 @@ numpy + stdlib only (and render.html); IPython and anywidget are imported by the
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,12 +228,19 @@ def show(
     view: str = "head",
     layer: int | None = None,
     token: str | int | None = None,
-    options: Options | None = None,
+    options: Options | Mapping[str, Any] | None = None,
     *,
     height: int = DEFAULT_HEIGHT,
     budget: int = HTML_BUDGET_BYTES,
 ) -> NotebookView:
-    """``att`` as a ``NotebookView`` (see ``frame``)."""
+    """``att`` as a ``NotebookView`` (see ``frame``). ``options``: an ``Options``, or its
+    fields by name (``Attention.show``'s keywords); a value of the wrong kind is a message
+    in the cell, as every other bad initial state is."""
+    if options is not None and not isinstance(options, Options):
+        try:
+            options = Options(**options)
+        except AttnvizError as exc:
+            return NotebookView(message(str(exc)), summary(att))
     return NotebookView(frame(att, view, layer, token, options, height=height, budget=budget), summary(att))
 
 
