@@ -364,6 +364,23 @@ def test_a_short_run_writes_a_checkpoint_both_engines_load_and_repeats_exactly(t
 
     summary, log = train_short(tmp_path / "a")
     assert "step 0: loss" in log and "step 199: loss" in log  # the progress, on stderr
+    # The last line's held-out copies: the saved model's losses on the script's 16 held-out
+    # <bos> r r (its generator, seed + 7), recomputed here with transformers.
+    shown = re.search(r"step 199: .*held-out copies ([0-9.]+) / ([0-9.]+)", log)
+    assert shown is not None
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import train_circuits as tc
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    probe = tc.Data(tc.vocabulary(), random.Random(3 + 7))
+    rows = torch.tensor([probe.repeated(20) for _ in range(16)])  # (16, 41)
+    trained = AutoModelForCausalLM.from_pretrained(tmp_path / "a", attn_implementation="eager").eval()
+    with torch.no_grad():
+        logp = trained(input_ids=rows).logits.log_softmax(-1)
+    nll = -logp[:, :-1].gather(-1, rows[:, 1:, None])[..., 0]  # (16, 40): position p predicts p+1
+    assert float(shown[1]) == pytest.approx(float(nll[:, 1:20].mean()), abs=2e-3)
+    assert float(shown[2]) == pytest.approx(float(nll[:, 21:].mean()), abs=2e-3)
     out = tmp_path / "a"
     assert sorted(p.name for p in out.iterdir()) == [
         "README.md", "config.json", "generation_config.json", "metrics.json",
