@@ -200,7 +200,8 @@ class Generation:
 
 def check_request(engine: Engine, tokens: Tokens, count: int) -> None:
     """Refuse, before any generation, what cannot be answered: N ≤ 0, a model that does not
-    write (an encoder; a base model saved without its LM head), a prompt plus N past the
+    write (an encoder; a base model saved without its LM head, read from the tensor names
+    on either engine), a prompt plus N past the
     model's positions (an encoder-decoder's decoder: its start token plus N)."""
     if count <= 0:
         raise UsageError(f"{count} tokens to write: the number must be at least 1", hint="ask for 1 or more tokens")
@@ -216,6 +217,8 @@ def check_request(engine: Engine, tokens: Tokens, count: int) -> None:
             f"{engine.files.path} has no language-model head: it cannot write text (saved as {', '.join(saved)})",
             hint="generation needs a checkpoint saved from a *ForConditionalGeneration class",
         )
+    if not seq2seq:
+        _check_causal_head(engine)
     limit, given = engine.max_positions, 1 if seq2seq else len(tokens.ids)
     if limit is not None and given + count > limit:
         what = "the decoder's start token" if seq2seq else f"the prompt's {given} tokens"
@@ -227,6 +230,19 @@ def check_request(engine: Engine, tokens: Tokens, count: int) -> None:
 
 # The task classes of encoder-decoders saved with their LM head.
 _WRITERS = ("ForConditionalGeneration", "MTModel")
+
+
+def _check_causal_head(engine: Engine) -> None:
+    """Refuse a decoder saved without its LM head (a ``GPT2Model``, ``LlamaModel`` base),
+    on either engine: transformers' AutoModelForCausalLM would load it with a random or
+    tied head and write noise. Tensor names only; no weights are read."""
+    from ..measures.lm import stores_causal_head
+
+    if stores_causal_head(engine.files) is False:
+        raise UsageError(
+            f"{engine.files.path} has no language-model head: it cannot write text",
+            hint="generation needs a checkpoint saved from a *ForCausalLM class",
+        )
 
 
 def generate(
