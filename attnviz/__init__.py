@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .measures.attribution import Attribution
     from .measures.attrpatch import Comparison
     from .measures.patching import PatchResult
+    from .measures.pathpatch import PathPatchResult
     from .result import Attention, HeadEffects
     from .select import LayerSpec
 
@@ -46,6 +47,7 @@ __all__ = [
     "scan",
     "retrieval",
     "patch",
+    "path_patch",
     "patch_pairs",
     "attribute",
     "check",
@@ -300,6 +302,8 @@ def patch(
     site: str = "z",
     by_position: bool = False,
     method: str = "exact",
+    target: str | None = None,
+    part: str | None = None,
 ) -> PatchResult | Comparison:
     """Activation patching, as ``attnviz patch CLEAN CORRUPTED``: for every head, one prompt
     runs with that head's z (its output before W^O) from the other prompt's run.
@@ -314,11 +318,16 @@ def patch(
     hidden state's restoration, 1 − ‖h − h_clean‖ / ‖h_corrupted − h_clean‖); by default
     logit-diff with both answers, prob with one, kl with an LM head, else hidden. ``token``
     / ``index``: the scored position of the clean prompt (default: the last token the two
-    share). ``site``: "z" (each head), "resid_pre", "attn_out" or "mlp_out" (each layer);
+    share). ``site``: "z" (each head), a head's "q", "k", "v" (per key/value head under
+    grouped-query attention: ``result.group``) or "pattern" alone, or "resid_pre",
+    "attn_out" or "mlp_out" (each layer);
     ``by_position``: each matched position apart (``result.axes`` names the effect's
     axes). ``method``: "exact" (a ``PatchResult``), "attribution" (attribution patching's
     linear estimate from one backward pass, a ``PatchResult`` with ``method`` "attribution")
     or "both" (a ``Comparison``: ``.exact``, ``.estimate``, ``.disagreements()``).
+    An encoder-decoder (T5, BART): ``target`` is the decoder's text (the metric reads the
+    decoder's output at its last token, or ``token`` / ``index`` of it) and ``part`` the
+    heads patched: "encoder", "decoder" (the default) or "cross" (method "exact").
     ``result.to_dict()`` is the command's ``--json``. See docs/patching.md.
     """
     from .engines import load_engine
@@ -338,10 +347,18 @@ def patch(
         )
     query = Query.maybe(token, occurrence, index)
     eng = load_engine(engine, model, device, dtype)
-    chosen = parse_layers(layers, eng.num_layers, eng.shape.layers)
+    shape = eng.part_shape(part or "decoder") if eng.parts else eng.shape
+    chosen = parse_layers(layers, shape.num_layers, shape.layers)
     if batch is None:
         budget = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
         batch = batch_size(eng, len(eng.tokenize(clean)) + 2, budget)
+    if eng.parts or target is not None or part is not None:
+        from .measures.seq2seq_patch import patch_text_seq2seq
+
+        return patch_text_seq2seq(
+            eng, clean, corrupted, target, part, answer=answer, wrong=wrong, metric=metric, direction=direction,
+            position=query, layers=chosen, batch=batch, site=site, by_position=by_position,
+        )  # fmt: skip
     return patch_by(
         method,
         eng,
@@ -356,6 +373,73 @@ def patch(
         batch=batch,
         site=site,
         by_position=by_position,
+    )
+
+
+def path_patch(
+    clean: str,
+    corrupted: str,
+    receivers: str | Sequence[tuple[int, int]],
+    *,
+    through: str = "q",
+    senders: str | Sequence[tuple[int, int]] | None = None,
+    answer: str | None = None,
+    wrong: str | None = None,
+    metric: str | None = None,
+    direction: str = "denoise",
+    token: str | None = None,
+    occurrence: int | None = None,
+    index: int | None = None,
+    model: str | None = None,
+    engine: str = "own",
+    device: str = "auto",
+    dtype: str = "float32",
+    batch: int | None = None,
+    max_memory: int | str | None = None,
+) -> PathPatchResult:
+    """Path patching, as ``attnviz patch CLEAN CORRUPTED --receiver L.H --through q``: each
+    sender head's effect on the answer through the receivers' query, key or value input
+    alone (Wang et al. 2022), every other head's z frozen to the base run.
+
+        >>> r = attnviz.path_patch(clean, corrupted, "1.1", through="k", answer="Mary", wrong="John")
+        >>> r.effect              # (layers, heads): each sender head into the receivers together
+        >>> attnviz.path_patch(clean, corrupted, "1.1,1.2", senders="0.1,0.3").effect   # (senders, receivers)
+
+    ``receivers`` / ``senders``: "L.H" strings (comma-separated) or (layer, head) pairs.
+    The metric, direction and position as ``patch``. ``r.to_dict()`` is the command's
+    ``--json``. See docs/patching.md.
+    """
+    from .engines import load_engine
+    from .engines.memory import parse_size
+    from .io.safeio import check_text
+    from .measures.ablation import batch_size
+    from .measures.pathpatch import parse_heads, path_patch_texts
+    from .select import Query
+
+    for name, value in (("clean", clean), ("corrupted", corrupted)):
+        if not isinstance(value, str):
+            raise UsageError(f"path_patch(): {name} must be a str, not {type(value).__name__}", reason=Reason.TYPE)
+        check_text(value, f"the {name} text")
+    to = [tuple(h) for h in receivers] if not isinstance(receivers, str) else parse_heads(receivers, "receivers")
+    sent = None if senders is None else parse_heads(senders, "senders") if isinstance(senders, str) else senders
+    query = Query.maybe(token, occurrence, index)
+    eng = load_engine(engine, model, device, dtype)
+    if batch is None:
+        budget = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
+        batch = batch_size(eng, len(eng.tokenize(clean)) + 2, budget)
+    return path_patch_texts(
+        eng,
+        clean,
+        corrupted,
+        [(int(a), int(b)) for a, b in to],
+        through=through,
+        senders=None if sent is None else [(int(a), int(b)) for a, b in sent],
+        answer=answer,
+        wrong=wrong,
+        metric=metric,
+        direction=direction,
+        position=query,
+        batch=batch,
     )
 
 

@@ -93,6 +93,7 @@ class Reason(StrEnum):
     PATCH_ANSWER = "patch_answer"  # an answer that is not one token, or none given
     PATCH_PAIR = "patch_pair"  # a clean prompt without its corrupted one
     PATCH_DLA = "patch_dla"  # direct logit attribution on a model it cannot read
+    PATCH_PATH = "patch_path"  # path patching's receivers, senders or input not usable
     VS_MODEL = "vs_model"  # two checkpoints that cannot be compared head by head
     # Models, engines, devices, memory
     ARCHITECTURE = "architecture"  # UnsupportedArchitectureError's reason

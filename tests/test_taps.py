@@ -293,7 +293,8 @@ def test_names_follow_one_scheme() -> None:
         with pytest.raises(ValueError, match="not a tap name"):
             check_name(bad)
     with pytest.raises(ValueError, match="recorded, not replaced"):
-        Taps().replace("blocks.0.attn.pattern", 0.0)
+        Taps().replace("blocks.0.attn.scores", 0.0)
+    Taps().replace("blocks.0.attn.pattern", 0.0)  # a pattern is replaced: the head's output follows
     with pytest.raises(ValueError, match="no head axis"):
         Taps().record("blocks.0.resid_post", heads=[0])
     with pytest.raises(KeyError, match="nothing was recorded"):

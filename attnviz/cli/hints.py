@@ -109,6 +109,7 @@ HINTS: dict[Reason, Hint] = {
     Reason.PATCH_DLA: "--dla reads a causal LM saved with its LM head (--model DIR) whose residual stream is a "
     "sum of its heads, MLPs and embeddings: every such family on --engine own; GPT-2, Llama, Mistral and Qwen2 on hf",
     Reason.VS_MODEL: "--vs-model needs a checkpoint of the same architecture and tokenizer (e.g. base and fine-tuned)",
+    Reason.PATCH_PATH: "name heads as LAYER.HEAD of this model, e.g. --receiver 1.1 --through q --senders 0.1,0.3",
     Reason.PATCH_ANSWER: "give --answer WORD (and --wrong WORD for logit-diff), each one token of the vocabulary",
     Reason.PART: "--part applies to encoder-decoders (T5, BART); drop it",
     Reason.NO_TARGET: "give the decoder's text with --target-text TEXT (or --target-file PATH)",

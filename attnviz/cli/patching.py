@@ -11,7 +11,7 @@ import typer
 
 from ..example import EXAMPLE, EXAMPLE_PAIR
 from .app import app, errors
-from .common import budget, query_from, stdout_console, wrote
+from .common import budget, decoder_text, query_from, stdout_console, wrote
 from .conventions import example
 from .options import (
     DebugOpt,
@@ -27,8 +27,11 @@ from .options import (
     ModelOpt,
     NoPagerOpt,
     Occurrence,
+    PartOpt,
+    TargetTextOpt,
     TokenOpt,
 )
+from .pathpatching import ReceiverOpt, SendersOpt, Through, ThroughOpt
 
 CLEAN_EXAMPLE, CORRUPTED_EXAMPLE = EXAMPLE, EXAMPLE_PAIR
 
@@ -43,6 +46,10 @@ class Site(str, Enum):
     resid_pre = "resid_pre"
     attn_out = "attn_out"
     mlp_out = "mlp_out"
+    q = "q"
+    k = "k"
+    v = "v"
+    pattern = "pattern"
 
 
 class Method(str, Enum):
@@ -104,7 +111,8 @@ def patch(
         typer.Option(
             "--site",
             help="What is patched: z (each head's output before W^O), resid_pre (the residual stream entering "
-            "each layer), attn_out or mlp_out (what each layer's attention or MLP adds).",
+            "each layer), attn_out or mlp_out (what each layer's attention or MLP adds), or a head's q, k, v "
+            "(per key/value head under grouped-query attention) or pattern alone.",
         ),
     ] = Site.z,
     by_position: Annotated[
@@ -172,6 +180,11 @@ def patch(
             show_default=False,
         ),
     ] = None,
+    target_text: TargetTextOpt = None,
+    part: PartOpt = None,
+    receiver: ReceiverOpt = None,
+    through: ThroughOpt = Through.q,
+    senders: SendersOpt = None,
     token: TokenOpt = None,
     occurrence: Occurrence = None,
     index: IndexOpt = None,
@@ -230,23 +243,40 @@ def patch(
             return
         pair = _check_pair(corrupted, answer, wrong, metric, npz, output)
         query = query_from(token, occurrence, index, required=False)
+        from .pathpatching import parse as parse_paths
+        from .pathpatching import run as run_paths
+
+        receivers, sender_heads = parse_paths(receiver, senders, site.value, by_position, output)
+        target = decoder_text(target_text, None)
         limit = budget(max_memory)
         from ..engines import cpu_threads_for, load_engine
         from ..measures.ablation import batch_size
         from ..measures.alignment import align
+        from ..measures.headsites import check as check_site
         from ..select import parse_layers
 
         eng = load_engine(engine.value, model, device, dtype.value)
         # The alignment and the token before the passes: a refusal costs no forward pass.
+        _need_target(eng, target)
         a, b = eng.tokenize(clean), eng.tokenize(pair)
         align(a.ids, b.ids, a.labels, b.labels)
-        layers = parse_layers(layer, eng.num_layers, eng.shape.layers)
+        check_site(site.value, len(a), len(b))
+        shape = eng.part_shape(part.value if part else "decoder") if eng.parts else eng.shape
+        layers = parse_layers(layer, shape.num_layers, shape.layers)
         batch = batch_size(eng, max(len(a), len(b)), limit)
+        if receivers:
+            options: dict[str, Any] = {"answer": answer, "wrong": wrong, "position": query, "batch": batch}
+            options.update(metric=metric and metric.value, direction=direction.value)
+            run_paths(eng, clean, pair, receivers, sender_heads, through=through.value, options=options,
+                      npz=npz, json_out=json_out, no_pager=no_pager, top=top)  # fmt: skip
+            return
         from ..measures.attrpatch import patch_by
+        from ..measures.seq2seq_patch import texts_of
         from .ablating import delayed_progress
 
+        texts = texts_of(target, part and part.value) if eng.parts or target or part else patch_by
         with delayed_progress("patching", json_out) as progress, cpu_threads_for(eng, max(len(a), len(b)) * batch):
-            result = patch_by(
+            result = texts(
                 "both" if attribution else method.value,
                 eng,
                 clean,
@@ -334,6 +364,18 @@ def _vs(
             raise UsageError("--answer and --wrong score a patch: give CORRUPTED too", reason=Reason.PATCH_PAIR)
     if npz is not None:
         check_writable(npz, (".npz",))
+
+
+def _need_target(eng: Any, target: str | None) -> None:
+    """An encoder-decoder's patching reads the decoder's answer: refuse one without its text."""
+    from ..errors import Reason, UsageError
+
+    if eng.parts and target is None:
+        raise UsageError(
+            f"{eng.files.spec} is an encoder-decoder: patch reads the decoder's answer after --target-text TEXT",
+            hint="add --target-text (the decoder's text) and --part encoder, decoder or cross",
+            reason=Reason.PATCH_METRIC,
+        )
 
 
 def _check_pair(

@@ -7,7 +7,8 @@ The same names as the own engine, found in transformers' models:
                           transformers' attention interface's "eager" entry is a wrapper
                           (``AttentionInterface``) that taps the queries and keys as the
                           function gets them (after RoPE), the values, then calls the
-                          family's own ``eager_attention_forward`` and taps the weights;
+                          family's own ``eager_attention_forward`` and taps the weights
+                          (a replaced pattern: the output is recomputed as weights · V);
                           v alone, in a family that computes its attention without the
                           interface (DeBERTa): the value projection's output, in heads
     z                     a forward pre-hook on W^O (``W_O``): its input is Concat(heads),
@@ -223,7 +224,11 @@ def _tapped_eager(
     query, key, value = (taps.apply(f"{prefix}.{w}", t) for w, t in (("q", query), ("k", key), ("v", value)))
     output, weights = eager(module, query, key, value, attention_mask, *args, **kwargs)  # (B, Q, H, Dv), (B, H, Q, S)
     if weights is not None:
-        weights = taps.apply(f"{prefix}.pattern", weights)
+        patched = taps.apply(f"{prefix}.pattern", weights)
+        if patched is not weights:  # a replaced pattern: each head's output is its weights · V
+            from ..nn.attention import replaced_pattern
+
+            output, weights = replaced_pattern(patched, query, value).transpose(1, 2).contiguous(), patched
     return output, weights
 
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from ..errors import Reason, UsageError
 from .alignment import align
+from .headsites import HEAD_SITES
 from .patching import DIRECTIONS, LM_METRICS, SITES, PatchResult
 
 if TYPE_CHECKING:
@@ -98,6 +99,12 @@ def attribution_patch(
         )
     if site not in SITES:
         raise UsageError(f"unknown site {site!r} (known: {', '.join(SITES)})", reason=Reason.PATCH_METRIC)
+    if site in HEAD_SITES:
+        raise UsageError(
+            f"attribution patching estimates z, resid_pre, attn_out and mlp_out; a head's {site} alone is "
+            "patched exactly (method exact)",
+            reason=Reason.PATCH_METRIC,
+        )
     if direction == "noise" and metric.name in ("kl", "hidden"):
         raise UsageError(
             f"attribution patching cannot noise with the {metric.name} metric: its gradient at the clean run is 0 "

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import Reason, UsageError
+from . import headsites
 from .alignment import Alignment, align
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
     from .lm import LMHead
 
 DIRECTIONS = ("denoise", "noise")
-SITES = ("z", "resid_pre", "attn_out", "mlp_out")
+SITES = ("z", "resid_pre", "attn_out", "mlp_out", *headsites.HEAD_SITES)
 METRICS = ("logit-diff", "prob", "logprob", "kl", "hidden")
 LM_METRICS = ("logit-diff", "prob", "logprob", "kl")
 
@@ -204,6 +205,9 @@ class PatchResult:
     notes: tuple[str, ...] = field(default=())
     axes: tuple[str, ...] = ("layer", "head")
     positions: tuple[int, ...] = ()
+    group: int = 1  # query heads per patched unit: H/G for k and v under grouped-query attention
+    part: str | None = None  # an encoder-decoder's part patched (seq2seq_patch.py); None: one stack
+    target_tokens: tuple[str, ...] = ()  # an encoder-decoder's decoder text, where the metric reads
     method: str = "exact"  # or "attribution": the linear estimate (attrpatch.py)
 
     @property
@@ -217,13 +221,15 @@ class PatchResult:
     def grid(self) -> tuple[np.ndarray, list[str], str]:
         """What a layers × columns heatmap draws: (N, C) values, the column labels, and what
         a cell is. (N, H, P) effects are drawn at each head's position of largest |effect|."""
+        head = "KV" if self.group > 1 else "H"
         if self.axes == ("layer", "head"):
-            return self.effect, [f"H{h}" for h in range(self.num_heads)], "each head's effect"
+            return self.effect, [f"{head}{h}" for h in range(self.num_heads)], "each head's effect"
         if self.axes == ("layer", "head", "position"):
             filled = np.where(np.isfinite(self.effect), self.effect, 0.0)
             pick = np.abs(filled).argmax(-1)[..., None]  # (N, H, 1)
             values = np.take_along_axis(self.effect, pick, -1)[..., 0]
-            return values, [f"H{h}" for h in range(self.num_heads)], "each head's effect at its strongest position"
+            labels = [f"{head}{h}" for h in range(self.num_heads)]
+            return values, labels, "each head's effect at its strongest position"
         if self.axes == ("layer", "position"):
             return self.effect, [self.clean_tokens[p] for p in self.positions], f"{self.site} at each position"
         return self.effect[:, None], [self.site], f"{self.site} at every matched position at once"
@@ -231,7 +237,8 @@ class PatchResult:
     def unit_label(self, index: tuple[int, ...]) -> str:
         """'L3.H1', 'L3.H1 @ it(10)', 'L3 resid_pre @ it(10)', 'L3 mlp_out' for an index of ``effect``."""
         named = dict(zip(self.axes, index, strict=True))
-        text = f"L{named['layer']}" + (f".H{named['head']}" if "head" in named else f" {self.site}")
+        head = f".KV{named['head']}" if self.group > 1 else f".H{named['head']}" if "head" in named else ""
+        text = f"L{named['layer']}" + (head if "head" in named else f" {self.site}")
         if "position" in named:
             at = self.positions[named["position"]]
             text += f" @ {self.clean_tokens[at]}({at})"
@@ -260,13 +267,18 @@ class PatchResult:
             "resid_pre": "each layer's residual stream entering it (resid_pre)",
             "attn_out": "each layer's attention output (attn_out)",
             "mlp_out": "each layer's MLP output (mlp_out)",
-        }[self.site]
+        }.get(self.site) or headsites.describe(self.site, self.group, self.group * self.num_heads)
         where = " at each position apart" if "position" in self.axes else ""
+        at = f"{self.clean_tokens[self.position]!r} (position {self.position})"
+        if self.part is not None:
+            what += {"encoder": " of the encoder", "decoder": " of the decoder", "cross": " of the cross-attention"}[
+                self.part
+            ]
+            at = f"the decoder's {self.target_tokens[self.position]!r} (target position {self.position})"
         how = "patched" if self.method == "exact" else "estimated by attribution patching (linear, one backward pass)"
         return (
             f"{how}: {what}{where}, one at a time; {self.direction} ({arrow}); "
-            f"metric: {self.metric} = {self.metric_label} at {self.clean_tokens[self.position]!r} "
-            f"(position {self.position}); effect 0 = corrupted run, 1 = clean run"
+            f"metric: {self.metric} = {self.metric_label} at {at}; effect 0 = corrupted run, 1 = clean run"
         )
 
     def ranked(self, top: int | None = None) -> list[tuple[int, int, float, float]]:
@@ -306,6 +318,9 @@ class PatchResult:
             "heads": self.num_heads,
             "axes": list(self.axes),
             "positions": list(self.positions),
+            "group": self.group,
+            "part": self.part,
+            "target_tokens": list(self.target_tokens),
             "effect": _numbers(self.effect),
             "raw": _numbers(self.raw),
             "passes": self.passes,
@@ -371,7 +386,8 @@ def patch_heads(
 ) -> PatchResult:
     """Patch every head's z of ``layers`` (default: every attention layer), one at a time.
 
-    ``site`` (``SITES``): "z" (each head's output before W^O: effect (N, H)), or a layer's
+    ``site`` (``SITES``): "z" (each head's output before W^O: effect (N, H)); a head's "q",
+    "k", "v" or "pattern" alone (headsites.py: (N, H), for k and v (N, G)); or a layer's
     "resid_pre" (the residual stream entering it), "attn_out" or "mlp_out" (what its
     attention or MLP adds): effect (N,). ``by_position``: each matched position apart, a
     last axis P (``PatchResult.positions``, in the clean prompt): (N, H, P) or (N, P);
@@ -401,7 +417,7 @@ def patch_heads(
         )
     if engine.parts:
         raise UsageError(
-            f"{engine.files.spec} is an encoder-decoder: patching reads one stack (its decoder is not done yet)",
+            f"{engine.files.spec} is an encoder-decoder: its patching reads the decoder's answer (seq2seq_patch.py)",
             reason=Reason.PATCH_METRIC,
         )
     alignment = align(clean.ids, corrupted.ids, clean.labels, corrupted.labels)
@@ -426,9 +442,12 @@ def patch_heads(
         )
     if site not in SITES:
         raise UsageError(f"unknown site {site!r} (known: {', '.join(SITES)})", reason=Reason.PATCH_METRIC)
+    if site in headsites.HEAD_SITES:
+        headsites.check(site, len(clean), len(corrupted))
     shape = engine.shape
     chosen = tuple(shape.layers if layers is None else layers)
-    n, h = shape.num_layers, shape.num_heads
+    per_head = site == "z" or site in headsites.HEAD_SITES
+    n, (h, group) = shape.num_layers, headsites.units(site, shape)
     per = batch or h
     if per < 1:
         raise ValueError(f"batch must be at least 1, not {per}")
@@ -450,7 +469,7 @@ def patch_heads(
     # The units patched one at a time in each layer: (index into effect, head or None, which matched pairs).
     matched = list(range(len(to_run)))
     units: list[tuple[tuple[int, ...], int | None, list[int]]] = []
-    if site == "z":
+    if per_head:
         units = (
             [((hd, p), hd, [p]) for hd in range(h) for p in matched]
             if by_position
@@ -458,19 +477,23 @@ def patch_heads(
         )
     else:
         units = [((p,), None, [p]) for p in matched] if by_position else [((), None, matched)]
-    axes = (("layer", "head") if site == "z" else ("layer",)) + (("position",) if by_position else ())
-    size = (n, h) if site == "z" else (n,)
+    axes = (("layer", "head") if per_head else ("layer",)) + (("position",) if by_position else ())
+    size = (n, h) if per_head else (n,)
     effect = np.full(size + ((len(matched),) if by_position else ()), np.nan)
     raw = np.full(effect.shape, np.nan)
     plan = [(layer, units[s : s + per]) for layer in chosen for s in range(0, len(units), per)]
     denominator = clean_score - corrupted_score
     partial = False
     # Causal decoders: the passes start after the shared prefix (prefix.py), positions shift by P.
-    forward, shift = shared_prefix(engine, run, alignment.prefix, at)
+    # (A replaced pattern needs every weight row: its passes run whole.)
+    forward, shift = shared_prefix(engine, run, 0 if site == "pattern" else alignment.prefix, at)
     shifted = [p - shift for p in to_run]  # negative: in the prefix, where a patch changes nothing
     try:
         for done, (layer, chunk) in enumerate(plan, 1):
-            write = _write_units(chunk, shifted, from_source, source[layer][0], expand=site == "resid_pre")
+            if site in headsites.HEAD_SITES:
+                write = headsites.writer(chunk, shifted, from_source, headsites.source(source[layer]), _write_units)
+            else:
+                write = _write_units(chunk, shifted, from_source, source[layer][0], expand=site == "resid_pre")
             taps = Taps()
             if site != "resid_pre":
                 taps.replace(tap_name(None, layer, "resid_pre"), _copies(len(chunk)))
@@ -513,6 +536,7 @@ def patch_heads(
         notes=tuple(notes),
         axes=axes,
         positions=tuple(a for a, _ in alignment.pairs) if by_position else (),
+        group=group,
     )
 
 
@@ -591,7 +615,8 @@ def patch_texts(
     by_position: bool = False,
 ) -> PatchResult:
     """``patch_heads`` from two texts: tokenized, aligned (before any model work past the
-    LM head's lookup), the metric and its answer tokens resolved.
+    LM head's lookup), the metric and its answer tokens resolved (an encoder-decoder's:
+    ``seq2seq_patch.patch_text_seq2seq``).
 
     Args:
         position: the scored token of the clean text: a ``select.Query`` (its word's

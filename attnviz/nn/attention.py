@@ -218,6 +218,20 @@ def eager_attention(
     return softmax_attention(q, k, v, dense, scale, **modifiers)  # (B, H, L, Dv), (B, H, L, S)
 
 
+def replaced_pattern(weights: Tensor, q: Tensor, v: Tensor) -> Tensor:
+    """Each head's output (B, H, L, Dv) from a replaced pattern ``weights`` (B, H, L, S) and
+    the values v (B, G, S, Dv): head_i = A_i V_i, the eager formula's last step (a tap's
+    replacement of ``pattern``: what the head carries, read through other weights).
+
+    Raises:
+        ValueError: ``weights`` does not hold every query row (a pass that kept some rows).
+    """
+    if weights.size(-2) != q.size(-2):
+        raise ValueError(f"a replaced pattern needs every query row: {weights.size(-2)} of {q.size(-2)}")
+    _, v = repeat_kv(q, v, v)  # (B, H, S, Dv)
+    return torch.matmul(weights.to(v.dtype), v)
+
+
 # How a layer computes its attention from the split heads, (q, k, v, mask, scale,
 # **modifiers) -> (output, weights): ``eager_attention`` (the default), or rows.py's
 # ``RowRequest`` (the fused kernel's output and only the asked rows' weights).
@@ -333,8 +347,9 @@ class MultiHeadAttention(nn.Module):
         """
         key = query if key is None else key
         value = key if value is None else value
-        # 1. Per-head projections Q_i = Q·W_i^Q, K_i = K·W_i^K, V_i = V·W_i^V.
-        q, k, v = self.project(query, key, value)  # (B, H, L, D), (B, G, S, D), (B, G, S, Dv)
+        # 1. Per-head projections Q_i = Q·W_i^Q, K_i = K·W_i^K, V_i = V·W_i^V (a generation
+        #    step's cross-attention reuses the encoder's K_i and V_i, projected once).
+        q, k, v = kv_cache.projected(self.tap_role, self.project, query, key, value)  # (B, H, L, D), (B, G, S, D/Dv)
         if qk_transform is not None:
             q, k = qk_transform(q, k)
         site = taps.active()  # None unless a pass attached taps (nn/taps.py)
@@ -348,11 +363,15 @@ class MultiHeadAttention(nn.Module):
         heads, weights = request(
             q, k, v, mask, self.scale, score_bias=score_bias, softcap=self.softcap, sinks=self.sinks
         )  # (B, H, L, D), (B, H, R, S)
+        if site is not None:
+            patched = site(f"{self.tap_role}.pattern", weights)
+            if patched is not weights:  # a replaced pattern: each head's output is its weights · V
+                heads, weights = replaced_pattern(patched, q, v), patched  # (B, H, L, Dv), (B, H, L, S)
         # 3. Concat(head_1, ..., head_H): put the heads back side by side.
         z = heads.transpose(1, 2)  # (B, L, H, Dv); Dv = D but in multi-head latent attention (mla.py)
         z = self.gate_output(z, query)  # the identity but in gated attention (qwen3_next.py)
         if site is not None:
-            weights, z = site(f"{self.tap_role}.pattern", weights), site(f"{self.tap_role}.z", z)
+            z = site(f"{self.tap_role}.z", z)
         b, length, _, dv = z.shape
         concat = z.reshape(b, length, self.n_heads * dv)  # (B, L, H·Dv)
         # 4. ·W^O.

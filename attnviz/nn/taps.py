@@ -14,7 +14,7 @@ positions, D head dim, Dv value head dim, E model width)::
     blocks.N.attn.q           (B, H, Q, D)  queries, after the position transform (RoPE)
     blocks.N.attn.k           (B, G, S, D)  keys, after the position transform
     blocks.N.attn.v           (B, G, S, Dv) values
-    blocks.N.attn.pattern     (B, H, Q, S)  the weights, every row (record only)
+    blocks.N.attn.pattern     (B, H, Q, S)  the weights, every row
     blocks.N.attn.scores      ``ScoreTerms``: what the weights are computed from (q, k,
                                   scale, mask, bias, soft-cap, sinks), no (Q, S) matrix
                                   made (record only; the own engine's modules)
@@ -32,8 +32,10 @@ the source length) and ``decoder.blocks.N.cross_out``. ``tap_name(part, layer, w
 spells a name from an engine's part (None / "encoder", "decoder", "cross").
 
 ``pattern`` holds every weight row, on both engines, whatever rows the caller keeps (the own
-engine computes them all in a pass that records a pattern). It can be recorded, not
-replaced: the weights are computed beside the output, not into it. The own engine runs the
+engine computes them all in a pass that records or replaces a pattern). Replaced, each
+head's output becomes the new weights times its values (head_i = A_i V_i, the eager
+formula's last step), on both engines; the family's other steps (a gate, W^O) follow as
+they are. The own engine runs the
 layers up to the last one a call asks for (``forward(layers=...)``); the taps of the layers
 after it are not reached.
 
@@ -80,7 +82,7 @@ AXES: dict[str, tuple[int | None, int]] = {
 }
 ATTENTION_TAPS = ("q", "k", "v", "pattern", "z", "out", "scores")
 LAYER_TAPS = ("resid_pre", "attn_out", "cross_out", "mlp_out", "resid_post")
-RECORD_ONLY = ("pattern", "scores")
+RECORD_ONLY = ("scores",)
 
 _NAME = re.compile(
     r"(?:decoder\.)?blocks\.(?P<layer>\d+|\*)\."
@@ -216,10 +218,11 @@ class Taps:
         """Replace the value at ``name``: its slice of ``heads`` and ``positions`` (None:
         all) becomes ``value`` (a tensor broadcastable to the slice, or a number), or
         ``value(slice)``. Without heads and positions, a function may return a value of
-        another shape that the model accepts (a batch of copies, say). ``pattern`` is
-        record-only: the weights are computed beside the output, not into it."""
+        another shape that the model accepts (a batch of copies, say). A replaced
+        ``pattern`` makes each head's output its new weights times its values; ``scores``
+        is record-only (the terms the weights are computed from, read beside the pass)."""
         if kind_of(name) in RECORD_ONLY:
-            raise ValueError(f"{name!r} can be recorded, not replaced (the weights are computed beside the output)")
+            raise ValueError(f"{name!r} can be recorded, not replaced (its terms are read beside the pass)")
         return self._add(Hook(name, "replace", value, _tuple(heads), _tuple(positions)))
 
     def _add(self, hook: Hook) -> Taps:
@@ -240,7 +243,7 @@ class Taps:
 
     @property
     def records_pattern(self) -> bool:
-        """Whether a ``pattern`` is recorded (the own engine then computes every weight row)."""
+        """Whether a ``pattern`` is recorded or replaced (the own engine then computes every weight row)."""
         return any(kind_of(hook.pattern) in ("pattern", "*") for hook in self.hooks)
 
     def __getitem__(self, name: str) -> Any:

@@ -361,6 +361,43 @@ SPECS_2026 += (
         perturb=True,
     ),
 )
+# DeepSeek Sparse Attention: the indexer keeps 5 keys of each query (6 heads of 8 dims, 4
+# of them rotated); V3.2 by halves, GLM-5 by pairs, its layer 2 reusing layer 1's choice.
+# Six heads, not fewer: a key whose ReLU scores are all 0 ties with another such key, and
+# at the k-th place torch.topk breaks the tie by the row's layout (a cached step's row is
+# not a full pass's), in transformers as here; with 3 heads such ties came every few steps.
+_DSA = dict(
+    _MLA,
+    index_topk=5,
+    index_n_heads=6,
+    index_head_dim=8,
+    mlp_layer_types=["dense", "sparse", "sparse"],
+)
+SPECS_2026 += (
+    Spec(
+        "deepseek_v32",
+        "deepseek_v32",
+        _config("DeepseekV32Config", **_DSA, n_group=4, topk_group=2, routed_scaling_factor=2.5, rope_parameters=YARN),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "glm_moe_dsa",
+        "glm_moe_dsa",
+        _config(
+            "GlmMoeDsaConfig",
+            **_DSA,
+            n_group=2,
+            topk_group=1,
+            routed_scaling_factor=1.8,
+            indexer_types=["full", "full", "shared"],
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
 SPECS_2026_BY_NAME = {spec.name: spec for spec in SPECS_2026}
 
 
