@@ -323,7 +323,7 @@ class Attention:
         or past the page's size budget, the cell shows a message saying why."""
         from .render import notebook  # lazy: the renderer imports this module (tests/test_imports.py)
 
-        return notebook.show(self, view, layer, token, notebook.Options(**options) if options else None)
+        return notebook.show(self, view, layer, token, options or None)
 
     def _repr_html_(self) -> str:
         from .render import notebook  # lazy, as in show()

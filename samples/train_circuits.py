@@ -146,10 +146,11 @@ class Config:
     fill: str = "random"  # after the second copy: random words, or r again ("cycle")
     layout: str = "prmrf"  # the repeated sequences: <bos> p r r (prr) or <bos> p r m r f (prmrf)
     ioi_from: int = 0  # the step at which the indirect-object batch joins (a curriculum)
+    log_every: int = 500  # steps between the lines that stay, each with the held-out copies' losses
     pool: str = "all"  # the training runs' words: every non-special word, or the symbols alone
 
     def __post_init__(self) -> None:
-        for name in ("steps", "d_model", "layers", "heads", "mlp", "batch_repeat", "batch_ioi", "threads"):
+        for name in ("steps", "d_model", "layers", "heads", "mlp", "batch_repeat", "batch_ioi", "threads", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
         if self.arch not in ("gpt2", "llama"):
@@ -305,6 +306,10 @@ def train(cfg: Config, progress: bool = True) -> tuple[Any, Any, dict[str, Any]]
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": keep, "weight_decay": 0.0}], lr=cfg.lr
     )
     pad_id = data.ids["<pad>"]
+    # Sixteen <bos> r r from a generator of their own (training's draws are unchanged): the
+    # log lines show the second copy's loss falling once induction forms.
+    probe = Data(vocab, random.Random(cfg.seed + 7))
+    held_out = [probe.repeated(cfg.eval_half) for _ in range(16)]
     log: list[dict[str, float]] = []
     wall, cpu = time.perf_counter(), time.process_time()
     bar = _progress(cfg.steps, enabled=progress)
@@ -335,19 +340,36 @@ def train(cfg: Config, progress: bool = True) -> tuple[Any, Any, dict[str, Any]]
             opt.step()
             if step % 50 == 0 or step == cfg.steps - 1:
                 log.append({"step": step, "repeat": parts[0], "ioi": None if math.isnan(parts[1]) else parts[1]})
-            if step % 500 == 0 or step == cfg.steps - 1:  # a line that stays (and shows in a log file)
-                bar.console.log(f"step {step}: loss repeat {parts[0]:.3f} · ioi {parts[1]:.3f}")
+            if step % cfg.log_every == 0 or step == cfg.steps - 1:  # a line that stays (and shows in a log file)
+                first, second = copy_losses(model, held_out)
+                bar.console.log(
+                    f"step {step}: loss repeat {parts[0]:.3f} · ioi {parts[1]:.3f} · held-out copies"
+                    f" {first:.3f} / {second:.3f}"
+                )
             bar.update(task, advance=1, loss=f"repeat {parts[0]:.3f} · ioi {parts[1]:.3f}")
     times = {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
     model.eval()
     return model, tokenizer, {"log": log, **times}
 
 
+def copy_losses(model: Any, rows: list[list[int]]) -> tuple[float, float]:
+    """Mean next-token loss (nats) predicting the first copy's tokens 2…h and the second
+    copy's h+2…2h in ``rows`` (each <bos> r r, r of h tokens), without a gradient."""
+    import torch
+
+    ids = torch.tensor(rows)  # (B, T)
+    half = (ids.shape[1] - 1) // 2
+    with torch.no_grad():
+        logp = model(input_ids=ids).logits.log_softmax(-1)  # (B, T, V)
+    nll = -logp[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]  # (B, T-1): position p predicts p+1
+    return float(nll[:, 1:half].mean()), float(nll[:, half + 1 :].mean())
+
+
 def _progress(total: int, enabled: bool) -> Any:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console(stderr=True, quiet=not enabled)
+    console = Console(stderr=True, quiet=not enabled, width=None if sys.stderr.isatty() else 160)
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -34,7 +34,9 @@ from .builders.families_2026 import MISTRAL4_ROPE, SPECS_2026, SPECS_2026_BY_NAM
 
 TOL = 1e-5
 MLA = tuple(
-    spec for spec in SPECS_2026 if spec.model_type in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "mistral4")
+    spec
+    for spec in SPECS_2026
+    if spec.model_type in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "mistral4", "deepseek_v32", "glm_moe_dsa")
 )
 LLAMA4 = tuple(spec for spec in SPECS_2026 if spec.model_type == "llama4_text")
 # Families whose attention output splits by head into value norms (not Qwen3-Next's gated heads).
@@ -128,7 +130,9 @@ def test_padded_batch_matches_transformers(spec: Any, saved: dict[str, Path]) ->
         assert _diff(ours.hidden_states[real], theirs.last_hidden_state[real]) <= TOL
 
 
-@pytest.mark.parametrize("name", ["deepseek_v3", "deepseek_v2", "llama4_text", "qwen3_next", "qwen3_5_text"])
+@pytest.mark.parametrize(
+    "name", ["deepseek_v3", "deepseek_v2", "llama4_text", "qwen3_next", "qwen3_5_text", "deepseek_v32"]
+)
 def test_long_input_in_row_blocks_matches_full_matrices(
     name: str, saved: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -216,7 +220,7 @@ def test_cli_show_norm_measure_runs(saved: dict[str, Path]) -> None:
 # --- head ablation ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["deepseek_v3", "glm4_moe_lite", "llama4_text"])
+@pytest.mark.parametrize("name", ["deepseek_v3", "glm4_moe_lite", "llama4_text", "glm_moe_dsa"])
 def test_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[str, Path]) -> None:
     """Each head's Dv columns of o_proj's input zeroed (or set to their mean) in
     transformers, one head per pass, against attnviz's batched ablation."""
@@ -237,7 +241,9 @@ def test_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[s
 # --- explain ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["deepseek_v2", "deepseek_v3", "deepseek_v3-plain-q", "llama4_text"])
+@pytest.mark.parametrize(
+    "name", ["deepseek_v2", "deepseek_v3", "deepseek_v3-plain-q", "llama4_text", "deepseek_v32", "glm_moe_dsa"]
+)
 def test_explain_matches_what_transformers_scores_with(name: str, saved: dict[str, Path]) -> None:
     """explain's q, k (rope part rotated, as transformers lays it out), scale, weights and
     value norms against the q, k, v transformers hands its attention function."""
@@ -248,15 +254,23 @@ def test_explain_matches_what_transformers_scores_with(name: str, saved: dict[st
     own, hf = _engines(name, saved)
     tokens = own.tokenize(SENTENCES[0])
     theirs = hf_attention(hf, tokens)
+    # The weights of transformers' eager pass: under the recording attention function
+    # DeepSeek-V3.2 and GLM-5 hand the indexer's choice to the kernel, which ignores it.
+    eager = hf.forward(tokens).attentions
+    # (Which also leaves their recorded passes dense after layer 0: there q, k and v are
+    # held to transformers' from layer 0 alone, the weights in every layer.)
+    sparse = own.files.model_type in ("deepseek_v32", "glm_moe_dsa")
     for layer, head, query, key in ((0, 0, 5, 1), (own.num_layers - 1, own.num_heads - 1, len(tokens) - 1, 2)):
         x = explain(own, tokens, query, layer, head, key)
+        assert np.abs(x.weights - eager[layer][0, head, query].double().numpy()).max() <= TOL
+        if sparse and layer > 0:
+            continue
         call = theirs["calls"][layer]
         g = head // (own.num_heads // call["k"].size(1))  # the key/value head (GQA)
         q, k, v = call["q"][0, head, query], call["k"][0, g], call["v"][0, g]  # (D,), (S, D), (S, Dv)
         assert np.abs(x.q - q.double().numpy()).max() <= TOL
         assert np.abs(x.k - k.double().numpy()).max() <= TOL
         assert x.scale == pytest.approx(float(call["scaling"]), rel=1e-6)
-        assert np.abs(x.weights - theirs["weights"][layer][0, head, query].double().numpy()).max() <= TOL
         dv = v.size(-1)
         w_o = theirs["w_o"][layer].weight.detach().double()[:, head * dv : (head + 1) * dv]  # (E, Dv)
         norms = torch.linalg.vector_norm(v.double() @ w_o.t(), dim=-1).numpy()
@@ -315,6 +329,11 @@ QUIRKS: list[tuple[str, dict[str, Any]]] = [
     ("mistral4", {"rope_interleave": False}),
     ("mistral4", {"norm_topk_prob": False}),
     ("mistral4", {"first_k_dense_replace": 0}),
+    ("deepseek_v32", {"index_topk": 64}),  # every key: dense attention
+    ("deepseek_v32", {"index_topk": 3}),
+    ("deepseek_v32", {"model_type": "glm_moe_dsa"}),  # the indexer's RoPE by pairs
+    ("glm_moe_dsa", {"indexer_types": ["full", "full", "full"]}),
+    ("glm_moe_dsa", {"model_type": "deepseek_v32"}),  # by halves, every layer its own indexer
     ("mistral4", {"rope_parameters": {k: v for k, v in MISTRAL4_ROPE.items() if k != "llama_4_scaling_beta"}}),
 ]
 
@@ -365,6 +384,10 @@ def test_family_module_declares_what_the_registry_maps_to_it() -> None:
     from attnviz.architectures import mla
 
     assert mla.MODEL_TYPES == ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "mistral4")
+    from attnviz.architectures import dsa
+
+    assert dsa.MODEL_TYPES == ("deepseek_v32", "glm_moe_dsa")
+    assert architectures.registry()["glm_moe_dsa"] is dsa
     for model_type in mla.MODEL_TYPES:
         assert architectures.registry()[model_type] is mla
 
@@ -521,7 +544,9 @@ def test_the_output_gate_and_the_linear_layers_matter(saved: dict[str, Path]) ->
 # --- taps ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "layer"), [("deepseek_v3", 2), ("qwen3_next", 4)])
+@pytest.mark.parametrize(
+    ("name", "layer"), [("deepseek_v3", 2), ("qwen3_next", 4), ("mistral4", 2), ("glm_moe_dsa", 2)]
+)
 def test_z_tap_is_what_transformers_o_proj_reads(name: str, layer: int, saved: dict[str, Path]) -> None:
     """``blocks.N.attn.z`` (B, Q, H, Dv): MLA's Dv-wide heads, Qwen3-Next's gated ones,
     each equal to the input of transformers' o_proj; v is Dv wide, q and k D wide."""
@@ -635,3 +660,48 @@ def test_the_explorers_rows_of_a_gated_hybrid_are_kept(saved: dict[str, Path]) -
     np.testing.assert_array_equal(source((2, len(tokens) - 1)).weights, want.weights)
     with pytest.raises(MeasureError):
         source((2,), "norm")
+
+
+# --- DeepSeek Sparse Attention: the top-k indexer -------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["deepseek_v32", "glm_moe_dsa"])
+def test_indexer_leaves_topk_keys_per_query(name: str, saved: dict[str, Path]) -> None:
+    """Past index_topk tokens every head's row has exactly index_topk nonzero weights, at
+    the keys transformers' indexer picks (its indices recorded from the module), the
+    same for every head of a layer; a shared layer reuses the full layer's keys."""
+    own, hf = _engines(name, saved)
+    tokens = own.tokenize(LONG)
+    k = _config(saved[name])["index_topk"]
+    picked: list[torch.Tensor] = []
+    handles = [
+        layer.self_attn.indexer.register_forward_hook(lambda m, args, out: picked.append(out.long()))
+        for layer in hf.model.layers  # type: ignore[attr-defined]
+        if layer.self_attn.indexer is not None
+    ]
+    try:
+        hf.forward(tokens)
+    finally:
+        for handle in handles:
+            handle.remove()
+    rows = own.forward(tokens).attentions
+    kinds = _config(saved[name]).get("indexer_types") or ["full"] * len(rows)
+    full = [i for i, kind in enumerate(kinds) if kind == "full"]
+    assert len(picked) == len(full)
+    for layer, weights in enumerate(rows):
+        seen = weights[0] > 0  # (H, S, S)
+        assert seen.sum(-1).max() == k and bool((seen[:, k:].sum(-1) == k).all())
+        source = picked[full.index(max(i for i in full if i <= layer))][0]  # (S, k)
+        expected = torch.zeros(seen.shape[1:], dtype=torch.bool).scatter(-1, source, True)
+        expected &= torch.ones_like(expected).tril()
+        assert bool((seen == expected[None]).all()), f"{name} layer {layer}"
+
+
+def test_zeroed_indexer_changes_the_numbers(saved: dict[str, Path]) -> None:
+    own, hf = _engines("deepseek_v32", saved)
+    ids = torch.tensor([own.tokenize(LONG).ids])
+    model: Any = architectures.load(saved["deepseek_v32"])
+    assert _worst(model, hf.model, ids) <= TOL  # type: ignore[attr-defined]
+    with torch.no_grad():
+        model.blocks[1].attn.indexer.weights_proj.weight.neg_()  # the opposite keys win
+    assert _worst(model, hf.model, ids) > 1e-3  # type: ignore[attr-defined]

@@ -130,3 +130,37 @@ def test_a_batch_over_the_budget_is_split_and_scores_the_same(eng, monkeypatch: 
     assert split.texts == whole.texts == 8
     np.testing.assert_array_equal(split.heads.count, whole.heads.count)
     np.testing.assert_allclose(split.heads.mean, whole.heads.mean, atol=1e-9)
+
+
+def test_show_all_tokens_json_peak_stays_within_its_estimate(tmp_path: Path) -> None:
+    """Issue 38: `show --all-tokens --json` at 8k tokens peaked at 4.9 GB, past the estimate
+    it printed: beside the document it built a dict per query it never wrote (1.6 GB over
+    the 10-token run's peak at 2,048 tokens where 580 MiB was estimated). A child process's
+    peak RSS over a 3-token run's, at 1,200 tokens of a tiny Llama, is within the estimate."""
+    import subprocess
+    import sys
+
+    from .builders import SPECS_BY_NAME, copy_with_config, save_tiny
+
+    base = save_tiny(SPECS_BY_NAME["llama"], tmp_path / "base")
+    model = copy_with_config(base, tmp_path / "long", max_position_embeddings=2048)
+    long_text = tmp_path / "long.txt"
+    long_text.write_text(" ".join(WORDS[i % len(WORDS)] for i in range(1199)))
+    probe = (
+        "import resource, sys\n"
+        "from attnviz.cli import app\n"
+        "try:\n    app(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "sys.stderr.write(f'PEAK {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n')\n"
+    )
+
+    def peak(*args: str) -> int:
+        cmd = [sys.executable, "-c", probe, "show", *args, "--all-tokens", "--json", "--model", str(model)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert done.stdout.startswith("{"), done.stderr[-500:]
+        return int(done.stderr.rsplit("PEAK ", 1)[1]) * 1024
+
+    over = peak("--file", str(long_text)) - peak("the cat sat")
+    eng = load_engine("own", str(model), "cpu")
+    n = len(eng.tokenize(long_text.read_text()))
+    est = memory.estimate(eng.shape, eng.sizes, n, list(range(eng.num_layers)), None, ("json",))
+    assert n == 1200 and over <= est.total, (memory.human(over), memory.human(est.total))

@@ -84,6 +84,28 @@ def test_what_the_page_cannot_draw_is_a_message_in_the_cell(own_engine: Any, att
         assert "<iframe" not in bad.html and says in htmllib.unescape(bad.html), bad.html
 
 
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"rollout": float("-inf")}, "rollout must be True or False, not float -inf"),
+        ({"words": 1}, "words must be True or False, not int 1"),
+        ({"head": 1.5}, "head must be an int, not float 1.5"),
+        ({"head": True}, "head must be an int, not bool True"),
+        ({"shown": 3}, "shown must be a list of head numbers"),
+        ({"shown": [0, "1"]}, "shown must be a list of head numbers"),
+    ],
+)
+def test_show_options_of_the_wrong_kind_are_a_message(att: Attention, options: dict, says: str) -> None:  # type: ignore[type-arg]
+    """The reliability fuzzer's own find (issue 38): show(rollout=-inf) opened the page on a
+    rollout it did not carry, a ValueError out of the cell; numpy's ints and bools pass."""
+    import numpy as np
+
+    bad = att.show(token="it", **options)
+    assert "<iframe" not in bad.html and says in htmllib.unescape(bad.html), bad.html
+    good = att.show(token="it", head=np.int64(1), words=np.bool_(True), shown=[np.int64(0), 1])
+    assert good.html.startswith("<iframe")
+
+
 def test_past_the_size_budget_the_cell_says_so_instead_of_drawing(att: Attention) -> None:
     small = notebook.show(att, budget=100_000)
     text = htmllib.unescape(small.html)

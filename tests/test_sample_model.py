@@ -364,6 +364,23 @@ def test_a_short_run_writes_a_checkpoint_both_engines_load_and_repeats_exactly(t
 
     summary, log = train_short(tmp_path / "a")
     assert "step 0: loss" in log and "step 199: loss" in log  # the progress, on stderr
+    # The last line's held-out copies: the saved model's losses on the script's 16 held-out
+    # <bos> r r (its generator, seed + 7), recomputed here with transformers.
+    shown = re.search(r"step 199: .*held-out copies ([0-9.]+) / ([0-9.]+)", log)
+    assert shown is not None
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import train_circuits as tc
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    probe = tc.Data(tc.vocabulary(), random.Random(3 + 7))
+    rows = torch.tensor([probe.repeated(20) for _ in range(16)])  # (16, 41)
+    trained = AutoModelForCausalLM.from_pretrained(tmp_path / "a", attn_implementation="eager").eval()
+    with torch.no_grad():
+        logp = trained(input_ids=rows).logits.log_softmax(-1)
+    nll = -logp[:, :-1].gather(-1, rows[:, 1:, None])[..., 0]  # (16, 40): position p predicts p+1
+    assert float(shown[1]) == pytest.approx(float(nll[:, 1:20].mean()), abs=2e-3)
+    assert float(shown[2]) == pytest.approx(float(nll[:, 21:].mean()), abs=2e-3)
     out = tmp_path / "a"
     assert sorted(p.name for p in out.iterdir()) == [
         "README.md", "config.json", "generation_config.json", "metrics.json",
@@ -396,3 +413,36 @@ def test_the_script_refuses_a_bad_config_in_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.strip() == "train_circuits: --d-model 30 is not divisible by --heads 4"
     assert not (tmp_path / "m").exists()
+
+
+def test_the_script_refuses_an_ioi_start_outside_the_run(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--steps", "10", "--ioi-from", "10", "--out", str(tmp_path / "m")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == "train_circuits: --ioi-from 10 is not a step of the run (0 to 9)"
+    assert not (tmp_path / "m").exists()
+
+
+def test_the_prr_layout_repeats_a_run_after_a_prefix_of_varying_length() -> None:
+    """<bos> p r r: the last 2h tokens are one run seen twice, h and the prefix vary, the
+    row fits the context; drawn from the script's own generator."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import train_circuits as tc
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    data = tc.Data(tc.vocabulary(), random.Random(5))
+    halves, prefixes = set(), set()
+    for _ in range(200):
+        row = data.prefixed_repeat(64, 6)
+        assert row[0] == data.ids["<bos>"] and len(row) <= 64
+        # The longest h with row[-2h:-h] == row[-h:] (a run of random words repeats by chance
+        # only rarely): at least the minimum, and the prefix is what is left before it.
+        h = max(k for k in range(1, (len(row) - 1) // 2 + 1) if row[-2 * k : -k] == row[-k:])
+        assert 6 <= h <= 31
+        halves.add(h)
+        prefixes.add(len(row) - 1 - 2 * h)
+    assert len(halves) > 15 and len(prefixes) > 20  # neither the run's length nor its start is fixed

@@ -91,10 +91,25 @@ class AttnModel(nn.Module):
         queries: Sequence[int] | None,
         fused: bool,
     ) -> list[RowRequest]:
-        """Per layer 0..last: what its attention returns beside its output."""
+        """Per layer 0..last: what its attention returns beside its output. Inside
+        ``rows.streaming``, a fused layer asked for every row streams its blocks of rows
+        to the sink (with its layer number) and keeps none."""
+        from functools import partial
+
+        from ..nn.rows import stream
+
         wanted = RowRequest(None if queries is None else tuple(queries), fused)
         nothing = RowRequest((), fused)
-        return [wanted if layers is None or layer in layers else nothing for layer in range(last + 1)]
+        sink = stream() if queries is None and fused else None
+        out = []
+        for layer in range(last + 1):
+            if layers is not None and layer not in layers:
+                out.append(nothing)
+            elif sink is not None:
+                out.append(RowRequest(None, True, blocks=partial(sink, layer)))
+            else:
+                out.append(wanted)
+        return out
 
 
 def layer_loop(

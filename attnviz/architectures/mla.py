@@ -335,10 +335,17 @@ _MOE_DEFAULTS: dict[str, dict[str, Any]] = {
     "deepseek_v3": {"n_shared_experts": 1, "routed_scaling_factor": 2.5, "n_group": 8, "topk_group": 4},
     "glm4_moe_lite": {"n_shared_experts": 1, "routed_scaling_factor": 1.8, "n_group": 1, "topk_group": 1},
     "mistral4": {"n_shared_experts": 1, "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1},
+    "deepseek_v32": {"n_shared_experts": 1, "routed_scaling_factor": 2.5, "n_group": 8, "topk_group": 4},
+    "glm_moe_dsa": {"n_shared_experts": 1, "routed_scaling_factor": 2.5, "n_group": 1, "topk_group": 1},
 }
 
 
 def build(config: dict[str, Any]) -> MLADecoder:
+    return MLADecoder(mla_config(config))
+
+
+def mla_config(config: dict[str, Any]) -> MLAConfig:
+    """The ``MLAConfig`` of a latent-attention config.json (dsa.py's families too)."""
     model_type = str(config.get("model_type", "deepseek_v3"))
     layers = int(config["num_hidden_layers"])
     heads = int(config["num_attention_heads"])
@@ -362,7 +369,7 @@ def build(config: dict[str, Any]) -> MLADecoder:
             f"a rotary dim of {rope.rotary_dim} for qk_rope_head_dim={rope_dim} is not implemented",
             setting="partial_rotary_factor",
         )
-    if model_type == "glm4_moe_lite":
+    if model_type in ("glm4_moe_lite", "deepseek_v32", "glm_moe_dsa"):
         kinds = sequence(config, "mlp_layer_types", ["dense"] + ["sparse"] * (layers - 1))
         dense = tuple(i for i, kind in enumerate(kinds) if kind != "sparse")
     else:
@@ -412,27 +419,25 @@ def build(config: dict[str, Any]) -> MLADecoder:
             if not isinstance(original, int) or original < 1:
                 raise ValueError("rope_parameters.llama_4_scaling_beta needs original_max_position_embeddings")
             temperature = {"temperature_beta": float(beta), "temperature_length": original}
-    return MLADecoder(
-        MLAConfig(
-            **vars(base),
-            model_type=model_type,
-            q_lora_rank=None if q_lora is None else int(q_lora),
-            kv_lora_rank=int(config["kv_lora_rank"]),
-            qk_nope_head_dim=nope,
-            qk_rope_head_dim=rope_dim,
-            v_head_dim=v_dim,
-            rope_layout=layout,
-            dense_layers=dense,
-            n_routed_experts=experts,
-            num_experts_per_tok=int(config["num_experts_per_tok"]),
-            moe_intermediate_size=int(config["moe_intermediate_size"]),
-            n_shared_experts=whole(config, "n_shared_experts", defaults["n_shared_experts"], low=0),
-            n_group=groups,
-            topk_group=whole(config, "topk_group", defaults["topk_group"] or groups),
-            routed_scaling_factor=number(config, "routed_scaling_factor", defaults["routed_scaling_factor"]),
-            **routing,
-            **temperature,
-        )
+    return MLAConfig(
+        **vars(base),
+        model_type=model_type,
+        q_lora_rank=None if q_lora is None else int(q_lora),
+        kv_lora_rank=int(config["kv_lora_rank"]),
+        qk_nope_head_dim=nope,
+        qk_rope_head_dim=rope_dim,
+        v_head_dim=v_dim,
+        rope_layout=layout,
+        dense_layers=dense,
+        n_routed_experts=experts,
+        num_experts_per_tok=int(config["num_experts_per_tok"]),
+        moe_intermediate_size=int(config["moe_intermediate_size"]),
+        n_shared_experts=whole(config, "n_shared_experts", defaults["n_shared_experts"], low=0),
+        n_group=groups,
+        topk_group=whole(config, "topk_group", defaults["topk_group"] or groups),
+        routed_scaling_factor=number(config, "routed_scaling_factor", defaults["routed_scaling_factor"]),
+        **routing,
+        **temperature,
     )
 
 

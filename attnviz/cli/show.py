@@ -143,8 +143,13 @@ def show(
             from .output import emit_json_rows
 
             # Large weight arrays are spelled by numpy, not one Python float at a time (jsonrows).
-            found = [att.query_dict(q, raw_rows=True) for q in positions]
-            emit_json_rows(att.to_dict(raw_rows=True) if all_tokens else found[0] if len(found) == 1 else found)
+            # --all-tokens writes the whole document only: a dict per query beside it took
+            # 1.6 GB at 2,048 tokens, past the estimate (issue 38).
+            if all_tokens:
+                emit_json_rows(att.to_dict(raw_rows=True))
+            else:
+                found = [att.query_dict(q, raw_rows=True) for q in positions]
+                emit_json_rows(found[0] if len(found) == 1 else found)
         elif not all_tokens:
             _print(att, positions, picked, values, full, top_keys, no_pager)
         if png is not None and figure is not None:

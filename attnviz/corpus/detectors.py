@@ -105,6 +105,95 @@ class DetectorConfig:
             raise ValueError(f"local_k={self.local_k} must be at least 0")
 
 
+# Float64 elements one scoring step holds (a block of query rows' weights, each detector's
+# targets of those rows and the entropy's temporaries), whatever the text's length: 2^22,
+# 32 MiB a kind. Scoring whole (S, S) matrices took 9.7 GB for one 8,183-token text (issue 38).
+SCORE_ELEMENTS = 1 << 22
+
+
+@dataclass(frozen=True)
+class _Positions:
+    """One text's per-position facts, padded to S: all a detector's rows are made of."""
+
+    n: int
+    ids: np.ndarray  # (S,) int64, -1 on padding
+    real: np.ndarray  # (S,) bool
+    punct: np.ndarray  # (S,) bool
+    base_q: np.ndarray  # (S,) bool: real, not special
+    sinks: np.ndarray  # (S,) bool
+    queries: np.ndarray  # (D, S) bool: each detector's eligible queries
+
+
+def _positions(text: TextFeatures, size: int, config: DetectorConfig) -> _Positions:
+    n = len(text)
+    if size < n:
+        raise ValueError(f"size {size} is shorter than the text ({n} tokens)")
+    ids = np.full(size, -1, dtype=np.int64)
+    ids[:n] = text.ids
+    real = np.arange(size) < n  # (S,)
+    special = np.zeros(size, dtype=bool)
+    special[:n] = text.special
+    punct = np.zeros(size, dtype=bool)
+    punct[:n] = text.punctuation
+    base_q = real & ~special  # (S,)
+    sinks = special if special[:n].any() else (np.arange(size) == 0) & real
+    # Queries with an earlier (non-special) copy of their id, and with one at least two
+    # before them (induction's key, right after the copy, is then strictly before the
+    # query): the first copy decides both. O(S), where the (S, S) table was S² bools.
+    first: dict[int, int] = {}
+    earlier = np.full(size, size, dtype=np.int64)  # (S,) the first copy's position
+    for i in np.flatnonzero(base_q):
+        earlier[i] = first.setdefault(int(ids[i]), int(i))
+    position = np.arange(size)
+    has_copy = base_q & (earlier < position)
+    has_induction = base_q & (earlier < position - 1)
+    table = {
+        "previous": base_q & (position >= 1),
+        "next": base_q & (position + 1 < n),
+        "self": base_q,
+        "sink": base_q & ~sinks,
+        "punctuation": base_q,
+        "duplicate": has_copy,
+        "induction": has_induction,
+        "local": base_q,
+        "entropy": base_q,  # and seeing two keys at least: ``_entropy_queries``
+    }
+    queries = np.stack([table[d] for d in config.detectors])  # (D, S)
+    return _Positions(n, ids, real, punct, base_q, sinks, queries)
+
+
+def _row_targets(
+    t: _Positions, start: int, stop: int, causal: bool, config: DetectorConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows start..stop-1 of every detector's targets (D, l, S) bool, and of the keys each
+    query may see (l, S) bool: ``detector_masks``'s tables cut to those rows."""
+    size = len(t.ids)
+    i = np.arange(start, stop)[:, None]  # (l, 1) query position
+    j = np.arange(size)[None, :]  # (1, S) key position
+    visible = t.real[start:stop, None] & t.real[None, :]  # (l, S)
+    if causal:
+        visible &= j <= i
+    rows = t.base_q[start:stop, None]
+    # Earlier copies of the same (non-special) token id.
+    same = (t.ids[start:stop, None] == t.ids[None, :]) & rows & t.base_q[None, :] & (j < i)  # (l, S)
+    # Induction: the key right after an earlier copy, itself strictly before the query.
+    after_copy = np.zeros_like(same)
+    after_copy[:, 1:] = same[:, :-1]
+    after_copy &= j < i
+    make = {
+        "previous": lambda: (j == i - 1) & visible,
+        "next": lambda: (j == i + 1) & visible,
+        "self": lambda: (j == i) & visible,
+        "sink": lambda: t.sinks[None, :] & visible,
+        "punctuation": lambda: t.punct[None, :] & visible,
+        "duplicate": lambda: same,
+        "induction": lambda: after_copy,
+        "local": lambda: (np.abs(i - j) <= config.local_k) & visible,
+        "entropy": lambda: np.zeros_like(visible),
+    }
+    return np.stack([make[d]() for d in config.detectors]), visible  # (D, l, S), (l, S)
+
+
 def detector_masks(
     text: TextFeatures, size: int, causal: bool, config: DetectorConfig
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -118,46 +207,122 @@ def detector_masks(
     Returns:
         queries (D, S) bool, targets (D, S, S) bool (``targets[d, i, j]``: key j is a target
         of query i; all False for entropy, which has no targets) and visible (S, S) bool
-        (the keys each query may attend to).
+        (the keys each query may attend to). (S, S) tables: the scoring itself takes them
+        a block of rows at a time (``BlockScorer``).
     """
-    n = len(text)
-    if size < n:
-        raise ValueError(f"size {size} is shorter than the text ({n} tokens)")
-    ids = np.full(size, -1, dtype=np.int64)
-    ids[:n] = text.ids
-    real = np.arange(size) < n  # (S,)
-    special = np.zeros(size, dtype=bool)
-    special[:n] = text.special
-    punct = np.zeros(size, dtype=bool)
-    punct[:n] = text.punctuation
-    i = np.arange(size)[:, None]  # (S, 1) query position
-    j = np.arange(size)[None, :]  # (1, S) key position
-    visible = real[:, None] & real[None, :]  # (S, S)
-    if causal:
-        visible &= j <= i
-    base_q = real & ~special  # (S,)
-    # Earlier copies of the same (non-special) token id.
-    same = (ids[:, None] == ids[None, :]) & base_q[:, None] & base_q[None, :] & (j < i)  # (S, S)
-    # Induction: the key right after an earlier copy, itself strictly before the query.
-    after_copy = np.zeros((size, size), dtype=bool)
-    after_copy[:, 1:] = same[:, :-1]
-    after_copy &= j < i
-    sinks = special if special[:n].any() else (np.arange(size) == 0) & real
-    zeros = np.zeros((size, size), dtype=bool)
-    table: dict[str, tuple[np.ndarray, np.ndarray]] = {
-        "previous": (base_q & (np.arange(size) >= 1), (j == i - 1) & visible),
-        "next": (base_q & (np.arange(size) + 1 < n), (j == i + 1) & visible),
-        "self": (base_q, (j == i) & visible),
-        "sink": (base_q & ~sinks, np.broadcast_to(sinks[None, :], (size, size)) & visible),
-        "punctuation": (base_q, np.broadcast_to(punct[None, :], (size, size)) & visible),
-        "duplicate": (base_q & same.any(1), same),
-        "induction": (base_q & after_copy.any(1), after_copy),
-        "local": (base_q, (np.abs(i - j) <= config.local_k) & visible),
-        "entropy": (base_q & (visible.sum(1) >= 2), zeros),
-    }
-    queries = np.stack([table[d][0] for d in config.detectors])  # (D, S)
-    targets = np.stack([table[d][1] for d in config.detectors])  # (D, S, S)
-    return queries, targets, visible
+    t = _positions(text, size, config)
+    targets, visible = _row_targets(t, 0, size, causal, config)
+    return _entropy_queries(t, visible.sum(-1), config), targets, visible
+
+
+def _entropy_queries(t: _Positions, seen: np.ndarray, config: DetectorConfig) -> np.ndarray:
+    """``t.queries`` with entropy's row: queries that see at least two keys (``seen``: (S,))."""
+    queries = t.queries.copy()
+    if "entropy" in config.detectors:
+        queries[config.detectors.index("entropy")] = t.base_q & (seen >= 2)
+    return queries
+
+
+class BlockScorer:
+    """Per-text, per-head detector scores of one batch, fed a block of query rows at a
+    time (``add``): what it holds is the (B, D, N, H) sums and one block, never a (S, S)
+    matrix. The same numbers as scoring whole matrices, in float64.
+
+    Args:
+        texts: the B texts, unpadded; ``size``: S, their padded length.
+        num_layers, num_heads: N and H of the weights to come.
+        coref: per text, a coreference item or None: its pronoun's rows are kept (N, H, P, n).
+    """
+
+    def __init__(
+        self,
+        texts: Sequence[TextFeatures],
+        size: int,
+        causal: bool,
+        config: DetectorConfig,
+        num_layers: int,
+        num_heads: int,
+        coref: Sequence[CorefItem | None] = (),
+    ) -> None:
+        self.size, self.causal, self.config = size, causal, config
+        self.num_heads = num_heads
+        self._texts = [_positions(t, size, config) for t in texts]
+        position = np.arange(size)
+        queries = []
+        for t in self._texts:
+            seen = np.where(t.real, np.minimum(position + 1, t.n) if causal else t.n, 0)  # (S,) keys each row sees
+            queries.append(_entropy_queries(t, seen, config))
+        self.queries = np.stack(queries)  # (B, D, S)
+        self.count = self.queries.sum(-1)  # (B, D)
+        self.summed = np.zeros((len(texts), len(config.detectors), num_layers, num_heads))  # (B, D, N, H)
+        self._entropy_at = config.detectors.index("entropy") if "entropy" in config.detectors else None
+        items = list(coref) or [None] * len(texts)
+        self.coref = items
+        self.pronoun_rows = {
+            b: np.zeros((num_layers, num_heads, len(item.pronoun), t.n))
+            for b, (item, t) in enumerate(zip(items, self._texts, strict=True))
+            if item is not None
+        }  # b -> (N, H, P, n)
+
+    def add(self, layer: int, start: int, weights: np.ndarray) -> None:
+        """Fold in rows start.. of layer slot ``layer``: weights (B, H, l, S), any float dtype
+        (rows of padding queries and columns of padding keys are ignored)."""
+        b, h, length, size = weights.shape
+        if (b, h, size) != (len(self._texts), self.num_heads, self.size) or start + length > self.size:
+            raise ValueError(
+                f"a block of rows {start}..{start + length} of shape {weights.shape} does not fit "
+                f"{len(self._texts)} texts × {self.num_heads} heads × {self.size} tokens"
+            )
+        per_row = b * (5 * h + 2 * len(self.config.detectors)) * size
+        step = max(1, SCORE_ELEMENTS // per_row)
+        for r0 in range(0, length, step):
+            r1 = min(length, r0 + step)
+            self._score(layer, start + r0, np.asarray(weights[:, :, r0:r1], dtype=np.float64))
+        for b_, rows in self.pronoun_rows.items():
+            item = self.coref[b_]
+            assert item is not None  # pronoun_rows holds the texts with an item
+            for p, position in enumerate(item.pronoun):
+                if start <= position < start + length:
+                    rows[layer, :, p] = weights[b_, :, position - start, : rows.shape[-1]]
+
+    def _score(self, layer: int, start: int, w: np.ndarray) -> None:
+        """One block of rows start.. (w: (B, H, l, S) float64) into the sums."""
+        stop = start + w.shape[2]
+        made = [_row_targets(t, start, stop, self.causal, self.config) for t in self._texts]
+        targets = np.stack([m[0] for m in made]).astype(np.float64)  # (B, D, l, S)
+        # 1. Mass of each query row on each detector's targets.
+        mass = np.einsum("bhqk,bdqk->bdhq", w, targets)  # (B, D, H, l)
+        del targets
+        if self._entropy_at is not None:
+            # 2. Normalised entropy of each row over the keys it may see (as metrics.entropy).
+            visible = np.stack([m[1] for m in made])  # (B, l, S)
+            log_v = np.log(np.maximum(visible.sum(-1), 1))[:, None, :]  # (B, 1, l)
+            p = np.where(visible[:, None], np.clip(w, 0.0, None), 0.0)  # (B, H, l, S)
+            total = p.sum(-1, keepdims=True)
+            p = np.divide(p, total, out=np.zeros_like(p), where=total > 0)
+            ent = -(p * np.log(np.where(p > 0, p, 1.0))).sum(-1)  # (B, H, l)
+            ent = np.divide(ent, log_v, out=np.zeros_like(ent), where=log_v > 0)
+            mass[:, self._entropy_at] = np.clip(ent, 0.0, 1.0)
+        # 3. Summed over each text's eligible queries (the mean comes in ``scores``).
+        self.summed[:, :, layer] += (mass * self.queries[:, :, None, start:stop]).sum(-1)  # (B, D, H)
+
+    def scores(self) -> tuple[np.ndarray, np.ndarray]:
+        """scores (B, D, N, H) float64: the mean over each text's eligible queries, and
+        valid (B, D) bool: whether text b had an eligible query for detector d."""
+        count = self.count[:, :, None, None]
+        scores = np.divide(self.summed, count, out=np.zeros_like(self.summed), where=count > 0)
+        return scores, self.count > 0
+
+    def tally(self, layers: Sequence[int]) -> CorefTally | None:
+        """The coreference tally of the texts with an item (None: none had one)."""
+        if not self.pronoun_rows:
+            return None
+        tally = CorefTally.empty(layers, self.num_heads)
+        for b, rows in self.pronoun_rows.items():
+            item = self.coref[b]
+            assert item is not None
+            tally = tally.add_rows(rows, item)
+        return tally
 
 
 def text_scores(
@@ -173,39 +338,17 @@ def text_scores(
 
     Returns:
         scores (B, D, N, H) float64, and valid (B, D) bool: whether text b had an
-        eligible query for detector d (its score is meaningless where not).
+        eligible query for detector d (its score is meaningless where not). Scored a block
+        of rows at a time (``BlockScorer``): no float64 copy of a whole matrix.
     """
     shapes = {tuple(np.shape(layer)) for layer in weights}
     first = next(iter(shapes), ())
     if len(shapes) != 1 or len(first) != 4 or first[0] != len(texts) or first[2] != first[3]:
         raise ValueError(f"weights must be N × (B={len(texts)}, H, S, S), got {sorted(shapes)}")
-    size = first[-1]
-    num_layers, num_heads = len(weights), first[1]
-    masks = [detector_masks(t, size, causal, config) for t in texts]
-    queries = np.stack([m[0] for m in masks])  # (B, D, S)
-    targets = np.stack([m[1] for m in masks]).astype(np.float64)  # (B, D, S, S)
-    visible = np.stack([m[2] for m in masks])  # (B, S, S)
-    log_v = np.log(np.maximum(visible.sum(-1), 1))[:, None, :]  # (B, 1, S)
-    entropy_at = config.detectors.index("entropy") if "entropy" in config.detectors else None
-    count = queries.sum(-1)  # (B, D)
-    scores = np.zeros((len(texts), len(config.detectors), num_layers, num_heads))  # (B, D, N, H)
-    # One layer at a time: float64 copies of every layer at once would be N times larger.
-    for n in range(num_layers):
-        w = np.asarray(weights[n], dtype=np.float64)  # (B, H, S, S)
-        # 1. Mass of each query row on each detector's targets.
-        mass = np.einsum("bhqk,bdqk->bdhq", w, targets)  # (B, D, H, S)
-        if entropy_at is not None:
-            # 2. Normalised entropy of each row over the keys it may see (as metrics.entropy).
-            p = np.where(visible[:, None], np.clip(w, 0.0, None), 0.0)  # (B, H, S, S)
-            total = p.sum(-1, keepdims=True)
-            p = np.divide(p, total, out=np.zeros_like(p), where=total > 0)
-            h = -(p * np.log(np.where(p > 0, p, 1.0))).sum(-1)  # (B, H, S)
-            ent = np.divide(h, log_v, out=np.zeros_like(h), where=log_v > 0)
-            mass[:, entropy_at] = np.clip(ent, 0.0, 1.0)
-        # 3. Mean over each text's eligible queries.
-        summed = (mass * queries[:, :, None, :]).sum(-1)  # (B, D, H)
-        scores[:, :, n] = np.divide(summed, count[:, :, None], out=np.zeros_like(summed), where=count[:, :, None] > 0)
-    return scores, count > 0
+    scorer = BlockScorer(texts, first[-1], causal, config, len(weights), first[1])
+    for n, layer in enumerate(weights):
+        scorer.add(n, 0, np.asarray(layer))
+    return scorer.scores()
 
 
 @dataclass(frozen=True)
@@ -382,8 +525,12 @@ def coref_hits(weights: np.ndarray, item: CorefItem) -> np.ndarray:
         weights: (N, H, S, S) attention of one text. A pronoun split into pieces uses the
             mean of its pieces' rows; the pronoun's own pieces are not candidate targets.
     """
-    w = np.asarray(weights, dtype=np.float64)
-    rows = w[:, :, list(item.pronoun), :].mean(2)  # (N, H, S)
+    return coref_hits_rows(np.asarray(weights)[:, :, list(item.pronoun), :], item)
+
+
+def coref_hits_rows(pronoun_rows: np.ndarray, item: CorefItem) -> np.ndarray:
+    """``coref_hits`` from the pronoun's rows alone: (N, H, P, S) -> (N, H) bool."""
+    rows = np.asarray(pronoun_rows, dtype=np.float64).mean(2)  # (N, H, S)
     excluded = np.asarray(item.special, dtype=bool).copy()
     excluded[list(item.pronoun)] = True
     rows = np.where(excluded[None, None, :], -np.inf, rows)
@@ -407,6 +554,13 @@ class CorefTally:
 
     def add(self, weights: np.ndarray, item: CorefItem) -> CorefTally:
         hits = self.hits + coref_hits(weights, item)
+        return CorefTally(
+            self.layers, self.num_heads, hits, self.total + 1, self.baseline_hits + int(item.nearest_is_referent())
+        )
+
+    def add_rows(self, pronoun_rows: np.ndarray, item: CorefItem) -> CorefTally:
+        """``add`` from the pronoun's rows (N, H, P, S) alone."""
+        hits = self.hits + coref_hits_rows(pronoun_rows, item)
         return CorefTally(
             self.layers, self.num_heads, hits, self.total + 1, self.baseline_hits + int(item.nearest_is_referent())
         )

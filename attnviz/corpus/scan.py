@@ -22,6 +22,7 @@ from ..result import Provenance, provenance_fields
 from ..select import parse_target
 from ..tokens import Tokens, tokenize, word_occurrences
 from .detectors import (
+    BlockScorer,
     CorefItem,
     CorefTally,
     DetectorConfig,
@@ -29,7 +30,6 @@ from .detectors import (
     HeadScore,
     TextFeatures,
     features,
-    text_scores,
 )
 from .sources import CorefSpec, CorpusText
 
@@ -210,30 +210,46 @@ def score_batch(
         return acc.joined(effects), tally
     import torch
 
+    shape = engine.shape
+    size = max(len(p.tokens) for p in batch)
+    scorer = BlockScorer(
+        [p.features for p in batch],
+        size,
+        shape.causal,
+        options.config,
+        len(options.layers),
+        shape.num_heads,
+        [p.coref for p in batch],
+    )
+    # Each model layer's slots among options.layers (a layer asked twice fills both).
+    slots: dict[int, list[int]] = {}
+    for i, layer in enumerate(options.layers):
+        slots.setdefault(layer, []).append(i)
+
+    def take(layer: int, start: int, stop: int, weights: torch.Tensor) -> None:
+        rows = weights.to(device="cpu", dtype=torch.float32).numpy()  # (B, H, l, S)
+        for i in slots.get(layer, ()):
+            scorer.add(i, start, rows)
+
+    tokens = [p.tokens for p in batch]
     measure = measure_named(options.measure)
     if measure.needs_values:
         from ..measures.norms import norm_shares
+        from ..nn.rows import feed_blocks
 
-        out = engine.forward_batch([p.tokens for p in batch], max_layer=max(options.layers), measure=measure)
+        # The value norms come with whole matrices (the estimate counts them: estimate_scan).
+        out = engine.forward_batch(tokens, max_layer=max(options.layers), measure=measure)
         assert out.value_norms is not None  # asked for
-        out.attentions = [norm_shares(a, n) for a, n in zip(out.attentions, out.value_norms, strict=True)]
+        run = shape.layers[: len(out.attentions)]
+        for layer, a, n in zip(run, out.attentions, out.value_norms, strict=True):
+            if layer in slots:
+                feed_blocks(layer, norm_shares(a, n), take)
     else:
-        out = engine.forward_batch([p.tokens for p in batch], max_layer=max(options.layers))
-    # One entry per attention layer run, in order (a hybrid's layers without attention have none).
-    slot = {layer: i for i, layer in enumerate(engine.shape.layers)}
-    weights = [out.attentions[slot[layer]].to(device="cpu", dtype=torch.float32).numpy() for layer in options.layers]
-    shape = engine.shape
-    scores, valid = text_scores(weights, [p.features for p in batch], shape.causal, options.config)
+        # A block of query rows at a time: the own engine never holds a layer's matrix.
+        engine.forward_batch(tokens, max_layer=max(options.layers), blocks=take, layers=options.layers)
+    scores, valid = scorer.scores()
     acc = HeadAccumulator.empty(options.config.detectors, options.layers, shape.num_heads).add(scores, valid)
-    tally = None
-    if any(p.coref is not None for p in batch):
-        tally = CorefTally.empty(options.layers, shape.num_heads)
-        for b, p in enumerate(batch):
-            if p.coref is not None:
-                n = len(p.tokens)
-                one = np.stack([w[b, :, :n, :n] for w in weights])  # (N, H, n, n)
-                tally = tally.add(one, p.coref)
-    return acc, tally
+    return acc, scorer.tally(options.layers)
 
 
 Progress = Callable[[int], None]  # called with the number of texts just scored (or skipped)

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
+    from ..nn.rows import BlockSink
     from ..nn.taps import Taps
 
 
@@ -119,11 +120,21 @@ class Engine(Protocol):
     def forward_seq2seq(self, tokens: Tokens, target: Tokens, measure: Measure = WEIGHT) -> Seq2SeqOutput: ...
 
     def forward_batch(
-        self, batch: Sequence[Tokens], max_layer: int | None = None, measure: Measure = WEIGHT
+        self,
+        batch: Sequence[Tokens],
+        max_layer: int | None = None,
+        measure: Measure = WEIGHT,
+        *,
+        blocks: BlockSink | None = None,
+        layers: Sequence[int] | None = None,
     ) -> ForwardOutput:
         """One pass over right-padded texts: full (B, H, S, S) weights of layers 0..max_layer
         (and, for a ``measure`` that needs values, their (B, H, S) value norms); a hybrid's,
-        of its attention layers among those (``shape.layers``), in order."""
+        of its attention layers among those (``shape.layers``), in order. ``blocks`` (with
+        the weight measure): instead, the weights of ``layers`` (default all run) go to
+        ``blocks(layer, start, stop, weights (B, H, l, S) float32)`` one block of query rows
+        at a time, ``attentions`` empty (``nn.rows.streaming``): the own engine never holds
+        a layer's matrix."""
         ...
 
     def final_hidden(

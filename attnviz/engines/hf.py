@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ..architectures.base import ForwardOutput
     from ..architectures.seq2seq import Seq2SeqOutput
     from ..io.models import ModelFiles
+    from ..nn.rows import BlockSink
     from ..nn.taps import Taps
     from . import hf_taps
 
@@ -219,13 +220,34 @@ class HFEngine(EngineBase):
             ) from None
 
     def forward_batch(
-        self, batch: Sequence[Tokens], max_layer: int | None = None, measure: Measure = WEIGHT
+        self,
+        batch: Sequence[Tokens],
+        max_layer: int | None = None,
+        measure: Measure = WEIGHT,
+        *,
+        blocks: BlockSink | None = None,
+        layers: Sequence[int] | None = None,
     ) -> ForwardOutput:
         """As ``OwnEngine.forward_batch``, through transformers (every layer runs; an
-        encoder-decoder's encoder alone)."""
+        encoder-decoder's encoder alone). ``blocks``: transformers returns whole matrices
+        (``ModelSizes.full_matrices``), handed to the sink a block of rows at a time after
+        the pass."""
         import torch
 
         from ..measures.norms import per_layer, tapped
+
+        if blocks is not None:
+            from ..nn.rows import feed_blocks
+
+            if measure.needs_values:
+                raise ValueError("the value norms are recorded beside whole matrices, not streamed blocks")
+            out = self.forward_batch(batch, max_layer)
+            attention_layers = self.shape.layers[: len(out.attentions)]
+            for layer, weights in zip(attention_layers, out.attentions, strict=True):
+                if layers is None or layer in layers:
+                    feed_blocks(layer, weights, blocks)
+            out.attentions = []
+            return out
 
         ids, mask = self._padded(batch)
         self._rotary.restore()

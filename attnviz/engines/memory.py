@@ -141,20 +141,35 @@ def estimate_scan(
     """What one padded batch of ``heads``' scan allocates: ``batch`` texts padded to
     ``length`` tokens through ``layers_run`` layers, scored by ``detectors`` detectors.
 
-    The scan keeps every run layer's full (B, H, S, S) weights in the model's dtype (its
-    detectors read whole matrices), and scores one layer at a time in float64 (about four
-    (B, H, S, S) float64 temporaries for the entropy, and each detector's (B, S, S)
-    targets). Measured: `heads` on one text of 252 and 502 tokens, all-MiniLM-L6-v2, peak
-    RSS over a 10-token run's: 2.8 and 2.7 times the float32 weights (6 layers: 51 and
-    193 MB); this counts 3.1 times at 502 (224 MB). ``norms``: the norm shares, a float32 copy of every layer.
+    The detectors read a block of query rows at a time (corpus.detectors.BlockScorer: the
+    block in float64, each detector's targets of its rows, the entropy's temporaries; at
+    most ``SCORE_ELEMENTS`` float64 a kind). The own engine hands the scan its weights a
+    block of rows at a time as it computes them (nn.rows.streaming): one block's scores
+    and weights, never a layer's (B, H, S, S). The hf engine (transformers returns every
+    layer's matrices) and the norm measure (the value norms come with whole matrices)
+    keep every run layer's full weights in the model's dtype, a float32 copy of them
+    besides where that is not float32 or the norms' shares are made, and one layer's
+    float32 scores. Measured (bench/scan_memory.py, issue 38; a tiny 4-head Llama, one
+    text): the scan's RSS over the RSS before it, 94 / 175 / 180 MiB at 2,047 / 4,095 /
+    8,182 tokens, estimated 452 / 456 / 464 MiB (it was 9.7 GB at 8,183 tokens).
     """
+    from ..corpus.detectors import SCORE_ELEMENTS
+    from ..nn.rows import CHUNK_ELEMENTS
+
     b, s, h = batch, length, shape.num_heads
     size = sizes.element_size
     activations = 8 * b * s * sizes.widest * size
     matrices = b * h * s * s  # one layer's weights
-    kept = layers_run * matrices * size + (layers_run * matrices * 4 if norms or size != 4 else 0)
-    scoring = 4 * matrices * 8 + detectors * b * s * s * 8 + 2 * matrices * 4  # and eager's scores
-    return MemoryEstimate(sizes.weight_bytes, activations, kept + scoring)
+    block = min(CHUNK_ELEMENTS, matrices)  # one block of rows as the eager steps make it
+    # Float64 kinds a scoring step holds at its largest: the rows, the targets (bool and
+    # float64), the entropy's four temporaries, the mass; each at most SCORE_ELEMENTS.
+    scoring = 8 * min(SCORE_ELEMENTS, b * (5 * h + 2 * detectors) * s * s) * 8
+    if sizes.full_matrices or norms:
+        kept = layers_run * matrices * size + (layers_run * matrices * 4 if norms or size != 4 else 0)
+        attention = kept + 2 * matrices * 4 + scoring  # and one layer's float32 scores
+    else:
+        attention = 3 * block * 4 + scoring  # the block's scores, weights and mask
+    return MemoryEstimate(sizes.weight_bytes, activations, attention)
 
 
 def available(device: Any) -> tuple[int | None, str]:

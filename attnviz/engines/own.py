@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..architectures.seq2seq import Seq2SeqOutput
     from ..io.models import ModelFiles
     from ..nn.attention import MultiHeadAttention
+    from ..nn.rows import BlockSink
     from ..nn.taps import Taps
 
 
@@ -112,16 +113,43 @@ class OwnEngine(EngineBase):
         return out
 
     def forward_batch(
-        self, batch: Sequence[Tokens], max_layer: int | None = None, measure: Measure = WEIGHT
+        self,
+        batch: Sequence[Tokens],
+        max_layer: int | None = None,
+        measure: Measure = WEIGHT,
+        *,
+        blocks: BlockSink | None = None,
+        layers: Sequence[int] | None = None,
     ) -> ForwardOutput:
         """One forward pass over right-padded texts; attentions are (B, H, S, S) per layer
         (exact eager weights), padding keys get weight 0 and padding query rows are to be
-        ignored. A ``measure`` that needs values: the value norms (B, H, S) of every layer run too."""
+        ignored. A ``measure`` that needs values: the value norms (B, H, S) of every layer run too.
+
+        ``blocks``: the weights of ``layers`` (default: every layer run) go to
+        ``blocks(layer, start, stop, weights)`` one block of query rows at a time, computed
+        by the eager steps on that block (rows.chunked_eager), and ``attentions`` is empty:
+        the pass holds one block of weights, never a layer's (B, H, S, S)."""
         import torch
 
         from ..measures.norms import per_layer, tapped
 
         ids, mask = self._padded(batch)
+        if blocks is not None:
+            from ..nn.rows import feed_blocks, streaming
+
+            if measure.needs_values:
+                raise ValueError("the value norms are recorded beside whole matrices, not streamed blocks")
+            asked = None if layers is None else set(layers)
+            if _pattern_tapped():  # a pattern tap records whole matrices: stream them after the pass
+                out = self.forward_batch(batch, max_layer)
+                for layer, weights in zip(self.shape.layers, out.attentions, strict=False):
+                    if asked is None or layer in asked:
+                        feed_blocks(layer, weights, blocks)
+            else:
+                with torch.inference_mode(), streaming(blocks):
+                    out = self.model(ids, attention_mask=mask, max_layer=max_layer, layers=asked, fused=True)
+            out.attentions = []
+            return out
         norms = measure.needs_values
         with torch.inference_mode(), tapped(self, active=norms) as record:
             out = self.model(ids, attention_mask=mask, max_layer=max_layer, fused=False)

@@ -50,7 +50,8 @@ class LMHead:
     """Logits from a final hidden state.
 
     Attributes:
-        kind: "causal" (next token) or "masked" (the masked token).
+        kind: "causal" (next token), "masked" (the masked token) or "seq2seq" (an
+            encoder-decoder's next decoder token).
         unembed: (V, E) W_U; bias: (V,) or None.
         transform: masked LMs' (dense weight (E, E), dense bias (E,), LN weight, LN bias), or None.
         act, eps: the transform's activation name and LayerNorm epsilon.
@@ -213,6 +214,52 @@ def load_lm_head(engine: Engine, part: str | None = None) -> LMHead | None:
             mask_id=mask,
         )
     return None
+
+
+# Encoder-decoders whose LM head ``load_seq2seq_head`` reads, as each *ForConditionalGeneration
+# (or *MTModel) computes it: the unembedding, tied or not, and a final_logits_bias (BART's
+# kin); T5's tied heads scale the decoder's output by d_model^-0.5 first (mT5's do not).
+SEQ2SEQ_HEADS = frozenset({"t5", "mt5", "bart", "mbart", "marian", "pegasus"})
+
+
+def load_seq2seq_head(engine: Engine) -> LMHead | None:
+    """An encoder-decoder's LM head over its decoder's final hidden states, or None (a
+    family not in ``SEQ2SEQ_HEADS``, a base model saved without its head, no safetensors)."""
+    from safetensors import safe_open
+
+    from ..io.checkpoint import weight_files
+
+    files, config = engine.files, engine.files.config
+    saved = config.get("architectures")
+    if files.model_type not in SEQ2SEQ_HEADS or not (
+        isinstance(saved, list) and any(str(a).endswith(("ForConditionalGeneration", "MTModel")) for a in saved)
+    ):
+        return None
+    found: dict[str, Any] = {}
+    try:
+        for path in weight_files(files.path):
+            if path.suffix != ".safetensors":
+                return None
+            with safe_open(str(path), framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+                    found[name.removeprefix("model.")] = (path, name)
+    except Exception:
+        return None
+
+    def get(name: str) -> Any:
+        path, key = found[name]
+        with safe_open(str(path), framework="pt") as f:
+            return f.get_tensor(key).to(engine.device)
+
+    tied = next((n for n in ("decoder.embed_tokens.weight", "shared.weight") if n in found), None)
+    name = "lm_head.weight" if "lm_head.weight" in found else tied
+    if name is None:
+        return None
+    bias = get("final_logits_bias")[0] if "final_logits_bias" in found else None  # (1, V) -> (V,)
+    scale = None
+    if files.model_type == "t5" and config.get("scale_decoder_outputs", config.get("tie_word_embeddings") is not False):
+        scale = float(config["d_model"]) ** -0.5
+    return LMHead("seq2seq", get(name), bias=bias, scale=scale, tokenizer=engine.tokenizer)
 
 
 # Each family's transform of the head's output: (config key, LMHead field, the default of

@@ -28,9 +28,11 @@ blocks of rows or heads takes its ranges from one helper, ``kernels.blocks``. to
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -57,6 +59,9 @@ class RowRequest:
 
     queries: tuple[int, ...] | None = None
     fused: bool = False
+    # With every row asked (queries None, fused): each block of rows' weights (B, H, l, S)
+    # go to blocks(start, stop, weights) as they are made, and none are kept (``streaming``).
+    blocks: Callable[[int, int, Tensor], None] | None = field(default=None, compare=False)
 
     def __call__(
         self, q: Tensor, k: Tensor, v: Tensor, mask: MaskLike, scale: float | None, **modifiers: Any
@@ -66,6 +71,36 @@ class RowRequest:
 
 
 EAGER = RowRequest()  # the reference: full weights, eager math
+
+# (layer, start, stop, weights (B, H, stop - start, S) float32) for each block of query rows.
+BlockSink = Callable[[int, int, int, Tensor], None]
+_STREAM: contextvars.ContextVar[BlockSink | None] = contextvars.ContextVar("attnviz_row_stream", default=None)
+
+
+@contextlib.contextmanager
+def streaming(sink: BlockSink) -> Iterator[None]:
+    """Inside the block, a layer asked for every weight row (``architectures.base.row_requests``
+    with queries None and fused) hands each block of rows to ``sink`` as it is computed and
+    keeps none: what reads the rows (the corpus detectors) holds one block, not the layer's
+    (B, H, S, S) matrix (issue 38: 9.7 GB for one 8,183-token text)."""
+    token = _STREAM.set(sink)
+    try:
+        yield
+    finally:
+        _STREAM.reset(token)
+
+
+def stream() -> BlockSink | None:
+    """The running pass's block sink (``streaming``), or None."""
+    return _STREAM.get()
+
+
+def feed_blocks(layer: int, weights: Tensor, sink: BlockSink) -> None:
+    """Weights already made (B, H, L, S) to ``sink`` in ``chunked_eager``'s blocks of rows,
+    in float32 (an engine that cannot stream: transformers returns whole matrices)."""
+    b, h, length, keys = weights.shape
+    for start, stop in _row_blocks(length, b * h, keys):
+        sink(layer, start, stop, weights[:, :, start:stop].float())
 
 
 def _mask_rows(mask: MaskLike, index: Tensor, length: int) -> Tensor | None:
@@ -175,6 +210,7 @@ def chunked_eager(
     mask: MaskLike,
     scale: float | None,
     queries: Sequence[int] | None,
+    consume: Callable[[int, int, Tensor], None] | None = None,
     **modifiers: Any,
 ) -> tuple[Tensor, Tensor]:
     """The eager function, one block of query rows at a time, in float32.
@@ -186,6 +222,9 @@ def chunked_eager(
     only, so the blocks give exactly the eager result, with (B, H, block, S) scores in
     memory at a time beside the weights kept.
 
+    ``consume`` (with ``queries`` None): each block's weights (B, H, l, S) go to
+    ``consume(start, stop, weights)`` and none are kept (the weights returned have no rows).
+
     Returns:
         output (B, H, L, Dv) in q's dtype, and the weights of ``queries`` (B, H, R, S)
         in float32 (None: every row).
@@ -196,7 +235,7 @@ def chunked_eager(
     q, k, v = q.float(), k.float(), v.float()  # no-ops in float32; the softmax in float32 otherwise
     wanted = None if queries is None else list(queries)
     out = torch.empty(b, h, length, v.size(-1), dtype=dtype, device=q.device)  # (B, H, L, Dv)
-    rows = length if wanted is None else len(wanted)
+    rows = 0 if consume is not None else length if wanted is None else len(wanted)
     weights = torch.zeros(b, h, rows, keys, dtype=torch.float32, device=q.device)  # (B, H, R, S)
     for start, stop in _row_blocks(length, b * h, keys):
         index = torch.arange(start, stop, device=q.device)
@@ -210,7 +249,10 @@ def chunked_eager(
         )  # (B, H, l, Dv), (B, H, l, S)
         out[:, :, start:stop] = o
         if wanted is None:
-            weights[:, :, start:stop] = w
+            if consume is not None:
+                consume(start, stop, w)
+            else:
+                weights[:, :, start:stop] = w
             continue
         for slot, row in enumerate(wanted):
             if start <= row < stop:
@@ -351,7 +393,7 @@ def attend(
             weights = weights[:, :, list(request.queries)]  # (B, H, R, S)
         return out, weights
     if modifiers or request.queries is None:
-        return chunked_eager(q, k, v, mask, scale, request.queries, **modifiers)
+        return chunked_eager(q, k, v, mask, scale, request.queries, request.blocks, **modifiers)
     # 1. The output, from the fused kernel: no (L, S) matrix is kept.
     out = fused_attention(q, k, v, mask, scale)  # (B, H, L, Dv)
     # 2. The weights, only where asked, from the same q, k, mask and scale.

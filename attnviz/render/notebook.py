@@ -22,7 +22,7 @@ numpy + stdlib only (and render.html); IPython and anywidget are imported by the
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,13 +228,44 @@ def show(
     view: str = "head",
     layer: int | None = None,
     token: str | int | None = None,
-    options: Options | None = None,
+    options: Options | Mapping[str, Any] | None = None,
     *,
     height: int = DEFAULT_HEIGHT,
     budget: int = HTML_BUDGET_BYTES,
 ) -> NotebookView:
-    """``att`` as a ``NotebookView`` (see ``frame``)."""
+    """``att`` as a ``NotebookView`` (see ``frame``). ``options``: an ``Options``, or its
+    fields by name (``Attention.show``'s keywords); a value of the wrong kind is a message
+    in the cell, as every other bad initial state is."""
+    if options is not None and not isinstance(options, Options):
+        try:
+            options = Options(**options)
+        except AttnvizError as exc:
+            return NotebookView(message(str(exc)), summary(att))
     return NotebookView(frame(att, view, layer, token, options, height=height, budget=budget), summary(att))
+
+
+def generation_view(gen: Any, *, height: int = DEFAULT_HEIGHT, budget: int = HTML_BUDGET_BYTES) -> NotebookView:
+    """A ``generation.Generation`` in a cell: the prompt with the continuation after it
+    (written text underlined in colour, the legend beside it), then the written tokens'
+    rows as the row-mode page (an encoder-decoder's: its decoder self-attention), opening
+    on the first written token."""
+    from . import written_legend
+
+    stopped = "partial: interrupted" if gen.partial else f"stopped: {gen.stopped}"
+    given = "source" if gen.seq2seq else "prompt"
+    written = gen.tokens.text if gen.seq2seq else gen.tokens.text[len(gen.prompt.text) :]  # with its space
+    line = (
+        f'<div class="attnviz-generation" style="font-family:sans-serif;margin:4px 0">'
+        f'<span title="{given}">{html.escape(gen.prompt.text)}</span>{" → " if gen.seq2seq else ""}'
+        f'<span title="written by the model" style="color:#b3261e;text-decoration:underline">'
+        f'{html.escape(written)}</span> <small style="color:#666">({stopped}; '
+        f"{html.escape(written_legend(gen.tokens) or '')})</small></div>"
+    )
+    text = f"<attnviz.Generation {len(gen.ids)} tokens written after {gen.prompt.text.strip()[:60]!r}: {gen.text!r}>"
+    if not gen.ids:
+        return NotebookView(line + message("nothing was written"), text)
+    att = gen.attention()
+    return NotebookView(line + frame(att, token=gen.positions[0], height=height, budget=budget), text)
 
 
 # --- the live widget (anywidget) ------------------------------------------------------

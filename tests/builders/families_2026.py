@@ -361,6 +361,85 @@ SPECS_2026 += (
         perturb=True,
     ),
 )
+# DeepSeek Sparse Attention: the indexer keeps 5 keys of each query (6 heads of 8 dims, 4
+# of them rotated); V3.2 by halves, GLM-5 by pairs, its layer 2 reusing layer 1's choice.
+# Six heads, not fewer: a key whose ReLU scores are all 0 ties with another such key, and
+# at the k-th place torch.topk breaks the tie by the row's layout (a cached step's row is
+# not a full pass's), in transformers as here; with 3 heads such ties came every few steps.
+_DSA = dict(
+    _MLA,
+    index_topk=5,
+    index_n_heads=6,
+    index_head_dim=8,
+    mlp_layer_types=["dense", "sparse", "sparse"],
+)
+SPECS_2026 += (
+    Spec(
+        "deepseek_v32",
+        "deepseek_v32",
+        _config("DeepseekV32Config", **_DSA, n_group=4, topk_group=2, routed_scaling_factor=2.5, rope_parameters=YARN),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "glm_moe_dsa",
+        "glm_moe_dsa",
+        _config(
+            "GlmMoeDsaConfig",
+            **_DSA,
+            n_group=2,
+            topk_group=1,
+            routed_scaling_factor=1.8,
+            indexer_types=["full", "full", "shared"],
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
+# Qwen3.5's vision-language checkpoints: the hybrid text stacks above, with the
+# multimodal rotary sections (interleaved) that text positions reduce to plain RoPE.
+_QWEN_VISION = dict(
+    depth=1, hidden_size=16, intermediate_size=20, num_heads=2, out_hidden_size=48, patch_size=14,
+    spatial_merge_size=1, temporal_patch_size=1,
+)  # fmt: skip
+_MROPE = {
+    "rope_type": "default",
+    "rope_theta": 10000.0,
+    "partial_rotary_factor": 0.5,
+    "mrope_section": [1, 1, 0],
+    "mrope_interleaved": True,
+}
+SPECS_2026 += (
+    Spec(
+        "qwen3_5",
+        "qwen3_5",
+        _config("Qwen3_5Config", text_config={**_QWEN3_5, "rope_parameters": _MROPE}, vision_config=_QWEN_VISION),
+        "image-text",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "qwen3_5_moe",
+        "qwen3_5_moe",
+        _config(
+            "Qwen3_5MoeConfig",
+            text_config={
+                **_QWEN3_5,
+                "rope_parameters": _MROPE,
+                "num_experts": 6,
+                "num_experts_per_tok": 2,
+                "moe_intermediate_size": 9,
+                "shared_expert_intermediate_size": 11,
+            },
+            vision_config=_QWEN_VISION,
+        ),
+        "image-text",
+        "llama",
+        perturb=True,
+    ),
+)
 SPECS_2026_BY_NAME = {spec.name: spec for spec in SPECS_2026}
 
 

@@ -56,7 +56,7 @@ from ...result import Attention, Provenance, atomic_write, check_writable
 from ...shape import head_label
 from ...tokens import Tokens
 from ...transforms import word_groups  # the CLI's word rule, so the page's words are its words
-from .. import HTML_BUDGET_BYTES, HTML_FORMATS
+from .. import HTML_BUDGET_BYTES, HTML_FORMATS, written_legend
 
 ASSETS = Path(__file__).with_name("assets")
 SCALE = 65535  # uint16 quantisation: the page decodes w = q / SCALE
@@ -181,6 +181,29 @@ class Options:
     rollout: bool = False
     shown: tuple[int, ...] | None = None  # the heads the head view draws at first (None: all)
 
+    def __post_init__(self) -> None:
+        # From Python (``Attention.show(rollout=-inf)``) any value arrives: a truthy float
+        # opened the page on a rollout it did not carry, a ValueError (issue 38's fuzzer).
+        def whole(value: Any) -> bool:
+            return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+        if not whole(self.head):
+            raise UsageError(
+                f"head must be an int, not {type(self.head).__name__} {self.head!r:.40}", reason=Reason.TYPE
+            )
+        object.__setattr__(self, "head", int(self.head))
+        for name in ("words", "hide_special", "mean", "rollout"):
+            value = getattr(self, name)
+            if not isinstance(value, (bool, np.bool_)):
+                raise UsageError(
+                    f"{name} must be True or False, not {type(value).__name__} {value!r:.40}", reason=Reason.TYPE
+                )
+            object.__setattr__(self, name, bool(value))
+        if self.shown is not None:
+            if not isinstance(self.shown, (list, tuple)) or not all(whole(h) for h in self.shown):
+                raise UsageError(f"shown must be a list of head numbers, not {self.shown!r:.40}", reason=Reason.TYPE)
+            object.__setattr__(self, "shown", tuple(int(h) for h in self.shown))
+
 
 def check_shown(shown: tuple[int, ...] | None, num_heads: int) -> None:
     """The heads a page opens showing: some, each one of its heads."""
@@ -261,7 +284,8 @@ def page_data(
         "layers": list(att.layers),
         "heads": [head_label(h, p.num_heads, p.num_kv_heads) for h in range(att.num_heads)],
         "causal": p.causal,
-        "notes": p.shape.notes(),  # causal, grouped-query, learned attention sinks
+        # causal, grouped-query, learned attention sinks; which tokens the model wrote (--generate)
+        "notes": [*p.shape.notes(), *filter(None, [written_legend(tokens)])],
         "provenance": page_provenance(p),
         "versions": versions(p.engine),
         "initial": {
