@@ -76,3 +76,44 @@ def test_a_decoder_with_its_head_still_writes(engine: str, saved: dict[str, Path
     done = in_process("show", PROMPT, "-m", str(saved["gpt2"]), "--engine", engine, "--generate", "3", "--json")
     assert done.returncode == 0, done.stderr
     assert len(json.loads(done.stdout)["written_ids"]) == 3
+
+
+# --- what hf generation writes to stderr --------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_hf_generation_streams_the_continuation_and_nothing_else(
+    family: str, saved: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # transformers 5 warns (FutureWarning) that generate's ``past_key_values`` will be renamed.
+    import sys
+    import warnings
+
+    from attnviz.cli.generating import write
+    from attnviz.engines import load_engine
+    from attnviz.generation import GREEDY
+
+    engine = load_engine("hf", str(saved[family]), "cpu")
+    tokens = engine.tokenize(PROMPT)
+    capsys.readouterr()
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: the continuation streams
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gen = write(engine, tokens, 3, GREEDY, json_out=False)
+    assert [str(w.message) for w in caught] == []
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert len(gen.pieces) == 3
+    assert err == f"writing: {PROMPT}" + "".join(f" {p}" for p in gen.pieces) + "\n"
+
+
+def test_hf_generation_leaves_a_pipe_s_stderr_empty(saved: dict[str, Path]) -> None:
+    import json
+    import subprocess
+    import sys
+
+    args = ("show", PROMPT, "-m", str(saved["gpt2"]), "--engine", "hf", "--generate", "3", "--json")
+    done = subprocess.run([sys.executable, "-m", "attnviz", *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert len(json.loads(done.stdout)["written_ids"]) == 3

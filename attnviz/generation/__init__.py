@@ -461,6 +461,8 @@ def _generate_hf(
 ) -> None:
     """transformers' own generate with eager attention; the last written token's rows from
     one more cached call (generate stops before feeding it)."""
+    import warnings
+
     import torch
 
     model = _causal_lm(engine)
@@ -471,7 +473,10 @@ def _generate_hf(
         torch.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
         options.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=None)
     pad = engine.files.text_config.get("pad_token_id")
-    with torch.inference_mode():
+    with torch.inference_mode(), warnings.catch_warnings():
+        # transformers 5 warns, on each call that hands a cache back, that ``past_key_values``
+        # will be renamed: its own generate does so; that one warning, not the user's business.
+        warnings.filterwarnings("ignore", message=_PAST_KEY_VALUES, category=FutureWarning)
         out = model.generate(
             ids,
             max_new_tokens=count,
@@ -501,6 +506,10 @@ def _generate_hf(
         result.rows.append(keep(_stacked(rows, keys)))  # (layers, H, S)
     if written and written[-1] in eos:
         result.stopped = "eos"
+
+
+# transformers' FutureWarning on the ``past_key_values`` argument's coming rename.
+_PAST_KEY_VALUES = r"`past_key_values` is deprecated"
 
 
 def _causal_lm(engine: Engine) -> Any:
