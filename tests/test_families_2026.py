@@ -747,3 +747,26 @@ def test_gemma4_layers_share_keys_and_values_as_configured(saved: dict[str, Path
     # Keys and values taken from another layer: the checkpoint holds no K/V weights for 4 and 5.
     names = set(dict(hf.model.named_parameters()))  # type: ignore[attr-defined]
     assert not any(n.endswith(("layers.4.self_attn.k_proj.weight", "layers.5.self_attn.k_proj.weight")) for n in names)
+
+
+def test_gemma4_value_norms_are_the_values_transformers_attends_with_through_w_o(saved: dict[str, Path]) -> None:
+    """‖v_j · W_h^O‖ with v what transformers hands its attention function (after the v norm;
+    the keys' projection on the global layers; layers 2 and 3's values on 4 and 5)."""
+    from .test_explain import hf_attention
+
+    own, hf = _engines("gemma4_text", saved)
+    tokens = own.tokenize(SENTENCES[0])
+    out = own.forward(tokens, measure=NORM)
+    theirs = hf_attention(hf, tokens)
+    assert out.value_norms is not None and len(out.value_norms) == own.num_layers
+    for layer, norms in enumerate(out.value_norms):
+        v = theirs["calls"][layer]["v"][0].double()  # (G, S, Dv)
+        group, dv = own.num_heads // v.size(0), v.size(-1)
+        w_o = theirs["w_o"][layer].weight.detach().double()  # (E, H·Dv)
+        expected = torch.stack(
+            [
+                torch.linalg.vector_norm(v[h // group] @ w_o[:, h * dv : (h + 1) * dv].t(), dim=-1)
+                for h in range(own.num_heads)
+            ]
+        )
+        assert _diff(norms[0], expected) <= TOL * max(1.0, float(expected.max()))

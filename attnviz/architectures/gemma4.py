@@ -175,6 +175,7 @@ class Gemma4Experts(nn.Module):
 class Gemma4Block(nn.Module):
     shared: _Shared
     layer_scalar: Tensor
+
     def __init__(self, c: Gemma4Config, layer: int, attn: MultiHeadAttention, shared: _Shared) -> None:
         super().__init__()
         e, eps = c.hidden_size, c.rms_norm_eps
