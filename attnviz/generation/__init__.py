@@ -200,7 +200,8 @@ class Generation:
 
 def check_request(engine: Engine, tokens: Tokens, count: int) -> None:
     """Refuse, before any generation, what cannot be answered: N ≤ 0, a model that does not
-    write (an encoder; a base model saved without its LM head), a prompt plus N past the
+    write (an encoder; a base model saved without its LM head, read from the tensor names
+    on either engine), a prompt plus N past the
     model's positions (an encoder-decoder's decoder: its start token plus N)."""
     if count <= 0:
         raise UsageError(f"{count} tokens to write: the number must be at least 1", hint="ask for 1 or more tokens")
@@ -216,6 +217,8 @@ def check_request(engine: Engine, tokens: Tokens, count: int) -> None:
             f"{engine.files.path} has no language-model head: it cannot write text (saved as {', '.join(saved)})",
             hint="generation needs a checkpoint saved from a *ForConditionalGeneration class",
         )
+    if not seq2seq:
+        _check_causal_head(engine)
     limit, given = engine.max_positions, 1 if seq2seq else len(tokens.ids)
     if limit is not None and given + count > limit:
         what = "the decoder's start token" if seq2seq else f"the prompt's {given} tokens"
@@ -227,6 +230,19 @@ def check_request(engine: Engine, tokens: Tokens, count: int) -> None:
 
 # The task classes of encoder-decoders saved with their LM head.
 _WRITERS = ("ForConditionalGeneration", "MTModel")
+
+
+def _check_causal_head(engine: Engine) -> None:
+    """Refuse a decoder saved without its LM head (a ``GPT2Model``, ``LlamaModel`` base),
+    on either engine: transformers' AutoModelForCausalLM would load it with a random or
+    tied head and write noise. Tensor names only; no weights are read."""
+    from ..measures.lm import stores_causal_head
+
+    if stores_causal_head(engine.files) is False:
+        raise UsageError(
+            f"{engine.files.path} has no language-model head: it cannot write text",
+            hint="generation needs a checkpoint saved from a *ForCausalLM class",
+        )
 
 
 def generate(
@@ -445,6 +461,8 @@ def _generate_hf(
 ) -> None:
     """transformers' own generate with eager attention; the last written token's rows from
     one more cached call (generate stops before feeding it)."""
+    import warnings
+
     import torch
 
     model = _causal_lm(engine)
@@ -455,7 +473,10 @@ def _generate_hf(
         torch.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
         options.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=None)
     pad = engine.files.text_config.get("pad_token_id")
-    with torch.inference_mode():
+    with torch.inference_mode(), warnings.catch_warnings():
+        # transformers 5 warns, on each call that hands a cache back, that ``past_key_values``
+        # will be renamed: its own generate does so; that one warning, not the user's business.
+        warnings.filterwarnings("ignore", message=_PAST_KEY_VALUES, category=FutureWarning)
         out = model.generate(
             ids,
             max_new_tokens=count,
@@ -485,6 +506,10 @@ def _generate_hf(
         result.rows.append(keep(_stacked(rows, keys)))  # (layers, H, S)
     if written and written[-1] in eos:
         result.stopped = "eos"
+
+
+# transformers' FutureWarning on the ``past_key_values`` argument's coming rename.
+_PAST_KEY_VALUES = r"`past_key_values` is deprecated"
 
 
 def _causal_lm(engine: Engine) -> Any:

@@ -26,6 +26,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import torch
 
     from ..engines import Engine
@@ -140,23 +142,12 @@ class LMHead:
 def load_lm_head(engine: Engine, part: str | None = None) -> LMHead | None:
     """The checkpoint's LM head for the final hidden states of ``part``'s query side, or
     None (no head stored, a layout not listed above, or an encoder-decoder's encoder)."""
-    from ..io.checkpoint import weight_files
-
     files = engine.files
     config = files.config
     if part == "encoder" or files.model_type in ("t5", "mt5", "umt5", "bart", "mbart"):
         return None  # an encoder-decoder's LM head reads the decoder, with its own scaling rules
-    names: dict[str, Any] = {}
-    try:
-        from safetensors import safe_open
-
-        for path in weight_files(files.path):
-            if path.suffix != ".safetensors":
-                return None
-            with safe_open(str(path), framework="pt") as f:
-                for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
-                    names[name] = (path, name)
-    except Exception:
+    names = _tensor_names(files.path)
+    if names is None:
         return None
 
     def get(name: str) -> Any:
@@ -294,6 +285,42 @@ def logit_transform(config: dict[str, Any]) -> dict[str, float | None]:
         return {field: number(config, key, 1.0, above=0.0)}
     except ValueError as exc:
         raise ModelLoadError(f"config.json: {exc}", hint="config.json is corrupt or hand-edited wrongly") from None
+
+
+def stores_causal_head(files: Any) -> bool | None:
+    """Whether a decoder checkpoint holds a causal LM head (its own weights, or tied
+    embeddings saved from a *ForCausalLM class), read from the tensor names alone; None
+    when they cannot be read (PyTorch .bin weights). A base model (``GPT2Model``,
+    ``LlamaModel``) saved without its head gives False: transformers would load it as a
+    causal LM with a random or tied head and write noise."""
+    names = _tensor_names(files.path)
+    if names is None:
+        return None
+    # Read leniently (any prefix, any embedding name): refuse only a checkpoint that surely
+    # has no head; ``load_lm_head`` reads the layouts it knows exactly.
+    if any(n.endswith(("lm_head.weight", "embed_out.weight")) for n in names):
+        return True
+    return bool(files.config.get("tie_word_embeddings", True)) and _saved_as_lm(files.config)
+
+
+def _tensor_names(model_dir: Path) -> dict[str, tuple[Path, str]] | None:
+    """Tensor name -> (safetensors file, key) over the checkpoint's weight files, or None
+    (not safetensors, or unreadable)."""
+    from ..io.checkpoint import weight_files
+
+    names: dict[str, tuple[Path, str]] = {}
+    try:
+        from safetensors import safe_open
+
+        for path in weight_files(model_dir):
+            if path.suffix != ".safetensors":
+                return None
+            with safe_open(str(path), framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+                    names[name] = (path, name)
+    except Exception:
+        return None
+    return names
 
 
 def _saved_as_lm(config: dict[str, Any]) -> bool:
