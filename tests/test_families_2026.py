@@ -544,7 +544,9 @@ def test_the_output_gate_and_the_linear_layers_matter(saved: dict[str, Path]) ->
 # --- taps ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "layer"), [("deepseek_v3", 2), ("qwen3_next", 4)])
+@pytest.mark.parametrize(
+    ("name", "layer"), [("deepseek_v3", 2), ("qwen3_next", 4), ("mistral4", 2), ("glm_moe_dsa", 2)]
+)
 def test_z_tap_is_what_transformers_o_proj_reads(name: str, layer: int, saved: dict[str, Path]) -> None:
     """``blocks.N.attn.z`` (B, Q, H, Dv): MLA's Dv-wide heads, Qwen3-Next's gated ones,
     each equal to the input of transformers' o_proj; v is Dv wide, q and k D wide."""

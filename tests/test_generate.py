@@ -1,4 +1,4 @@
-"""Generation with attention (attnviz/generation.py, nn/cache.py): the own engine's cached
+"""Generation with attention (attnviz/generation/, nn/cache.py): the own engine's cached
 steps against transformers' greedy generate (token for token) and against one full pass
 over prompt + continuation (row for row); the hf engine through transformers' generate."""
 

@@ -194,11 +194,15 @@ def test_export_pages_of_a_generation(saved: dict[str, Path], tmp_path: Path) ->
     assert done.returncode == 0, done.stderr
     html = page.read_text(encoding="utf-8")
     assert all(json.dumps(label)[1:-1] in html or label in html for label in labels)
+    legend = f"written by the model (--generate): tokens {given}-{given + 2}, after {given} given"
+    assert legend in html or json.dumps(legend)[1:-1] in html
     rows = tmp_path / "r.html"
     done = in_process("export", PROMPT, "-m", path, "--generate", "3", "--rows", "-o", str(rows))
     assert done.returncode == 0, done.stderr
     # Row mode: every written token's rows.
     assert "row mode, 3 query row(s)" in done.stderr
+    page = rows.read_text(encoding="utf-8")
+    assert legend in page or json.dumps(legend)[1:-1] in page
 
 
 # --- refusals -----------------------------------------------------------------------

@@ -165,3 +165,25 @@ def test_norm_measure_and_hf_engine_score_as_before(llama: Path) -> None:
     shares = norm.run([CorpusText(text, "t")]).heads
     assert isinstance(shares, HeadAccumulator) and np.isfinite(shares.mean).all()
     assert not np.allclose(shares.mean, own.heads.mean)  # the norm shares, not the weights
+
+
+@pytest.mark.parametrize("family", ["deberta-v3", "t5", "gemma2", "gpt_oss"])
+def test_every_kind_of_attention_scans_as_transformers(family: str, tmp_path: Path) -> None:
+    """Families the streamed rows reach another way: DeBERTa's layers score in full by
+    themselves and stream nothing (their matrices go to the detectors after the pass: they
+    scored 0 at first), T5's position bias, Gemma 2's soft-capping and gpt-oss's sinks go
+    through the blocked eager function. Each scan equals transformers' on a padded batch."""
+    from .builders.families_a import SPECS_A_BY_NAME
+    from .builders.families_b import SPECS_B_BY_NAME
+
+    specs = {**SPECS_BY_NAME, **SPECS_A_BY_NAME, **SPECS_B_BY_NAME}
+    path = save_tiny(specs[family], tmp_path / family)
+    texts = [CorpusText(_text(13), "a"), CorpusText("a dog ran far", "b")]
+    scans = []
+    for engine in ("own", "hf"):
+        eng = load_engine(engine, str(path), "cpu")
+        options = ScanOptions(tuple(range(eng.num_layers)), batch_size=2, max_memory=2**40)
+        scans.append(Scan(eng, options).run(texts).heads)
+    assert scans[0].count.max() == 2
+    np.testing.assert_allclose(scans[0].mean, scans[1].mean, atol=2e-6)
+    assert np.abs(scans[0].mean).max() > 0.01

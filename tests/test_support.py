@@ -52,6 +52,7 @@ def test_every_own_family_and_every_transformers_type_is_listed(listed: dict[str
         ("gemma4_text", ["hf"], "no own stack (yet): cross-layer KV sharing, keys as values"),
         ("gemma3", ["own", "hf"], ""),
         ("mistral3", ["own", "hf"], ""),
+        ("qwen3_5_moe", ["own", "hf"], ""),
         ("deepseek_v32", ["own", "hf"], ""),
         ("glm_moe_dsa", ["own", "hf"], ""),
         ("glm4_moe", ["own", "hf"], ""),

@@ -43,6 +43,7 @@ FAMILIES: dict[str, Modules] = {
         "mlp": lambda layer: layer.fc2,
     },
 }
+FAMILIES["gpt2-scaled"] = FAMILIES["gpt2"]  # reorder_and_upcast_attn: GPT-2's own attention method
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +95,15 @@ class Reference:
             return out, w
 
         monkeypatch.setattr(family, "eager_attention_forward", spy)
+        if getattr(attention[0], "reorder_and_upcast_attn", False):  # GPT-2 computes it by its own method
+            reordered = type(attention[0])._upcast_and_reordered_attn
+
+            def spy_method(module: Any, q: Any, k: Any, v: Any, *args: Any, **kwargs: Any) -> Any:
+                out, w = reordered(module, q, k, v, *args, **kwargs)
+                calls.append((q, k, v, w, out))
+                return out, w
+
+            monkeypatch.setattr(type(attention[0]), "_upcast_and_reordered_attn", spy_method)
         handles = []
         for n, layer in enumerate(layers):
 
@@ -127,7 +137,7 @@ class Reference:
         return seen, out
 
 
-@pytest.mark.parametrize("family", ["bert", "llama", "gpt2", "bart"])
+@pytest.mark.parametrize("family", ["bert", "llama", "gpt2", "gpt2-scaled", "bart"])
 def test_recorded_taps_equal_across_engines_and_transformers(
     tiny: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch, family: str
 ) -> None:
@@ -269,6 +279,123 @@ def test_replacing_by_a_function(tiny: Callable[[str], Path]) -> None:
     with engine.tapping(by_tensor):
         b = engine.final_hidden(tokens)
     torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("what", ["v", "pattern"])
+@pytest.mark.parametrize("engine_name", ["own", "hf"])
+def test_replacing_in_gpt2s_reordered_attention_equals_transformers(
+    tiny: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch, engine_name: str, what: str
+) -> None:
+    """GPT-2 with reorder_and_upcast_attn computes its attention by its own method, not the
+    attention interface: a replaced v or pattern there is what transformers gives when
+    that method is handed the new values (or its weights are swapped), by a spy on it."""
+    path = tiny("gpt2-scaled")
+    engine = ProtocolOnly(load_engine(engine_name, resolve(str(path)), "cpu"))
+    tokens = engine.tokenize(SENTENCE)
+    layer, head, q = 1, 2, len(tokens)
+    dim = 48 // engine.shape.num_heads  # the tiny GPT-2s: hidden 48
+    fill = torch.linspace(-1.0, 1.0, dim) if what == "v" else torch.eye(q)  # a head on itself
+    ref = Reference(path, "gpt2-scaled")
+    attention = type(ref.model.h[0].attn)
+    reordered = attention._upcast_and_reordered_attn
+    reached: list[int] = []
+
+    def spy(module: Any, query: Any, key: Any, value: Any, *args: Any) -> Any:
+        if module.layer_idx != layer:
+            return reordered(module, query, key, value, *args)
+        reached.append(layer)
+        if what == "v":
+            value = value.clone()
+            value[:, head] = fill
+            return reordered(module, query, key, value, *args)
+        out, weights = reordered(module, query, key, value, *args)  # (B, Q, H, D), (B, H, Q, S)
+        out = out.clone()
+        out[:, :, head] = fill @ value[0, head]
+        return out, weights
+
+    monkeypatch.setattr(attention, "_upcast_and_reordered_attn", spy)
+    with torch.no_grad():
+        expect = ref.model(input_ids=torch.tensor([list(tokens.ids)])).last_hidden_state
+    monkeypatch.undo()
+    assert reached == [layer]
+    taps = Taps().replace(tap_name(None, layer, what), fill, heads=[head])
+    with engine.tapping(taps):
+        got = _hidden(engine, tokens)
+    torch.testing.assert_close(got, expect, atol=TOL, rtol=0)
+    assert (got - _hidden(engine, tokens)).abs().max() > 1e-3  # the replacement did something
+
+
+def test_a_tap_the_pass_never_reaches_is_refused_not_empty(tiny: Callable[[str], Path]) -> None:
+    """The hf engine's q, k, v and pattern are in transformers' eager attention function: a
+    model whose attention runs elsewhere (here sdpa) reaches none of them, and the block
+    refuses that after the pass, naming them, where it would hand back an empty record."""
+    from attnviz.errors import UnsupportedArchitectureError
+
+    engine = load_engine("hf", resolve(str(tiny("llama"))), "cpu")
+    tokens = engine.tokenize(SENTENCE)
+    engine.model.set_attn_implementation("sdpa")  # type: ignore[attr-defined]
+    taps = Taps().record("blocks.*.attn.z").record("blocks.*.attn.v").replace("blocks.0.attn.q", 0.0)
+    with pytest.raises(UnsupportedArchitectureError) as refused, engine.tapping(taps):
+        engine.final_hidden(tokens)
+    assert "blocks.*.attn.v, blocks.0.attn.q" in refused.value.message, refused.value.message
+    assert refused.value.facts["engine"] == "hf" and refused.value.facts["own"] is True
+    assert "blocks.1.attn.z" in taps  # what was reached was recorded
+    # A stack that did not run is not checked: the decoder's taps on a pass of the encoder alone.
+    bart = load_engine("hf", resolve(str(tiny("bart"))), "cpu")
+    taps = Taps().record("blocks.*.attn.v").record("decoder.blocks.*.attn.v")
+    with bart.tapping(taps):
+        bart.final_hidden(bart.tokenize(SENTENCE))
+    assert "blocks.0.attn.v" in taps and "decoder.blocks.0.attn.v" not in taps
+
+
+def test_an_hf_tap_refusal_carries_the_engines_hint(tiny: Callable[[str], Path]) -> None:
+    """A tap the hf engine's layout does not map is refused as the block is entered, and
+    that refusal is the hf engine's: one line naming the tap, with the hint to the own
+    engine where it runs the type (never "use --engine hf" to a command on the hf engine)."""
+    from attnviz.errors import UnsupportedArchitectureError
+    from tests.helpers import in_process, one_error_line
+
+    path = str(tiny("gemma2"))
+    engine = load_engine("hf", resolve(path), "cpu")
+    with pytest.raises(UnsupportedArchitectureError) as refused, engine.tapping(Taps().record("blocks.0.mlp_out")):
+        pass
+    assert refused.value.facts["engine"] == "hf" and refused.value.facts["own"] is True
+    done = in_process(
+        "patch", "the cat sat by the door", "the dog sat by the door", "--model", path, "--engine", "hf",
+        "--site", "mlp_out",
+    )  # fmt: skip
+    line = one_error_line(_Result(done), 2)
+    assert "mlp_out" in line and "hint: use --engine own" in line, line
+
+
+class _Result:
+    """A ``helpers.Done`` as ``one_error_line`` reads it (CliRunner's names)."""
+
+    def __init__(self, done: Any) -> None:
+        self.exit_code, self.stdout, self.stderr = done.returncode, done.stdout, done.stderr
+        self.output = done.stdout + done.stderr
+
+
+def test_gpt2_with_reordered_attention_patches_and_norms_on_the_hf_engine(tiny: Callable[[str], Path]) -> None:
+    """`patch --engine hf` on GPT-2 with reorder_and_upcast_attn gives the own engine's
+    effects for every site; `--measure norm --engine hf` refuses in one line (c_attn)."""
+    import numpy as np
+
+    import attnviz
+    from tests.helpers import in_process, one_error_line
+
+    path = str(tiny("gpt2-scaled"))
+    for site in ("v", "pattern", "z"):
+        runs = [
+            attnviz.patch("the cat sat by the door", "the dog sat by the door", model=path, engine=name, site=site)
+            for name in ("own", "hf")
+        ]
+        effects = [np.asarray(r.effect, dtype=float) for r in runs]  # type: ignore[union-attr]
+        assert np.abs(effects[0] - effects[1]).max() <= 1e-4, site
+        assert np.abs(effects[1]).max() > 0, site
+    done = in_process("show", SENTENCE, "--token", "mat", "--model", path, "--engine", "hf", "--measure", "norm")
+    line = one_error_line(_Result(done), 2)
+    assert "c_attn" in line and "--engine own" in line, line
 
 
 @pytest.mark.parametrize("engine_name", ["own", "hf"])

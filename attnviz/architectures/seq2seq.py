@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
+from ..nn import cache as kv_cache
 from ..nn.attention import MultiHeadAttention, causal_mask, padding_mask
 from ..nn.rows import EAGER, RowRequest
 from ..nn.taps import tap
@@ -143,8 +144,11 @@ class Stack(nn.Module):
         max_layer: int | None = None,
         requests: Sequence[RowRequest] | None = None,
         cross_requests: Sequence[RowRequest] | None = None,
+        offset: int = 0,
     ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """x (B, L, E) embedded; attention_mask (B, L) of 1/0; memory_mask (B, S) of 1/0.
+        ``offset``: a generation step's (nn/cache.py): x holds the tokens at positions
+        offset..offset+L-1, and their queries see the cached keys before them too.
 
         Returns the hidden states (after the final norm when every layer ran), the
         self-attention weights and the cross-attention weights of each layer run.
@@ -153,8 +157,8 @@ class Stack(nn.Module):
         # 1. Masks: never to padding; in the decoder, never to a later token.
         mask = None if attention_mask is None else padding_mask(attention_mask)  # (B, 1, 1, L)
         if self.causal:
-            future = causal_mask(length, x.device)[None, None]  # (1, 1, L, L)
-            mask = future if mask is None else mask & future  # (B, 1, L, L)
+            future = causal_mask(offset + length, x.device)[offset:][None, None]  # (1, 1, L, offset + L)
+            mask = future if mask is None else mask & future  # (B, 1, L, offset + L)
         cross_mask = None if memory_mask is None else padding_mask(memory_mask)  # (B, 1, 1, S)
         # 2. The layers.
         last = len(self.blocks) - 1 if max_layer is None else max_layer
@@ -222,6 +226,37 @@ class EncoderDecoder(AttnModel):
         requests = self.row_requests(last, layers, queries, fused)
         hidden, attentions, _ = self.encoder(x, attention_mask, bias, max_layer=max_layer, requests=requests)
         return ForwardOutput(hidden_states=hidden, attentions=attentions)
+
+    def decode(
+        self,
+        decoder_input_ids: Tensor,
+        memory: Tensor,
+        *,
+        layers: Collection[int] | None = None,
+        queries: Sequence[int] | None = None,
+        fused: bool = True,
+        cache: kv_cache.KVCache | None = None,
+    ) -> Seq2SeqOutput:
+        """The decoder alone over ``memory`` (B, S, E), the encoder's final output (one
+        source, no padding): decoder_input_ids (B, T). ``layers``, ``queries`` and ``fused``
+        pick the self-attention rows as ``AttnModel.forward`` does; cross-attention's rows
+        are every query's. With a ``cache`` (generation) only the tokens after its
+        ``length`` run, at their own positions (embeddings and position bias of the whole
+        text, sliced), their keys and values appended and the encoder's projected once;
+        ``queries`` then count from the first token run. ``encoder`` is ``memory`` alone."""
+        # 1. The decoder's input, embedded at every position, kept from the first new token.
+        offset = 0 if cache is None else cache.length
+        total = decoder_input_ids.size(1)
+        y = self.embed(decoder_input_ids, "decoder")[:, offset:]  # (B, L, E)
+        bias = self.position_bias("decoder", total, y)  # (1, H, T, T) or None
+        if bias is not None and offset:
+            bias = bias[:, :, offset:]  # (1, H, L, T): the new queries' rows
+        # 2. The layers, cross-attending to the encoder.
+        requests = self.row_requests(len(self.decoder.blocks) - 1, layers, queries, fused)
+        with kv_cache.using(cache):
+            hidden, attentions, cross = self.decoder(y, None, bias, memory=memory, requests=requests, offset=offset)
+        encoded = ForwardOutput(hidden_states=memory, attentions=[])
+        return Seq2SeqOutput(encoder=encoded, decoder=ForwardOutput(hidden, attentions), cross=cross)
 
     def forward_seq2seq(
         self,

@@ -1,15 +1,18 @@
 """Vision-language wrappers read as their language model: Gemma 3 (``gemma3``: Gemma 3 4B,
-12B and 27B as published) and Mistral 3 (``mistral3``: Mistral Small 3.1/3.2, Ministral 3,
-Mistral Small 4), on text alone.
+12B and 27B as published), Mistral 3 (``mistral3``: Mistral Small 3.1/3.2, Ministral 3,
+Mistral Small 4) and Qwen3.5 (``qwen3_5``, ``qwen3_5_moe``), on text alone.
 
 On text, such a model is its language model: transformers embeds the ids with the language
 model's own table, adds no image features (there are no pixels), builds the language
 model's own masks and runs it. So the own engine builds the family of the wrapper's
-``text_config`` (gemma3_text; mistral, ministral3 or mistral4) and fills it with the
-weights under the language model's prefix:
+``text_config`` (gemma3_text; mistral, ministral3 or mistral4; qwen3_5_text or
+qwen3_5_moe_text) and fills it with the weights under the language model's prefix:
 
-    language_model.model.*      as transformers 5 saves them (and 4.x did)
-    model.language_model.*      as transformers 5 holds them in memory
+    language_model.model.*      as transformers 5 saves Gemma 3 and Mistral 3 (and 4.x did)
+    model.language_model.*      as it holds them in memory, and saves Qwen3.5
+
+(Qwen3.5's multimodal RoPE gives each rotary section the token's position on one axis of
+time, height and width; text has the same position on all three, so it is plain RoPE.)
 
 The vision tower and the projector are not read. No images ever reach the model: attnviz
 reads text, and the wrapped model's views are the language model's layers and heads.

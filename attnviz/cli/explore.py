@@ -15,6 +15,8 @@ from ..render import DEFAULT_DPI
 from .app import EXAMPLE, app, errors
 from .common import load, query_from
 from .conventions import example
+from .generating import SeedOpt
+from .groups import Generating, grouped
 from .options import DebugOpt, DeviceOpt, EngineName, EngineOpt, LayerOpt, ModelOpt, Occurrence, Sentence
 
 StartTokenOpt = Annotated[
@@ -32,7 +34,12 @@ ExportDirOpt = Annotated[
 
 
 @app.command(epilog=example(f'attnviz explore "{EXAMPLE}" --token it'))
+@grouped(
+    layout="sentence token occurrence index model engine layer device generate sample temperature top_p seed "
+    "export_dir debug"
+)
 def explore(
+    *,
     sentence: Sentence,
     token: StartTokenOpt = None,
     occurrence: Occurrence = None,
@@ -41,6 +48,8 @@ def explore(
     engine: EngineOpt = EngineName.own,
     layer: LayerOpt = "all",
     device: DeviceOpt = "auto",
+    generation: Generating,
+    seed: SeedOpt = None,
     export_dir: ExportDirOpt = Path("."),
     debug: DebugOpt = False,
 ) -> None:
@@ -48,11 +57,15 @@ def explore(
     the token (←/→), the layer (↑/↓) and the head (the bracket keys), switch views (v), run a
     new sentence (/), export the view to PNG (e), rank the layer's heads by ablation (a), explain
     the head under the cursor (x); ? lists every key, q quits.
+
+    --generate N: a decoder first writes up to N tokens, and the explorer opens on the prompt
+    and what it wrote (written tokens marked «like this»), on the first written token.
     """
     with errors(debug):
         from ..errors import Reason, UsageError
 
         # Everything a user can get wrong without a model, before loading one.
+        sampling = generation.check(seed)
         if not (sys.stdin is not None and sys.stdout is not None and sys.stdin.isatty() and sys.stdout.isatty()):
             raise UsageError(
                 "attnviz explore is interactive and needs a terminal",
@@ -65,18 +78,19 @@ def explore(
 
         from ..pipeline import Selection
         from ..tui.app import ExploreApp
-        from .exploring import ablater, explainer, explore_reading, long_reading, runner
+        from .exploring import ablater, explainer, explore_reading, generated, long_reading, runner
 
         selection = Selection(queries=() if query is None else (query,), layers=layer)
+        text, selection = generated(eng, sentence, selection, generation, sampling)
         rows = None
         try:
             try:
-                first = explore_reading(eng, sentence, selection)
+                first = explore_reading(eng, text, selection)
             except UsageError as exc:
                 if exc.reason is not Reason.EXPLORE_SIZE:
                     raise
                 # A long text: the rows of a few tokens at a time, drawn as compact rows.
-                first, rows = long_reading(eng, sentence, selection)
+                first, rows = long_reading(eng, text, selection)
         except UsageError as exc:
             if exc.reason is not Reason.EXPLORE_SIZE:
                 raise

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..result import Attention
 from ..tokens import Tokens
@@ -26,6 +26,30 @@ if TYPE_CHECKING:
     from ..nn.keptrows import KeptRows
     from ..pipeline import Selection
     from ..result import Reading
+
+
+def generated(
+    engine: Engine, sentence: str, selection: Selection, generation: Any, sampling: Any
+) -> tuple[str | Tokens, Selection]:
+    """With --generate, the text the explorer opens on: the prompt and what the decoder
+    wrote (streamed to stderr before the explorer starts), on the first written token
+    unless a start token was named. Without, ``sentence`` and ``selection`` unchanged.
+
+    Raises:
+        UsageError: an encoder-decoder (the explorer reads one text; show, compare and
+            export read what one wrote).
+    """
+    if sampling is None:
+        return sentence, selection
+    from ..errors import UsageError
+
+    if engine.parts:
+        raise UsageError(
+            "the explorer reads one text; an encoder-decoder's written text is the decoder's",
+            hint="see what it wrote with attnviz show, compare or export --generate N",
+        )
+    text, _, chosen, _ = generation.continued(engine, sentence, selection, sampling)
+    return text, chosen
 
 
 def explore_reading(engine: Engine, sentence: str | Tokens, selection: Selection, budget: int = MAX_BYTES) -> Reading:

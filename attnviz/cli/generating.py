@@ -1,5 +1,5 @@
 """--generate on show: the model writes a continuation, and each written token's attention
-is shown (attnviz/generation.py computes it; this module checks the options, streams the
+is shown (attnviz/generation computes it; this module checks the options, streams the
 continuation to a terminal's stderr and prints the views)."""
 
 from __future__ import annotations
@@ -94,9 +94,14 @@ def show(
     sampling = generation.check(seed, target_text=second.decoder_text() is not None, pair=bool(second.pair))
     if full:
         return sampling
+    if second.part_name == "encoder":
+        from ..errors import UsageError
+
+        raise UsageError("the encoder reads the source; it writes nothing", hint="use --part cross or --part decoder")
     model.budget()  # checks --max-memory
     sentence = text.read()
-    run(model.load(sentence), sentence, generation.generate, sampling, layer, token, json_out, top_keys)
+    eng = model.load(sentence)
+    run(eng, sentence, generation.generate, sampling, layer, token, json_out, top_keys, second.part_name)
     return None
 
 
@@ -109,25 +114,50 @@ def run(
     token: list[str] | None,
     json_out: bool,
     top_keys: int | None,
+    part: str | None = None,
 ) -> None:
-    """Generate and print: the continuation, then the per-step view (or --token's)."""
+    """Generate and print: the continuation, then the per-step view (or --token's). An
+    encoder-decoder's rows are its cross-attention's over the source (``part`` "decoder":
+    its self-attention's over what it wrote)."""
     from ..select import parse_layers
 
-    layers = parse_layers(layer, eng.shape.num_layers, eng.shape.attention_layers)
+    shape = eng.part_shape("decoder") if eng.parts else eng.shape
+    layers = parse_layers(layer, shape.num_layers, shape.attention_layers)
     gen = write(eng, eng.tokenize(sentence), count, sampling, json_out, layers)
-    labels = [_label(eng, i) for i in gen.prompt.ids] + [WRITTEN.format(p) for p in gen.pieces]
+    assert gen.tokens is not None  # set by generate()
+    cross = gen.seq2seq and part != "decoder"
+    labels = list((gen.prompt if cross else gen.tokens).labels)
+    rows = gen.cross if cross else gen.rows
     if json_out:
         from .output import emit_json
 
-        emit_json(document(gen, labels))
+        emit_json(document(gen, labels, rows, "cross" if cross else "decoder" if gen.seq2seq else None))
     else:
         from .common import stdout_console
 
         console = stdout_console()
-        for line in lines(gen, labels, token, top_keys or 3):
+        for line in lines(gen, labels, rows, token, top_keys or 3):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     if gen.partial:
         raise typer.Exit(130)
+
+
+def before_writing(eng: Engine, tokens: Any, selection: Any) -> None:
+    """What the view after generation would refuse from the model and the options alone,
+    refused before the model writes (no written token streamed, no pass): a decoder's
+    plan of the prompt (layers, heads, rollout on a hybrid; the queries and targets may
+    name written words, so they wait), and a measure the engine cannot record for this
+    family (the norm on transformers' fused q/k/v projections, on a gated attention)."""
+    from dataclasses import replace
+
+    from ..measures.base import measure_named
+    from ..pipeline import plan
+
+    if eng.parts:  # an encoder-decoder's view reads the written decoder text: planned after
+        return
+    plan(tokens, eng, replace(selection, queries=(), targets=()))
+    if measure_named(selection.measure).needs_values:
+        eng.head_outputs(None)  # raises the measure's refusal (MeasureError)
 
 
 def write(
@@ -164,9 +194,11 @@ def _label(eng: Engine, index: int) -> str:
     return vocab_label(eng.tokenizer, index)
 
 
-def document(gen: Generation, labels: list[str]) -> dict[str, Any]:
-    """The JSON document: the continuation and each written token's rows (layers × heads × keys)."""
-    return {
+def document(gen: Generation, labels: list[str], rows: list[Any], part: str | None = None) -> dict[str, Any]:
+    """The JSON document: the continuation and each written token's rows (layers × heads ×
+    keys: ``labels``; an encoder-decoder's ``part``, cross-attention's keys being the source)."""
+    assert gen.tokens is not None  # set by generate()
+    out: dict[str, Any] = {
         "prompt": gen.prompt.text,
         "continuation": gen.text,
         "written": gen.pieces,
@@ -174,29 +206,36 @@ def document(gen: Generation, labels: list[str]) -> dict[str, Any]:
         "stopped": gen.stopped,
         "partial": gen.partial,
         "layers": list(gen.layers),
-        "tokens": labels,
-        "given": len(gen.prompt.ids),
+        "tokens": list(gen.tokens.labels),
+        "given": gen.given,
+    }
+    if part is not None:
+        out["part"] = part
+        out["keys"] = labels
+    else:
         # Per layer and head: the fraction of written tokens whose choosing query's strongest
         # key holds that token (measures/retrieval.py).
-        "copy_scores": gen.copy_scores().round(6).tolist(),
-        "steps": [
-            {"position": p, "token": gen.pieces[i], "rows": gen.rows[i].tolist()} for i, p in enumerate(gen.positions)
-        ],
-    }
+        out["copy_scores"] = gen.copy_scores().round(6).tolist()
+    out["steps"] = [
+        {"position": p, "token": gen.pieces[i], "rows": rows[i].tolist()} for i, p in enumerate(gen.positions)
+    ]
+    return out
 
 
-def lines(gen: Generation, labels: list[str], token: list[str] | None, top: int) -> list[str]:
+def lines(gen: Generation, labels: list[str], rows: list[Any], token: list[str] | None, top: int) -> list[str]:
     """The terminal view: the continuation, then per written token and layer each head's
-    strongest key; with ``token``, that written token's ``top`` strongest keys per head."""
+    strongest key (of ``labels``) in its ``rows``; with ``token``, that written token's
+    ``top`` strongest keys per head."""
     from ..errors import TokenNotFoundError
 
-    given = len(gen.prompt.ids)
+    given = gen.given
     out = [
-        f"prompt:       {gen.prompt.text.strip()}",
+        f"{'source' if gen.seq2seq else 'prompt'}:       {gen.prompt.text.strip()}",
         f"continuation: {gen.text.strip()}"
         + (f"   (partial: interrupted after {len(gen.ids)} tokens)" if gen.partial else f"   (stopped: {gen.stopped})"),
-        f"{given} tokens given, {len(gen.ids)} written ({WRITTEN.format('like this')}); weights of each written "
-        "token's query, per head (h), layer (L)",
+        f"{given} token{'s' * (given != 1)} given, {len(gen.ids)} written ({WRITTEN.format('like this')}); "
+        "weights of each written token's query, per head (h), layer (L)"
+        + ("; cross-attention: over the source" if rows is gen.cross and gen.seq2seq else ""),
     ]
     steps = list(range(len(gen.ids)))
     if token:
@@ -208,19 +247,19 @@ def lines(gen: Generation, labels: list[str], token: list[str] | None, top: int)
                 hint="name one of the written words with --token, or drop --token for every step",
             )
     for i in steps:
-        rows = gen.rows[i]  # (layers, H, S)
+        step = rows[i]  # (layers, H, S)
         out.append("")
         out.append(f"{WRITTEN.format(gen.pieces[i])} at position {given + i}:")
         for slot, layer in enumerate(gen.layers):
             if token:
-                for h in range(rows.size(1)):
-                    weights, keys = rows[slot, h].topk(min(top, rows.size(-1)))
+                for h in range(step.size(1)):
+                    weights, keys = step[slot, h].topk(min(top, step.size(-1)))
                     cells = "  ".join(
                         f"{labels[k]} {w:.2f}" for w, k in zip(weights.tolist(), keys.tolist(), strict=True)
                     )
                     out.append(f"  L{layer} h{h}  {cells}")
                 continue
-            weights, keys = rows[slot].max(dim=-1)  # (H,)
+            weights, keys = step[slot].max(dim=-1)  # (H,)
             cells = "  ".join(
                 f"h{h} {labels[k]} {w:.2f}"
                 for h, (w, k) in enumerate(zip(weights.tolist(), keys.tolist(), strict=True))

@@ -9,7 +9,7 @@ import os
 import pickle
 import re
 import warnings
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EngineError, ModelLoadError, Reason
@@ -293,25 +293,16 @@ class HFEngine(EngineBase):
     def tapping(self, taps: Taps) -> contextlib.AbstractContextManager[Taps]:
         """The same taps on transformers' modules (``hf_taps``): the attention function
         through transformers' attention interface, W^O, the MLP and layer modules by name."""
-        from ..errors import UnsupportedArchitectureError
         from .hf_taps import tapping
-        from .support import own_types
 
         self.check_taps(taps)
         heads = {"blocks": self.shape.num_heads}
         if self.decoder_shape is not None:
             heads["decoder.blocks"] = self.decoder_shape.num_heads
-        try:
-            return tapping(self.model, taps, self.tap_stacks(), heads, self.files.model_type, self.shape.layers)
-        except UnsupportedArchitectureError as exc:
-            own = self.files.model_type in own_types()
-            raise UnsupportedArchitectureError(
-                exc.message,
-                hint=None if own else "attnviz show gives this model's weights; taps need each head's W^O",
-                model_type=self.files.model_type,
-                engine="hf",
-                own=own,
-            ) from None
+        return _refusing_as_hf(
+            tapping(self.model, taps, self.tap_stacks(), heads, self.files.model_type, self.shape.layers),
+            self.files.model_type,
+        )
 
     def head_outputs(self, part: str | None = None) -> dict[int, nn.Linear]:
         """transformers' W^O of each attention layer of ``part`` (``Engine.head_outputs``),
@@ -362,6 +353,31 @@ class HFEngine(EngineBase):
             else:
                 out = self.model(**inputs, attention_mask=mask)
             return out.last_hidden_state
+
+
+@contextlib.contextmanager
+def _refusing_as_hf(tapped: contextlib.AbstractContextManager[Taps], model_type: str) -> Iterator[Taps]:
+    """``tapped`` (hf_taps.tapping), its refusals made the hf engine's: raised as the block
+    is entered (a tap the layout does not map), during a pass (a sub-layer not mapped) or
+    as it is left (a tap the pass never reached), each with whether the own engine runs
+    ``model_type`` (the command line's hint) and a hint of its own where it does not."""
+    from ..errors import UnsupportedArchitectureError
+    from .support import own_types
+
+    try:
+        with tapped as taps:
+            yield taps
+    except UnsupportedArchitectureError as exc:
+        if "engine" in exc.facts:  # an engine's refusal already
+            raise
+        own = model_type in own_types()
+        raise UnsupportedArchitectureError(
+            exc.message,
+            hint=None if own else "attnviz show gives this model's weights; taps need each head's W^O",
+            model_type=model_type,
+            engine="hf",
+            own=own,
+        ) from None
 
 
 def _attention_layers(probed: hf_taps.Probe, num_layers: int, model_type: str) -> tuple[int, ...]:

@@ -10,7 +10,9 @@ The same names as the own engine, found in transformers' models:
                           family's own ``eager_attention_forward`` and taps the weights
                           (a replaced pattern: the output is recomputed as weights · V);
                           v alone, in a family that computes its attention without the
-                          interface (DeBERTa): the value projection's output, in heads
+                          interface (DeBERTa): the value projection's output, in heads;
+                          GPT-2 with ``reorder_and_upcast_attn``: its own method, wrapped
+                          on the instance the same way (``_OWN_PATHS``)
     z                     a forward pre-hook on W^O (``W_O``): its input is Concat(heads),
                           (B, Q, H·Dv), seen as (B, Q, H, Dv); a replacement may return
                           another batch (copies of the stream)
@@ -25,8 +27,10 @@ one pattern per layout; ALBERT's shared groups by its config (``_albert``). Besi
 the engine's load-time ``probe``: whether the model masks the future and which layer each
 attention tensor transformers returns belongs to, traced by hooks on its layers.
 A tap this model's layout does not map raises ``UnsupportedArchitectureError`` when it
-is attached, never a silent identity. This is the only module that hooks a module: an
-analysis never does. torch and transformers, imported inside the functions.
+is attached, never a silent identity; one a pass through its stack never reached
+(transformers computed it elsewhere), as the block is left (``_check_reached``), never an
+empty record. This is the only module that hooks a module: an analysis never does. torch
+and transformers, imported inside the functions.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UnsupportedArchitectureError
@@ -216,13 +221,21 @@ def _tapped_eager(
     eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
     if eager is None:  # pragma: no cover - _check_function refuses such a model first
         raise UnsupportedArchitectureError(f"{type(module).__name__} has no eager_attention_forward to tap")
+    return _tapped(module, partial(eager, module), query, key, value, attention_mask, *args, **kwargs)
+
+
+def _tapped(
+    module: Any, attend: Callable[..., Any], query: Tensor, key: Tensor, value: Tensor, *args: Any, **kwargs: Any
+) -> Any:
+    """``attend(query, key, value, *args, **kwargs)`` -> (output, weights), transformers'
+    attention of ``module``, with the taps q, k, v and pattern of the site ``module`` is."""
     running = _FUNCTION.get()
     prefix = None if running is None else running[1].next(module)
     if running is None or prefix is None:
-        return eager(module, query, key, value, attention_mask, *args, **kwargs)
+        return attend(query, key, value, *args, **kwargs)
     taps = running[0]
     query, key, value = (taps.apply(f"{prefix}.{w}", t) for w, t in (("q", query), ("k", key), ("v", value)))
-    output, weights = eager(module, query, key, value, attention_mask, *args, **kwargs)  # (B, Q, H, Dv), (B, H, Q, S)
+    output, weights = attend(query, key, value, *args, **kwargs)  # (B, Q, H, Dv), (B, H, Q, S)
     if weights is not None:
         patched = taps.apply(f"{prefix}.pattern", weights)
         if patched is not weights:  # a replaced pattern: each head's output is its weights · V
@@ -230,6 +243,31 @@ def _tapped_eager(
 
             output, weights = replaced_pattern(patched, query, value).transpose(1, 2).contiguous(), patched
     return output, weights
+
+
+# Attention modules' own methods that transformers calls instead of the attention
+# interface under a config flag, with the interface's (query, key, value, mask) and its
+# (output, weights): GPT-2's ``reorder_and_upcast_attn`` (float32 scores by baddbmm).
+# While taps are attached, each such module's method is wrapped (``_tapped``) on the
+# instance, so that its q, k, v and pattern are the values that path computes with.
+_OWN_PATHS: dict[str, str] = {"reorder_and_upcast_attn": "_upcast_and_reordered_attn"}
+
+
+@contextlib.contextmanager
+def _own_paths(modules: Sequence[Any]) -> Iterator[None]:
+    """Wrap the methods of ``_OWN_PATHS`` of those ``modules`` whose flag is set."""
+    wrapped: list[tuple[Any, str]] = []
+    try:
+        for module in {id(m): m for m in modules}.values():
+            for flag, method in _OWN_PATHS.items():
+                if getattr(module, flag, False) and callable(getattr(module, method, None)):
+                    attend = getattr(module, method)
+                    setattr(module, method, partial(_tapped, module, attend))
+                    wrapped.append((module, method))
+        yield
+    finally:
+        for module, method in wrapped:
+            delattr(module, method)  # the class's method again
 
 
 def _first(output: Any) -> Any:
@@ -273,6 +311,8 @@ def tapping(
         )
     function_sites, out_sites = _Sites(), _Sites()
     handles: list[Any] = []
+    attending: list[Any] = []  # the attention modules whose function is tapped
+    ran: set[str] = set()  # the stacks whose attention a pass ran
 
     def need(found: list[Any] | None, what: str, part: str) -> list[Any]:
         if found is None:
@@ -306,6 +346,7 @@ def tapping(
                     for n, module in enumerate(found):
                         if module is not None:
                             function_sites.add(module, f"{stack}.{n}.{role}")
+                            attending.append(module)
             # out (and attn_out, cross_out: the same values where the family adds W^O's output as it is)
             if wanted & {"z", "out", "attn_out", "cross_out", "*"}:
                 for _, role, which in roles:
@@ -333,13 +374,18 @@ def tapping(
                         module.register_forward_pre_hook(_pre_hook(taps, f"{stack}.{n}.resid_pre"), with_kwargs=True)
                     )
                     hook_output(module, f"{stack}.{n}.resid_post")
+            handles.extend(_running(model, part, layers, attention_layers if stack == "blocks" else None, ran, stack))
         installed = "eager" in ALL_ATTENTION_FUNCTIONS._local_mapping
         previous = ALL_ATTENTION_FUNCTIONS._local_mapping.get("eager")
         ALL_ATTENTION_FUNCTIONS["eager"] = _tapped_eager
         token = _FUNCTION.set((taps, function_sites))
+        earlier, taps.reached = taps.reached, set()
         try:
-            yield taps
+            with _own_paths(attending):
+                yield taps
+            _check_reached(taps, ran, model_type)
         finally:
+            taps.reached |= earlier
             _FUNCTION.reset(token)
             if installed:
                 ALL_ATTENTION_FUNCTIONS["eager"] = previous
@@ -348,6 +394,35 @@ def tapping(
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _running(model: Any, part: str, layers: int, present: Sequence[int] | None, ran: set[str], stack: str) -> list[Any]:
+    """Pre-hooks that add ``stack`` to ``ran`` when a pass runs its attention (none where
+    the patterns find no attention modules: then nothing is checked after the pass)."""
+    found = _modules(model, part, "attention", layers, present)
+    if found is None:
+        return []
+
+    def hook(_: Any, __: Any) -> None:
+        ran.add(stack)
+
+    return [m.register_forward_pre_hook(hook) for m in {id(m): m for m in found if m is not None}.values()]
+
+
+def _check_reached(taps: Taps, ran: set[str], model_type: str) -> None:
+    """After the passes: every tap attached to a stack whose attention ran was reached.
+
+    Raises:
+        UnsupportedArchitectureError: one was not: transformers computed it on a path the
+            taps are not on, so it recorded nothing (or a replacement changed nothing).
+    """
+    missed = [p for p in taps.never_reached() if ("decoder.blocks" if p.startswith("decoder.") else "blocks") in ran]
+    if missed:
+        raise UnsupportedArchitectureError(
+            f"transformers' {model_type!r} model computed {', '.join(missed)} where the hf engine's taps "
+            "are not, so nothing was recorded or replaced there",
+            model_type=model_type,
+        )
 
 
 def _out_hook(taps: Taps, sites: _Sites, role: str, model_type: str) -> Callable[..., Any]:

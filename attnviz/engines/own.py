@@ -146,8 +146,21 @@ class OwnEngine(EngineBase):
                     if asked is None or layer in asked:
                         feed_blocks(layer, weights, blocks)
             else:
-                with torch.inference_mode(), streaming(blocks):
+                fed: set[int] = set()
+
+                def sink(layer: int, start: int, stop: int, weights: torch.Tensor) -> None:
+                    fed.add(layer)
+                    blocks(layer, start, stop, weights)
+
+                with torch.inference_mode(), streaming(sink):
                     out = self.model(ids, attention_mask=mask, max_layer=max_layer, layers=asked, fused=True)
+                # A family whose layers score in full by themselves (DeBERTa's disentangled
+                # scores) streams nothing: its whole matrices go to the sink now, never none.
+                for layer, weights in zip(self.shape.layers, out.attentions, strict=False):
+                    if (asked is None or layer in asked) and layer not in fed:
+                        if weights.size(2) != ids.size(1):
+                            raise RuntimeError(f"layer {layer} neither streamed its rows nor returned them")
+                        feed_blocks(layer, weights, blocks)
             out.attentions = []
             return out
         norms = measure.needs_values

@@ -50,7 +50,12 @@ class ModelFiles:
 # Vision-language wrappers whose language model the own engine runs on text alone
 # (architectures/wrapped.py), with the model type transformers gives their ``text_config``
 # when it names none.
-WRAPPED_TEXT_TYPES = {"gemma3": "gemma3_text", "mistral3": "mistral"}
+WRAPPED_TEXT_TYPES = {
+    "gemma3": "gemma3_text",
+    "mistral3": "mistral",
+    "qwen3_5": "qwen3_5_text",
+    "qwen3_5_moe": "qwen3_5_moe_text",
+}
 
 
 def text_config(config: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import torch
 
     from ..engines import Engine
@@ -50,7 +52,8 @@ class LMHead:
     """Logits from a final hidden state.
 
     Attributes:
-        kind: "causal" (next token) or "masked" (the masked token).
+        kind: "causal" (next token), "masked" (the masked token) or "seq2seq" (an
+            encoder-decoder's next decoder token).
         unembed: (V, E) W_U; bias: (V,) or None.
         transform: masked LMs' (dense weight (E, E), dense bias (E,), LN weight, LN bias), or None.
         act, eps: the transform's activation name and LayerNorm epsilon.
@@ -139,23 +142,12 @@ class LMHead:
 def load_lm_head(engine: Engine, part: str | None = None) -> LMHead | None:
     """The checkpoint's LM head for the final hidden states of ``part``'s query side, or
     None (no head stored, a layout not listed above, or an encoder-decoder's encoder)."""
-    from ..io.checkpoint import weight_files
-
     files = engine.files
     config = files.config
     if part == "encoder" or files.model_type in ("t5", "mt5", "umt5", "bart", "mbart"):
         return None  # an encoder-decoder's LM head reads the decoder, with its own scaling rules
-    names: dict[str, Any] = {}
-    try:
-        from safetensors import safe_open
-
-        for path in weight_files(files.path):
-            if path.suffix != ".safetensors":
-                return None
-            with safe_open(str(path), framework="pt") as f:
-                for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
-                    names[name] = (path, name)
-    except Exception:
+    names = _tensor_names(files.path)
+    if names is None:
         return None
 
     def get(name: str) -> Any:
@@ -215,6 +207,52 @@ def load_lm_head(engine: Engine, part: str | None = None) -> LMHead | None:
     return None
 
 
+# Encoder-decoders whose LM head ``load_seq2seq_head`` reads, as each *ForConditionalGeneration
+# (or *MTModel) computes it: the unembedding, tied or not, and a final_logits_bias (BART's
+# kin); T5's tied heads scale the decoder's output by d_model^-0.5 first (mT5's do not).
+SEQ2SEQ_HEADS = frozenset({"t5", "mt5", "bart", "mbart", "marian", "pegasus"})
+
+
+def load_seq2seq_head(engine: Engine) -> LMHead | None:
+    """An encoder-decoder's LM head over its decoder's final hidden states, or None (a
+    family not in ``SEQ2SEQ_HEADS``, a base model saved without its head, no safetensors)."""
+    from safetensors import safe_open
+
+    from ..io.checkpoint import weight_files
+
+    files, config = engine.files, engine.files.config
+    saved = config.get("architectures")
+    if files.model_type not in SEQ2SEQ_HEADS or not (
+        isinstance(saved, list) and any(str(a).endswith(("ForConditionalGeneration", "MTModel")) for a in saved)
+    ):
+        return None
+    found: dict[str, Any] = {}
+    try:
+        for path in weight_files(files.path):
+            if path.suffix != ".safetensors":
+                return None
+            with safe_open(str(path), framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+                    found[name.removeprefix("model.")] = (path, name)
+    except Exception:
+        return None
+
+    def get(name: str) -> Any:
+        path, key = found[name]
+        with safe_open(str(path), framework="pt") as f:
+            return f.get_tensor(key).to(engine.device)
+
+    tied = next((n for n in ("decoder.embed_tokens.weight", "shared.weight") if n in found), None)
+    name = "lm_head.weight" if "lm_head.weight" in found else tied
+    if name is None:
+        return None
+    bias = get("final_logits_bias")[0] if "final_logits_bias" in found else None  # (1, V) -> (V,)
+    scale = None
+    if files.model_type == "t5" and config.get("scale_decoder_outputs", config.get("tie_word_embeddings") is not False):
+        scale = float(config["d_model"]) ** -0.5
+    return LMHead("seq2seq", get(name), bias=bias, scale=scale, tokenizer=engine.tokenizer)
+
+
 # Each family's transform of the head's output: (config key, LMHead field, the default of
 # transformers' config class when the key is absent). A null value means "none" for the
 # soft-caps (transformers tests ``is not None``); 0 is refused (a divisor or a dead head).
@@ -247,6 +285,42 @@ def logit_transform(config: dict[str, Any]) -> dict[str, float | None]:
         return {field: number(config, key, 1.0, above=0.0)}
     except ValueError as exc:
         raise ModelLoadError(f"config.json: {exc}", hint="config.json is corrupt or hand-edited wrongly") from None
+
+
+def stores_causal_head(files: Any) -> bool | None:
+    """Whether a decoder checkpoint holds a causal LM head (its own weights, or tied
+    embeddings saved from a *ForCausalLM class), read from the tensor names alone; None
+    when they cannot be read (PyTorch .bin weights). A base model (``GPT2Model``,
+    ``LlamaModel``) saved without its head gives False: transformers would load it as a
+    causal LM with a random or tied head and write noise."""
+    names = _tensor_names(files.path)
+    if names is None:
+        return None
+    # Read leniently (any prefix, any embedding name): refuse only a checkpoint that surely
+    # has no head; ``load_lm_head`` reads the layouts it knows exactly.
+    if any(n.endswith(("lm_head.weight", "embed_out.weight")) for n in names):
+        return True
+    return bool(files.config.get("tie_word_embeddings", True)) and _saved_as_lm(files.config)
+
+
+def _tensor_names(model_dir: Path) -> dict[str, tuple[Path, str]] | None:
+    """Tensor name -> (safetensors file, key) over the checkpoint's weight files, or None
+    (not safetensors, or unreadable)."""
+    from ..io.checkpoint import weight_files
+
+    names: dict[str, tuple[Path, str]] = {}
+    try:
+        from safetensors import safe_open
+
+        for path in weight_files(model_dir):
+            if path.suffix != ".safetensors":
+                return None
+            with safe_open(str(path), framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+                    names[name] = (path, name)
+    except Exception:
+        return None
+    return names
 
 
 def _saved_as_lm(config: dict[str, Any]) -> bool:

@@ -347,8 +347,9 @@ class MultiHeadAttention(nn.Module):
         """
         key = query if key is None else key
         value = key if value is None else value
-        # 1. Per-head projections Q_i = Q·W_i^Q, K_i = K·W_i^K, V_i = V·W_i^V.
-        q, k, v = self.project(query, key, value)  # (B, H, L, D), (B, G, S, D), (B, G, S, Dv)
+        # 1. Per-head projections Q_i = Q·W_i^Q, K_i = K·W_i^K, V_i = V·W_i^V (a generation
+        #    step's cross-attention reuses the encoder's K_i and V_i, projected once).
+        q, k, v = kv_cache.projected(self.tap_role, self.project, query, key, value)  # (B, H, L, D), (B, G, S, D/Dv)
         if qk_transform is not None:
             q, k = qk_transform(q, k)
         site = taps.active()  # None unless a pass attached taps (nn/taps.py)

@@ -9,8 +9,9 @@ family's mask for their positions (causal, sliding window) built by the stack.
 
 The cache reaches the attention modules as the running pass's context (``using``), as the
 taps do (nn/taps.py), so that no block of any family changes its signature; the layer loop
-(architectures/base.py) says which layer runs. Only self-attention modules (tap role
-``attn``) read it. torch + stdlib only.
+(architectures/base.py) says which layer runs. Self-attention modules (tap role ``attn``)
+append to it; an encoder-decoder's cross-attention (``cross``) keeps the encoder's keys and
+values, projected once (``KVCache.cross``). torch + stdlib only.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
-# attention.QKTransform, spelled out: attention.py reads this module.
+# attention.QKTransform and MultiHeadAttention.project, spelled out: attention.py reads this module.
 QKTransform = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
+Projection = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
 
 
 class KVCache:
@@ -47,6 +49,7 @@ class KVCache:
         self._values: list[Tensor | None] = [None] * layers
         self._held = [0] * layers
         self.reserve = reserve
+        self.cross_kv: list[tuple[Tensor, Tensor] | None] = [None] * layers
         # Other per-token tensors a layer keeps (DeepSeek-V3.2's indexer keys), by (layer, name).
         self.extras: dict[tuple[int, str], Tensor] = {}
         self.layer = 0
@@ -87,6 +90,18 @@ class KVCache:
         self._held[n] = held + step
         return buf_k[:, :, : held + step], buf_v[:, :, : held + step]
 
+    def cross(self, project: Projection, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """An encoder-decoder's cross-attention in the running layer: q (B, H, L, D) of the
+        step's decoder tokens, and the encoder's k (B, G, S, D) and v (B, G, S, Dv),
+        projected at the first step and kept (the encoder's output does not change)."""
+        held = self.cross_kv[self.layer]
+        if held is None:
+            q, k, v = project(query, key, value)
+            self.cross_kv[self.layer] = (k, v)
+            return q, k, v
+        q, _, _ = project(query, key[:, :0], value[:, :0])  # the keys and values of no token: q alone
+        return q, *held
+
     def extend(self, name: str, x: Tensor) -> Tensor:
         """Store the step's ``x`` (B, L, ...) under ``name`` for the running layer and return
         all it holds now, (B, S, ...): per-token state besides keys and values."""
@@ -104,6 +119,18 @@ def joined(role: str, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     if cache is None or role != "attn":
         return k, v
     return cache.append(k, v)
+
+
+def projected(
+    role: str, project: Projection, query: Tensor, key: Tensor, value: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A module's ``project(query, key, value)``: q, k, v; but an encoder-decoder's
+    cross-attention (tap role "cross") while generation runs takes the encoder's keys and
+    values projected at the first step (``KVCache.cross``)."""
+    cache = _ACTIVE.get()
+    if cache is None or role != "cross":
+        return project(query, key, value)
+    return cache.cross(project, query, key, value)
 
 
 _ACTIVE: contextvars.ContextVar[KVCache | None] = contextvars.ContextVar("attnviz_kv_cache", default=None)

@@ -202,6 +202,8 @@ class Taps:
     hooks: list[Hook] = field(default_factory=list)
     recorded: dict[str, list[Any]] = field(default_factory=dict)
     _cache: dict[str, list[Hook]] = field(default_factory=dict, repr=False)
+    # the concrete names a pass reached with something attached (``never_reached``)
+    reached: set[str] = field(default_factory=set, repr=False)
 
     def record(self, name: str, *, heads: Sequence[int] | None = None, positions: Sequence[int] | None = None) -> Taps:
         """Keep a copy of the value at ``name`` (of ``heads`` and ``positions``) at each call."""
@@ -266,10 +268,23 @@ class Taps:
     def wants(self, name: str) -> bool:
         return bool(self.attached(name))
 
+    def never_reached(self) -> list[str]:
+        """The names attached (wildcards included) that no pass has reached: an engine
+        checks them after its passes, so that a tap its model's code bypasses is refused,
+        never an empty record or a replacement that changed nothing."""
+        return [
+            pattern
+            for pattern in dict.fromkeys(self.patterns)
+            if not any(fnmatch.fnmatchcase(name, pattern) for name in self.reached)
+        ]
+
     def apply(self, name: str, value: Tensor) -> Tensor:
         """The value at ``name`` after every hook attached there: records taken, replacements made."""
         kind = kind_of(name)
-        for hook in self.attached(name):
+        hooks = self.attached(name)
+        if hooks:
+            self.reached.add(name)
+        for hook in hooks:
             if hook.action == "record":
                 index = _index(value, kind, hook.heads, hook.positions)
                 self.recorded.setdefault(name, []).append(value[index].detach().clone())
@@ -356,6 +371,7 @@ class Site:
             fused=bool(getattr(request, "fused", False)), transformed=transform is not None,
             normed=hasattr(module, "q_norm"), alibi=hasattr(module, "alibi"),
         )  # fmt: skip
+        self.taps.reached.add(name)
         self.taps.recorded.setdefault(name, []).append(terms)
 
 

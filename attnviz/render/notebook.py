@@ -244,6 +244,30 @@ def show(
     return NotebookView(frame(att, view, layer, token, options, height=height, budget=budget), summary(att))
 
 
+def generation_view(gen: Any, *, height: int = DEFAULT_HEIGHT, budget: int = HTML_BUDGET_BYTES) -> NotebookView:
+    """A ``generation.Generation`` in a cell: the prompt with the continuation after it
+    (written text underlined in colour, the legend beside it), then the written tokens'
+    rows as the row-mode page (an encoder-decoder's: its decoder self-attention), opening
+    on the first written token."""
+    from . import written_legend
+
+    stopped = "partial: interrupted" if gen.partial else f"stopped: {gen.stopped}"
+    given = "source" if gen.seq2seq else "prompt"
+    written = gen.tokens.text if gen.seq2seq else gen.tokens.text[len(gen.prompt.text) :]  # with its space
+    line = (
+        f'<div class="attnviz-generation" style="font-family:sans-serif;margin:4px 0">'
+        f'<span title="{given}">{html.escape(gen.prompt.text)}</span>{" → " if gen.seq2seq else ""}'
+        f'<span title="written by the model" style="color:#b3261e;text-decoration:underline">'
+        f'{html.escape(written)}</span> <small style="color:#666">({stopped}; '
+        f"{html.escape(written_legend(gen.tokens) or '')})</small></div>"
+    )
+    text = f"<attnviz.Generation {len(gen.ids)} tokens written after {gen.prompt.text.strip()[:60]!r}: {gen.text!r}>"
+    if not gen.ids:
+        return NotebookView(line + message("nothing was written"), text)
+    att = gen.attention()
+    return NotebookView(line + frame(att, token=gen.positions[0], height=height, budget=budget), text)
+
+
 # --- the live widget (anywidget) ------------------------------------------------------
 
 WIDGET_JS = "widget.js"  # render/html/assets/: the widget's front end, shipped in the package

@@ -51,6 +51,7 @@ from textual.strip import Strip
 from textual.widgets import Input, Static
 
 from ..errors import AttnvizError
+from ..render import written_legend
 from ..render.terminal import provenance_line
 from ..result import Attention
 from ..tokens import Tokens
@@ -207,6 +208,8 @@ class ExploreApp(App[None]):
         p = self.att.provenance
         text = provenance_line(p)
         notes = p.shape.notes()
+        written = written_legend(self.att.tokens)  # --generate: which tokens the model wrote
+        notes = [*notes, written] if written is not None else notes
         self.query_one("#header", Static).update(Text("\n".join([text, *notes])))
 
     def _view_width(self) -> int:

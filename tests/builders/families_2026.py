@@ -398,6 +398,48 @@ SPECS_2026 += (
         perturb=True,
     ),
 )
+# Qwen3.5's vision-language checkpoints: the hybrid text stacks above, with the
+# multimodal rotary sections (interleaved) that text positions reduce to plain RoPE.
+_QWEN_VISION = dict(
+    depth=1, hidden_size=16, intermediate_size=20, num_heads=2, out_hidden_size=48, patch_size=14,
+    spatial_merge_size=1, temporal_patch_size=1,
+)  # fmt: skip
+_MROPE = {
+    "rope_type": "default",
+    "rope_theta": 10000.0,
+    "partial_rotary_factor": 0.5,
+    "mrope_section": [1, 1, 0],
+    "mrope_interleaved": True,
+}
+SPECS_2026 += (
+    Spec(
+        "qwen3_5",
+        "qwen3_5",
+        _config("Qwen3_5Config", text_config={**_QWEN3_5, "rope_parameters": _MROPE}, vision_config=_QWEN_VISION),
+        "image-text",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "qwen3_5_moe",
+        "qwen3_5_moe",
+        _config(
+            "Qwen3_5MoeConfig",
+            text_config={
+                **_QWEN3_5,
+                "rope_parameters": _MROPE,
+                "num_experts": 6,
+                "num_experts_per_tok": 2,
+                "moe_intermediate_size": 9,
+                "shared_expert_intermediate_size": 11,
+            },
+            vision_config=_QWEN_VISION,
+        ),
+        "image-text",
+        "llama",
+        perturb=True,
+    ),
+)
 SPECS_2026_BY_NAME = {spec.name: spec for spec in SPECS_2026}
 
 

@@ -56,7 +56,7 @@ from ...result import Attention, Provenance, atomic_write, check_writable
 from ...shape import head_label
 from ...tokens import Tokens
 from ...transforms import word_groups  # the CLI's word rule, so the page's words are its words
-from .. import HTML_BUDGET_BYTES, HTML_FORMATS
+from .. import HTML_BUDGET_BYTES, HTML_FORMATS, written_legend
 
 ASSETS = Path(__file__).with_name("assets")
 SCALE = 65535  # uint16 quantisation: the page decodes w = q / SCALE
@@ -284,7 +284,8 @@ def page_data(
         "layers": list(att.layers),
         "heads": [head_label(h, p.num_heads, p.num_kv_heads) for h in range(att.num_heads)],
         "causal": p.causal,
-        "notes": p.shape.notes(),  # causal, grouped-query, learned attention sinks
+        # causal, grouped-query, learned attention sinks; which tokens the model wrote (--generate)
+        "notes": [*p.shape.notes(), *filter(None, [written_legend(tokens)])],
         "provenance": page_provenance(p),
         "versions": versions(p.engine),
         "initial": {

@@ -49,7 +49,7 @@ from ...result import Attention, atomic_write, check_writable
 from ...shape import head_label
 from ...tokens import Tokens
 from ...transforms import word_groups
-from .. import HTML_BUDGET_BYTES, HTML_FORMATS
+from .. import HTML_BUDGET_BYTES, HTML_FORMATS, written_legend
 from . import (
     PAGE_OVERHEAD_BYTES,
     PER_TOKEN_BYTES,
@@ -326,7 +326,7 @@ def page_data(
         "layers": list(rows.layers),
         "heads": [head_label(h, p.num_heads, p.num_kv_heads) for h in range(rows.num_heads)],
         "causal": p.causal,
-        "notes": p.shape.notes(),
+        "notes": [*p.shape.notes(), *filter(None, [written_legend(tokens)])],  # --generate: the legend
         "provenance": page_provenance(p),
         "versions": versions(p.engine),
         **(

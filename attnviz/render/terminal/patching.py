@@ -56,6 +56,11 @@ def _cell(value: float, color: bool) -> Text:
     return Text(label, style=Style(color="white" if dark else "black", bgcolor=effect_colour(value)))
 
 
+def _units(result: PatchResult) -> str:
+    """What one column is: a head, or a key/value head (k and v under grouped-query attention)."""
+    return "key/value heads" if result.group > 1 else "heads"
+
+
 def patch_view(result: PatchResult, *, top: int = 10, color: bool = True) -> RenderableType:
     """The heatmap (rows: layers, columns: heads), its scale, the clean and corrupted
     scores, and the ``top`` heads by |effect|."""
@@ -65,7 +70,7 @@ def patch_view(result: PatchResult, *, top: int = 10, color: bool = True) -> Ren
     parts.append(
         Text(
             f"{result.model} · engine {result.engine} · {result.num_layers} layers"
-            + (f" × {result.num_heads} heads" if result.num_heads else ""),
+            + (f" × {result.num_heads} {_units(result)}" if result.num_heads else ""),
             style="dim",
         )
     )
@@ -99,10 +104,10 @@ def patch_view(result: PatchResult, *, top: int = 10, color: bool = True) -> Ren
     parts.append(scale)
     ranked = result.ranked_units(top)
     if ranked:
-        noun = "heads" if result.axes == ("layer", "head") else "patches"
+        noun = _units(result) if result.axes == ("layer", "head") else "patches"
         table = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold", title_justify="left")
         table.add_column("rank", justify="right")
-        table.add_column("head" if noun == "heads" else "patched", no_wrap=True)
+        table.add_column("head" if noun.endswith("heads") else "patched", no_wrap=True)
         table.add_column("effect", justify="right")
         table.add_column(result.metric_label, justify="right")
         for k, (label, value, raw) in enumerate(ranked, 1):

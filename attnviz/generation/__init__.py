@@ -13,20 +13,23 @@ from the temperature-scaled, top-p-truncated distribution with a seeded generato
 
 from __future__ import annotations
 
-import math
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import Reason, UnsupportedArchitectureError, UsageError
-from .tokens import Tokens
+from ..errors import Reason, UnsupportedArchitectureError, UsageError
+from ..tokens import Tokens
+from .sampling import GREEDY, Keep, OnToken, Sampling, choose, eos_ids
+from .sampling import stacked as _stacked
+
+__all__ = ["GREEDY", "Generation", "Sampling", "check_request", "choose", "eos_ids", "extend_tokens", "generate"]
 
 if TYPE_CHECKING:
     import torch
 
-    from .engines import Engine
-    from .result import Attention
+    from ..engines import Engine
+    from ..result import Attention
 
 # Decoder families whose own-engine generation is proved token for token against
 # transformers' generate and row for row against full passes (tests/test_generate.py).
@@ -87,27 +90,6 @@ CACHED_FAMILIES = frozenset(
         "starcoder2",
     }
 )
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How the next token is chosen: greedy (``sample`` False), or drawn from
-    softmax(logits / temperature) cut to the smallest set of tokens whose probability
-    reaches ``top_p``, with a generator seeded by ``seed``."""
-
-    sample: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-
-    def __post_init__(self) -> None:
-        if not (self.temperature > 0 and math.isfinite(self.temperature)):
-            raise UsageError(f"temperature {self.temperature} must be a positive number", hint="e.g. 0.7")
-        if not 0 < self.top_p <= 1:
-            raise UsageError(f"top-p {self.top_p} must lie in (0, 1]", hint="e.g. 0.9")
-
-
-GREEDY = Sampling()
 
 
 @dataclass
@@ -172,7 +154,7 @@ class Generation:
         one (the notebook). An encoder-decoder's ``part``: "decoder" (default) or "cross"."""
         import numpy as np
 
-        from .result import Attention
+        from ..result import Attention
 
         assert self.tokens is not None  # set by generate()
         part = ("decoder" if part is None else part) if self.seq2seq else None
@@ -198,57 +180,69 @@ class Generation:
             extra={"continuation": self.text, "stopped": self.stopped},
         )
 
+    def _repr_html_(self) -> str:
+        from ..render import notebook  # lazy, as Attention's
+
+        return notebook.generation_view(self).html
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        from ..render import notebook
+
+        return dict(notebook.generation_view(self)._repr_mimebundle_())
+
     def copy_scores(self) -> Any:
         """(layers, H) float: per head, the fraction of written tokens whose choosing query's
         strongest key holds that very token (measures/retrieval.py's copy score)."""
-        from .measures.retrieval import copy_scores
+        from ..measures.retrieval import copy_scores
 
         return copy_scores(self)
 
 
-OnToken = Callable[[int, str], None]
-Keep = Callable[["torch.Tensor"], Any]  # what is kept of a step's rows (layers, H, S)
-
-
 def check_request(engine: Engine, tokens: Tokens, count: int) -> None:
     """Refuse, before any generation, what cannot be answered: N ≤ 0, a model that does not
-    write (an encoder, an encoder-decoder), a prompt plus N past the model's positions."""
+    write (an encoder; a base model saved without its LM head, read from the tensor names
+    on either engine), a prompt plus N past the
+    model's positions (an encoder-decoder's decoder: its start token plus N)."""
     if count <= 0:
         raise UsageError(f"{count} tokens to write: the number must be at least 1", hint="ask for 1 or more tokens")
-    if not engine.shape.causal or getattr(engine, "parts", None):
+    seq2seq = bool(getattr(engine, "parts", None))
+    if not engine.shape.causal and not seq2seq:
         raise UsageError(
-            f"{engine.files.model_type} is not a decoder: it does not write text",
-            hint="generation needs a causal language model (GPT-2, Llama, ...)",
+            f"{engine.files.model_type} is an encoder, not a decoder: it does not write text",
+            hint="generation needs a causal language model (GPT-2, Llama, ...) or an encoder-decoder (T5, BART, ...)",
         )
-    limit = engine.max_positions
-    if limit is not None and len(tokens.ids) + count > limit:
+    saved = engine.files.config.get("architectures")
+    if seq2seq and isinstance(saved, list) and not any(str(a).endswith(_WRITERS) for a in saved):
         raise UsageError(
-            f"the prompt's {len(tokens.ids)} tokens plus {count} to write pass the model's {limit} positions",
-            hint=f"write at most {max(limit - len(tokens.ids), 0)} tokens, or shorten the prompt",
+            f"{engine.files.path} has no language-model head: it cannot write text (saved as {', '.join(saved)})",
+            hint="generation needs a checkpoint saved from a *ForConditionalGeneration class",
+        )
+    if not seq2seq:
+        _check_causal_head(engine)
+    limit, given = engine.max_positions, 1 if seq2seq else len(tokens.ids)
+    if limit is not None and given + count > limit:
+        what = "the decoder's start token" if seq2seq else f"the prompt's {given} tokens"
+        raise UsageError(
+            f"{what} plus {count} to write pass the model's {limit} positions",
+            hint=f"write at most {max(limit - given, 0)} tokens" + ("" if seq2seq else ", or shorten the prompt"),
         )
 
 
-def eos_ids(config: dict[str, Any]) -> set[int]:
-    """The end-of-sequence ids of a config (one id or a list)."""
-    eos = config.get("eos_token_id")
-    if eos is None:
-        return set()
-    return {int(e) for e in eos} if isinstance(eos, list) else {int(eos)}
+# The task classes of encoder-decoders saved with their LM head.
+_WRITERS = ("ForConditionalGeneration", "MTModel")
 
 
-def choose(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> int:
-    """The next token from (V,) float32 logits."""
-    import torch
+def _check_causal_head(engine: Engine) -> None:
+    """Refuse a decoder saved without its LM head (a ``GPT2Model``, ``LlamaModel`` base),
+    on either engine: transformers' AutoModelForCausalLM would load it with a random or
+    tied head and write noise. Tensor names only; no weights are read."""
+    from ..measures.lm import stores_causal_head
 
-    if not sampling.sample:
-        return int(torch.argmax(logits))
-    probs = torch.softmax(logits / sampling.temperature, dim=-1)  # (V,)
-    if sampling.top_p < 1:
-        ordered, order = torch.sort(probs, descending=True)  # (V,)
-        before = torch.cumsum(ordered, dim=0) - ordered  # mass of the tokens ranked above each
-        ordered = ordered.masked_fill(before >= sampling.top_p, 0.0)  # the top token always stays
-        probs = torch.zeros_like(probs).scatter_(0, order, ordered)
-    return int(torch.multinomial(probs, 1, generator=generator))
+    if stores_causal_head(engine.files) is False:
+        raise UsageError(
+            f"{engine.files.path} has no language-model head: it cannot write text",
+            hint="generation needs a checkpoint saved from a *ForCausalLM class",
+        )
 
 
 def generate(
@@ -266,12 +260,27 @@ def generate(
     (the retrieval probe keeps each head's strongest key: memory flat in the length).
     ``on_token(id, label)`` is called as each token is chosen (streaming). Ctrl-C returns
     what was written, partial."""
-    from .engines import engine_provenance
+    from dataclasses import replace
+
+    from ..engines import engine_provenance
 
     check_request(engine, tokens, count)
-    chosen = tuple(engine.shape.layers if layers is None else layers)
-    result = Generation(prompt=tokens, layers=chosen)
-    run = _generate_hf if engine.name == "hf" else _generate_own
+    seq2seq = bool(engine.parts)
+    shape = engine.part_shape("decoder") if seq2seq else engine.shape
+    chosen = tuple(shape.layers if layers is None else layers)
+    result = Generation(prompt=tokens, layers=chosen, seq2seq=seq2seq)
+    if seq2seq:
+        from .seq2seq import generate_hf, generate_own, start_id
+
+        run = generate_hf if engine.name == "hf" else generate_own
+        start = start_id(engine)
+        base = Tokens("", (start,), (engine.tokenizer.id_to_token(start) or f"<{start}>",), ((0, 0),), (True,))
+        provenance = engine_provenance(engine)
+        result.provenance = {part: replace(provenance, shape=engine.part_shape(part)) for part in ("decoder", "cross")}
+    else:
+        run = _generate_hf if engine.name == "hf" else _generate_own
+        base = tokens
+        result.provenance = {None: engine_provenance(engine)}
     try:
         run(engine, tokens, count, chosen, sampling, on_token, result, keep or _all)
     except KeyboardInterrupt:
@@ -279,8 +288,7 @@ def generate(
         # A token chosen but not yet fed has no rows: keep tokens and rows in step.
         del result.ids[len(result.rows) :], result.pieces[len(result.rows) :]
     result.text = engine.tokenizer.decode(result.ids, skip_special_tokens=False)
-    result.tokens = extend_tokens(engine.tokenizer, tokens, result.ids)
-    result.provenance = {None: engine_provenance(engine)}
+    result.tokens = extend_tokens(engine.tokenizer, base, result.ids)
     return result
 
 
@@ -313,7 +321,8 @@ def extend_tokens(tokenizer: Any, base: Tokens, written: Sequence[int]) -> Token
         if token in special_ids:
             offsets.append((0, 0))
             special.append(True)
-            word_ids.append(None)
+            if base.word_ids:
+                word_ids.append(None)
             continue
         step = decode(context + list(written[: k + 1]))
         end = len(before)
@@ -348,7 +357,7 @@ def _all(rows: torch.Tensor) -> torch.Tensor:
 
 
 def _label(engine: Engine, token: int) -> str:
-    from .tokens import vocab_label
+    from ..tokens import vocab_label
 
     return vocab_label(engine.tokenizer, token)
 
@@ -362,7 +371,7 @@ def _lm_head(engine: Engine) -> Any:
     GPT-2-small shape that copy was 147 MiB on every generate call (bench/generate_bench.py)."""
     from dataclasses import replace
 
-    from .measures.lm import load_lm_head
+    from ..measures.lm import load_lm_head
 
     lm = _HEADS.get(engine)
     if lm is not None:
@@ -398,9 +407,9 @@ def _generate_own(
 ) -> None:
     import torch
 
-    from .architectures.decoder import DecoderModel
-    from .engines import cpu_threads_for
-    from .nn.cache import KVCache
+    from ..architectures.decoder import DecoderModel
+    from ..engines import cpu_threads_for
+    from ..nn.cache import KVCache
 
     model = getattr(engine, "model", None)
     family = str(engine.files.text_config.get("model_type"))  # a vision-language wrapper's language model
@@ -452,6 +461,8 @@ def _generate_hf(
 ) -> None:
     """transformers' own generate with eager attention; the last written token's rows from
     one more cached call (generate stops before feeding it)."""
+    import warnings
+
     import torch
 
     model = _causal_lm(engine)
@@ -462,7 +473,10 @@ def _generate_hf(
         torch.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
         options.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=None)
     pad = engine.files.text_config.get("pad_token_id")
-    with torch.inference_mode():
+    with torch.inference_mode(), warnings.catch_warnings():
+        # transformers 5 warns, on each call that hands a cache back, that ``past_key_values``
+        # will be renamed: its own generate does so; that one warning, not the user's business.
+        warnings.filterwarnings("ignore", message=_PAST_KEY_VALUES, category=FutureWarning)
         out = model.generate(
             ids,
             max_new_tokens=count,
@@ -494,12 +508,8 @@ def _generate_hf(
         result.stopped = "eos"
 
 
-def _stacked(rows: list[Any], keys: int) -> Any:
-    """Per layer (H, S) rows -> (layers, H, S) float32; (0, 0, S) for no layers (the views
-    that read the written text again ask for none)."""
-    import torch
-
-    return torch.stack(rows).float() if rows else torch.zeros((0, 0, keys))
+# transformers' FutureWarning on the ``past_key_values`` argument's coming rename.
+_PAST_KEY_VALUES = r"`past_key_values` is deprecated"
 
 
 def _causal_lm(engine: Engine) -> Any:
