@@ -117,3 +117,70 @@ def test_hf_generation_leaves_a_pipe_s_stderr_empty(saved: dict[str, Path]) -> N
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert len(json.loads(done.stdout)["written_ids"]) == 3
+
+
+# --- refusals that depend on the model and the options come before writing ----------
+
+
+class _Terminal:
+    """The current stderr (CliRunner's), claiming to be a terminal: the continuation streams."""
+
+    def __getattr__(self, name: str) -> object:
+        import sys
+
+        return getattr(sys.stderr, name)
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _streaming(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """--generate streams to the (CliRunner's) stderr as to a terminal; returns the list
+    that counts the generate calls."""
+    import attnviz.cli.generating
+    import attnviz.generation
+
+    calls: list[int] = []
+    real = attnviz.generation.generate
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(attnviz.cli.generating, "sys", SimpleNamespace(stderr=_Terminal()))
+    monkeypatch.setattr(attnviz.generation, "generate", counted)
+    return calls
+
+
+REFUSED = [
+    ("hf", ("show", PROMPT, "--measure", "norm"), "the norm measure needs each head's value projection and W^O"),
+    ("hf", ("compare", PROMPT, "--measure", "norm"), "the norm measure needs each head's value projection and W^O"),
+    ("hf", ("export", PROMPT, "--measure", "norm", "-o", "{out}/x.png"), "the norm measure needs"),
+    ("own", ("show", PROMPT, "--words", "--heads", "7"), "head 7 is out of range: this model has"),
+    ("hf", ("show", PROMPT, "--words", "--layer", "9"), "layer 9 is out of range: this model has"),
+    ("own", ("compare", PROMPT, "--layer", "9"), "layer 9 is out of range: this model has"),
+]
+
+
+@pytest.mark.parametrize(("engine", "command", "needle"), REFUSED)
+def test_refusals_from_model_and_options_come_before_any_written_token(
+    engine: str,
+    command: tuple[str, ...],
+    needle: str,
+    saved: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    calls = _streaming(monkeypatch)
+    args = [a.format(out=tmp_path) for a in command]
+    done = in_process(*args, "-m", str(saved["gpt2"]), "--engine", engine, "--generate", "4")
+    assert needle in one_error_line(_result(done), 2)  # stderr: that line alone, no streamed text
+    assert calls == []
+    assert not list(tmp_path.glob("x.*"))
+
+
+def test_the_streaming_the_refusal_tests_rely_on_shows(saved: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _streaming(monkeypatch)
+    done = in_process("show", PROMPT, "--words", "-m", str(saved["gpt2"]), "--engine", "hf", "--generate", "2")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith(f"writing: {PROMPT} ") and calls == [1]

@@ -142,6 +142,24 @@ def run(
         raise typer.Exit(130)
 
 
+def before_writing(eng: Engine, tokens: Any, selection: Any) -> None:
+    """What the view after generation would refuse from the model and the options alone,
+    refused before the model writes (no written token streamed, no pass): a decoder's
+    plan of the prompt (layers, heads, rollout on a hybrid; the queries and targets may
+    name written words, so they wait), and a measure the engine cannot record for this
+    family (the norm on transformers' fused q/k/v projections, on a gated attention)."""
+    from dataclasses import replace
+
+    from ..measures.base import measure_named
+    from ..pipeline import plan
+
+    if eng.parts:  # an encoder-decoder's view reads the written decoder text: planned after
+        return
+    plan(tokens, eng, replace(selection, queries=(), targets=()))
+    if measure_named(selection.measure).needs_values:
+        eng.head_outputs(None)  # raises the measure's refusal (MeasureError)
+
+
 def write(
     eng: Engine, tokens: Any, count: int, sampling: Any, json_out: bool, layers: Sequence[int] = ()
 ) -> Generation:

@@ -206,9 +206,10 @@ class Generating:
         from dataclasses import replace
 
         from ..select import Query
-        from .generating import write
+        from .generating import before_writing, write
 
         tokens = eng.tokenize(source) if isinstance(source, str) else source
+        before_writing(eng, tokens, selection)
         gen = write(eng, tokens, self.generate, sampling, json_out)
         text, target = gen.source_and_target()
         if not selection.queries and not selection.all_rows and gen.ids:
