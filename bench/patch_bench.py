@@ -1,6 +1,6 @@
 """Activation patching of every head: attnviz vs the naive loop, ratios in one run.
 
-    python bench/patch_bench.py [--tokens 15 200] [--naive-heads 12]
+    python bench/patch_bench.py [--tokens 15 200] [--naive-heads 12] [--tl-python PYTHON]
 
 A GPT-2-small-shaped random model (12 layers × 12 heads, hidden 768, vocabulary 50257,
 ``GPT2LMHeadModel``) is saved in a temporary directory with a word-level tokenizer. For a
@@ -13,6 +13,13 @@ position:
     naive     transformers' eager GPT2LMHeadModel, one forward per head with a forward
               pre-hook on ``c_proj`` writing the clean run's slice (TransformerLens is not
               installed; its ``get_act_patch_attn_head_out_all_pos`` loops the same way)
+
+With ``--tl-python`` (an interpreter where transformer-lens is installed, e.g. a venv of
+its own: ``pip install torch==2.13.0 transformer-lens``), TransformerLens's
+``patching.get_act_patch_attn_head_out_all_pos`` is timed too, on the same checkpoint
+(TransformerLens 4 removed ``HookedTransformer``: its ``TransformerBridge`` in compatibility
+mode), in a child process of that interpreter, and its effects are checked against
+attnviz's; the issue's target is attnviz at least 2× faster with peak memory no higher.
 
 The naive loop costs the same full forward for every head, whatever its layer, so it is
 timed on ``--naive-heads`` heads spread over the layers and scaled to all 144 (said in the
@@ -168,7 +175,37 @@ def run_naive(path: str, n: int, heads: int) -> dict[str, object]:
     return {"seconds": seconds * layers * model.config.n_head / heads, "timed_heads": heads, "effects": effects}
 
 
+def run_tl(path: str, n: int) -> dict[str, object]:
+    """TransformerLens's every-head patching on the same checkpoint (TransformerLens 4: the
+    ``TransformerBridge`` over transformers' model, in HookedTransformer compatibility mode)."""
+    import torch
+    from transformer_lens import patching
+    from transformer_lens.model_bridge import TransformerBridge
+
+    torch.set_num_threads(1)
+    model = TransformerBridge.boot_transformers(path, device="cpu")
+    model.enable_compatibility_mode()
+    vocab = {w: i + 2 for i, w in enumerate(WORDS)}
+    clean, corrupted = (torch.tensor([[vocab[w] for w in t.split()]]) for t in texts(n))
+
+    def metric(logits: torch.Tensor) -> torch.Tensor:
+        return logits[0, -1, 2] - logits[0, -1, 3]
+
+    with torch.no_grad():
+        _, cache = model.run_with_cache(clean)
+        c, x = float(metric(model(clean))), float(metric(model(corrupted)))
+        start = time.perf_counter()
+        raw = patching.get_act_patch_attn_head_out_all_pos(model, corrupted, cache, metric)
+        seconds = time.perf_counter() - start
+    return {"seconds": seconds, "effect": ((raw - x) / (c - x)).tolist()}
+
+
 def child(args: argparse.Namespace) -> None:
+    if args.side == "tl":
+        out = run_tl(args.path, args.n)
+        out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps(out))
+        return
     out = run_ours(args.path, args.n) if args.side == "ours" else run_naive(args.path, args.n, args.naive_heads)
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(out))
@@ -178,7 +215,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[15, 200])
     parser.add_argument("--naive-heads", type=int, default=12)
-    parser.add_argument("--side", choices=["ours", "naive"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--tl-python", metavar="PYTHON", help="an interpreter with transformer-lens: time its patching too"
+    )
+    parser.add_argument("--side", choices=["ours", "naive", "tl"], help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -200,6 +240,20 @@ def main() -> None:
                     capture_output=True, text=True, check=True,
                 )  # fmt: skip
                 results[side] = json.loads(done.stdout.strip().splitlines()[-1])
+            if args.tl_python:
+                done = subprocess.run(
+                    [args.tl_python, __file__, "--side", "tl", "--path", tmp, "--n", str(n)],
+                    capture_output=True, text=True, check=True,
+                )  # fmt: skip
+                tl, mine = json.loads(done.stdout.strip().splitlines()[-1]), results["ours"]
+                gap = float(np.abs(np.array(tl["effect"]) - np.array(mine["effect"])).max())
+                print(
+                    f"{n:>4} tokens: TransformerLens get_act_patch_attn_head_out_all_pos {tl['seconds']:.2f} s, "
+                    f"peak RSS {tl['peak_rss_mb']:.0f} MB | attnviz {mine['seconds']:.2f} s, peak RSS "
+                    f"{mine['patch_rss_mb']:.0f} MB | speed-up {tl['seconds'] / mine['seconds']:.1f}x (target >= 2x), "
+                    f"memory ratio {mine['patch_rss_mb'] / tl['peak_rss_mb']:.2f} (target <= 1) | max |effect diff| "
+                    f"{gap:.1e}"
+                )
             ours, naive = results["ours"], results["naive"]
             effect = np.array(ours["effect"])
             worst = max(

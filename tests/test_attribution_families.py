@@ -63,9 +63,11 @@ def test_components_sum_to_transformers_logit_difference_or_refused(tmp_path: Pa
     got = attribute_text(engine, TEXT, "mat", "door")
     tokens = engine.tokenize(TEXT)
     answer, wrong = (engine.tokenizer.token_to_id(w) for w in ("mat", "door"))
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path), attn_implementation="eager", experts_implementation="eager"
-    ).eval()
+    import transformers
+
+    # A family saved from its own class (Mistral 4) names it in its spec.
+    cls = getattr(transformers, spec.model_class) if getattr(spec, "model_class", None) else AutoModelForCausalLM
+    model = cls.from_pretrained(str(path), attn_implementation="eager", experts_implementation="eager").eval()
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([list(tokens.ids)])).logits[0, -1].double()
     want = float(logits[answer] - logits[wrong])

@@ -239,7 +239,7 @@ def _tapped(
     if weights is not None:
         patched = taps.apply(f"{prefix}.pattern", weights)
         if patched is not weights:  # a replaced pattern: each head's output is its weights · V
-            from ..nn.attention import replaced_pattern
+            from ..nn.taps import replaced_pattern
 
             output, weights = replaced_pattern(patched, query, value).transpose(1, 2).contiguous(), patched
     return output, weights

@@ -15,10 +15,9 @@ described rather than materialised), ``eager_attention`` (the function with grou
 key/value heads and a mask), and ``MultiHeadAttention``, the module every family's
 layers are built on. This is the reference everything is tested against.
 
-A layer may be asked for less or computed faster: the module takes an ``Attend``
-strategy, and rows.py's ``RowRequest`` is the one the models pass (torch's fused kernel
-for the output and the asked query rows' weights computed exactly beside it, or these
-steps one cache-sized block at a time). Nothing here is an optimisation.
+A layer may be asked for less or computed faster through its ``Attend`` strategy (rows.py's
+``RowRequest``: the fused kernel with the asked rows exactly beside it). Nothing here is an
+optimisation.
 
 Shape legend (as in PyTorch's ``scaled_dot_product_attention``):
     B batch, H query heads, G key/value heads (G divides H; G = H without
@@ -218,23 +217,8 @@ def eager_attention(
     return softmax_attention(q, k, v, dense, scale, **modifiers)  # (B, H, L, Dv), (B, H, L, S)
 
 
-def replaced_pattern(weights: Tensor, q: Tensor, v: Tensor) -> Tensor:
-    """Each head's output (B, H, L, Dv) from a replaced pattern ``weights`` (B, H, L, S) and
-    the values v (B, G, S, Dv): head_i = A_i V_i, the eager formula's last step (a tap's
-    replacement of ``pattern``: what the head carries, read through other weights).
-
-    Raises:
-        ValueError: ``weights`` does not hold every query row (a pass that kept some rows).
-    """
-    if weights.size(-2) != q.size(-2):
-        raise ValueError(f"a replaced pattern needs every query row: {weights.size(-2)} of {q.size(-2)}")
-    _, v = repeat_kv(q, v, v)  # (B, H, S, Dv)
-    return torch.matmul(weights.to(v.dtype), v)
-
-
-# How a layer computes its attention from the split heads, (q, k, v, mask, scale,
-# **modifiers) -> (output, weights): ``eager_attention`` (the default), or rows.py's
-# ``RowRequest`` (the fused kernel's output and only the asked rows' weights).
+# How a layer attends, (q, k, v, mask, scale, **modifiers) -> (output, weights):
+# ``eager_attention`` (the default), or rows.py's ``RowRequest`` (only the asked rows).
 Attend = Callable[..., tuple[Tensor, Tensor]]
 
 
@@ -338,9 +322,8 @@ class MultiHeadAttention(nn.Module):
             request: how the weights are computed and which rows come back: the eager
                 reference by default (every row); a ``rows.RowRequest`` picks rows and
                 the fused kernel.
-            score_bias: float, broadcastable to (B, H, L, S), added to the scores before
-                the softmax (T5's relative position bias). A score modifier: the asked rows
-                then come from the eager function in row blocks, not the fused kernel.
+            score_bias: float, broadcastable to (B, H, L, S), added to the scores before the
+                softmax (T5's relative position bias; the rows then come from the eager function).
 
         Returns:
             output (B, L, E) and per-head weights (B, H, R, S): R = L for every row.
@@ -363,10 +346,8 @@ class MultiHeadAttention(nn.Module):
         heads, weights = request(
             q, k, v, mask, self.scale, score_bias=score_bias, softcap=self.softcap, sinks=self.sinks
         )  # (B, H, L, D), (B, H, R, S)
-        if site is not None:
-            patched = site(f"{self.tap_role}.pattern", weights)
-            if patched is not weights:  # a replaced pattern: each head's output is its weights · V
-                heads, weights = replaced_pattern(patched, q, v), patched  # (B, H, L, Dv), (B, H, L, S)
+        if site is not None:  # a replaced pattern: each head's output is then its weights · V
+            heads, weights = site.pattern(self.tap_role, heads, weights, q, v)
         # 3. Concat(head_1, ..., head_H): put the heads back side by side.
         z = heads.transpose(1, 2)  # (B, L, H, Dv); Dv = D but in multi-head latent attention (mla.py)
         z = self.gate_output(z, query)  # the identity but in gated attention (qwen3_next.py)

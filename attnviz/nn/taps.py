@@ -345,6 +345,21 @@ class ScoreTerms:
         return self.fused and all(m is None for m in modifiers) and self.q.size(0) == 1
 
 
+def replaced_pattern(weights: Tensor, q: Tensor, v: Tensor) -> Tensor:
+    """Each head's output (B, H, L, Dv) from a replaced pattern ``weights`` (B, H, L, S) and
+    the values v (B, G, S, Dv): head_i = A_i V_i, the eager formula's last step (a tap's
+    replacement of ``pattern``: what the head carries, read through other weights); with
+    grouped-query attention each key/value head serves H/G query heads.
+
+    Raises:
+        ValueError: ``weights`` does not hold every query row (a pass that kept some rows).
+    """
+    if weights.size(-2) != q.size(-2):
+        raise ValueError(f"a replaced pattern needs every query row: {weights.size(-2)} of {q.size(-2)}")
+    v = v.repeat_interleave(q.size(1) // v.size(1), dim=1)  # (B, H, S, Dv)
+    return torch.matmul(weights.to(v.dtype), v)
+
+
 class Site:
     """Where a running pass is: the taps attached and the current layer's name prefix
     (``blocks.3``), set by the layer loop (architectures/base.py ``layer_loop``)."""
@@ -356,6 +371,12 @@ class Site:
     def __call__(self, what: str, value: Tensor) -> Tensor:
         """Tap ``what`` ("attn.z", "resid_post", ...) of the current layer."""
         return self.taps.apply(f"{self.layer}.{what}", value)
+
+    def pattern(self, role: str, heads: Tensor, weights: Tensor, q: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """The ``pattern`` tap of attention ``role``: (heads (B, H, L, Dv), weights (B, H, L, S))
+        as they were, or with the pattern replaced, each head's output recomputed from it."""
+        patched = self(f"{role}.pattern", weights)
+        return (heads, weights) if patched is weights else (replaced_pattern(patched, q, v), patched)
 
     def terms(
         self, module: Any, q: Tensor, k: Tensor, mask: Any, score_bias: Tensor | None, request: Any, transform: Any
