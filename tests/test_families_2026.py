@@ -770,3 +770,11 @@ def test_gemma4_value_norms_are_the_values_transformers_attends_with_through_w_o
             ]
         )
         assert _diff(norms[0], expected) <= TOL * max(1.0, float(expected.max()))
+
+
+def test_gemma4_bidirectional_everywhere_is_refused_in_one_line(saved: dict[str, Path]) -> None:
+    from attnviz.errors import UnsupportedArchitectureError
+
+    path = saved["gemma4_text"]
+    with pytest.raises(UnsupportedArchitectureError, match="use_bidirectional_attention='all'"):
+        architectures.load(path, {**_config(path), "use_bidirectional_attention": "all"})

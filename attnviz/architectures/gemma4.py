@@ -21,7 +21,7 @@ each as transformers' ``modeling_gemma4`` computes it.
                x = x + Norm(W_proj · (GELU(W_gate · x) ⊙ p_n))
     scalar     each layer's output is multiplied by its stored ``layer_scalar``
 The LM head's final logit soft-capping acts on logits, which we never compute.
-``use_bidirectional_attention`` is refused.
+``use_bidirectional_attention`` "vision" is causal on text (no image tokens); "all" is refused.
 """
 
 from __future__ import annotations
@@ -294,9 +294,11 @@ def _rope(config: dict[str, Any], kind: str, head_dim: int) -> Rotary:
 
 
 def build(config: dict[str, Any]) -> Gemma4Decoder:
-    if config.get("use_bidirectional_attention"):
+    # "vision": image tokens see each other both ways; on text (no images) it is causal.
+    if config.get("use_bidirectional_attention") not in (None, "vision"):
         raise UnsupportedArchitectureError(
-            "use_bidirectional_attention is not implemented for 'gemma4_text' by the own engine",
+            f"use_bidirectional_attention={config['use_bidirectional_attention']!r} is not implemented "
+            "for 'gemma4_text' by the own engine",
             setting="use_bidirectional_attention",
         )
     layers = int(config["num_hidden_layers"])

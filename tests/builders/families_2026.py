@@ -273,6 +273,14 @@ _GEMMA4_TEXT = dict(
 )
 SPECS_2026 += (
     Spec("gemma4_text", "gemma4_text", _config("Gemma4TextConfig", **_GEMMA4_TEXT), "causal", "llama", perturb=True),
+    Spec(  # the larger models' setting: image tokens both ways, so plain causal on text
+        "gemma4_text-vision",
+        "gemma4_text",
+        _config("Gemma4TextConfig", **_GEMMA4_TEXT, use_bidirectional_attention="vision"),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
 )
 
 # Vision-language wrappers read on text (architectures/wrapped.py): a tiny vision tower
