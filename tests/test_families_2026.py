@@ -131,7 +131,7 @@ def test_padded_batch_matches_transformers(spec: Any, saved: dict[str, Path]) ->
 
 
 @pytest.mark.parametrize(
-    "name", ["deepseek_v3", "deepseek_v2", "llama4_text", "qwen3_next", "qwen3_5_text", "deepseek_v32"]
+    "name", ["deepseek_v3", "deepseek_v2", "llama4_text", "qwen3_next", "qwen3_5_text", "deepseek_v32", "gemma4_text"]
 )
 def test_long_input_in_row_blocks_matches_full_matrices(
     name: str, saved: dict[str, Path], monkeypatch: pytest.MonkeyPatch
@@ -220,7 +220,7 @@ def test_cli_show_norm_measure_runs(saved: dict[str, Path]) -> None:
 # --- head ablation ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["deepseek_v3", "glm4_moe_lite", "llama4_text", "glm_moe_dsa"])
+@pytest.mark.parametrize("name", ["deepseek_v3", "glm4_moe_lite", "llama4_text", "glm_moe_dsa", "gemma4_text"])
 def test_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[str, Path]) -> None:
     """Each head's Dv columns of o_proj's input zeroed (or set to their mean) in
     transformers, one head per pass, against attnviz's batched ablation."""
@@ -242,7 +242,8 @@ def test_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[s
 
 
 @pytest.mark.parametrize(
-    "name", ["deepseek_v2", "deepseek_v3", "deepseek_v3-plain-q", "llama4_text", "deepseek_v32", "glm_moe_dsa"]
+    "name",
+    ["deepseek_v2", "deepseek_v3", "deepseek_v3-plain-q", "llama4_text", "deepseek_v32", "glm_moe_dsa", "gemma4_text"],
 )
 def test_explain_matches_what_transformers_scores_with(name: str, saved: dict[str, Path]) -> None:
     """explain's q, k (rope part rotated, as transformers lays it out), scale, weights and
@@ -705,3 +706,67 @@ def test_zeroed_indexer_changes_the_numbers(saved: dict[str, Path]) -> None:
     with torch.no_grad():
         model.blocks[1].attn.indexer.weights_proj.weight.neg_()  # the opposite keys win
     assert _worst(model, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
+
+
+# --- Gemma 4 ---------------------------------------------------------------------------------------------
+
+_G4_ROPE = {
+    "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+    "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5, "rope_theta": 1000.0},
+}
+GEMMA4_QUIRKS: list[tuple[str, dict[str, Any]]] = [
+    ("gemma4_text", {"rope_parameters": _G4_ROPE}),  # factor 1: the factor matters
+    ("gemma4_text", {"rope_parameters": {**_G4_ROPE, "full_attention": {"rope_type": "default", "rope_theta": 1e3}}}),
+    ("gemma4_text", {"sliding_window": 64}),
+    ("gemma4_text", {"hidden_size_per_layer_input": 0}),  # no per-layer inputs
+    ("gemma4_text", {"enable_moe_block": False}),
+    ("gemma4_text", {"top_k_experts": 1}),
+]
+
+
+@pytest.mark.parametrize(("name", "change"), GEMMA4_QUIRKS, ids=[f"{n}-{'-'.join(c)}" for n, c in GEMMA4_QUIRKS])
+def test_each_gemma4_quirk_changes_the_numbers(name: str, change: dict[str, Any], saved: dict[str, Path]) -> None:
+    own, hf = _engines(name, saved)
+    ids = torch.tensor([own.tokenize(LONG).ids])  # past the sliding window
+    assert _worst(own.model, hf.model, ids) <= TOL  # type: ignore[attr-defined]
+    wrong = architectures.load(saved[name], {**_config(saved[name]), **change})
+    assert _worst(wrong, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
+
+
+def test_gemma4_layers_share_keys_and_values_as_configured(saved: dict[str, Path]) -> None:
+    """Layers 4 and 5 attend with layers 2 and 3's keys and values (none of their own); the global
+    layers have D = 16, one K/V head and no W^V; every layer's output scalar is not 1."""
+    own, hf = _engines("gemma4_text", saved)
+    model: Any = own.model
+    assert model.config.kv_source == (None, None, None, None, 2, 3)
+    assert model.config.head_dims == (8, 16) * 3 and model.config.kv_heads == (2, 1) * 3
+    attns = [block.attn for block in model.blocks]
+    assert [a.k_proj is None for a in attns] == [False] * 4 + [True] * 2
+    assert [a.v_proj is None for a in attns] == [False, True, False, True, True, True]
+    assert all(float(block.layer_scalar) != 1.0 for block in model.blocks)
+    # Keys and values taken from another layer: the checkpoint holds no K/V weights for 4 and 5.
+    names = set(dict(hf.model.named_parameters()))  # type: ignore[attr-defined]
+    assert not any(n.endswith(("layers.4.self_attn.k_proj.weight", "layers.5.self_attn.k_proj.weight")) for n in names)
+
+
+def test_gemma4_value_norms_are_the_values_transformers_attends_with_through_w_o(saved: dict[str, Path]) -> None:
+    """‖v_j · W_h^O‖ with v what transformers hands its attention function (after the v norm;
+    the keys' projection on the global layers; layers 2 and 3's values on 4 and 5)."""
+    from .test_explain import hf_attention
+
+    own, hf = _engines("gemma4_text", saved)
+    tokens = own.tokenize(SENTENCES[0])
+    out = own.forward(tokens, measure=NORM)
+    theirs = hf_attention(hf, tokens)
+    assert out.value_norms is not None and len(out.value_norms) == own.num_layers
+    for layer, norms in enumerate(out.value_norms):
+        v = theirs["calls"][layer]["v"][0].double()  # (G, S, Dv)
+        group, dv = own.num_heads // v.size(0), v.size(-1)
+        w_o = theirs["w_o"][layer].weight.detach().double()  # (E, H·Dv)
+        expected = torch.stack(
+            [
+                torch.linalg.vector_norm(v[h // group] @ w_o[:, h * dv : (h + 1) * dv].t(), dim=-1)
+                for h in range(own.num_heads)
+            ]
+        )
+        assert _diff(norms[0], expected) <= TOL * max(1.0, float(expected.max()))

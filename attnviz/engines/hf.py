@@ -471,7 +471,10 @@ def _check_loading_info(info: dict[str, Any], where: str, computed: Collection[s
 
 def _cfg(config: Any, *names: str, default: Any = ...) -> Any:
     for name in names:
-        value = getattr(config, name, None)
+        try:
+            value = getattr(config, name, None)
+        except Exception:  # noqa: BLE001 - a per-layer attribute (Gemma 4's) refuses a global read
+            value = vars(config).get(name)  # the global (config.json's) value, as the own engine reads it
         if value is not None:
             return value
     if default is ...:

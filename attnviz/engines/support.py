@@ -173,7 +173,6 @@ NOT_YET: dict[str, str] = {
     "gemma3n": _GEMMA3N,
     "gemma3n_text": _GEMMA3N,
     "gemma4": _GEMMA4,
-    "gemma4_text": _GEMMA4,
 }
 
 

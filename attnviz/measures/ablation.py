@@ -241,7 +241,8 @@ def removing(ablation: Ablation, n_heads: int) -> Callable[[torch.Tensor], torch
         if ablation.fill is None:
             out[index, :, which] = 0.0
         else:
-            out[index, :, which] = ablation.fill.to(out)[which][:, None, :]  # (B, 1, D) over every position
+            # (B, 1, D) over every position; a fill padded past this layer's D (head_means) cut back
+            out[index, :, which] = ablation.fill.to(out)[which][:, None, : out.size(-1)]
         return out
 
     return remove
@@ -305,7 +306,11 @@ class Runner:
             self.hidden()
         means = {layer: taps[self._z(layer)][0].double().mean(0) for layer in self.shape.layers}  # (H, D) each
         # A hybrid's layers without attention have no heads: zeros, never used (no pass ablates them).
-        none = torch.zeros_like(next(iter(means.values())))
+        # Layers of different head dims (Gemma 4's global layers): zeros after each layer's D.
+        width = max(m.size(-1) for m in means.values())
+        none = next(iter(means.values())).new_zeros(self.shape.num_heads, width)
+        padded = [torch.nn.functional.pad(m, (0, width - m.size(-1))) for m in means.values()]
+        means = dict(zip(means, padded, strict=True))
         return torch.stack([means.get(layer, none) for layer in range(self.shape.num_layers)])  # (N, H, D)
 
 

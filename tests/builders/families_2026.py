@@ -232,6 +232,49 @@ SPECS_2026 += (
     ),
 )
 
+# Gemma 4 text: six layers, local/global alternating, the last two (4 local, 5 global) with no
+# K/V of their own (they reuse layers 2 and 3's) and double-wide MLPs; global layers with a
+# head dim of 16 (local 8), one K/V head and keys as values, proportional RoPE rotating half
+# the pairs (factor 2); per-layer inputs of 4; an expert block (top 2 of 4) on every layer.
+_GEMMA4_TEXT = dict(
+    _DEC,
+    initializer_range=0.05,
+    max_position_embeddings=128,  # room for the long-input test
+    hidden_size=32,
+    intermediate_size=13,
+    num_hidden_layers=6,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    global_head_dim=16,
+    num_global_key_value_heads=1,
+    attention_k_eq_v=True,
+    attention_bias=True,
+    num_kv_shared_layers=2,
+    use_double_wide_mlp=True,
+    sliding_window=4,
+    layer_types=["sliding_attention", "full_attention"] * 3,
+    rope_parameters={
+        "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+        "full_attention": {
+            "rope_type": "proportional",
+            "partial_rotary_factor": 0.5,
+            "rope_theta": 1000.0,
+            "factor": 2.0,
+        },
+    },
+    hidden_size_per_layer_input=4,
+    vocab_size_per_layer_input=VOCAB_SIZE,
+    enable_moe_block=True,
+    num_experts=4,
+    top_k_experts=2,
+    moe_intermediate_size=7,
+    final_logit_softcapping=5.0,
+)
+SPECS_2026 += (
+    Spec("gemma4_text", "gemma4_text", _config("Gemma4TextConfig", **_GEMMA4_TEXT), "causal", "llama", perturb=True),
+)
+
 # Vision-language wrappers read on text (architectures/wrapped.py): a tiny vision tower
 # (one SigLIP or Pixtral layer, never run) beside a language model with its quirks on.
 _GEMMA3_TEXT = dict(
@@ -454,6 +497,8 @@ def save_2026(spec: Spec, directory: Path, seed: int = 0) -> Path:
         for name, buffer in model.named_buffers():
             if name.endswith("e_score_correction_bias"):
                 buffer.add_(0.3 * torch.randn(buffer.shape, generator=generator))
+            if name.endswith("layer_scalar"):  # Gemma 4's output scalar, stored as 1
+                buffer.add_(0.1 * torch.randn(buffer.shape, generator=generator))
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
     build_tokenizer(spec.specials).save_pretrained(directory)
