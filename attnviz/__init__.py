@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .generation import Generation
     from .measures.attribution import Attribution
     from .measures.attrpatch import Comparison
-    from .measures.patching import PatchResult
+    from .measures.patchresult import PatchResult
     from .measures.pathpatch import PathPatchResult
     from .result import Attention, HeadEffects
     from .select import LayerSpec

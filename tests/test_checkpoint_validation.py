@@ -238,8 +238,8 @@ def test_nan_attention_rows_are_an_error_naming_the_layer(own_engine: Any, monke
 
     real = own_engine.forward
 
-    def overflowing(tokens: Any, layers: Any = None, queries: Any = None) -> Any:
-        out = real(tokens, layers, queries)
+    def overflowing(tokens: Any, layers: Any = None, queries: Any = None, **options: Any) -> Any:
+        out = real(tokens, layers, queries, **options)
         chosen = list(range(len(out.attentions))) if layers is None else list(layers)
         if 3 in chosen:
             i = chosen.index(3)

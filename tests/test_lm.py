@@ -38,12 +38,14 @@ _BITING = {
 }
 
 
-def _hf_logits_and_hidden(path: Path, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    from transformers import AutoModelForCausalLM
+def _hf_logits_and_hidden(
+    path: Path, ids: list[int], model_class: str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    import transformers
 
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path), attn_implementation="eager", experts_implementation="eager"
-    ).eval()
+    # A family AutoModelForCausalLM does not map (Mistral 4) names its own class.
+    cls = getattr(transformers, model_class or "AutoModelForCausalLM")
+    model = cls.from_pretrained(str(path), attn_implementation="eager", experts_implementation="eager").eval()
     seen: dict[str, torch.Tensor] = {}
     head = model.get_output_embeddings()
     handle = head.register_forward_pre_hook(lambda mod, args: seen.setdefault("h", args[0].detach().clone()))
@@ -64,7 +66,7 @@ def test_lm_head_equals_causal_lm_logits(tmp_path: Path, spec: Spec) -> None:
     lm = load_lm_head(engine)
     assert lm is not None and lm.kind == "causal"
     ids = list(engine.tokenize("the cat sat on the mat").ids)
-    want, hidden = _hf_logits_and_hidden(path, ids)
+    want, hidden = _hf_logits_and_hidden(path, ids, spec.model_class)
     got = lm.logits(hidden)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 

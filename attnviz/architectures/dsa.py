@@ -148,9 +148,14 @@ class IndexedLatentAttention(LatentAttention):
         # The full layer whose choice a shared layer reuses; a list, so that it is no submodule.
         self.source: list[IndexedLatentAttention] = [] if source is None else [source]
         if source is None:
+            if c.q_lora_rank is None:  # transformers' indexer reads the query latent too
+                raise UnsupportedArchitectureError(
+                    "this checkpoint's top-k indexer reads the low-rank query latent, and its config.json "
+                    "sets no q_lora_rank"
+                )
             self.indexer = Indexer(
                 c.hidden_size,
-                int(c.q_lora_rank or 0),
+                c.q_lora_rank,
                 c.index_n_heads,
                 c.index_head_dim,
                 c.qk_rope_head_dim,

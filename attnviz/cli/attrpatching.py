@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from ..measures.attrpatch import Comparison
-    from ..measures.patching import PatchResult
+    from ..measures.patchresult import PatchResult
 
 
 def save_files(result: PatchResult | Comparison, npz: Path | None, output: Path | None) -> tuple[str, ...]:

@@ -39,9 +39,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import Reason, UsageError
-from .alignment import align
 from .headsites import HEAD_SITES
-from .patching import DIRECTIONS, LM_METRICS, SITES, PatchResult
+from .patching import DIRECTIONS, SITES, PatchResult, scored
 
 if TYPE_CHECKING:
     import torch
@@ -116,26 +115,7 @@ def attribution_patch(
             f"{engine.files.spec} is an encoder-decoder: patching reads one stack (its decoder is not done yet)",
             reason=Reason.PATCH_METRIC,
         )
-    if metric.name in LM_METRICS and lm is None:
-        raise UsageError(
-            f"the {metric.name} metric needs a causal language-model head, and {engine.files.spec} has none",
-            reason=Reason.PATCH_METRIC,
-        )
-    alignment = align(clean.ids, corrupted.ids, clean.labels, corrupted.labels)
-    if position is None:
-        matched = [i for i, _ in alignment.pairs if not clean.special[i]] or [i for i, _ in alignment.pairs]
-        position = matched[-1]
-    if not 0 <= position < len(clean):
-        raise UsageError(
-            f"position {position} is out of range (the clean prompt has {len(clean)} tokens)", reason=Reason.INDEX
-        )
-    other = alignment.to_corrupted(position)
-    if other is None:
-        raise UsageError(
-            f"{clean.labels[position]!r} (position {position}) is in the span where the prompts differ "
-            f"({alignment.describe()}): it has no counterpart to compare",
-            reason=Reason.PATCH_ALIGN,
-        )
+    alignment, position, other = scored(engine, clean, corrupted, metric, lm, position)
     chosen = tuple(engine.shape.layers if layers is None else layers)
     n, h = engine.shape.num_layers, engine.shape.num_heads
     denoise = direction == "denoise"
@@ -317,7 +297,7 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         """The --json document of ``--method both``."""
-        from .patching import _numbers
+        from .patchresult import _numbers
 
         return {
             "kind": "patch-comparison",

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import Reason, UsageError
-from .patching import DIRECTIONS, Metric, PatchResult, _numbers, answer_id, choose_metric, patch_heads
+from .patching import DIRECTIONS, Metric, PatchResult, answer_id, choose_metric, patch_heads
+from .patchresult import _numbers
 
 if TYPE_CHECKING:
     from ..engines import Engine

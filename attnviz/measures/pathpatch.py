@@ -46,7 +46,8 @@ import numpy as np
 
 from ..errors import Reason, UsageError
 from .alignment import Alignment, align
-from .patching import DIRECTIONS, LM_METRICS, Metric, _numbers
+from .patching import DIRECTIONS, Metric, scored
+from .patchresult import _numbers
 
 if TYPE_CHECKING:
     import torch
@@ -94,7 +95,7 @@ class PathPatchResult:
         raw: the metric of each patched run, effect's shape.
         group: query heads per key/value head (through k or v under grouped-query
             attention, a receiver's replacement changes its whole group).
-        Other fields as ``patching.PatchResult``.
+        Other fields as ``patchresult.PatchResult``.
     """
 
     model: str
@@ -267,26 +268,7 @@ def path_patch(
         raise UsageError("path patching needs a receiver head (layer, head)", reason=Reason.PATCH_PATH)
     _check_heads(receivers, engine, "receiver")
     _check_heads(senders or (), engine, "sender")
-    if metric.name in LM_METRICS and lm is None:
-        raise UsageError(
-            f"the {metric.name} metric needs a causal language-model head, and {engine.files.spec} has none",
-            reason=Reason.PATCH_METRIC,
-        )
-    alignment = align(clean.ids, corrupted.ids, clean.labels, corrupted.labels)
-    if position is None:
-        matched = [i for i, _ in alignment.pairs if not clean.special[i]] or [i for i, _ in alignment.pairs]
-        position = matched[-1]
-    if not 0 <= position < len(clean):
-        raise UsageError(
-            f"position {position} is out of range (the clean prompt has {len(clean)} tokens)", reason=Reason.INDEX
-        )
-    other = alignment.to_corrupted(position)
-    if other is None:
-        raise UsageError(
-            f"{clean.labels[position]!r} (position {position}) is in the span where the prompts differ "
-            f"({alignment.describe()}): it has no counterpart to compare",
-            reason=Reason.PATCH_ALIGN,
-        )
+    alignment, position, other = scored(engine, clean, corrupted, metric, lm, position)
     shape = engine.shape
     group = shape.num_heads // shape.num_kv_heads if through in ("k", "v") else 1
     last = max(layer for layer, _ in receivers)

@@ -26,8 +26,8 @@ import numpy as np
 
 from ..errors import Reason, UsageError
 from .base import NORM, WEIGHT
-from .patching import _numbers
 from .patchpairs import LEVEL, RESAMPLES, bootstrap
+from .patchresult import _numbers
 
 QUANTITIES = ("patching", "ablation", WEIGHT.name, NORM.name)  # the two measures' row changes
 SIGNED = ("patching", "ablation")  # B − A; the row distances are ≥ 0

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...measures.attrpatch import Comparison
-from ...measures.patching import PatchResult
+from ...measures.patchresult import PatchResult
 from ...result import atomic_write, check_writable
 from . import ASSETS, escape_html, script_json
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from ...measures.patching import PatchResult
 from ...measures.patchpairs import PairsResult
+from ...measures.patchresult import PatchResult
 from .. import FigureStyle
 from .layout import _char_in, _colorbar, _figure, _layout, _ticks, _title
 

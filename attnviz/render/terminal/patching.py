@@ -16,8 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ...measures.attribution import Attribution
-from ...measures.patching import PatchResult
 from ...measures.patchpairs import PairsResult
+from ...measures.patchresult import PatchResult
 from ...measures.versus import Versus
 from .glyphs import shade
 
