@@ -50,7 +50,7 @@ def test_every_own_family_and_every_transformers_type_is_listed(listed: dict[str
         ("t5gemma", ["hf"], "no own stack"),
         ("gemma3n_text", ["hf"], "no own stack (yet): cross-layer KV sharing, AltUp"),
         ("gemma4_text", ["own", "hf"], ""),
-        ("gemma4", ["hf"], "no own stack (yet): cross-layer KV sharing, keys as values"),
+        ("gemma4", ["own", "hf"], ""),
         ("gemma3", ["own", "hf"], ""),
         ("mistral3", ["own", "hf"], ""),
         ("qwen3_5_moe", ["own", "hf"], ""),

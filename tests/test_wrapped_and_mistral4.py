@@ -34,7 +34,7 @@ PROMPT = "the cat sat on the mat and the dog"
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("wrapped")
-    return {name: save_2026(SPECS_2026_BY_NAME[name], root / name) for name in NAMES}
+    return {name: save_2026(SPECS_2026_BY_NAME[name], root / name) for name in (*NAMES, "gemma4")}
 
 
 def _language_model(model: Any) -> Any:
@@ -113,7 +113,7 @@ def _hf_generate(name: str, path: Path, ids: list[int], count: int) -> list[int]
     return [int(i) for i in out[0, len(ids) :]]
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", (*NAMES, "gemma4"))  # Gemma 4: layers reusing others' keys and values
 def test_generation_equals_transformers_and_full_passes(name: str, saved: dict[str, Path]) -> None:
     """The own engine's cached steps: transformers' greedy tokens (the wrapper's LM head:
     tied embeddings, Gemma 3's final soft-cap read from its text config), and each

@@ -168,11 +168,9 @@ HF_ONLY = "no own stack (yet)"
 # Text models the own engine was held back from, with what an exact stack must compute
 # (the hidden states must be exact, so every one of these quirks).
 _GEMMA3N = "cross-layer KV sharing, AltUp, Laurel, per-layer inputs, activation sparsity"
-_GEMMA4 = "cross-layer KV sharing, keys as values, per-layer inputs, MoE blocks"
 NOT_YET: dict[str, str] = {
     "gemma3n": _GEMMA3N,
     "gemma3n_text": _GEMMA3N,
-    "gemma4": _GEMMA4,
 }
 
 

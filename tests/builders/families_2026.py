@@ -283,6 +283,20 @@ SPECS_2026 += (
     ),
 )
 
+_GEMMA4_VISION = dict(
+    hidden_size=16, intermediate_size=20, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, head_dim=8
+)
+SPECS_2026 += (
+    Spec(  # the multimodal wrapper as published, read on text (a one-layer vision tower, never run)
+        "gemma4",
+        "gemma4",
+        _config("Gemma4Config", text_config=_GEMMA4_TEXT, vision_config=_GEMMA4_VISION, audio_config=None),
+        "image-text",
+        "llama",
+        perturb=True,
+    ),
+)
+
 # Vision-language wrappers read on text (architectures/wrapped.py): a tiny vision tower
 # (one SigLIP or Pixtral layer, never run) beside a language model with its quirks on.
 _GEMMA3_TEXT = dict(
