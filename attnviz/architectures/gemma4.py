@@ -39,7 +39,7 @@ from ..nn.rows import EAGER, RowRequest
 from ..nn.taps import tap
 from . import llama
 from .base import activation
-from .fields import sequence, whole
+from .fields import given, sequence, text, whole
 from .gemma import GemmaConfig, GemmaDecoder
 from .llama import LlamaConfig, SwiGLU
 from .rope import RopeConfig
@@ -279,7 +279,7 @@ def _rotary(rope: Rotary, length: int, x: Tensor) -> QKTransform:
 
 
 def _rope(config: dict[str, Any], kind: str, head_dim: int) -> Rotary:
-    params = dict((config.get("rope_parameters") or {}).get(kind) or {})
+    params = dict(given(given(config, "rope_parameters", {}), kind, {}))
     rope_type = params.get("rope_type", "default")
     if rope_type not in ("default", "proportional"):
         raise UnsupportedArchitectureError(
@@ -312,7 +312,7 @@ def build(config: dict[str, Any]) -> Gemma4Decoder:
             setting="layer_types",
         )
     k_eq_v = bool(config.get("attention_k_eq_v", False))
-    overrides = {int(i): dict(v) for i, v in (config.get("per_layer_config") or {}).items()}
+    overrides = {int(i): dict(v) for i, v in given(config, "per_layer_config", {}).items()}
     if not overrides:  # transformers' defaults for the full layers when per_layer_config is absent
         full: dict[str, Any] = {"head_dim": int(config.get("global_head_dim", 512))}
         if k_eq_v and config.get("num_global_key_value_heads") is not None:
@@ -331,10 +331,10 @@ def build(config: dict[str, Any]) -> Gemma4Decoder:
     inner = whole(config, "intermediate_size", 1)
     wide = bool(config.get("use_double_wide_mlp", False))
     moe = bool(config.get("enable_moe_block", False))
-    ple = int(config.get("hidden_size_per_layer_input") or 0)
+    ple = whole(config, "hidden_size_per_layer_input", 0, low=0)
     ropes = {kind: _rope(config, kind, head_dims[types.index(kind)]) for kind in set(types)}
     fields: dict[str, Any] = {
-        "hidden_act": str(config.get("hidden_activation") or "gelu_pytorch_tanh"),
+        "hidden_act": text(config, "hidden_activation", "gelu_pytorch_tanh"),
         "scale": 1.0,
         "head_dim": head_dim,
         "windows": tuple(config.get("sliding_window") if kind == "sliding_attention" else None for kind in types),
@@ -351,11 +351,11 @@ def build(config: dict[str, Any]) -> Gemma4Decoder:
             kv_source=source,
             layer_types=types,
             inner_sizes=tuple(inner * (2 if wide and source[i] is not None else 1) for i in range(layers)),
-            experts=int(config.get("num_experts") or 0) if moe else 0,
-            top_k=int(config.get("top_k_experts") or 0),
-            expert_size=int(config.get("moe_intermediate_size") or 0),
+            experts=whole(config, "num_experts", 0, low=0) if moe else 0,
+            top_k=whole(config, "top_k_experts", 0, low=0),
+            expert_size=whole(config, "moe_intermediate_size", 0, low=0),
             ple_size=ple,
-            ple_vocab=int(config.get("vocab_size_per_layer_input") or config["vocab_size"]),
+            ple_vocab=whole(config, "vocab_size_per_layer_input", config["vocab_size"]),
             rotaries=tuple(ropes[kind] for kind in types),
         )
     )
