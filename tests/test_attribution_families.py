@@ -33,6 +33,8 @@ CAUSAL = {s.name: s for s in (*SPECS, *SPECS_B, *FAMILY_A_SPECS, *SPECS_2026, *S
 REFUSED = {
     "gemma2": "soft-caps",
     "gemma3_text": "not the sum of its heads",  # a norm after W^O (sandwich block)
+    "gemma4_text": "final norm direct logit attribution does not know",  # Gemma4RMSNorm, and sandwich norms
+    "gemma4_text-vision": "final norm direct logit attribution does not know",
     "olmo2": "not the sum of its heads",
     "olmo3": "not the sum of its heads",
     "glm4": "not the sum of its heads",

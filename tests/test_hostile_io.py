@@ -285,7 +285,16 @@ def test_the_cli_exits_143_and_129_with_one_line(tmp_path: Path, sig: int, code:
          "export", EXAMPLE, "-t", "it", "-o", str(out)],
         stderr=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
-    time.sleep(1.5)
+    # Wait until the model's weights are mapped (the load has begun: a fixed sleep raced a
+    # quiet machine, where the whole export finished first), then signal.
+    maps, deadline = Path(f"/proc/{proc.pid}/maps"), time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            if ".safetensors" in maps.read_text():
+                break
+        except OSError:
+            pass
+        time.sleep(0.005)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err

@@ -235,7 +235,12 @@ def read_weights(model_dir: Path) -> dict[str, Tensor]:
             if path.suffix == ".safetensors":
                 from safetensors.torch import load_file
 
-                loaded = load_file(str(path))
+                from .safeio import signals_held
+
+                # Rust calls back into Python here: a SIGTERM raised inside it came out as a
+                # TypeError, read as a corrupt file; held, it is raised once the read is done.
+                with signals_held():
+                    loaded = load_file(str(path))
             else:
                 import pickle
                 import warnings

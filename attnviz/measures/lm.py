@@ -262,6 +262,7 @@ _LOGIT_TRANSFORMS: dict[str, tuple[str, str, float | None]] = {
     "granite": ("logits_scaling", "divisor", 1.0),
     "gemma2": ("final_logit_softcapping", "softcap", 30.0),
     "gemma3_text": ("final_logit_softcapping", "softcap", None),
+    "gemma4_text": ("final_logit_softcapping", "softcap", None),
 }
 
 
