@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -115,6 +115,22 @@ def wrote(path: Path, missing: Sequence[str] = ()) -> None:
             f"attnviz: note: no installed font has {shown}: drawn as empty boxes in {path} "
             "(install a font that has them, e.g. Noto Sans CJK or Noto Emoji)\n"
         )
+
+
+def print_result(result: Any, view: Any, json_out: bool, no_pager: bool, top: int) -> None:
+    """``result.to_dict()`` as --json, else ``view(result, top=, color=)`` on stdout, paged."""
+    if json_out:
+        import json
+
+        from .output import emit
+
+        emit(json.dumps(result.to_dict(), ensure_ascii=False), json=True)
+        return
+    from ..render.terminal import paged, uses_colour
+
+    console = stdout_console()
+    with paged(console, not no_pager):
+        console.print(view(result, top=top, color=uses_colour(console)))
 
 
 def view_from(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,7 +10,7 @@ import typer
 
 from ..example import EXAMPLE, EXAMPLE_PAIR
 from .app import app, errors
-from .common import budget, decoder_text, query_from, stdout_console, wrote
+from .common import budget, decoder_text, print_result, query_from, wrote
 from .conventions import example
 from .options import (
     DebugOpt,
@@ -414,16 +413,7 @@ def _report(result: Any, npz: Path | None, output: Path | None, json_out: bool, 
     from .attrpatching import save_files, view
 
     missing = save_files(result, npz, output)
-    if json_out:
-        from .output import emit
-
-        emit(json.dumps(result.to_dict(), ensure_ascii=False), json=True)
-    else:
-        from ..render.terminal import paged, uses_colour
-
-        console = stdout_console()
-        with paged(console, not no_pager):
-            console.print(view(result, top=top, color=uses_colour(console)))
+    print_result(result, view, json_out, no_pager, top)
     if npz is not None:
         wrote(npz)
     if output is not None:
@@ -460,14 +450,6 @@ def _attribute(
 
     eng = load_engine(engine, model, device, dtype)
     result = attribute_text(eng, text, answer, wrong, position=query, top=lens_top)
-    if json_out:
-        from .output import emit
-
-        emit(json.dumps(result.to_dict(), ensure_ascii=False), json=True)
-        return
-    from ..render.terminal import paged, uses_colour
     from ..render.terminal.patching import attribution_view
 
-    console = stdout_console()
-    with paged(console, not no_pager):
-        console.print(attribution_view(result, top=top, color=uses_colour(console)))
+    print_result(result, attribution_view, json_out, no_pager, top)

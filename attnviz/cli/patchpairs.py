@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .common import budget, stdout_console, wrote
+from .common import budget, print_result, wrote
 
 if TYPE_CHECKING:
     from ..select import Query
@@ -101,16 +100,7 @@ def _report(
         from ..render.image.patching import patch_figure
 
         missing = save_figure(patch_figure(result), output)
-    if json_out:
-        from .output import emit
-
-        emit(json.dumps(result.to_dict(), ensure_ascii=False), json=True)
-    else:
-        from ..render.terminal import paged, uses_colour
-
-        console = stdout_console()
-        with paged(console, not no_pager):
-            console.print(view(result, top=top, color=uses_colour(console)))
+    print_result(result, view, json_out, no_pager, top)
     if npz is not None:
         wrote(npz)
     if output is not None:

@@ -4,14 +4,13 @@ work, and the run."""
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from .common import stdout_console, wrote
+from .common import print_result, wrote
 
 if TYPE_CHECKING:
     from ..measures.pathpatch import Head
@@ -103,26 +102,11 @@ def run(
             eng, clean, corrupted, receivers, through=through, senders=senders, progress=progress, **options
         )
     if npz is not None:
-        import io
+        from ..measures.patching import save_npz
 
-        import numpy as np
+        save_npz(result, npz)
+    from ..render.terminal.pathpatch import path_view
 
-        from ..result import atomic_write
-
-        arrays: dict[str, Any] = result.to_npz()
-        buffer = io.BytesIO()
-        np.savez_compressed(buffer, **arrays)
-        atomic_write(npz, buffer.getvalue())
-    if json_out:
-        from .output import emit
-
-        emit(json.dumps(result.to_dict(), ensure_ascii=False), json=True)
-    else:
-        from ..render.terminal import paged, uses_colour
-        from ..render.terminal.pathpatch import path_view
-
-        console = stdout_console()
-        with paged(console, not no_pager):
-            console.print(path_view(result, top=top, color=uses_colour(console)))
+    print_result(result, path_view, json_out, no_pager, top)
     if npz is not None:
         wrote(npz)
