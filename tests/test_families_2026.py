@@ -131,7 +131,17 @@ def test_padded_batch_matches_transformers(spec: Any, saved: dict[str, Path]) ->
 
 
 @pytest.mark.parametrize(
-    "name", ["deepseek_v3", "deepseek_v2", "llama4_text", "qwen3_next", "qwen3_5_text", "deepseek_v32", "gemma4_text"]
+    "name",
+    [
+        "deepseek_v3",
+        "deepseek_v2",
+        "llama4_text",
+        "qwen3_next",
+        "qwen3_5_text",
+        "deepseek_v32",
+        "gemma4_text",
+        "gemma3n_text",
+    ],
 )
 def test_long_input_in_row_blocks_matches_full_matrices(
     name: str, saved: dict[str, Path], monkeypatch: pytest.MonkeyPatch
@@ -220,7 +230,9 @@ def test_cli_show_norm_measure_runs(saved: dict[str, Path]) -> None:
 # --- head ablation ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["deepseek_v3", "glm4_moe_lite", "llama4_text", "glm_moe_dsa", "gemma4_text"])
+@pytest.mark.parametrize(
+    "name", ["deepseek_v3", "glm4_moe_lite", "llama4_text", "glm_moe_dsa", "gemma4_text", "gemma3n_text"]
+)
 def test_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[str, Path]) -> None:
     """Each head's Dv columns of o_proj's input zeroed (or set to their mean) in
     transformers, one head per pass, against attnviz's batched ablation."""
@@ -243,7 +255,16 @@ def test_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[s
 
 @pytest.mark.parametrize(
     "name",
-    ["deepseek_v2", "deepseek_v3", "deepseek_v3-plain-q", "llama4_text", "deepseek_v32", "glm_moe_dsa", "gemma4_text"],
+    [
+        "deepseek_v2",
+        "deepseek_v3",
+        "deepseek_v3-plain-q",
+        "llama4_text",
+        "deepseek_v32",
+        "glm_moe_dsa",
+        "gemma4_text",
+        "gemma3n_text",
+    ],
 )
 def test_explain_matches_what_transformers_scores_with(name: str, saved: dict[str, Path]) -> None:
     """explain's q, k (rope part rotated, as transformers lays it out), scale, weights and
@@ -749,12 +770,15 @@ def test_gemma4_layers_share_keys_and_values_as_configured(saved: dict[str, Path
     assert not any(n.endswith(("layers.4.self_attn.k_proj.weight", "layers.5.self_attn.k_proj.weight")) for n in names)
 
 
-def test_gemma4_value_norms_are_the_values_transformers_attends_with_through_w_o(saved: dict[str, Path]) -> None:
+@pytest.mark.parametrize("name", ["gemma4_text", "gemma3n_text"])
+def test_gemma_value_norms_are_the_values_transformers_attends_with_through_w_o(
+    name: str, saved: dict[str, Path]
+) -> None:
     """‖v_j · W_h^O‖ with v what transformers hands its attention function (after the v norm;
-    the keys' projection on the global layers; layers 2 and 3's values on 4 and 5)."""
+    Gemma 4: the keys' projection on the global layers; layers 2 and 3's values on 4 and 5)."""
     from .test_explain import hf_attention
 
-    own, hf = _engines("gemma4_text", saved)
+    own, hf = _engines(name, saved)
     tokens = own.tokenize(SENTENCES[0])
     out = own.forward(tokens, measure=NORM)
     theirs = hf_attention(hf, tokens)
@@ -778,3 +802,47 @@ def test_gemma4_bidirectional_everywhere_is_refused_in_one_line(saved: dict[str,
     path = saved["gemma4_text"]
     with pytest.raises(UnsupportedArchitectureError, match="use_bidirectional_attention='all'"):
         architectures.load(path, {**_config(path), "use_bidirectional_attention": "all"})
+
+
+# --- Gemma 3n --------------------------------------------------------------------------------------------
+
+GEMMA3N_QUIRKS: list[dict[str, Any]] = [
+    {"altup_active_idx": 0},
+    {"altup_correct_scale": False},
+    {"activation_sparsity_pattern": [0.0] * 6},
+    {"activation_sparsity_pattern": [0.9, 0.0, 0.6, 0.0, 0.3, 0.0]},  # 0.95 on layer 0 matters
+    {"sliding_window": 64},
+    {"rope_parameters": {**_G4_ROPE, "full_attention": {"rope_type": "default", "rope_theta": 1e3}}},
+]
+
+
+@pytest.mark.parametrize("change", GEMMA3N_QUIRKS, ids=lambda c: "-".join(c))
+def test_each_gemma3n_quirk_changes_the_numbers(change: dict[str, Any], saved: dict[str, Path]) -> None:
+    own, hf = _engines("gemma3n_text", saved)
+    ids = torch.tensor([own.tokenize(LONG).ids])  # past the sliding window
+    assert _worst(own.model, hf.model, ids) <= TOL  # type: ignore[attr-defined]
+    wrong = architectures.load(saved["gemma3n_text"], {**_config(saved["gemma3n_text"]), **change})
+    assert _worst(wrong, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
+
+
+def test_gemma3n_stack_is_built_as_configured(saved: dict[str, Path]) -> None:
+    """Layers 4 and 5 attend with layers 2 and 3's keys and values; three AltUp streams run
+    through the layers (the residual taps hold them all); the test sentences hold ids past the
+    per-layer table (20 rows), which read its row 0, so the exact hidden states above prove it."""
+    from attnviz.nn.taps import Taps
+
+    own, _ = _engines("gemma3n_text", saved)
+    model: Any = own.model
+    c = model.config
+    assert c.kv_source == (None, None, None, None, 2, 3)
+    assert c.inner_sizes == (13, 11, 13, 9, 13, 11) and c.sparsity == (0.95, 0.0, 0.6, 0.0, 0.3, 0.0)
+    assert (c.streams, c.active, c.laurel_rank, c.ple_vocab) == (3, 1, 3, 20)
+    assert [block.attn.k_proj is None for block in model.blocks] == [False] * 4 + [True] * 2
+    tokens = own.tokenize(SENTENCES[1])
+    assert max(tokens.ids) >= c.ple_vocab
+    taps = Taps().record("blocks.*.resid_pre").record("blocks.5.resid_post").record("blocks.*.mlp_out")
+    with own.tapping(taps):
+        own.forward(tokens)
+    assert taps["blocks.0.resid_pre"].shape == (1, len(tokens), 3, 32)
+    assert taps["blocks.5.resid_post"].shape == (1, len(tokens), 3, 32)
+    assert taps["blocks.3.mlp_out"].shape == (1, len(tokens), 32)

@@ -293,19 +293,23 @@ def test_the_probe_refuses_attention_that_is_not_token_by_token(saved: dict[str,
         probe(model.get_encoder(), torch.device("cpu"))
 
 
-def test_text_only_gemma3n_is_accepted_and_runs_under_hf(saved: dict[str, Path]) -> None:
+@pytest.mark.parametrize("engine_name", ["own", "hf"])
+def test_text_only_gemma3n_is_accepted_and_runs(engine_name: str, saved: dict[str, Path]) -> None:
+    """Its per-layer ``intermediate_size`` list loads under both engines (tests/test_families_2026.py
+    holds the own engine's Gemma 3n to transformers with every quirk on)."""
     from transformers import AutoModel
 
     path = saved["gemma3n"]
     assert json.loads((path / "config.json").read_text())["intermediate_size"] == [24, 20, 24, 20]
-    engine = load_engine("hf", str(path), "cpu")
+    engine = load_engine(engine_name, str(path), "cpu")
     tokens = engine.tokenize(SENTENCES[0])
     reference = AutoModel.from_pretrained(str(path), attn_implementation="eager").eval()
     with torch.inference_mode():
-        theirs = reference(input_ids=torch.tensor([tokens.ids]), output_attentions=True).attentions
-    ours = engine.forward(tokens).attentions
-    assert len(ours) == len(theirs) == 4
-    assert max(_diff(a, b) for a, b in zip(ours, theirs, strict=True)) <= TOL
+        theirs = reference(input_ids=torch.tensor([tokens.ids]), output_attentions=True)
+    ours = engine.forward(tokens)
+    assert len(ours.attentions) == len(theirs.attentions) == 4
+    assert max(_diff(a, b) for a, b in zip(ours.attentions, theirs.attentions, strict=True)) <= TOL
+    assert _diff(ours.hidden_states, theirs.last_hidden_state) <= TOL
 
 
 def test_a_per_layer_size_list_is_still_checked() -> None:

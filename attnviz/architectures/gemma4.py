@@ -90,7 +90,7 @@ class Gemma4Config(GemmaConfig):
     rotaries: tuple[Rotary, ...] = ()  # per layer
 
 
-class _Shared:
+class Shared:
     """What a forward pass hands between layers (not a module: no weights): the per-layer
     inputs (B, S, N, P) and each layer type's stored keys and values."""
 
@@ -102,9 +102,9 @@ class _Shared:
 class Gemma4Attention(MultiHeadAttention):
     """q/k norms, a weightless v norm, keys as values, or another layer's keys and values."""
 
-    shared: _Shared
+    shared: Shared
 
-    def __init__(self, c: Gemma4Config, layer: int, shared: _Shared, stores: bool, **options: Any) -> None:
+    def __init__(self, c: Gemma4Config, layer: int, shared: Shared, stores: bool, **options: Any) -> None:
         super().__init__(c.hidden_size, c.num_attention_heads, **options)
         d, eps = self.head_dim, c.rms_norm_eps
         self.q_norm = Gemma4RMSNorm(d, eps)
@@ -173,10 +173,10 @@ class Gemma4Experts(nn.Module):
 
 
 class Gemma4Block(nn.Module):
-    shared: _Shared
+    shared: Shared
     layer_scalar: Tensor
 
-    def __init__(self, c: Gemma4Config, layer: int, attn: MultiHeadAttention, shared: _Shared) -> None:
+    def __init__(self, c: Gemma4Config, layer: int, attn: MultiHeadAttention, shared: Shared) -> None:
         super().__init__()
         e, eps = c.hidden_size, c.rms_norm_eps
         norm = lambda: Gemma4RMSNorm(e, eps)  # noqa: E731
@@ -214,10 +214,10 @@ class Gemma4Block(nn.Module):
 
 class Gemma4Decoder(GemmaDecoder):
     config: Gemma4Config
-    shared: _Shared
+    shared: Shared
 
     def __init__(self, c: Gemma4Config) -> None:
-        shared = _Shared()
+        shared = Shared()
         object.__setattr__(self, "shared", shared)
         super().__init__(c)
         if c.ple_size:
@@ -246,13 +246,18 @@ class Gemma4Decoder(GemmaDecoder):
         self.shared.kv = {}
         if not c.ple_size:
             return x
+        self.shared.ple = self.per_layer_inputs(input_ids, x)
+        return x
+
+    def per_layer_inputs(self, input_ids: Tensor, x: Tensor) -> Tensor:
+        """(B, S, N, P): each token's input to each layer, from its id and its embedding x (B, S, E)."""
+        c = self.config
         b, s = input_ids.shape
         ids = self.ple_tokens(input_ids) * torch.tensor(c.ple_size**0.5).to(x.dtype)  # (B, S, N·P)
         ids = ids.reshape(b, s, c.num_hidden_layers, c.ple_size)
         projected = self.ple_projection(x) * c.hidden_size**-0.5
         projected = self.ple_projection_norm(projected.reshape(b, s, c.num_hidden_layers, c.ple_size))
-        self.shared.ple = (projected + ids) * 2.0**-0.5  # (B, S, N, P)
-        return x
+        return (projected + ids) * 2.0**-0.5  # (B, S, N, P)
 
     def qk_transforms(self, input_ids: Tensor, x: Tensor) -> Sequence[QKTransform | None]:
         length, c = input_ids.size(1), self.config
@@ -293,6 +298,18 @@ def _rope(config: dict[str, Any], kind: str, head_dim: int) -> Rotary:
     return Rotary(head_dim, 2 * int(partial * head_dim // 2), theta, float(params.get("factor", 1.0)))
 
 
+def kv_sources(types: Sequence[str], shared: int) -> tuple[int | None, ...]:
+    """Per layer: None, or for each of the last ``shared`` layers the last earlier layer of
+    its type (``layer_types``), whose keys and values it attends with."""
+    first = len(types) - shared
+    if shared and set(types[:first]) != set(types):
+        raise UnsupportedArchitectureError(
+            "num_kv_shared_layers leaves a layer type with no layer to share keys and values from",
+            setting="num_kv_shared_layers",
+        )
+    return tuple(None if i < first else max(j for j in range(first) if types[j] == types[i]) for i in range(len(types)))
+
+
 def build(config: dict[str, Any]) -> Gemma4Decoder:
     # "vision": image tokens see each other both ways; on text (no images) it is causal.
     if config.get("use_bidirectional_attention") not in (None, "vision"):
@@ -320,14 +337,7 @@ def build(config: dict[str, Any]) -> Gemma4Decoder:
         overrides = {i: full for i, kind in enumerate(types) if kind == "full_attention"}
     head_dims = tuple(int(overrides.get(i, {}).get("head_dim", head_dim)) for i in range(layers))
     kv_heads = tuple(int(overrides.get(i, {}).get("num_key_value_heads", kv)) for i in range(layers))
-    shared = whole(config, "num_kv_shared_layers", 0)
-    first = layers - shared
-    if shared and set(types[:first]) != set(types):
-        raise UnsupportedArchitectureError(
-            "num_kv_shared_layers leaves a layer type with no layer to share keys and values from",
-            setting="num_kv_shared_layers",
-        )
-    source = tuple(None if i < first else max(j for j in range(first) if types[j] == types[i]) for i in range(layers))
+    source = kv_sources(types, whole(config, "num_kv_shared_layers", 0, low=0))
     inner = whole(config, "intermediate_size", 1)
     wide = bool(config.get("use_double_wide_mlp", False))
     moe = bool(config.get("enable_moe_block", False))

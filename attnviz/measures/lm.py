@@ -263,6 +263,7 @@ _LOGIT_TRANSFORMS: dict[str, tuple[str, str, float | None]] = {
     "gemma2": ("final_logit_softcapping", "softcap", 30.0),
     "gemma3_text": ("final_logit_softcapping", "softcap", None),
     "gemma4_text": ("final_logit_softcapping", "softcap", None),
+    "gemma3n_text": ("final_logit_softcapping", "softcap", 30.0),
 }
 
 

@@ -283,6 +283,42 @@ SPECS_2026 += (
     ),
 )
 
+# Gemma 3n text: six layers, local/global alternating, the last two (4 local, 5 global) with
+# no K/V of their own (they reuse layers 2 and 3's); three AltUp streams with stream 1 active,
+# Laurel of rank 3, per-layer inputs of 4 from a per-layer table shorter than the vocabulary
+# (the ids past it read row 0), a per-layer MLP width, and the Gaussian top-k on three gates.
+_GEMMA3N_TEXT = dict(
+    _DEC,
+    initializer_range=0.05,
+    max_position_embeddings=128,  # room for the long-input test
+    hidden_size=32,
+    intermediate_size=[13, 11, 13, 9, 13, 11],
+    num_hidden_layers=6,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    attention_bias=True,
+    num_kv_shared_layers=2,
+    sliding_window=4,
+    layer_types=["sliding_attention", "full_attention"] * 3,
+    rope_parameters={
+        "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+        "full_attention": {"rope_type": "linear", "rope_theta": 1000.0, "factor": 2.0},
+    },
+    hidden_size_per_layer_input=4,
+    vocab_size_per_layer_input=20,
+    altup_num_inputs=3,
+    altup_active_idx=1,
+    laurel_rank=3,
+    activation_sparsity_pattern=[0.95, 0.0, 0.6, 0.0, 0.3, 0.0],
+    final_logit_softcapping=5.0,
+)
+SPECS_2026 += (
+    Spec(
+        "gemma3n_text", "gemma3n_text", _config("Gemma3nTextConfig", **_GEMMA3N_TEXT), "causal", "llama", perturb=True
+    ),
+)
+
 _GEMMA4_VISION = dict(
     hidden_size=16, intermediate_size=20, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, head_dim=8
 )
