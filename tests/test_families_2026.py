@@ -846,3 +846,176 @@ def test_gemma3n_stack_is_built_as_configured(saved: dict[str, Path]) -> None:
     assert taps["blocks.0.resid_pre"].shape == (1, len(tokens), 3, 32)
     assert taps["blocks.5.resid_post"].shape == (1, len(tokens), 3, 32)
     assert taps["blocks.3.mlp_out"].shape == (1, len(tokens), 32)
+    # explain says where a sharing layer's keys and values come from (Gemma 4's alike).
+    from attnviz.measures.explain import explain
+
+    assert [s for s in explain(own, tokens, 5, 5, 0).steps if "projected by layer" in s] == [
+        "keys and values projected by layer 3: this layer has none of its own"
+    ]
+    assert not any("projected by layer" in s for s in explain(own, tokens, 5, 3, 0).steps)
+
+
+def _gemma3n_patched(hf: Engine, ids: list[int], module: str, hook: Any, pre: bool) -> torch.Tensor:
+    """transformers' last hidden state (S, E) with ``hook`` on the named module (a pre-hook
+    returning new positional arguments, or a forward hook returning a new output)."""
+    model: Any = hf.model  # type: ignore[attr-defined]
+    target = model.get_submodule(module)
+    handle = target.register_forward_pre_hook(hook) if pre else target.register_forward_hook(hook)
+    try:
+        with torch.inference_mode():
+            return model(input_ids=torch.tensor([ids])).last_hidden_state[0]
+    finally:
+        handle.remove()
+
+
+def test_gemma3n_taps_patch_as_transformers_hooks_do(saved: dict[str, Path]) -> None:
+    """What patching writes through the taps, against the same change made with a hook in
+    transformers: a head's z from another text (o_proj's input), the AltUp streams entering
+    a layer at one position (transformers holds them (A, B, S, E)), and the attention's and
+    the MLP's normed outputs zeroed (post_attention_layernorm, post_feedforward_layernorm)."""
+    from attnviz.nn.taps import Taps
+
+    own, hf = _engines("gemma3n_text", saved)
+    clean, corrupt = own.tokenize("the cat sat on the mat"), own.tokenize("the dog sat on the mat")
+    assert len(clean) == len(corrupt)
+    layer, head, position, d = 4, 2, 2, 8  # layer 4 attends with layer 2's keys and values
+    record = Taps().record(f"blocks.{layer}.attn.z").record(f"blocks.{layer}.resid_pre")
+    with own.tapping(record):
+        own.forward(clean)
+    z, streams = record[f"blocks.{layer}.attn.z"], record[f"blocks.{layer}.resid_pre"]  # (1, S, H, D), (1, S, A, E)
+    held: dict[str, torch.Tensor] = {}
+    model: Any = hf.model  # type: ignore[attr-defined]
+    handles = [
+        model.get_submodule(f"layers.{layer}.self_attn.o_proj").register_forward_pre_hook(
+            lambda _m, a: held.__setitem__("z", a[0].detach().clone())
+        ),
+        model.get_submodule(f"layers.{layer}").register_forward_pre_hook(
+            lambda _m, a: held.__setitem__("streams", a[0].detach().clone())
+        ),
+    ]
+    try:
+        with torch.inference_mode():
+            model(input_ids=torch.tensor([list(clean.ids)]))
+    finally:
+        for handle in handles:
+            handle.remove()
+    # The taps hold what transformers computes: z per head, the streams batch first.
+    assert _diff(z.reshape(1, len(clean), -1), held["z"]) <= TOL
+    assert _diff(streams, held["streams"].permute(1, 2, 0, 3)) <= TOL
+
+    def write_z(_m: Any, a: tuple[Any, ...]) -> tuple[Any, ...]:
+        x = a[0].clone()
+        x[..., head * d : (head + 1) * d] = held["z"][..., head * d : (head + 1) * d]
+        return (x, *a[1:])
+
+    def write_streams(_m: Any, a: tuple[Any, ...]) -> tuple[Any, ...]:
+        x = a[0].clone()
+        x[:, :, position] = held["streams"][:, :, position]
+        return (x, *a[1:])
+
+    cases = [
+        (
+            Taps().replace(f"blocks.{layer}.attn.z", z[:, :, [head]], heads=[head]),
+            _gemma3n_patched(hf, list(corrupt.ids), f"layers.{layer}.self_attn.o_proj", write_z, True),
+        ),
+        (
+            Taps().replace(f"blocks.{layer}.resid_pre", streams[:, [position]], positions=[position]),
+            _gemma3n_patched(hf, list(corrupt.ids), f"layers.{layer}", write_streams, True),
+        ),
+        (
+            Taps().replace("blocks.1.attn_out", 0.0),
+            _gemma3n_patched(
+                hf, list(corrupt.ids), "layers.1.post_attention_layernorm", lambda _m, _a, y: torch.zeros_like(y), False
+            ),
+        ),
+        (
+            Taps().replace("blocks.0.mlp_out", 0.0),
+            _gemma3n_patched(
+                hf,
+                list(corrupt.ids),
+                "layers.0.post_feedforward_layernorm",
+                lambda _m, _a, y: torch.zeros_like(y),
+                False,
+            ),
+        ),
+    ]
+    plain = hf.forward(corrupt).hidden_states[0]
+    for taps, expected in cases:
+        with own.tapping(taps):
+            got = own.forward(corrupt).hidden_states[0]
+        assert _diff(got, expected) <= TOL
+        assert _diff(expected, plain) > 1e-3  # the change reached the output
+
+
+@pytest.mark.parametrize("site", ["z", "resid_pre"])
+def test_gemma3n_patching_on_both_engines_agrees(site: str, saved: dict[str, Path]) -> None:
+    """The hf engine sees transformers' streams-first (A, B, Q, E) residual as the own
+    engine holds it, (B, Q, A, E): recorded alike, and patching (which also expands the
+    stream into a batch of copies there) gives the same numbers."""
+    from attnviz.measures.lm import load_lm_head
+    from attnviz.measures.patching import Metric, answer_id, patch_heads
+    from attnviz.nn.taps import Taps
+
+    own, hf = _engines("gemma3n_text", saved)
+    clean, corrupt = own.tokenize("the cat sat on the mat"), own.tokenize("the dog sat on the mat")
+    seen = []
+    for engine in (own, hf):
+        with engine.tapping(Taps().record("blocks.2.resid_pre").record("blocks.5.resid_post")) as taps:
+            engine.forward(clean)
+        seen.append((taps["blocks.2.resid_pre"], taps["blocks.5.resid_post"]))
+    assert seen[0][0].shape == (1, len(clean), 3, 32)
+    assert max(_diff(a, b) for a, b in zip(*seen, strict=True)) <= TOL
+    answer, _ = answer_id(own.tokenizer, "mat")
+    wrong, _ = answer_id(own.tokenizer, "door")
+    results = [
+        patch_heads(e, clean, corrupt, Metric("logit-diff", answer, wrong), lm=load_lm_head(e), site=site, batch=3)
+        for e in (own, hf)
+    ]
+    assert results[0].raw.shape == results[1].raw.shape == ((6, 4) if site == "z" else (6,))
+    np.testing.assert_allclose(results[0].raw, results[1].raw, atol=TOL, rtol=0)
+    assert np.ptp(results[0].raw) > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("name", "tap", "needle"),
+    [
+        ("gemma3n_text", "blocks.1.mlp_out", "does not map mlp_out for 'gemma3n_text'"),
+        ("gemma3n_text", "blocks.1.attn_out", "does not map attn_out for 'gemma3n_text'"),
+        ("gemma4_text", "blocks.1.mlp_out", "does not map mlp_out for 'gemma4_text'"),
+        ("gemma4_text", "blocks.1.attn_out", "does not map attn_out for 'gemma4_text'"),
+    ],
+)
+def test_hf_engine_refuses_the_gemma_taps_it_would_misplace(
+    name: str, tap: str, needle: str, saved: dict[str, Path]
+) -> None:
+    """transformers' modules there are not what the own engine taps (a norm comes after W^O
+    and after the MLP; Gemma 3n's streams come first): refused in one line, not misread."""
+    from attnviz.errors import UnsupportedArchitectureError
+    from attnviz.nn.taps import Taps
+
+    _, hf = _engines(name, saved)
+    tokens = hf.tokenize(SENTENCES[0])
+    with pytest.raises(UnsupportedArchitectureError, match=needle), hf.tapping(Taps().record(tap)):
+        hf.forward(tokens)
+    with hf.tapping(Taps().record("blocks.1.attn.*")) as taps:  # the attention's own taps still map
+        hf.forward(tokens)
+    assert taps["blocks.1.attn.z"].shape[:2] == (1, len(tokens))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("show", "--token", "mat", "--measure", "norm", "--layer", "all"),
+        ("compare", "--token", "mat", "--ablate"),
+        ("explain", "--token", "mat", "--layer", "5", "--head", "3"),
+        ("show", "--generate", "3", "--token", "mat"),
+    ],
+    ids=lambda a: "-".join(a[:1] + a[3:4]),
+)
+def test_gemma3n_cli_views_run(args: tuple[str, ...], saved: dict[str, Path]) -> None:
+    from attnviz.cli import app
+
+    path = str(saved["gemma3n_text"])
+    result = CliRunner().invoke(app, [args[0], "the cat sat on the mat", "--model", path, *args[1:], "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)

@@ -109,7 +109,8 @@ class Gemma4Attention(MultiHeadAttention):
         d, eps = self.head_dim, c.rms_norm_eps
         self.q_norm = Gemma4RMSNorm(d, eps)
         self.layer_type, self.shared, self.stores = c.layer_types[layer], shared, stores
-        self.reuses = c.kv_source[layer] is not None
+        self.kv_layer = c.kv_source[layer]  # read by explain (taps.ScoreTerms)
+        self.reuses = self.kv_layer is not None
         if self.reuses:
             self.k_proj = self.v_proj = None  # type: ignore[assignment]
         else:

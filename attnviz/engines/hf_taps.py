@@ -165,7 +165,25 @@ PATTERNS: dict[tuple[str, str], tuple[str, ...]] = {
 # Families whose attention output is normed or scaled before it joins the stream (their
 # attn_out is not W^O's output) or whose blocks these patterns misread: attn_out and
 # mlp_out are not mapped for them (the own engine taps them).
-_OTHER_SUBLAYERS = frozenset({"gemma2", "gemma3_text", "gemma3", "olmo2", "granite", "granitemoe", "bloom"})
+_OTHER_SUBLAYERS = frozenset(
+    {
+        "gemma2",
+        "gemma3_text",
+        "gemma3",
+        "gemma3n_text",
+        "gemma3n",
+        "gemma4_text",
+        "gemma4",
+        "olmo2",
+        "granite",
+        "granitemoe",
+        "bloom",
+    }
+)
+# Families whose layers pass on several residual streams stacked first (Gemma 3n's AltUp:
+# (A, B, Q, E)): their resid_pre and resid_post are seen as (B, Q, A, E), as the own engine
+# holds them, so that positions (and a batch of copies) are where every tap has them.
+_STREAMS_FIRST = frozenset({"gemma3n_text", "gemma3n"})
 
 
 def _modules(
@@ -322,9 +340,9 @@ def tapping(
             )
         return found
 
-    def hook_output(module: Any, name: str) -> None:
+    def hook_output(module: Any, name: str, streams: bool = False) -> None:
         def hook(_: Any, __: Any, output: Any) -> Any:
-            new = taps.apply(name, _first(output))
+            new = _applied(taps, name, _first(output), streams)
             return _with_first(output, new)
 
         handles.append(module.register_forward_hook(hook))
@@ -360,20 +378,24 @@ def tapping(
                     for module in {id(m): m for m in projections if m is not None}.values():
                         handles.append(module.register_forward_pre_hook(_z_hook(taps, z_sites, heads[stack])))
                         handles.append(module.register_forward_hook(_out_hook(taps, out_sites, role, model_type)))
-            if wanted & {"mlp_out", "*"}:
-                if model_type in _OTHER_SUBLAYERS:
-                    raise UnsupportedArchitectureError(
-                        f"the hf engine does not map mlp_out for {model_type!r}; the own engine taps it",
-                        model_type=model_type,
-                    )
+            # ("*" comes from blocks.N.attn.*, which names no layer tap: nothing to refuse there.)
+            if "mlp_out" in wanted and model_type in _OTHER_SUBLAYERS:
+                raise UnsupportedArchitectureError(
+                    f"the hf engine does not map mlp_out for {model_type!r}; the own engine taps it",
+                    model_type=model_type,
+                )
+            if wanted & {"mlp_out", "*"} and model_type not in _OTHER_SUBLAYERS:
                 for n, module in enumerate(need(_modules(model, part, "mlp", layers), "its MLP", part)):
                     hook_output(module, f"{stack}.{n}.mlp_out")
             if wanted & {"resid_pre", "resid_post", "*"}:
+                streams = model_type in _STREAMS_FIRST
                 for n, module in enumerate(need(_modules(model, part, "layer", layers), "its layers", part)):
                     handles.append(
-                        module.register_forward_pre_hook(_pre_hook(taps, f"{stack}.{n}.resid_pre"), with_kwargs=True)
+                        module.register_forward_pre_hook(
+                            _pre_hook(taps, f"{stack}.{n}.resid_pre", streams), with_kwargs=True
+                        )
                     )
-                    hook_output(module, f"{stack}.{n}.resid_post")
+                    hook_output(module, f"{stack}.{n}.resid_post", streams)
             handles.extend(_running(model, part, layers, attention_layers if stack == "blocks" else None, ran, stack))
         installed = "eager" in ALL_ATTENTION_FUNCTIONS._local_mapping
         previous = ALL_ATTENTION_FUNCTIONS._local_mapping.get("eager")
@@ -462,11 +484,18 @@ def _z_hook(taps: Taps, sites: _Sites, num_heads: int) -> Callable[..., Any]:
     return hook
 
 
-def _pre_hook(taps: Taps, name: str) -> Callable[..., Any]:
+def _applied(taps: Taps, name: str, value: Any, streams_first: bool) -> Any:
+    """``taps.apply`` at ``name``; a streams-first value (A, B, Q, E) is seen as (B, Q, A, E)."""
+    if not streams_first:
+        return taps.apply(name, value)
+    return taps.apply(name, value.permute(1, 2, 0, 3)).permute(2, 0, 1, 3)
+
+
+def _pre_hook(taps: Taps, name: str, streams_first: bool = False) -> Callable[..., Any]:
     def hook(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if args:
-            return (taps.apply(name, args[0]), *args[1:]), kwargs
-        return args, {**kwargs, "hidden_states": taps.apply(name, kwargs["hidden_states"])}
+            return (_applied(taps, name, args[0], streams_first), *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": _applied(taps, name, kwargs["hidden_states"], streams_first)}
 
     return hook
 

@@ -53,6 +53,7 @@ CACHED_FAMILIES = frozenset(
         "gemma",
         "gemma2",
         "gemma3_text",
+        "gemma3n_text",
         "gemma4_text",
         "glm",
         "glm4",

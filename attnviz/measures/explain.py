@@ -339,6 +339,8 @@ def explain(engine: Engine, tokens: Tokens, query: int, layer: int, head: int, k
         steps.append("q and k after the family's position transform (rotary)")
     if terms.normed:
         steps.insert(0, "q and k normed per head (q_norm, k_norm) before it")
+    if terms.kv_layer is not None:
+        steps.insert(0, f"keys and values projected by layer {terms.kv_layer}: this layer has none of its own")
     if terms.alibi:
         steps.append("ALiBi's linear position bias (slope · key position) added to the scaled scores")
     elif bias_row is not None:

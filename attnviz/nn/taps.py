@@ -25,6 +25,9 @@ positions, D head dim, Dv value head dim, E model width)::
     blocks.N.mlp_out          (B, Q, E)   what the MLP sub-layer adds
     blocks.N.resid_post       (B, Q, E)   the residual stream leaving layer N
 
+Gemma 3n's residual stream is A AltUp streams: its ``resid_pre`` and ``resid_post`` are
+(B, Q, A, E) on both engines (architectures/gemma3n.py).
+
 An encoder-decoder's encoder is ``blocks.N...`` as above; its decoder is
 ``decoder.blocks.N...``, whose layers also have the cross-attention
 ``decoder.blocks.N.cross.{q,k,v,pattern,z,out}`` (k and v from the encoder's output: S is
@@ -323,6 +326,8 @@ class ScoreTerms:
         transformed: a position transform (RoPE) was applied to q and k.
         normed: q and k are normed per head first (the module has ``q_norm``).
         alibi: the bias is the module's own ALiBi (``slope · key position``).
+        kv_layer: the earlier layer whose keys and values the module attends with (a
+            Gemma 3n/4 layer sharing them: the module's ``kv_layer``), or None: its own.
     """
 
     q: Tensor
@@ -336,6 +341,7 @@ class ScoreTerms:
     transformed: bool
     normed: bool
     alibi: bool
+    kv_layer: int | None = None
 
     @property
     def plain(self) -> bool:
@@ -391,6 +397,7 @@ class Site:
             q, k, mask, module.scale, score_bias, module.softcap, module.sinks,
             fused=bool(getattr(request, "fused", False)), transformed=transform is not None,
             normed=hasattr(module, "q_norm"), alibi=hasattr(module, "alibi"),
+            kv_layer=getattr(module, "kv_layer", None),
         )  # fmt: skip
         self.taps.reached.add(name)
         self.taps.recorded.setdefault(name, []).append(terms)
