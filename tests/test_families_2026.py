@@ -1019,3 +1019,26 @@ def test_gemma3n_cli_views_run(args: tuple[str, ...], saved: dict[str, Path]) ->
     result = CliRunner().invoke(app, [args[0], "the cat sat on the mat", "--model", path, *args[1:], "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)
+
+
+def test_gemma3n_kept_rows_are_a_passs_rows_and_norms(saved: dict[str, Path]) -> None:
+    """The explorer's kept q and k (nn/keptrows.py) on a long text: any query's rows from
+    one pass equal transformers' weights, and the norms a pass of their own gives."""
+    from attnviz.cli.exploring import RowSource
+
+    from .helpers import inspect
+
+    own, hf = _engines("gemma3n_text", saved)
+    tokens = own.tokenize(LONG)
+    layers = tuple(range(own.num_layers))
+    source = RowSource(own, tokens, layers, budget=2**20)
+    theirs = hf.forward(tokens).attentions
+    first = (0, 1)
+    source(first)
+    assert source.kept
+    for queries in [(3, 40, len(tokens) - 1), tuple(range(30, 36))]:
+        got = source(queries).weights  # (N, H, R, S)
+        for layer in layers:
+            np.testing.assert_allclose(got[layer], theirs[layer][0][:, list(queries)].numpy(), atol=TOL, rtol=0)
+        want = inspect(LONG, own, queries=queries, measure="norm")
+        np.testing.assert_allclose(source(queries, "norm").weights, want.weights, rtol=1e-5, atol=1e-6)
