@@ -1042,3 +1042,53 @@ def test_gemma3n_kept_rows_are_a_passs_rows_and_norms(saved: dict[str, Path]) ->
             np.testing.assert_allclose(got[layer], theirs[layer][0][:, list(queries)].numpy(), atol=TOL, rtol=0)
         want = inspect(LONG, own, queries=queries, measure="norm")
         np.testing.assert_allclose(source(queries, "norm").weights, want.weights, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("engine_name", ["own", "hf"])
+def test_gemma3n_attribution_patching_of_the_streams_equals_transformers_gradient(
+    engine_name: str, saved: dict[str, Path]
+) -> None:
+    """Attribution patching at resid_pre by position sums (clean − corrupted) · ∂metric/∂x
+    over all A streams: against transformers' own backward pass through a leaf at each
+    layer's (A, B, S, E) input, the logit difference of its soft-capped LM head."""
+    from transformers import AutoModelForCausalLM
+
+    from attnviz.measures.attrpatch import attribution_patch
+    from attnviz.measures.lm import load_lm_head
+    from attnviz.measures.patching import Metric, answer_id
+
+    engine = _engines("gemma3n_text", saved)[0 if engine_name == "own" else 1]
+    clean, corrupt = engine.tokenize("the cat sat on the mat"), engine.tokenize("the dog sat on the mat")
+    answer, _ = answer_id(engine.tokenizer, "mat")
+    wrong, _ = answer_id(engine.tokenizer, "door")
+    metric = Metric("logit-diff", answer, wrong)
+    got = attribution_patch(engine, clean, corrupt, metric, lm=load_lm_head(engine), site="resid_pre", by_position=True)
+    model = AutoModelForCausalLM.from_pretrained(str(saved["gemma3n_text"]), attn_implementation="eager").eval()
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([list(corrupt.ids)])).logits[0, -1]
+    base = float(logits[answer] - logits[wrong])
+    expected = np.zeros(got.raw.shape)
+    for layer in range(expected.shape[0]):
+        seen: dict[str, torch.Tensor] = {}
+        layer_module = model.model.layers[layer]
+
+        def record(_m: Any, args: tuple[Any, ...], seen: dict[str, torch.Tensor] = seen) -> None:
+            seen["source"] = args[0].detach().clone()
+
+        def leaf(_m: Any, args: tuple[Any, ...], seen: dict[str, torch.Tensor] = seen) -> tuple[Any, ...]:
+            seen["x"] = args[0].detach().requires_grad_(True)
+            return (seen["x"], *args[1:])
+
+        handle = layer_module.register_forward_pre_hook(record)
+        with torch.no_grad():
+            model(input_ids=torch.tensor([list(clean.ids)]))
+        handle.remove()
+        handle = layer_module.register_forward_pre_hook(leaf)
+        with torch.enable_grad():
+            out = model(input_ids=torch.tensor([list(corrupt.ids)])).logits[0, -1]
+            (out[answer] - out[wrong]).backward()
+        handle.remove()
+        x, grad, src = seen["x"].detach()[:, 0], seen["x"].grad[:, 0], seen["source"][:, 0]  # (A, S, E) each
+        expected[layer] = base + ((src - x).double() * grad.double()).sum(dim=(0, 2)).numpy()
+    np.testing.assert_allclose(got.raw, expected, atol=TOL, rtol=0)
+    assert np.ptp(got.raw) > 1e-3
