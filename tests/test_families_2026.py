@@ -1092,3 +1092,21 @@ def test_gemma3n_attribution_patching_of_the_streams_equals_transformers_gradien
         expected[layer] = base + ((src - x).double() * grad.double()).sum(dim=(0, 2)).numpy()
     np.testing.assert_allclose(got.raw, expected, atol=TOL, rtol=0)
     assert np.ptp(got.raw) > 1e-3
+
+
+def test_gemma3n_eager_path_rounds_as_transformers_in_bfloat16(saved: dict[str, Path]) -> None:
+    """In bfloat16 every factor rounds as transformers' (its per-layer-input scales are buffers
+    in the model's dtype, Gemma 4's Python numbers): the eager path's weights and hidden states
+    within a tenth of a bfloat16 step of transformers' bfloat16 eager model (they were 3 steps
+    apart with Python-number factors)."""
+    from transformers import AutoModel
+
+    path = saved["gemma3n_text"]
+    own = load_engine("own", str(path), "cpu", dtype="bfloat16")
+    ref = AutoModel.from_pretrained(str(path), attn_implementation="eager", dtype=torch.bfloat16).eval()
+    ids = torch.tensor([own.tokenize(LONG).ids])
+    with torch.inference_mode():
+        ours, theirs = own.model(ids, fused=False), ref(input_ids=ids, output_attentions=True)  # type: ignore[operator]
+    assert ours.hidden_states.dtype == torch.bfloat16
+    assert max(_diff(a, b) for a, b in zip(ours.attentions, theirs.attentions, strict=True)) <= 1e-3
+    assert _diff(ours.hidden_states, theirs.last_hidden_state) <= 1e-3

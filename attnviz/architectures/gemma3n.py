@@ -212,6 +212,7 @@ class AltUpOutput(nn.Module):
 
 class Gemma3nDecoder(Gemma4Decoder):
     config: Gemma3nConfig
+    factors_in_dtype = True
 
     def __init__(self, c: Gemma3nConfig) -> None:
         super().__init__(c)
