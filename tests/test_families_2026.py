@@ -1110,3 +1110,99 @@ def test_gemma3n_eager_path_rounds_as_transformers_in_bfloat16(saved: dict[str, 
     assert ours.hidden_states.dtype == torch.bfloat16
     assert max(_diff(a, b) for a, b in zip(ours.attentions, theirs.attentions, strict=True)) <= 1e-3
     assert _diff(ours.hidden_states, theirs.last_hidden_state) <= 1e-3
+
+
+# --- the Gemma 3n wrapper (gemma3n) ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gemma3n_wrapper(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Engine, Any]:
+    """The tiny ``gemma3n`` checkpoint, the own engine on it, and transformers' ``Gemma3nModel``
+    (its timm vision tower an empty module: text never reaches it)."""
+    from transformers import AutoModel
+
+    from .builders.families_2026 import save_gemma3n, stub_vision_tower
+
+    path = save_gemma3n(tmp_path_factory.mktemp("gemma3n") / "gemma3n")
+    with stub_vision_tower():
+        reference = AutoModel.from_pretrained(str(path), attn_implementation="eager").eval()
+    return path, load_engine("own", str(path), "cpu"), reference
+
+
+# Ids 90-94 are the tiny wrapper's image soft tokens, 95-100 its audio ones.
+SOFT_IDS = [1, 5, 91, 7, 97, 3, 12, 100, 4, 90, 94, 95, 8, 9]
+
+
+def test_gemma3n_wrapper_is_its_language_model_and_embedders_exactly(
+    gemma3n_wrapper: tuple[Path, Engine, Any],
+) -> None:
+    """transformers' wrapper on ids with image and audio soft tokens among them (each embedded
+    by the wrapper's own embedder) and on the test sentences: weights (every row, asked rows,
+    the eager reference) and hidden states."""
+    _, own, reference = gemma3n_wrapper
+    assert own.files.model_type == "gemma3n" and (own.num_layers, own.num_heads, own.num_kv_heads) == (6, 4, 2)
+    ids = torch.tensor([SOFT_IDS])
+    assert _worst(own.model, reference, ids) <= TOL
+    with torch.inference_mode():
+        fused = own.model(ids)  # type: ignore[operator]
+        theirs = reference(input_ids=ids, output_attentions=True)
+    assert max(_diff(a, b) for a, b in zip(fused.attentions, theirs.attentions, strict=True)) <= TOL
+    assert _diff(fused.hidden_states, theirs.last_hidden_state) <= TOL
+    for sentence in SENTENCES:
+        tokens = own.tokenize(sentence)
+        rows, some = own.forward(tokens), own.forward(tokens, queries=(1, len(tokens) - 1))
+        with torch.inference_mode():
+            theirs = reference(input_ids=torch.tensor([tokens.ids]), output_attentions=True)
+        for layer, b in enumerate(theirs.attentions):
+            assert _diff(rows.attentions[layer], b) <= TOL
+            assert _diff(some.attentions[layer], b[:, :, [1, len(tokens) - 1]]) <= TOL
+        assert _diff(rows.hidden_states, theirs.last_hidden_state) <= TOL
+
+
+def test_gemma3n_wrapper_embedders_change_the_soft_tokens_alone(gemma3n_wrapper: tuple[Path, Engine, Any]) -> None:
+    """Built from the language model alone (no embedders), the same weights answer plain text
+    as the wrapper does, and soft-token ids otherwise."""
+    from attnviz.io.models import read_config, read_weights, text_config
+
+    path, own, reference = gemma3n_wrapper
+    config = read_config(path)
+    text_only: Any = architectures.build_from(
+        text_config(config),
+        {k.removeprefix("model.language_model."): v for k, v in read_weights(path).items()},
+        path,
+    )
+    assert not hasattr(text_only, "embed_vision") and hasattr(own.model, "embed_vision")
+    plain = torch.tensor([own.tokenize(SENTENCES[0]).ids])
+    assert _worst(text_only, reference, plain) <= TOL
+    assert _worst(text_only, reference, torch.tensor([SOFT_IDS])) > 1e-3
+
+
+def test_gemma3n_wrapper_views_run_on_the_own_engine(gemma3n_wrapper: tuple[Path, Engine, Any]) -> None:
+    from attnviz.cli import app
+
+    path = str(gemma3n_wrapper[0])
+    for args in (
+        ("show", "--measure", "norm", "--layer", "all"),
+        ("compare", "--ablate"),
+        ("explain", "--layer", "5", "--head", "3"),
+    ):
+        result = CliRunner().invoke(
+            app, [args[0], "the cat sat on the mat", "--model", path, "--token", "mat", *args[1:], "--json"]
+        )
+        assert result.exit_code == 0, result.output
+
+
+def test_gemma3n_wrapper_without_timm_is_one_line_under_hf(gemma3n_wrapper: tuple[Path, Engine, Any]) -> None:
+    """transformers builds the wrapper's vision tower with timm (not installed here): the hf
+    engine says so in one line that names the package, exit 2, while the own engine runs it."""
+    import importlib.util
+
+    from .helpers import one_error_line
+
+    if importlib.util.find_spec("timm") is not None:
+        pytest.skip("timm is installed: transformers builds the wrapper")
+    from attnviz.cli import app
+
+    args = ["show", "the cat sat", "--model", str(gemma3n_wrapper[0]), "--engine", "hf", "--token", "cat"]
+    line = one_error_line(CliRunner().invoke(app, args), 2)
+    assert "timm" in line and "install the package it names" in line
