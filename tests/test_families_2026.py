@@ -1206,3 +1206,27 @@ def test_gemma3n_wrapper_without_timm_is_one_line_under_hf(gemma3n_wrapper: tupl
     args = ["show", "the cat sat", "--model", str(gemma3n_wrapper[0]), "--engine", "hf", "--token", "cat"]
     line = one_error_line(CliRunner().invoke(app, args), 2)
     assert "timm" in line and "install the package it names" in line
+
+
+def test_gemma3n_wrapper_generates_as_transformers(gemma3n_wrapper: tuple[Path, Engine, Any]) -> None:
+    """The own engine's cached generation on the wrapper: transformers' greedy tokens (its
+    Gemma3nForConditionalGeneration, soft-capped logits), each step's rows a full pass's."""
+    from transformers import Gemma3nForConditionalGeneration
+
+    from attnviz.generation import generate
+
+    from .builders.families_2026 import stub_vision_tower
+
+    path, own, _ = gemma3n_wrapper
+    tokens = own.tokenize("the cat sat on the mat and the dog")
+    got = generate(own, tokens, 8)
+    with stub_vision_tower():
+        model = Gemma3nForConditionalGeneration.from_pretrained(str(path), attn_implementation="eager").eval()
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([tokens.ids]), max_new_tokens=8, do_sample=False, pad_token_id=2)
+    assert got.ids == out[0, len(tokens) :].tolist()
+    with torch.inference_mode():
+        full = own.model(torch.tensor([list(tokens.ids) + got.ids]), fused=False).attentions  # type: ignore[operator]
+    for i, position in enumerate(got.positions):
+        expected = torch.stack([w[0, :, position, : position + 1] for w in full]).float()
+        torch.testing.assert_close(got.rows[i], expected, atol=TOL, rtol=0)
