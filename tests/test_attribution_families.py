@@ -46,6 +46,8 @@ REFUSED = {
     "qwen3_next-dense": "hybrid",
     "qwen3_5_text": "hybrid",
     "qwen3_5_moe_text": "hybrid",
+    "bamba": "hybrid",  # the Mamba2 mixers write to the stream too
+    "bamba-plain": "hybrid",
     "modernbert-decoder": "causal LM head",  # its head has a transform: no linear W_U read
 }
 TEXT = "the cat sat by the door"
