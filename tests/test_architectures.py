@@ -211,8 +211,9 @@ def test_every_registered_family_is_tested() -> None:
     from .builders.families_2026 import SPECS_2026
     from .builders.families_b import SPECS_B
     from .builders.families_c import SPECS_C
+    from .builders.gemma3n import GEMMA3N_WRAPPER
 
-    tested = (*SPECS, *FAMILY_A_SPECS, *SPECS_B, *SPECS_2026, *SPECS_C)
+    tested = (*SPECS, *FAMILY_A_SPECS, *SPECS_B, *SPECS_2026, *SPECS_C, GEMMA3N_WRAPPER)
     assert set(supported_model_types()) == {spec.model_type for spec in tested}
 
 

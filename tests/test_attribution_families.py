@@ -35,6 +35,7 @@ REFUSED = {
     "gemma3_text": "not the sum of its heads",  # a norm after W^O (sandwich block)
     "gemma4_text": "final norm direct logit attribution does not know",  # Gemma4RMSNorm, and sandwich norms
     "gemma4_text-vision": "final norm direct logit attribution does not know",
+    "gemma3n_text": "final norm direct logit attribution does not know",  # AltUp's streams, averaged
     "olmo2": "not the sum of its heads",
     "olmo3": "not the sum of its heads",
     "glm4": "not the sum of its heads",

@@ -49,7 +49,7 @@ def test_every_own_family_and_every_transformers_type_is_listed(listed: dict[str
         ("minimax", [], "lightning attention"),
         ("t5gemma", ["hf"], "no own stack"),
         ("gemma3n_text", ["own", "hf"], ""),
-        ("gemma3n", ["hf"], "no own stack (yet): the multimodal wrapper's vision tower needs timm"),
+        ("gemma3n", ["own", "hf"], ""),
         ("gemma4_text", ["own", "hf"], ""),
         ("gemma4", ["own", "hf"], ""),
         ("gemma3", ["own", "hf"], ""),

@@ -34,6 +34,7 @@ soft-capping acts on logits, which we never compute.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,12 +61,24 @@ PREFIXES = llama.PREFIXES
 
 
 @dataclass(frozen=True)
+class SoftTokens:
+    """One of the wrapper's embedders (``gemma3n``): ids offset..offset+vocab-1, width ``hidden``."""
+
+    offset: int
+    vocab: int
+    hidden: int
+    eps: float
+
+
+@dataclass(frozen=True)
 class Gemma3nConfig(Gemma4Config):
     streams: int = 1  # A
     active: int = 0  # a
     correct_scale: bool = True
     laurel_rank: int = 1
     sparsity: tuple[float, ...] = ()  # per layer; 0: a dense gate
+    vision: SoftTokens | None = None  # the wrapper's image soft tokens (None: text alone)
+    audio: SoftTokens | None = None  # and its audio soft tokens, from their offset on
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -73,6 +86,15 @@ class Gemma3nConfig(Gemma4Config):
             raise ValueError(f"altup_active_idx={self.active} is not one of the {self.streams} AltUp streams")
         if len(self.sparsity) != self.num_hidden_layers:
             raise ValueError(f"{len(self.sparsity)} activation sparsities for {self.num_hidden_layers} layers")
+        v, a = self.vision, self.audio
+        if (v is None) != (a is None):
+            raise ValueError("gemma3n needs both a vision_config and an audio_config, or neither")
+        # Every id from the image offset up must fall in one embedder's table, as transformers
+        # looks each up there (an id in a gap would index past a table).
+        if v is not None and a is not None and not (v.offset + v.vocab >= a.offset >= v.offset):
+            raise ValueError(f"the audio ids (from {a.offset}) do not follow the image ids ({v.offset}+{v.vocab})")
+        if a is not None and self.vocab_size > a.offset + a.vocab:
+            raise ValueError(f"ids up to {self.vocab_size - 1} pass the audio table ({a.offset}+{a.vocab})")
 
 
 class SparseGatedMLP(SwiGLU):
@@ -210,14 +232,36 @@ class AltUpOutput(nn.Module):
         return self.norm(torch.mean(torch.stack(each), dim=0))
 
 
+class SoftTokenEmbedder(nn.Module):
+    """The wrapper's embedding of its ids offset.. (image or audio soft tokens written in the
+    text): Norm'(W · Norm(T[id − offset])), Norm' without weight (transformers' names)."""
+
+    def __init__(self, soft: SoftTokens, e: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(soft.vocab, soft.hidden)
+        self.hard_embedding_norm = Gemma4RMSNorm(soft.hidden, soft.eps)
+        self.embedding_projection = nn.Linear(soft.hidden, e, bias=False)
+        self.post_norm = Gemma4RMSNorm(e, soft.eps, with_scale=False)
+        self.offset, self.last = soft.offset, soft.offset + soft.vocab - 1
+
+    def forward(self, input_ids: Tensor, chosen: Tensor, x: Tensor) -> Tensor:
+        """x (B, S, E) with the ``chosen`` (B, S) positions' embeddings replaced by this one's."""
+        ids = torch.where(chosen, input_ids, self.last) - self.offset  # the others: any row, unused
+        h = self.post_norm(self.embedding_projection(self.hard_embedding_norm(self.embedding(ids))))
+        return torch.where(chosen[..., None], h.to(x.dtype), x)
+
+
 class Gemma3nDecoder(Gemma4Decoder):
     config: Gemma3nConfig
+    factors_in_dtype = True
 
     def __init__(self, c: Gemma3nConfig) -> None:
         super().__init__(c)
         e = c.hidden_size
         self.altup_projections = nn.ModuleList(nn.Linear(e, e, bias=False) for _ in range(1, c.streams))
         self.final_norm = AltUpOutput(c)
+        if c.vision is not None and c.audio is not None:
+            self.embed_vision, self.embed_audio = SoftTokenEmbedder(c.vision, e), SoftTokenEmbedder(c.audio, e)
 
     def make_block(self, layer: int) -> nn.Module:
         return Gemma3nBlock(self.config, layer, self.make_attention(layer), self.shared)
@@ -226,6 +270,9 @@ class Gemma3nDecoder(Gemma4Decoder):
         """(B, S, A, E): the A streams entering layer 0."""
         c = self.config
         x = GemmaDecoder.embed(self, input_ids)  # (B, S, E), scaled by √E
+        if c.vision is not None and c.audio is not None:  # the wrapper: soft-token ids written in the text
+            x = self.embed_vision(input_ids, (input_ids >= c.vision.offset) & (input_ids < c.audio.offset), x)
+            x = self.embed_audio(input_ids, input_ids >= c.audio.offset, x)
         self.shared.kv = {}
         # Ids the per-layer table lacks read its row 0, as transformers' lookup does.
         known = (input_ids >= 0) & (input_ids < c.ple_vocab)
@@ -253,6 +300,11 @@ def _sparsities(config: dict[str, Any], layers: int) -> tuple[float, ...]:
 
 
 def build(config: dict[str, Any]) -> Gemma3nDecoder:
+    return Gemma3nDecoder(read_config(config))
+
+
+def read_config(config: dict[str, Any]) -> Gemma3nConfig:
+    """``gemma3n_text``'s config.json, read as transformers 5 fills it in."""
     layers = int(config["num_hidden_layers"])
     heads = int(config["num_attention_heads"])
     head_dim = whole(config, "head_dim", int(config["hidden_size"]) // heads)
@@ -284,24 +336,40 @@ def build(config: dict[str, Any]) -> Gemma3nDecoder:
     # (The dense field holds layer 0's width; the blocks read ``inner_sizes``.)
     base = LlamaConfig.from_dict({**config, "intermediate_size": inner_sizes[0]}, **fields)
     streams = whole(config, "altup_num_inputs", 4)
-    return Gemma3nDecoder(
-        Gemma3nConfig(
-            **{**vars(base), "generation": 3},
-            head_dims=(head_dim,) * layers,
-            kv_heads=(base.num_key_value_heads,) * layers,
-            keys_as_values=(False,) * layers,
-            kv_source=source,
-            layer_types=types,
-            inner_sizes=inner_sizes,
-            ple_size=whole(config, "hidden_size_per_layer_input", 256),
-            ple_vocab=whole(config, "vocab_size_per_layer_input", 262_144),
-            streams=streams,
-            active=whole(config, "altup_active_idx", 0, low=0),
-            correct_scale=bool(given(config, "altup_correct_scale", True)),
-            laurel_rank=whole(config, "laurel_rank", 64),
-            sparsity=_sparsities(config, layers),
-        )
+    return Gemma3nConfig(
+        **{**vars(base), "generation": 3},
+        head_dims=(head_dim,) * layers,
+        kv_heads=(base.num_key_value_heads,) * layers,
+        keys_as_values=(False,) * layers,
+        kv_source=source,
+        layer_types=types,
+        inner_sizes=inner_sizes,
+        ple_size=whole(config, "hidden_size_per_layer_input", 256),
+        ple_vocab=whole(config, "vocab_size_per_layer_input", 262_144),
+        streams=streams,
+        active=whole(config, "altup_active_idx", 0, low=0),
+        correct_scale=bool(given(config, "altup_correct_scale", True)),
+        laurel_rank=whole(config, "laurel_rank", 64),
+        sparsity=_sparsities(config, layers),
     )
+
+
+def build_wrapped(text: dict[str, Any], wrapper: dict[str, Any]) -> Gemma3nDecoder:
+    """The ``gemma3n`` wrapper on text (wrapped.py): its language model, with the embedders
+    of the image and audio soft-token ids from its ``vision_config`` and ``audio_config``
+    (transformers' defaults where a key is absent)."""
+
+    def soft(key: str, offset: int, hidden: int) -> SoftTokens:
+        sub = dict(given(wrapper, key, {}))
+        return SoftTokens(
+            whole(sub, "vocab_offset", offset),
+            whole(sub, "vocab_size", 128),
+            whole(sub, "hidden_size", hidden),
+            number(sub, "rms_norm_eps", 1e-6, above=0.0),
+        )
+
+    vision, audio = soft("vision_config", 262_144, 2048), soft("audio_config", 262_272, 1536)
+    return Gemma3nDecoder(dataclasses.replace(read_config(text), vision=vision, audio=audio))
 
 
 _L = r"layers\.(\d+)\."
@@ -313,4 +381,11 @@ RULES = (
     (_L + r"altup\.(correct_output_scale|correction_coefs\.weight|prediction_coefs\.weight)", r"blocks.\1.altup.\2"),
     (_L + r"altup\.(modality_router|router_norm)\.weight", r"blocks.\1.altup.\2.weight"),
     (_L + r"laurel\.(linear_left|linear_right|post_laurel_norm)\.weight", r"blocks.\1.laurel.\2.weight"),
+)
+# The wrapper's embedders (``gemma3n``), outside its language model's prefix (wrapped.py).
+WRAPPER_RULES = (
+    (
+        r"(?:model\.)?embed_(vision|audio)\.(embedding|hard_embedding_norm|embedding_projection)\.weight",
+        r"embed_\1.\2.weight",
+    ),
 )

@@ -250,15 +250,23 @@ class Gemma4Decoder(GemmaDecoder):
         self.shared.ple = self.per_layer_inputs(input_ids, x)
         return x
 
+    # Gemma 4 multiplies by 1/√E and 1/√2 as Python numbers; Gemma 3n by buffers in the
+    # model's dtype (in bfloat16 the two round apart).
+    factors_in_dtype = False
+
     def per_layer_inputs(self, input_ids: Tensor, x: Tensor) -> Tensor:
         """(B, S, N, P): each token's input to each layer, from its id and its embedding x (B, S, E)."""
         c = self.config
         b, s = input_ids.shape
+
+        def factor(value: float) -> float | Tensor:
+            return torch.tensor(value).to(x.dtype) if self.factors_in_dtype else value
+
         ids = self.ple_tokens(input_ids) * torch.tensor(c.ple_size**0.5).to(x.dtype)  # (B, S, N·P)
         ids = ids.reshape(b, s, c.num_hidden_layers, c.ple_size)
-        projected = self.ple_projection(x) * c.hidden_size**-0.5
+        projected = self.ple_projection(x) * factor(c.hidden_size**-0.5)
         projected = self.ple_projection_norm(projected.reshape(b, s, c.num_hidden_layers, c.ple_size))
-        return (projected + ids) * 2.0**-0.5  # (B, S, N, P)
+        return (projected + ids) * factor(2.0**-0.5)  # (B, S, N, P)
 
     def qk_transforms(self, input_ids: Tensor, x: Tensor) -> Sequence[QKTransform | None]:
         length, c = input_ids.size(1), self.config

@@ -1,15 +1,20 @@
 """Vision-language wrappers read as their language model: Gemma 3 (``gemma3``: Gemma 3 4B,
-12B and 27B as published), Gemma 4 (``gemma4``), Mistral 3 (``mistral3``: Mistral Small 3.1/3.2, Ministral 3,
-Mistral Small 4) and Qwen3.5 (``qwen3_5``, ``qwen3_5_moe``), on text alone.
+12B and 27B as published), Gemma 3n (``gemma3n``: E2B and E4B as published), Gemma 4
+(``gemma4``), Mistral 3 (``mistral3``: Mistral Small 3.1/3.2, Ministral 3, Mistral Small 4)
+and Qwen3.5 (``qwen3_5``, ``qwen3_5_moe``), on text alone.
 
 On text, such a model is its language model: transformers embeds the ids with the language
 model's own table, adds no image features (there are no pixels), builds the language
 model's own masks and runs it. So the own engine builds the family of the wrapper's
-``text_config`` (gemma3_text; gemma4_text; mistral, ministral3 or mistral4; qwen3_5_text or
-qwen3_5_moe_text) and fills it with the weights under the language model's prefix:
+``text_config`` (gemma3_text; gemma3n_text; gemma4_text; mistral, ministral3 or mistral4;
+qwen3_5_text or qwen3_5_moe_text) and fills it with the weights under the language model's prefix:
 
     language_model.model.*      as transformers 5 saves Gemma 3 and Mistral 3 (and 4.x did)
     model.language_model.*      as it holds them in memory, and saves Qwen3.5
+
+Gemma 3n (``gemma3n``) also embeds the ids past its text table, its image and audio soft
+tokens, with the wrapper's embedders (``model.embed_vision``, ``model.embed_audio``), which
+gemma3n.py reads (``build_wrapped``, ``WRAPPER_RULES``).
 
 (Qwen3.5's multimodal RoPE gives each rotary section the token's position on one axis of
 time, height and width; text has the same position on all three, so it is plain RoPE.)
@@ -63,7 +68,10 @@ def inner(config: dict[str, Any]) -> tuple[dict[str, Any], ModuleType]:
 
 def build(config: dict[str, Any]) -> nn.Module:
     text, module = inner(config)
-    built: nn.Module = module.build(text)
+    # A family that reads more of the wrapper than its text_config (Gemma 3n: the embedders of
+    # the ids past the text table) builds from both.
+    wrapped = getattr(module, "build_wrapped", None)
+    built: nn.Module = wrapped(text, config) if wrapped is not None else module.build(text)
     return built
 
 
@@ -76,5 +84,6 @@ def convert(tensors: dict[str, Tensor], config: dict[str, Any]) -> dict[str, Ten
         if prefix is not None:
             own[name[len(prefix) :]] = tensor
     own = rename(own, module.RULES, module.PREFIXES)
+    own.update(rename(tensors, getattr(module, "WRAPPER_RULES", ())))  # the wrapper's own, where read
     converted: dict[str, Tensor] = module.convert(own, text) if hasattr(module, "convert") else own
     return converted

@@ -92,9 +92,14 @@ class HFEngine(EngineBase):
                 hint="only plain-tensor checkpoints are loaded; convert it to model.safetensors if you trust it",
             ) from exc
         except Exception as exc:
+            # A package transformers builds part of the model with (Gemma 3n's timm vision
+            # tower) is missing: the checkpoint is fine.
+            missing = isinstance(exc, ImportError) and "pip install" in str(exc)
             raise ModelLoadError(
                 f"transformers cannot load {str(files.path)!r}: {_first_line(exc)}",
-                hint="check that the directory is a complete transformers checkpoint",
+                hint="install the package it names"
+                if missing
+                else "check that the directory is a complete transformers checkpoint",
             ) from exc
         _check_loading_info(info, str(files.path), _computed_on_load(self.model))
         self.model.to(device).eval()

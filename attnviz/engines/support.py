@@ -165,15 +165,8 @@ def support(model_type: str, own: frozenset[str] | None = None) -> Support:
 # Why a text model transformers builds is "hf" in the list.
 HF_ONLY = "no own stack (yet)"
 
-# Text models the own engine was held back from, with what it lacks.
-NOT_YET: dict[str, str] = {
-    # Its language model (gemma3n_text) runs in the own engine. transformers builds the
-    # wrapper's MobileNet vision tower only with timm (not a dependency), so no tiny checkpoint
-    # holds a wrapped stack to transformers; and the wrapper embeds the ids from
-    # vocab_size_per_layer_input up with its vision and audio embedders, not the text table.
-    "gemma3n": "the multimodal wrapper's vision tower needs timm, so nothing holds it to transformers "
-    "(its text model, gemma3n_text, runs own)",
-}
+# Text models the own engine was held back from, with what it lacks (none at present).
+NOT_YET: dict[str, str] = {}
 
 
 def table() -> list[Support]:

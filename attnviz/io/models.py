@@ -52,6 +52,7 @@ class ModelFiles:
 # when it names none.
 WRAPPED_TEXT_TYPES = {
     "gemma3": "gemma3_text",
+    "gemma3n": "gemma3n_text",
     "gemma4": "gemma4_text",
     "mistral3": "mistral",
     "qwen3_5": "qwen3_5_text",

@@ -179,8 +179,8 @@ def attribution_patch(
     for layer, grad in zip(chosen, grads, strict=True):
         g = torch.zeros_like(values[layer]) if grad is None else grad[0]  # (Q, H, Dv) or (Q, E)
         diff = source_values[layer][sources].double() - values[layer][runs].double()  # (P, ...)
-        product = diff * g[runs].double()  # (P, H, Dv) or (P, E)
-        terms = product.sum(-1)  # (P, H) or (P,)
+        product = diff * g[runs].double()  # (P, H, Dv) or (P, E); Gemma 3n's streams: (P, A, E)
+        terms = product.flatten(2 if per_head else 1).sum(-1)  # (P, H) or (P,)
         if per_head:
             terms = terms.T  # (H, P)
         estimate[layer] = (terms if by_position else terms.sum(-1)).cpu().numpy()

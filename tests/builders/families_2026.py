@@ -287,7 +287,7 @@ SPECS_2026 += (
 # no K/V of their own (they reuse layers 2 and 3's); three AltUp streams with stream 1 active,
 # Laurel of rank 3, per-layer inputs of 4 from a per-layer table shorter than the vocabulary
 # (the ids past it read row 0), a per-layer MLP width, and the Gaussian top-k on three gates.
-_GEMMA3N_TEXT = dict(
+GEMMA3N_TEXT = dict(
     _DEC,
     initializer_range=0.05,
     max_position_embeddings=128,  # room for the long-input test
@@ -314,9 +314,7 @@ _GEMMA3N_TEXT = dict(
     final_logit_softcapping=5.0,
 )
 SPECS_2026 += (
-    Spec(
-        "gemma3n_text", "gemma3n_text", _config("Gemma3nTextConfig", **_GEMMA3N_TEXT), "causal", "llama", perturb=True
-    ),
+    Spec("gemma3n_text", "gemma3n_text", _config("Gemma3nTextConfig", **GEMMA3N_TEXT), "causal", "llama", perturb=True),
 )
 
 _GEMMA4_VISION = dict(
