@@ -1,9 +1,9 @@
 """Train attnviz's sample model with known circuits: samples/circuits-2l.
 
-A 2-layer GPT-2 (4 heads per layer) is trained, on a seeded synthetic mix, on two tasks
-whose mechanisms are known from the literature, so that a head detector, an ablation or a
-patching experiment has a right answer to find (the card says which of them formed; in
-the shipped run of 3000 steps the indirect objects did and induction did not):
+A 2-layer GPT-NeoX (4 heads per layer, rotary positions on a quarter of each head's
+dimensions) is trained, on a seeded synthetic mix, on two tasks whose mechanisms are known
+from the literature, so that a head detector, an ablation or a patching experiment has a
+right answer to find (the card says which of them formed; in the shipped run both did):
 
     repeated random sequences   <bos> r1 … rL r1 … rL: the second copy is predictable only
                                 by induction, a previous-token head in layer 0 composed
@@ -19,8 +19,14 @@ The model is saved with transformers' ``save_pretrained`` beside a word-level
 A model card (README.md in the model directory) records the config, the data, the steps,
 the seed, the wall and CPU time, the final metrics and the sha256 of model.safetensors.
 
-    python samples/train_circuits.py --d-model 64 --mlp 256    # the shipped model (the defaults)
-    python samples/train_circuits.py --steps 200 --d-model 32 --mlp 64 --out /tmp/m   # a smoke run
+    python samples/train_circuits.py                  # the shipped model (the defaults)
+    python samples/train_circuits.py --steps 200 --ioi-from 0 --d-model 32 --mlp 64 --out /tmp/m   # a smoke run
+
+Induction needs relative positions: a previous-token head is one rule under rotary
+positions, but 64 separate ones under GPT-2's learned absolute positions, and the GPT-2
+runs the card of an earlier model lists never formed one. The indirect objects join the mix
+at step ``--ioi-from`` (1000): summed in from the start they slowed induction's phase change
+past the budget, and once it has formed they are learnt in a few hundred steps.
 
 Everything is seeded (random, torch) and torch runs on ``--threads`` threads with
 deterministic algorithms, so a run repeats bit for bit on the same machine and thread
@@ -127,10 +133,10 @@ class Config:
 
     seed: int = 0
     steps: int = 3000
-    d_model: int = 64  # the shipped model's (128 took 1.8× the CPU time: 385 s against 215 s)
+    d_model: int = 128
     layers: int = 2
     heads: int = 4
-    mlp: int = 256
+    mlp: int = 512
     context: int = 64
     batch_repeat: int = 32
     batch_ioi: int = 32
@@ -142,10 +148,11 @@ class Config:
     eval_sequences: int = 200
     eval_half: int = 20
     eval_ioi: int = 500
-    arch: str = "gpt2"  # gpt2 (learned absolute positions) or llama (rotary positions)
+    arch: str = "neox"  # neox (rotary on a quarter of each head), gpt2 (learned positions) or llama (rotary)
+    rotary: float = 0.25  # neox: the share of each head's dimensions that rotary positions turn
     fill: str = "random"  # after the second copy: random words, or r again ("cycle")
-    layout: str = "prmrf"  # the repeated sequences: <bos> p r r (prr) or <bos> p r m r f (prmrf)
-    ioi_from: int = 0  # the step at which the indirect-object batch joins (a curriculum)
+    layout: str = "prr"  # the repeated sequences: <bos> p r r (prr) or <bos> p r m r f (prmrf)
+    ioi_from: int = 1000  # the step at which the indirect-object batch joins (a curriculum)
     log_every: int = 500  # steps between the lines that stay, each with the held-out copies' losses
     pool: str = "all"  # the training runs' words: every non-special word, or the symbols alone
 
@@ -153,8 +160,10 @@ class Config:
         for name in ("steps", "d_model", "layers", "heads", "mlp", "batch_repeat", "batch_ioi", "threads", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
-        if self.arch not in ("gpt2", "llama"):
-            raise ValueError(f"--arch {self.arch!r} is not gpt2 or llama")
+        if self.arch not in ("neox", "gpt2", "llama"):
+            raise ValueError(f"--arch {self.arch!r} is not neox, gpt2 or llama")
+        if not 0.0 < self.rotary <= 1.0:
+            raise ValueError(f"--rotary {self.rotary} is not in (0, 1]")
         if self.pool not in ("all", "symbols"):
             raise ValueError(f"--pool {self.pool!r} is not all or symbols")
         if self.fill not in ("random", "cycle"):
@@ -239,8 +248,33 @@ def pad(rows: list[list[int]], pad_id: int) -> tuple[Any, Any]:
 
 
 def build_model(cfg: Config, vocab_size: int) -> Any:
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        GPTNeoXConfig,
+        GPTNeoXForCausalLM,
+        LlamaConfig,
+        LlamaForCausalLM,
+    )
 
+    if cfg.arch == "neox":
+        return GPTNeoXForCausalLM(
+            GPTNeoXConfig(
+                vocab_size=vocab_size,
+                hidden_size=cfg.d_model,
+                intermediate_size=cfg.mlp,
+                num_hidden_layers=cfg.layers,
+                num_attention_heads=cfg.heads,
+                max_position_embeddings=cfg.context,
+                rotary_pct=cfg.rotary,
+                hidden_dropout=0.0,
+                attention_dropout=0.0,
+                bos_token_id=0,
+                eos_token_id=0,
+                pad_token_id=1,
+                tie_word_embeddings=True,
+            )
+        )
     if cfg.arch == "llama":
         return LlamaForCausalLM(
             LlamaConfig(
@@ -483,8 +517,8 @@ def card(cfg: Config, metrics: dict[str, Any], run: dict[str, Any], digest: str,
         "",
         "Trained by `samples/train_circuits.py` in the attnviz repository (the command below), on",
         "CPU, from a seeded synthetic mix; no download, no outside data. The tasks' mechanisms are",
-        "known from the literature, so attnviz's detectors, ablation and (later) patching have a",
-        "right answer to find.",
+        "known from the literature, so attnviz's detectors, ablation, patching and attribution have a",
+        "right answer to find (docs/circuits.md walks through both circuits).",
         "",
         "## What formed",
         "",
@@ -499,7 +533,8 @@ def card(cfg: Config, metrics: dict[str, Any], run: dict[str, Any], digest: str,
         "## Model",
         "",
         f"{run['model_class']}, {cfg.layers} layers × {cfg.heads} heads, d_model {cfg.d_model}, MLP {cfg.mlp},",
-        f"context {cfg.context} tokens, tied embeddings, no dropout; {params:,} parameters, float32.",
+        f"context {cfg.context} tokens, {POSITIONS[cfg.arch].format(share=cfg.rotary)}, tied embeddings, no dropout;",
+        f"{params:,} parameters, float32.",
         f"Vocabulary: {len(vocabulary())} words (word-level `tokenizer.json`, `<bos>` put before every",
         f"text): {len(NAMES)} names, {len(PLACES)} places, {len(OBJECTS)} objects, the templates' words,",
         f"{len(FILLER)} other words and {len(SYMBOLS)} symbols `x00`…`x{len(SYMBOLS) - 1:02d}`.",
@@ -562,6 +597,14 @@ def card(cfg: Config, metrics: dict[str, Any], run: dict[str, Any], digest: str,
         "",
     ]
     return "\n".join(lines)
+
+
+POSITIONS = {
+    "neox": "rotary positions on {share:.0%} of each head's dimensions (the rest compare content alone),"
+    " attention and MLP in parallel on each layer's input (GPT-NeoX's parallel residual)",
+    "gpt2": "learned absolute positions",
+    "llama": "rotary positions on every dimension",
+}
 
 
 def _nats(loss: float | None) -> str:

@@ -18,7 +18,10 @@ from attnviz.example import EXAMPLE
 from attnviz.io.models import resolve
 from attnviz.measures.ablation import Ablation, Runner, ablate_heads, ablate_text, batch_size, passes
 from tests.builders import SPECS_BY_NAME, save_tiny
+from tests.builders.families_a import SPECS_A_BY_NAME
 from tests.helpers import ProtocolOnly
+
+SPECS = {**SPECS_BY_NAME, **SPECS_A_BY_NAME}
 
 TOL = 1e-5
 
@@ -34,6 +37,8 @@ LOCATORS: dict[str, Locator] = {
     "albert": lambda m, part, i: m.encoder.albert_layer_groups[0].albert_layers[0].attention.dense,
     "gpt2": lambda m, part, i: m.h[i].attn.c_proj,
     "llama": lambda m, part, i: m.layers[i].self_attn.o_proj,
+    "lfm2": lambda m, part, i: m.layers[i].self_attn.out_proj,
+    "gpt_neox": lambda m, part, i: m.layers[i].attention.dense,
     "modernbert": lambda m, part, i: m.layers[i].attn.Wo,
     "deberta-v2": lambda m, part, i: m.encoder.layer[i].attention.output.dense,
     "t5": lambda m, part, i: {
@@ -244,13 +249,14 @@ ONE_STACK = [
     ("llama", "llama"),
     ("gemma2", "llama"),
     ("gpt_oss", "llama"),
+    ("gpt_neox", "gpt_neox"),
     ("modernbert", "modernbert"),
     ("deberta-v3", "deberta-v2"),
 ]
 
 
 def _tiny(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
-    return save_tiny(SPECS_BY_NAME[name], tmp_path_factory.mktemp(name.replace("-", "_")))
+    return save_tiny(SPECS[name], tmp_path_factory.mktemp(name.replace("-", "_")))
 
 
 @pytest.mark.parametrize(("name", "family"), ONE_STACK)
@@ -258,8 +264,6 @@ def _tiny(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
 def test_tiny_one_stack_families_match_transformers(
     tmp_path_factory: pytest.TempPathFactory, name: str, family: str, engine_name: str
 ) -> None:
-    if name not in SPECS_BY_NAME:
-        pytest.skip(f"no tiny {name} spec")
     path = _tiny(tmp_path_factory, name)
     engine = load_engine(engine_name, resolve(str(path)), "cpu")
     tokens = engine.tokenize("the cat sat on the mat and the dog sat by the door")

@@ -48,6 +48,9 @@ REFUSED = {
     "qwen3_5_moe_text": "hybrid",
     "bamba": "hybrid",  # the Mamba2 mixers write to the stream too
     "bamba-plain": "hybrid",
+    "lfm2": "hybrid",  # its short convolutions write to the stream too
+    "lfm2-plain": "hybrid",
+    "lfm2_moe": "hybrid",
     "modernbert-decoder": "causal LM head",  # its head has a transform: no linear W_U read
 }
 TEXT = "the cat sat by the door"

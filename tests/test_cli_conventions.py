@@ -304,6 +304,20 @@ def test_colour_settings_rule() -> None:
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_a_named_shell_is_printed_whatever_the_parent_shell(shell: str) -> None:
+    """``sh -c 'attnviz --show-completion bash'`` (a Dockerfile's RUN): the parent is sh,
+    which has no script; the shell named after the flag is the one printed."""
+    done = subprocess.run(
+        ["sh", "-c", f'exec "{sys.executable}" -m attnviz --show-completion {shell}'],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    marker = {"bash": "complete -o default -F", "zsh": "compdef", "fish": "complete --command attnviz --no-files"}
+    assert marker[shell] in done.stdout and "_ATTNVIZ_COMPLETE" in done.stdout
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
 def test_completion_script_for_each_shell(shell: str) -> None:
     done = cli("--show-completion", shell, env={"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
     assert done.returncode == 0, done.stderr

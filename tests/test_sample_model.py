@@ -1,21 +1,25 @@
 """The shipped sample model, samples/circuits-2l: what it learnt, established with
 transformers alone, then found by attnviz.
 
-The model was trained by samples/train_circuits.py on two tasks. The indirect-object task
-formed (its card: accuracy 1.0); induction did not form within the run's budget (the card
-says so, and a test below holds the card to the weights). Ground truth comes from
-transformers' eager GPT-2 (``output_attentions``; a forward pre-hook on ``c_proj`` zeroing
-one head's slice for ablation) on prompts this file writes itself:
+The model (a 2-layer GPT-NeoX, 4 heads a layer, rotary positions on a quarter of each
+head) was trained by samples/train_circuits.py on repeated random sequences, then on
+indirect objects too. Ground truth comes from transformers' eager GPT-NeoX
+(``output_attentions``; a forward pre-hook on ``attention.dense``, W^O, zeroing or swapping
+one head's slice) on texts this file draws itself:
 
-    layer 0 head 1   from the final "to", half its weight on each of the two names
-    layer 1 head 1   from "to", ~all its weight on the repeated subject (S2); removing it
-                     takes the logit difference IO − S from ~9.6 to ~0
+    induction    a layer-0 head puts ~all its weight on the previous token; a layer-1 head
+                 on the token after the current token's earlier occurrence; removing the
+                 first takes the second copy's loss back to chance, and the induction
+                 head with it (K-composition: its keys are the previous-token head's output)
+    indirect     from the final "to", a layer-0 head looks at the repeated subject (S2);
+    objects      removing it takes the logit difference IO − S from ~7 to ~0, and its
+                 output alone, patched from the clean run, restores the answer
 
 (the heads are found here by search, not hard-coded). Then attnviz's own commands
-(``compare --ablate``, ``compare --target``, ``heads``, ``check``) must name the same heads
-and numbers. The card's sha256 is checked against the shipped weights, and a short run of
-samples/train_circuits.py proves the script end to end (the full training stays out of the
-suite)."""
+(``heads --probe induction``, ``compare --ablate``, ``compare --target``, ``patch``,
+``check``) must name the same heads and numbers. The card's sha256 is checked against the
+shipped weights, and a short run of samples/train_circuits.py proves the script end to end
+(the full training stays out of the suite)."""
 
 from __future__ import annotations
 
@@ -62,21 +66,31 @@ def card() -> str:
     return (SAMPLE / "README.md").read_text(encoding="utf-8")
 
 
+def w_o(layer: int) -> Any:
+    """transformers' W^O of ``layer``: its input is the heads' outputs z, concatenated."""
+    return reference()[0].gpt_neox.layers[layer].attention.dense
+
+
+def head_width() -> int:
+    config = reference()[0].config
+    return config.hidden_size // config.num_attention_heads
+
+
 def forward(ids: torch.Tensor, ablate: tuple[int, int] | None = None) -> Any:
     """transformers' output (logits, attentions) with head ``ablate`` = (layer, head) zeroed
-    before W^O by a pre-hook on c_proj."""
+    before W^O by a pre-hook."""
     model, _ = reference()
     hook = None
     if ablate is not None:
         layer, head = ablate
-        width = model.config.n_embd // model.config.n_head
+        width = head_width()
 
         def zero(module: Any, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
             z = args[0].clone()
             z[..., head * width : (head + 1) * width] = 0
             return (z,)
 
-        hook = model.transformer.h[layer].attn.c_proj.register_forward_pre_hook(zero)
+        hook = w_o(layer).register_forward_pre_hook(zero)
     try:
         with torch.no_grad():
             return model(input_ids=ids, output_attentions=True)
@@ -100,7 +114,7 @@ def test_the_checkpoint_is_small_and_loads_through_attnvizs_validation() -> None
 
     assert (SAMPLE / "model.safetensors").stat().st_size < 4 * 2**20
     files = resolve(str(SAMPLE))
-    assert files.model_type == "gpt2"
+    assert files.model_type == "gpt_neox"
     assert validate_checkpoint(files.path, files.config)
     assert require_tokenizer(files.path) == ("tokenizer.json",)
 
@@ -142,11 +156,11 @@ def logit_diff(out: Any) -> torch.Tensor:
 
 @cache
 def ioi_truth() -> dict[str, Any]:
-    """The clean logit difference, each head's ablated one, and the heads found by search."""
+    """The clean logit difference, each head's ablated one, and the head found by search."""
     model, _ = reference()
     ids, io, _, _ = ioi_prompts()
     clean = forward(ids)
-    n, h = model.config.n_layer, model.config.n_head
+    n, h = model.config.num_hidden_layers, model.config.num_attention_heads
     ablated = {
         (layer, head): float(logit_diff(forward(ids, (layer, head))).mean()) for layer in range(n) for head in range(h)
     }
@@ -154,7 +168,7 @@ def ioi_truth() -> dict[str, Any]:
         "clean": clean,
         "diff": float(logit_diff(clean).mean()),
         "ablated": ablated,
-        "mover": min(ablated, key=ablated.__getitem__),  # the head the answer needs most
+        "finder": min(ablated, key=ablated.__getitem__),  # the head the answer needs most
     }
 
 
@@ -166,35 +180,17 @@ def test_the_indirect_object_is_preferred_to_the_subject() -> None:
     assert float((truth["clean"].logits[:, -1].argmax(-1) == io).float().mean()) > 0.9
 
 
-def test_one_layer_1_head_carries_the_answer_and_looks_at_the_repeated_subject() -> None:
+def test_one_layer_0_head_finds_the_repeated_subject_and_the_answer_needs_it() -> None:
     truth = ioi_truth()
-    layer, head = truth["mover"]
-    assert layer == 1
-    # Without it the model cannot tell the names apart; no other head matters as much.
-    assert truth["ablated"][truth["mover"]] < 1.0 < truth["diff"] - 3.0
-    others = [d for key, d in truth["ablated"].items() if key != truth["mover"]]
-    assert min(others) > truth["diff"] / 2
-    # Its weight from the final "to": on the subject's second mention (S2).
+    layer, head = truth["finder"]
+    assert layer == 0
+    # Without it the model cannot tell the names apart; no other head matters half as much.
+    assert abs(truth["ablated"][truth["finder"]]) < 1.0 < truth["diff"] - 3.0
+    others = [d for key, d in truth["ablated"].items() if key != truth["finder"]]
+    assert min(others) > truth["diff"] / 3
+    # Its weight from the final "to": on the subject's second mention (S2), on every order.
     row = truth["clean"].attentions[layer][:, head, -1]  # (B, S)
     assert float(row[:, S2_AT].mean()) > 0.9
-
-
-def gatherer() -> tuple[int, torch.Tensor, torch.Tensor]:
-    """The layer-0 head with the most weight, from the final "to", on the two names; its
-    mean weight on the indirect object and on the subject's first mention (S1)."""
-    _, _, _, io_at = ioi_prompts()
-    s1_at = A_AT + B_AT - io_at
-    rows = ioi_truth()["clean"].attentions[0][:, :, -1]  # (B, H, S): from the final "to"
-    batch = torch.arange(rows.shape[0])
-    on_io, on_s1 = rows[batch, :, io_at].mean(0), rows[batch, :, s1_at].mean(0)  # (H,)
-    head = int((on_io + on_s1).argmax())
-    return head, on_io[head], on_s1[head]
-
-
-def test_a_layer_0_head_gathers_both_names() -> None:
-    _, on_io, on_s1 = gatherer()
-    assert float(on_io) > 0.3 and float(on_s1) > 0.3  # both names, neither preferred
-    assert abs(float(on_io - on_s1)) < 0.1
 
 
 # --- attnviz finds the same heads ----------------------------------------------------
@@ -203,7 +199,7 @@ PROMPT = "When Mary and John went to the store , John gave a drink to"
 
 
 @pytest.mark.parametrize("engine", ["own", "hf"])
-def test_compare_ablate_puts_the_name_gatherer_first(engine: str) -> None:
+def test_compare_ablate_measures_each_heads_fall_as_transformers(engine: str) -> None:
     result = cli("compare", PROMPT, "--token", "to:2", "--ablate", "--model", str(SAMPLE), "--engine", engine, "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
@@ -211,17 +207,15 @@ def test_compare_ablate_puts_the_name_gatherer_first(engine: str) -> None:
     assert len(rows) == 8
     assert doc["ablation"]["top_token"] == "Mary"  # a word-level entry is a whole word, not '##Mary'
     drop = {(r["layer"], r["head"]): r["delta_logprob"] for r in rows}
-    # The largest fall of "Mary"'s log-probability: the head that gathers the names (without
-    # it there is no name to give). (The head on the repeated subject makes the names equally
-    # likely: its mark is the logit difference, above, not log p alone.)
-    assert min(drop, key=drop.__getitem__) == (0, gatherer()[0])
     # Every head's fall, from transformers: log p(Mary) clean against with the head removed.
     _, vocab = reference()
     ids = torch.tensor([[vocab["<bos>"], *(vocab[w] for w in PROMPT.split())]])
     clean = forward(ids).logits[0, -1].log_softmax(-1)[vocab["Mary"]]
+    falls = {head: float(forward(ids, head).logits[0, -1].log_softmax(-1)[vocab["Mary"]] - clean) for head in drop}
     for head, fall in drop.items():
-        cut = forward(ids, head).logits[0, -1].log_softmax(-1)[vocab["Mary"]]
-        assert fall == pytest.approx(float(cut - clean), abs=1e-4)
+        assert fall == pytest.approx(falls[head], abs=1e-4)
+    assert min(drop, key=drop.__getitem__) == min(falls, key=falls.__getitem__)
+    assert min(falls.values()) < -1.0  # some head matters to the answer
 
 
 def test_compare_target_finds_the_head_on_the_repeated_subject() -> None:
@@ -230,11 +224,11 @@ def test_compare_target_finds_the_head_on_the_repeated_subject() -> None:
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)["rows"]
     best = max(rows, key=lambda r: r["targets"]["John:2"])
-    assert (best["layer"], best["head"]) == truth["mover"]
+    assert (best["layer"], best["head"]) == truth["finder"]
     # Its weight there is transformers' own.
     _, vocab = reference()
     ids = torch.tensor([[vocab["<bos>"], *(vocab[w] for w in PROMPT.split())]])
-    layer, head = truth["mover"]
+    layer, head = truth["finder"]
     assert best["targets"]["John:2"] == pytest.approx(
         float(forward(ids).attentions[layer][0, head, -1, S2_AT]), abs=1e-5
     )
@@ -250,17 +244,16 @@ def test_patch_restores_the_answer_through_the_head_on_the_subject_alone() -> No
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     effect = torch.tensor(doc["effect"])  # (N, H)
-    assert _argmax(effect) == truth["mover"]
-    layer, head = truth["mover"]
+    assert _argmax(effect) == truth["finder"]
+    layer, head = truth["finder"]
     assert float(effect[layer, head]) > 0.9
     assert float(effect.abs().flatten().sort().values[-2]) < 0.1  # no other head moves it
-    # transformers: the corrupted run with the head's slice of c_proj's input from the clean run.
-    model, vocab = reference()
+    # transformers: the corrupted run with the head's slice of W^O's input from the clean run.
+    _, vocab = reference()
     ids = {t: torch.tensor([[vocab["<bos>"], *(vocab[w] for w in t.split())]]) for t in (PROMPT, corrupted)}
-    width = model.config.n_embd // model.config.n_head
+    width = head_width()
     caught: list[torch.Tensor] = []
-    proj = model.transformer.h[layer].attn.c_proj
-    hook = proj.register_forward_pre_hook(lambda m, a: caught.append(a[0].clone()))
+    hook = w_o(layer).register_forward_pre_hook(lambda m, a: caught.append(a[0].clone()))
     forward(ids[PROMPT])
     hook.remove()
 
@@ -269,7 +262,7 @@ def test_patch_restores_the_answer_through_the_head_on_the_subject_alone() -> No
         z[..., head * width : (head + 1) * width] = caught[0][..., head * width : (head + 1) * width]
         return (z,)
 
-    hook = proj.register_forward_pre_hook(swap)
+    hook = w_o(layer).register_forward_pre_hook(swap)
     try:
         last = forward(ids[corrupted]).logits[0, -1]
     finally:
@@ -282,7 +275,7 @@ def _argmax(scores: torch.Tensor) -> tuple[int, int]:
     return layer, head
 
 
-# --- induction: not formed, and the card says so --------------------------------------
+# --- induction: ground truth with transformers alone ---------------------------------
 
 
 @cache
@@ -298,25 +291,86 @@ def repeated_batch(count: int = 100, seed: int = 12345) -> torch.Tensor:
     return torch.tensor(rows)
 
 
-def test_the_card_tells_the_truth_about_induction() -> None:
+def copy_losses(out: Any, ids: torch.Tensor) -> tuple[float, float]:
+    """Mean next-token loss (nats) predicting the first copy's tokens 2…HALF and the second
+    copy's HALF+2…2·HALF (each <bos> r r)."""
+    nll = -out.logits.log_softmax(-1)[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]  # (B, T-1): p predicts p+1
+    return float(nll[:, 1:HALF].mean()), float(nll[:, HALF + 1 :].mean())
+
+
+@cache
+def induction_truth() -> dict[str, Any]:
+    """Per head: mean weight on i−1 (every query from 2 on) and on the token after the
+    earlier occurrence (the second copy's queries from HALF+2 on); the second copy's loss
+    clean and with each head removed; the heads found by search."""
+    model, _ = reference()
     ids = repeated_batch()
-    out = forward(ids)
-    logp = out.logits.log_softmax(-1)  # (B, T, V)
-    nll = -logp[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]  # (B, T-1): position p predicts p+1
-    first, second = float(nll[:, 1:HALF].mean()), float(nll[:, HALF + 1 :].mean())
-    formed = second < 0.5 * first
-    assert ("- induction: yes" in card()) == formed
-    assert ("- induction: no" in card()) == (not formed)
+    clean = forward(ids)
+    att = torch.stack(clean.attentions, 1)  # (B, N, H, T, T)
+    q = torch.arange(2, ids.shape[1])
+    previous = att[:, :, :, q, q - 1].mean((0, 3))  # (N, H)
+    q2 = torch.arange(HALF + 2, ids.shape[1])
+    induction = att[:, :, :, q2, q2 - HALF + 1].mean((0, 3))  # (N, H)
+    n, h = previous.shape
+    second = {
+        (layer, head): copy_losses(forward(ids, (layer, head)), ids)[1] for layer in range(n) for head in range(h)
+    }
+    return {
+        "losses": copy_losses(clean, ids),
+        "previous": previous,
+        "induction": induction,
+        "ablated": second,
+        "previous_head": _argmax(previous),
+        "induction_head": _argmax(induction),
+    }
+
+
+def test_the_second_copy_is_predicted_in_context_and_the_card_says_so() -> None:
+    first, second = induction_truth()["losses"]
+    assert first > 5.5  # unpredictable: ln 331 = 5.80
+    assert second < 0.5
+    assert "- induction: yes" in card()
     # The card's numbers are these, to the printed digits (its sequences are its own draw).
     quoted = re.search(r"first copy\s+([0-9.]+) nats .*second copy ([0-9.]+) nats", card(), flags=re.DOTALL)
     assert quoted is not None
     assert float(quoted[1]) == pytest.approx(first, abs=0.1) and float(quoted[2]) == pytest.approx(second, abs=0.1)
 
 
+def test_a_previous_token_head_in_layer_0_and_an_induction_head_in_layer_1() -> None:
+    truth = induction_truth()
+    layer, head = truth["previous_head"]
+    assert layer == 0 and float(truth["previous"][layer, head]) > 0.9
+    layer, head = truth["induction_head"]
+    assert layer == 1 and float(truth["induction"][layer, head]) > 0.9
+
+
+def test_removing_either_head_of_the_circuit_costs_the_second_copy_most() -> None:
+    """The previous-token head is the one head the second copy cannot do without (back to
+    about chance); among layer 1's heads, the induction head costs the most."""
+    truth = induction_truth()
+    ablated, (first, second) = truth["ablated"], truth["losses"]
+    ranked = sorted(ablated, key=ablated.__getitem__, reverse=True)
+    assert ranked[0] == truth["previous_head"] and ablated[ranked[0]] > first - 0.5
+    layer_1 = [key for key in ranked if key[0] == 1]
+    assert layer_1[0] == truth["induction_head"] and ablated[layer_1[0]] > second + 1.0
+
+
+def test_the_induction_heads_keys_are_the_previous_token_heads_output() -> None:
+    """K-composition: with the previous-token head removed (its z zeroed before W^O in
+    layer 0), the induction head no longer finds the token after the earlier occurrence."""
+    truth = induction_truth()
+    ids = repeated_batch()
+    out = forward(ids, truth["previous_head"])
+    layer, head = truth["induction_head"]
+    q2 = torch.arange(HALF + 2, ids.shape[1])
+    assert float(out.attentions[layer][:, head, q2, q2 - HALF + 1].mean()) < 0.2
+
+
 def test_heads_probe_induction_scores_equal_transformers_on_the_same_texts() -> None:
     """attnviz's induction score per head on its own probe, recomputed from transformers'
     attentions on the very texts the probe draws (the detector's definition: the weight on
-    {j+1 : j+1 < i, id_j = id_i}, averaged over the queries with such a j, then over texts)."""
+    {j+1 : j+1 < i, id_j = id_i}, averaged over the queries with such a j, then over texts),
+    and the heads it ranks first are the circuit's."""
     from attnviz.corpus.sources import induction_probe
     from attnviz.tokens import load_tokenizer
 
@@ -339,12 +393,52 @@ def test_heads_probe_induction_scores_equal_transformers_on_the_same_texts() -> 
     for layer in range(att.shape[1]):
         for head in range(att.shape[2]):
             assert scores[(layer, head, "induction")] == pytest.approx(float(expected[layer, head]), abs=1e-5)
-    assert float(expected.max()) < 0.2  # no induction head, as the card says
+    truth = induction_truth()
+    for detector, key in (("induction", "induction_head"), ("previous", "previous_head")):
+        ranked = sorted((k for k in scores if k[2] == detector), key=scores.__getitem__, reverse=True)
+        assert ranked[0][:2] == truth[key]
+
+
+@pytest.mark.parametrize("engine", ["own", "hf"])
+def test_compare_ablate_on_a_repeated_sequence_puts_the_circuit_first(engine: str) -> None:
+    """At a token of the second copy, removing the previous-token or the induction head
+    lowers log p of the right next token the most (the top two), as transformers measures."""
+    truth = induction_truth()
+    _, vocab = reference()
+    words = {i: w for w, i in vocab.items()}
+    ids = repeated_batch()[:1]  # <bos> r r
+    text = " ".join(words[int(i)] for i in ids[0, 1:])
+    at = HALF + 10  # a query in the second copy; its next token is r's 11th
+    result = cli("compare", text, "--index", str(at), "--ablate", "--model", str(SAMPLE), "--engine", engine, "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["ablation"]["top_token"] == words[int(ids[0, at + 1])]  # induction predicts the copy
+    drop = {(r["layer"], r["head"]): r["delta_logprob"] for r in doc["rows"]}
+    assert sorted(drop, key=drop.__getitem__)[:2] == sorted(
+        [truth["previous_head"], truth["induction_head"]], key=drop.__getitem__
+    )
+    target = int(ids[0, at + 1])
+    clean = forward(ids).logits[0, at].log_softmax(-1)[target]
+    for head, fall in drop.items():
+        assert fall == pytest.approx(float(forward(ids, head).logits[0, at].log_softmax(-1)[target] - clean), abs=1e-4)
 
 
 # --- the training script, end to end (a short run of a tiny config) ------------------
 
-SHORT = ["--steps", "200", "--d-model", "32", "--mlp", "64", "--batch-repeat", "8", "--batch-ioi", "8"]
+SHORT = [
+    "--steps",
+    "200",
+    "--ioi-from",
+    "0",
+    "--d-model",
+    "32",
+    "--mlp",
+    "64",
+    "--batch-repeat",
+    "8",
+    "--batch-ioi",
+    "8",
+]
 SHORT += ["--eval-sequences", "10", "--eval-ioi", "10", "--seed", "3"]
 
 
@@ -396,7 +490,7 @@ def test_a_short_run_writes_a_checkpoint_both_engines_load_and_repeats_exactly(t
     assert validate_checkpoint(files.path, files.config)
     model = AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager")
     ids = AutoTokenizer.from_pretrained(out)("When Mary and John went to the store")["input_ids"]
-    assert model.config.n_embd == 32 and ids[0] == AutoTokenizer.from_pretrained(out).bos_token_id
+    assert model.config.hidden_size == 32 and ids[0] == AutoTokenizer.from_pretrained(out).bos_token_id
     result = cli("show", "When Mary and John went to the store", "--token", "store", "--model", str(out), "--json")
     assert result.exit_code == 0, result.output
     # The same seed on the same machine and thread count: the same weights, bit for bit.

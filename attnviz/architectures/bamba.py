@@ -66,13 +66,13 @@ class BambaConfig(LlamaConfig):
 
 class BambaDecoder(HybridDecoder):
     config: BambaConfig
-    mixer_name = "Mamba2"
+    mixer = "Mamba2"
 
-    def is_attention(self, layer: int) -> bool:
-        return layer in self.config.attention_indices
+    def softmax_layers(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.config.attention_indices)))
 
     def make_block(self, layer: int) -> nn.Module:
-        if self.is_attention(layer):
+        if layer in self.config.attention_indices:
             return super().make_block(layer)  # Llama's pre-norm attention block
         c = self.config
         mixer = Mamba2Mixer(

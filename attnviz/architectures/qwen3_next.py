@@ -34,8 +34,8 @@ softmax layer are transformers'. Per value head, with state S (d_k × d_v), in f
 the same float operations (its torch fallback), which is what runs. The tests hold the
 two to each other and the chunks to transformers (tests/test_families_2026.py).
 
-Views list the softmax layers alone, by their model layer numbers (``AttnModel.
-attention_layers``, ``ModelShape.attention_layers``).
+Views list the softmax layers alone, by their model layer numbers (the hybrid layer
+loop of hybrid.py, ``ModelShape.attention_layers``).
 
 Qwen3.5 (``qwen3_5_text``, ``qwen3_5_moe_text``: the text stacks) is the same hybrid with
 the Gated DeltaNet's projections apart (``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``,
@@ -301,10 +301,10 @@ class LinearBlock(nn.Module):
 
 class Qwen3NextDecoder(HybridDecoder):
     config: Qwen3NextConfig
-    mixer_name = "Gated DeltaNet"
+    mixer = "linear-attention"
 
-    def is_attention(self, layer: int) -> bool:
-        return self.config.layer_types[layer] == "full_attention"
+    def softmax_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, kind in enumerate(self.config.layer_types) if kind == "full_attention")
 
     def make_norm(self, dim: int) -> nn.Module:
         return GemmaRMSNorm(dim, self.config.rms_norm_eps)

@@ -112,6 +112,9 @@ def _check_completion_shell(argv: Sequence[str]) -> None:
     flag = next((a for a in argv if a in ("--show-completion", "--install-completion")), None)
     if flag is None:
         return
+    named = argv[argv.index(flag) + 1] if argv.index(flag) + 1 < len(argv) else None
+    if flag == "--show-completion" and named in _COMPLETION_SHELLS:
+        _show_completion(named)  # the shell named: no detection (sh -c, a Dockerfile's RUN)
     try:
         import shellingham
 
@@ -127,6 +130,15 @@ def _check_completion_shell(argv: Sequence[str]) -> None:
         "(or source_zsh, source_fish, source_powershell)",
         ExitCode.USAGE,
     )
+
+
+def _show_completion(shell: str) -> NoReturn:
+    """Print ``shell``'s completion script, as typer's --show-completion does for the shell
+    it detects (typer reads no shell named after the flag while it can detect one)."""
+    from typer._completion_shared import get_completion_script
+
+    print(get_completion_script(prog_name="attnviz", complete_var="_ATTNVIZ_COMPLETE", shell=shell))
+    raise SystemExit(ExitCode.OK)
 
 
 def _check_argv(argv: Sequence[str]) -> None:

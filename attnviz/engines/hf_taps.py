@@ -60,6 +60,7 @@ W_O: dict[str, tuple[str, ...]] = {
         rf"h\.{_N}\.attn\.c_proj",
         rf"layers\.{_N}\.self_attn\.o_proj",
         rf"layers\.{_N}\.attn\.Wo",
+        rf"layers\.{_N}\.attention\.dense",  # GPT-NeoX
         rf"encoder\.layers\.{_N}\.self_attn\.out_proj",
         rf"encoder\.block\.{_N}\.layer\.0\.SelfAttention\.o",
     ),
@@ -129,6 +130,7 @@ PATTERNS: dict[tuple[str, str], tuple[str, ...]] = {
         rf"h\.{_N}\.attn",
         rf"layers\.{_N}\.self_attn",
         rf"layers\.{_N}\.attn",
+        rf"layers\.{_N}\.attention",  # GPT-NeoX
         rf"encoder\.layers\.{_N}\.self_attn",
         rf"encoder\.block\.{_N}\.layer\.0\.SelfAttention",
     ),

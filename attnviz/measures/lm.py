@@ -40,6 +40,7 @@ _EMBEDDINGS = (
     "wte.weight",
     "model.embed_tokens.weight",
     "embed_tokens.weight",
+    "gpt_neox.embed_in.weight",  # GPT-NeoX with tie_word_embeddings (Pythia unties its embed_out)
 )
 _MASKED = {
     "bert": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions"),
