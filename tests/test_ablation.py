@@ -37,6 +37,7 @@ LOCATORS: dict[str, Locator] = {
     "albert": lambda m, part, i: m.encoder.albert_layer_groups[0].albert_layers[0].attention.dense,
     "gpt2": lambda m, part, i: m.h[i].attn.c_proj,
     "llama": lambda m, part, i: m.layers[i].self_attn.o_proj,
+    "lfm2": lambda m, part, i: m.layers[i].self_attn.out_proj,
     "gpt_neox": lambda m, part, i: m.layers[i].attention.dense,
     "modernbert": lambda m, part, i: m.layers[i].attn.Wo,
     "deberta-v2": lambda m, part, i: m.encoder.layer[i].attention.output.dense,

@@ -46,6 +46,9 @@ REFUSED = {
     "qwen3_next-dense": "hybrid",
     "qwen3_5_text": "hybrid",
     "qwen3_5_moe_text": "hybrid",
+    "lfm2": "hybrid",  # its short convolutions write to the stream too
+    "lfm2-plain": "hybrid",
+    "lfm2_moe": "hybrid",
     "modernbert-decoder": "causal LM head",  # its head has a transform: no linear W_U read
 }
 TEXT = "the cat sat by the door"

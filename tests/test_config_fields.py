@@ -134,7 +134,6 @@ _OR_ALLOWED = {
     ("glm4_moe.py", "dots or bool(config.get('use_qk_norm', False))"),  # dots: model_type == "dots1"
     ("llama4.py", "[int(v) for v in given_rope] or [int((i + 1) % interval != 0) for i in range(layers)]"),
     ("mla.py", "defaults['topk_group'] or groups"),  # the family table's default, not config.json
-    ("qwen3_next.py", "self.attention_layers or range(self.num_layers)"),  # () = every layer
     ("rope.py", "aliases or {}"),  # the caller's argument
 }
 

@@ -141,6 +141,8 @@ def test_padded_batch_matches_transformers(spec: Any, saved: dict[str, Path]) ->
         "deepseek_v32",
         "gemma4_text",
         "gemma3n_text",
+        "lfm2",
+        "lfm2_moe",
     ],
 )
 def test_long_input_in_row_blocks_matches_full_matrices(
@@ -162,7 +164,8 @@ def test_long_input_in_row_blocks_matches_full_matrices(
     for slot, b in enumerate(theirs.attentions):
         assert _diff(every.attentions[slot], b) <= TOL
         assert _diff(some.attentions[slot], b[:, :, list(asked)]) <= TOL
-    # A hybrid's Gated DeltaNet runs this input in two chunks of the delta rule (64 + 5).
+    # A hybrid's Gated DeltaNet runs this input in two chunks of the delta rule (64 + 5);
+    # LFM2's convolutions slide over all of it.
     assert _diff(every.hidden_states, theirs.hidden_states) <= TOL
 
 
@@ -264,6 +267,8 @@ def test_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[s
         "glm_moe_dsa",
         "gemma4_text",
         "gemma3n_text",
+        "lfm2",
+        "lfm2_moe",
     ],
 )
 def test_explain_matches_what_transformers_scores_with(name: str, saved: dict[str, Path]) -> None:
@@ -282,19 +287,22 @@ def test_explain_matches_what_transformers_scores_with(name: str, saved: dict[st
     # (Which also leaves their recorded passes dense after layer 0: there q, k and v are
     # held to transformers' from layer 0 alone, the weights in every layer.)
     sparse = own.files.model_type in ("deepseek_v32", "glm_moe_dsa")
-    for layer, head, query, key in ((0, 0, 5, 1), (own.num_layers - 1, own.num_heads - 1, len(tokens) - 1, 2)):
+    # A hybrid's first and last attention layers (LFM2), transformers' calls by slot.
+    first, last = own.shape.layers[0], own.shape.layers[-1]
+    for layer, head, query, key in ((first, 0, 5, 1), (last, own.num_heads - 1, len(tokens) - 1, 2)):
+        slot = own.shape.layers.index(layer)
         x = explain(own, tokens, query, layer, head, key)
-        assert np.abs(x.weights - eager[layer][0, head, query].double().numpy()).max() <= TOL
+        assert np.abs(x.weights - eager[slot][0, head, query].double().numpy()).max() <= TOL
         if sparse and layer > 0:
             continue
-        call = theirs["calls"][layer]
+        call = theirs["calls"][slot]
         g = head // (own.num_heads // call["k"].size(1))  # the key/value head (GQA)
         q, k, v = call["q"][0, head, query], call["k"][0, g], call["v"][0, g]  # (D,), (S, D), (S, Dv)
         assert np.abs(x.q - q.double().numpy()).max() <= TOL
         assert np.abs(x.k - k.double().numpy()).max() <= TOL
         assert x.scale == pytest.approx(float(call["scaling"]), rel=1e-6)
         dv = v.size(-1)
-        w_o = theirs["w_o"][layer].weight.detach().double()[:, head * dv : (head + 1) * dv]  # (E, Dv)
+        w_o = theirs["w_o"][slot].weight.detach().double()[:, head * dv : (head + 1) * dv]  # (E, Dv)
         norms = torch.linalg.vector_norm(v.double() @ w_o.t(), dim=-1).numpy()
         assert np.abs(x.value_norms - norms).max() <= TOL * max(1.0, float(norms.max()))
         assert x.head_shares.sum() + x.bias_share == pytest.approx(1.0, abs=1e-4)
@@ -417,9 +425,10 @@ def test_family_module_declares_what_the_registry_maps_to_it() -> None:
 # --- Qwen3-Next: a hybrid of Gated DeltaNet and gated softmax attention ------------------------------
 
 HYBRID = ("qwen3_next", "qwen3_next-dense", "qwen3_5_text", "qwen3_5_moe_text")
+LFM2 = ("lfm2", "lfm2-plain", "lfm2_moe")  # short convolutions between plain softmax layers
 
 
-@pytest.mark.parametrize("name", HYBRID)
+@pytest.mark.parametrize("name", HYBRID + LFM2)
 def test_hybrid_lists_its_softmax_layers_by_model_number(name: str, saved: dict[str, Path]) -> None:
     """Only the full_attention layers have weights, found by their model layer numbers;
     transformers returns one tensor per such layer, in order."""
@@ -481,7 +490,7 @@ def test_hybrid_norms_and_explain_are_refused_in_one_line(name: str, saved: dict
         assert len(lines) == 1 and "gates each head's output" in lines[0], result.stderr
 
 
-@pytest.mark.parametrize("name", ["qwen3_next", "qwen3_5_moe_text"])
+@pytest.mark.parametrize("name", ["qwen3_next", "qwen3_5_moe_text", "lfm2", "lfm2_moe"])
 def test_hybrid_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[str, Path]) -> None:
     """Each head of each softmax layer zeroed (or set to its mean) in the input of
     transformers' o_proj (after the output gate), one head per pass."""
@@ -491,7 +500,7 @@ def test_hybrid_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved:
 
     engine = _engines(name, saved)[0]
     tokens = engine.tokenize(SENTENCES[1])
-    ref = Reference(saved[name], "llama")
+    ref = Reference(saved[name], "lfm2" if name.startswith("lfm2") else "llama")  # LFM2's W^O: out_proj
     layers = engine.shape.attention_layers
     for mode in ("zero", "mean"):
         got = ablate_text(Runner(engine, tokens), mode=mode, batch=2, layers=layers)
@@ -531,6 +540,11 @@ HYBRID_QUIRKS: list[tuple[str, dict[str, Any]]] = [
     ("qwen3_next-dense", {"rms_norm_eps": 0.5}),
     ("qwen3_5_text", {"model_type": "qwen3_next"}),  # Qwen3-Next's grouped projections
     ("qwen3_5_moe_text", {"layer_types": ["full_attention"] * 5}),
+    ("lfm2", {"norm_eps": 0.5}),  # the q/k norms' eps too
+    ("lfm2", {"rope_parameters": None}),  # transformers' default theta, 1e6
+    ("lfm2_moe", {"use_expert_bias": False}),
+    ("lfm2_moe", {"routed_scaling_factor": 1.0}),
+    ("lfm2_moe", {"norm_topk_prob": False}),
 ]
 
 
@@ -563,11 +577,42 @@ def test_the_output_gate_and_the_linear_layers_matter(saved: dict[str, Path]) ->
     assert _worst(model, hf.model, ids) > 1e-3  # type: ignore[attr-defined]
 
 
+def test_lfm2_reads_older_config_keys_and_its_layers_matter(saved: dict[str, Path]) -> None:
+    """``full_attn_idxs`` for ``layer_types`` and ``block_ff_dim`` for ``intermediate_size``
+    (LFM2's first configs, as transformers reads them) give the same model; the short
+    convolutions' gates, taps and biases each change the numbers."""
+    own, hf = _engines("lfm2", saved)
+    ids = torch.tensor([own.tokenize(SENTENCES[0]).ids])
+    config = _config(saved["lfm2"])
+    older = {k: v for k, v in config.items() if k not in ("layer_types", "intermediate_size")}
+    older |= {"full_attn_idxs": [2, 4], "block_ff_dim": config["intermediate_size"], "intermediate_size": 999}
+    assert _worst(architectures.load(saved["lfm2"], older), hf.model, ids) <= TOL  # type: ignore[attr-defined]
+    for change in ("in_proj.weight", "conv.weight", "conv.bias", "out_proj.bias"):
+        model: Any = architectures.load(saved["lfm2"])
+        with torch.no_grad():
+            model.blocks[1].conv.get_parameter(change).mul_(-1.0)
+        assert _worst(model, hf.model, ids) > 1e-3, change  # type: ignore[attr-defined]
+
+
+def test_own_engine_refuses_to_generate_with_lfm2_in_one_line(saved: dict[str, Path]) -> None:
+    """Its convolutions' state is not a key/value cache: refused, as the other hybrids are."""
+    from attnviz.errors import UnsupportedArchitectureError
+    from attnviz.generation import generate
+
+    own, _ = _engines("lfm2", saved)
+    with pytest.raises(UnsupportedArchitectureError, match="does not generate with lfm2"):
+        generate(own, own.tokenize(SENTENCES[0]), 2)
+    with pytest.raises(ValueError, match="short-convolution layers cannot run from a key/value cache"):
+        from attnviz.nn.cache import KVCache
+
+        own.model(torch.tensor([own.tokenize(SENTENCES[0]).ids]), cache=KVCache(own.num_layers))  # type: ignore[operator]
+
+
 # --- taps ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("name", "layer"), [("deepseek_v3", 2), ("qwen3_next", 4), ("mistral4", 2), ("glm_moe_dsa", 2)]
+    ("name", "layer"), [("deepseek_v3", 2), ("qwen3_next", 4), ("mistral4", 2), ("glm_moe_dsa", 2), ("lfm2", 2)]
 )
 def test_z_tap_is_what_transformers_o_proj_reads(name: str, layer: int, saved: dict[str, Path]) -> None:
     """``blocks.N.attn.z`` (B, Q, H, Dv): MLA's Dv-wide heads, Qwen3-Next's gated ones,
@@ -577,7 +622,8 @@ def test_z_tap_is_what_transformers_o_proj_reads(name: str, layer: int, saved: d
     own, hf = _engines(name, saved)
     tokens = own.tokenize(SENTENCES[0])
     seen: list[torch.Tensor] = []
-    o_proj = hf.model.layers[layer].self_attn.o_proj  # type: ignore[attr-defined]
+    attn = hf.model.layers[layer].self_attn  # type: ignore[attr-defined]
+    o_proj = attn.out_proj if hasattr(attn, "out_proj") else attn.o_proj  # LFM2's W^O: out_proj
     handle = o_proj.register_forward_pre_hook(lambda m, args: seen.append(args[0].detach()))
     try:
         hf.forward(tokens)
@@ -595,11 +641,12 @@ def test_z_tap_is_what_transformers_o_proj_reads(name: str, layer: int, saved: d
     assert taps[f"{prefix}.v"].size(-1) == dv and taps[f"{prefix}.q"].size(-1) == own.model.blocks[layer].attn.head_dim  # type: ignore[attr-defined]
 
 
-def test_attention_taps_on_a_linear_layer_are_refused(saved: dict[str, Path]) -> None:
+@pytest.mark.parametrize("name", ["qwen3_next", "lfm2"])  # attention layers 2 and 4 both
+def test_attention_taps_on_a_linear_layer_are_refused(name: str, saved: dict[str, Path]) -> None:
     from attnviz.errors import UsageError
     from attnviz.nn.taps import Taps
 
-    own, _ = _engines("qwen3_next", saved)
+    own, _ = _engines(name, saved)
     with pytest.raises(UsageError, match=r"layer 0 has no softmax attention \(its attention layers: 2, 4\)"):
         own.tapping(Taps().record("blocks.0.attn.z"))
     taps = Taps().record("blocks.0.resid_post").record("blocks.*.attn.pattern")
@@ -608,12 +655,13 @@ def test_attention_taps_on_a_linear_layer_are_refused(saved: dict[str, Path]) ->
     assert taps["blocks.0.resid_post"].shape[-1] == 48
 
 
-def test_cli_hybrid_layers_by_model_number_on_both_engines(saved: dict[str, Path]) -> None:
+@pytest.mark.parametrize("name", ["qwen3_next", "lfm2"])  # attention layers 2 and 4 both
+def test_cli_hybrid_layers_by_model_number_on_both_engines(name: str, saved: dict[str, Path]) -> None:
     """``show`` lists the softmax layers under their model numbers, the same weights as
     ``--engine hf``; ``--layer`` on a linear layer is one line, exit 2, naming them."""
     from attnviz.cli import app
 
-    path = str(saved["qwen3_next"])
+    path = str(saved[name])
     shown = {}
     for engine in ("own", "hf"):
         args = ["show", SENTENCES[0], "--model", path, "--engine", engine, "--token", "it", "--json"]
@@ -663,25 +711,32 @@ def test_llama4_layers_are_chunked_nope_and_moe_as_configured(saved: dict[str, P
     assert bool((rows[1][0, :, 0, :8] > 0).all())
 
 
-def test_the_explorers_rows_of_a_gated_hybrid_are_kept(saved: dict[str, Path]) -> None:
-    """Qwen3-Next (gated heads, linear-attention layers): the explorer's row source keeps
-    the ``scores`` taps of its attention layers (its first window used to fail with the
-    norm measure's refusal, though weights were asked) and answers a later window exactly
-    as a pass does; the norm measure is still refused."""
+@pytest.mark.parametrize("name", ["qwen3_next", "lfm2"])
+def test_the_explorers_rows_of_a_hybrid_are_kept(name: str, saved: dict[str, Path]) -> None:
+    """Qwen3-Next (gated heads, linear-attention layers), LFM2 (short convolutions): the
+    explorer's row source keeps the ``scores`` taps of the attention layers (Qwen3-Next's
+    first window used to fail with the norm measure's refusal, though weights were asked)
+    and answers a later window exactly as a pass does; the norm measure is refused on the
+    gated heads alone, and on LFM2 equals a pass's."""
     from attnviz.cli.exploring import RowSource
     from attnviz.errors import MeasureError
 
     from .helpers import inspect
 
-    own, _ = _engines("qwen3_next", saved)
+    own, _ = _engines(name, saved)
     tokens = own.tokenize(SENTENCES[0])
     source = RowSource(own, tokens, own.shape.layers)
     source((1,))
     assert source.kept and source.kept_size > 0
-    want = inspect(SENTENCES[0], own, layers=list(own.shape.layers), queries=(2, len(tokens) - 1))
-    np.testing.assert_array_equal(source((2, len(tokens) - 1)).weights, want.weights)
-    with pytest.raises(MeasureError):
-        source((2,), "norm")
+    asked = (2, len(tokens) - 1)
+    want = inspect(SENTENCES[0], own, layers=list(own.shape.layers), queries=asked)
+    np.testing.assert_array_equal(source(asked).weights, want.weights)
+    if name == "qwen3_next":
+        with pytest.raises(MeasureError):
+            source((2,), "norm")
+        return
+    normed = inspect(SENTENCES[0], own, layers=list(own.shape.layers), queries=asked, measure="norm")
+    np.testing.assert_allclose(source(asked, "norm").weights, normed.weights, atol=TOL, rtol=0)
 
 
 # --- DeepSeek Sparse Attention: the top-k indexer -------------------------------------------------------
@@ -770,19 +825,18 @@ def test_gemma4_layers_share_keys_and_values_as_configured(saved: dict[str, Path
     assert not any(n.endswith(("layers.4.self_attn.k_proj.weight", "layers.5.self_attn.k_proj.weight")) for n in names)
 
 
-@pytest.mark.parametrize("name", ["gemma4_text", "gemma3n_text"])
-def test_gemma_value_norms_are_the_values_transformers_attends_with_through_w_o(
-    name: str, saved: dict[str, Path]
-) -> None:
+@pytest.mark.parametrize("name", ["gemma4_text", "gemma3n_text", "lfm2", "lfm2-plain", "lfm2_moe"])
+def test_value_norms_are_the_values_transformers_attends_with_through_w_o(name: str, saved: dict[str, Path]) -> None:
     """‖v_j · W_h^O‖ with v what transformers hands its attention function (after the v norm;
-    Gemma 4: the keys' projection on the global layers; layers 2 and 3's values on 4 and 5)."""
+    Gemma 4: the keys' projection on the global layers; layers 2 and 3's values on 4 and 5;
+    LFM2: its attention layers alone, W^O its ``out_proj``)."""
     from .test_explain import hf_attention
 
     own, hf = _engines(name, saved)
     tokens = own.tokenize(SENTENCES[0])
     out = own.forward(tokens, measure=NORM)
     theirs = hf_attention(hf, tokens)
-    assert out.value_norms is not None and len(out.value_norms) == own.num_layers
+    assert out.value_norms is not None and len(out.value_norms) == len(own.shape.layers) == len(theirs["calls"])
     for layer, norms in enumerate(out.value_norms):
         v = theirs["calls"][layer]["v"][0].double()  # (G, S, Dv)
         group, dv = own.num_heads // v.size(0), v.size(-1)

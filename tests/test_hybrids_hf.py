@@ -101,6 +101,28 @@ def test_show_names_a_hybrids_attention_layers(name: str, saved: dict[str, Path]
     assert ", ".join(map(str, ATTENTION_LAYERS[name])) in line
 
 
+@pytest.mark.parametrize("name", ["qwen3_next", "jamba", "lfm2"])
+def test_hf_generation_labels_a_hybrids_rows_by_true_layer(name: str, saved: dict[str, Path]) -> None:
+    """transformers' generate returns one tensor per attention layer: each written token's
+    rows of model layer N are those a full pass over prompt + continuation gives layer N
+    (they were indexed by slot: an IndexError, or another layer's rows under N's label)."""
+    from attnviz.generation import extend_tokens, generate
+
+    engine = load_engine("hf", str(saved[name]), "cpu")
+    layers = ATTENTION_LAYERS[name]
+    tokens = engine.tokenize(SENTENCES[0])
+    for asked in (layers, layers[-1:]):
+        got = generate(engine, tokens, 3, layers=asked)
+        assert len(got.rows) == len(got.ids) > 0
+        full = engine.forward(extend_tokens(engine.tokenizer, tokens, got.ids), layers=asked)
+        prompt = len(tokens.ids) - 1
+        expected = torch.stack([w[0, :, prompt, : prompt + 1] for w in full.attentions])
+        assert _diff(torch.as_tensor(got.first_rows), expected) <= TOL
+        for i, position in enumerate(got.positions):
+            expected = torch.stack([w[0, :, position, : position + 1] for w in full.attentions])
+            assert _diff(torch.as_tensor(got.rows[i]), expected) <= TOL, f"{name} {asked} step {i}"
+
+
 def test_a_hybrid_text_view_labels_the_true_layer(saved: dict[str, Path]) -> None:
     path = str(saved["jamba"])
     shown = _cli("show", SENTENCES[0], "--model", path, "--engine", "hf", "--token", "it", "--layer", "3")

@@ -34,8 +34,8 @@ softmax layer are transformers'. Per value head, with state S (d_k × d_v), in f
 the same float operations (its torch fallback), which is what runs. The tests hold the
 two to each other and the chunks to transformers (tests/test_families_2026.py).
 
-Views list the softmax layers alone, by their model layer numbers (``AttnModel.
-attention_layers``, ``ModelShape.attention_layers``).
+Views list the softmax layers alone, by their model layer numbers (the hybrid layer
+loop of hybrid.py, ``ModelShape.attention_layers``).
 
 Qwen3.5 (``qwen3_5_text``, ``qwen3_5_moe_text``: the text stacks) is the same hybrid with
 the Gated DeltaNet's projections apart (``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``,
@@ -47,26 +47,25 @@ text tokens one position on every axis, which is plain RoPE. torch only.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ..nn.attention import Mask, MultiHeadAttention
-from ..nn.cache import KVCache
+from ..nn.attention import MultiHeadAttention
 from ..nn.taps import tap
-from .base import ForwardOutput, activation, layer_loop
+from .base import activation
 from .decoder import PreNormBlock
 from .fields import fraction, given, sequence, whole
 from .gemma import GemmaRMSNorm
-from .llama import LlamaConfig, LlamaDecoder, SwiGLU, attention_options
+from .hybrid import HybridDecoder
+from .llama import LlamaConfig, SwiGLU, attention_options
 from .moe import SparseMoE
 from .moe import convert as moe_convert
 from .qwen2_moe import SharedExpertMoE
 from .qwen3 import QKNormAttention
-from .rope import rope_config, rotary
+from .rope import rope_config
 
 MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 PREFIXES = ("model.",)
@@ -300,14 +299,12 @@ class LinearBlock(nn.Module):
         return x + tap("mlp_out", self.mlp(self.mlp_norm(x)))
 
 
-class Qwen3NextDecoder(LlamaDecoder):
+class Qwen3NextDecoder(HybridDecoder):
     config: Qwen3NextConfig
+    mixer = "linear-attention"
 
-    def __init__(self, c: Qwen3NextConfig) -> None:
-        super().__init__(c)
-        self.attention_layers = tuple(i for i, kind in enumerate(c.layer_types) if kind == "full_attention")
-        if len(self.attention_layers) == c.num_hidden_layers:
-            self.attention_layers = ()  # every layer: not a hybrid
+    def softmax_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, kind in enumerate(self.config.layer_types) if kind == "full_attention")
 
     def make_norm(self, dim: int) -> nn.Module:
         return GemmaRMSNorm(dim, self.config.rms_norm_eps)
@@ -336,44 +333,6 @@ class Qwen3NextDecoder(LlamaDecoder):
         if self.config.layer_types[layer] == "linear_attention":
             return LinearBlock(GatedDeltaNet(self.config), self.make_norm(e), self.make_mlp(layer), self.make_norm(e))
         return PreNormBlock(self.make_attention(layer), self.make_norm(e), self.make_mlp(layer), self.make_norm(e))
-
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        max_layer: int | None = None,
-        *,
-        layers: Collection[int] | None = None,
-        queries: Sequence[int] | None = None,
-        fused: bool = True,
-        cache: KVCache | None = None,
-    ) -> ForwardOutput:
-        """As ``DecoderModel.forward``, layers by model number; ``attentions`` holds the
-        softmax layers' weights alone, in order (the linear layers have none). No ``cache``:
-        the linear layers' recurrent state is not a key/value cache (generation refuses)."""
-        if cache is not None:
-            raise ValueError("Qwen3-Next's linear-attention layers cannot run from a key/value cache")
-        softmax = set(self.attention_layers or range(self.num_layers))
-        # 1. Embeddings, the rotary table, the mask of the softmax layers.
-        x = self.embed(input_ids)  # (B, S, E)
-        qk = rotary(self.config.rope, input_ids.size(1), x)
-        padding = None if attention_mask is None else attention_mask.bool()  # (B, S)
-        mask = Mask(causal=True, padding=padding)
-        # 2. The layers: softmax ones return their asked rows, linear ones none.
-        last = self.num_layers - 1 if max_layer is None else max_layer
-        requests = self.row_requests(last, layers, queries, fused)
-
-        def layer(n: int, x: Tensor) -> tuple[Tensor, Tensor | None]:
-            if n in softmax:
-                return self.blocks[n](x, mask, qk, requests[n])  # (B, S, E), (B, H, R, S)
-            return self.blocks[n](x, padding), None
-
-        x, beside = layer_loop(x, last + 1, layer)
-        attentions = [weights for weights in beside if weights is not None]
-        # 3. The final norm belongs to the output of the whole stack.
-        if last == self.num_layers - 1:
-            x = self.final_norm(x)
-        return ForwardOutput(hidden_states=x, attentions=attentions)
 
 
 # transformers' class defaults that differ between the three (absent keys read as these).

@@ -491,8 +491,11 @@ def _generate_hf(
         )
         written = out.sequences[0, ids.size(1) :].tolist()
         steps = list(out.attentions)  # step 0: the prompt; step t: written token t-1 as query
+        # A hybrid's tuple holds its attention layers alone: model layer n is in slot slot[n].
+        slot = {layer: i for i, layer in enumerate(engine.shape.layers)}
         if written:
-            result.first_rows = keep(_stacked([steps[0][n][0, :, -1] for n in layers], ids.size(1)))  # (layers, H, P)
+            first = [steps[0][slot[n]][0, :, -1] for n in layers]
+            result.first_rows = keep(_stacked(first, ids.size(1)))  # (layers, H, P)
         if written:
             last = model(input_ids=out.sequences[:, -1:], past_key_values=out.past_key_values, output_attentions=True)
             steps.append(last.attentions)
@@ -504,7 +507,7 @@ def _generate_hf(
         step, keys = steps[i + 1], len(tokens.ids) + i + 1
         # A sliding-window layer's cache keeps only the window's keys: the keys before it
         # have weight 0, put back in front so that every row spans positions 0..S-1.
-        rows = [torch.nn.functional.pad(step[n][0, :, -1], (keys - step[n].size(-1), 0)) for n in layers]
+        rows = [torch.nn.functional.pad(step[slot[n]][0, :, -1], (keys - step[slot[n]].size(-1), 0)) for n in layers]
         result.rows.append(keep(_stacked(rows, keys)))  # (layers, H, S)
     if written and written[-1] in eos:
         result.stopped = "eos"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import VOCAB_SIZE, Spec, _config, build_tiny, build_tokenizer
+from .lfm2 import LFM2_SPECS
 
 _DEC = dict(vocab_size=VOCAB_SIZE, max_position_embeddings=64, initializer_range=0.2, bos_token_id=1, eos_token_id=2)
 
@@ -539,6 +540,7 @@ SPECS_2026 += (
         perturb=True,
     ),
 )
+SPECS_2026 += LFM2_SPECS
 SPECS_2026_BY_NAME = {spec.name: spec for spec in SPECS_2026}
 
 
@@ -551,7 +553,7 @@ def save_2026(spec: Spec, directory: Path, seed: int = 0) -> Path:
     generator = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, buffer in model.named_buffers():
-            if name.endswith("e_score_correction_bias"):
+            if name.endswith(("e_score_correction_bias", "expert_bias")):  # LFM2-MoE's too
                 buffer.add_(0.3 * torch.randn(buffer.shape, generator=generator))
             if name.endswith("layer_scalar"):  # Gemma 4's output scalar, stored as 1
                 buffer.add_(0.1 * torch.randn(buffer.shape, generator=generator))
