@@ -39,7 +39,7 @@ MLA = tuple(
     if spec.model_type in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "mistral4", "deepseek_v32", "glm_moe_dsa")
 )
 LLAMA4 = tuple(spec for spec in SPECS_2026 if spec.model_type == "llama4_text")
-BAMBA = tuple(spec for spec in SPECS_2026 if spec.model_type == "bamba")
+BAMBA = tuple(spec for spec in SPECS_2026 if spec.model_type in ("bamba", "granitemoehybrid"))
 # Families whose attention output splits by head into value norms (not Qwen3-Next's gated heads).
 NORMED = MLA + LLAMA4 + BAMBA
 LONG = " ".join(SENTENCES * 2)  # 69 tokens, in row blocks of 4
@@ -145,6 +145,7 @@ def test_padded_batch_matches_transformers(spec: Any, saved: dict[str, Path]) ->
         "lfm2",
         "lfm2_moe",
         "bamba",
+        "granitemoehybrid",
     ],
 )
 def test_long_input_in_row_blocks_matches_full_matrices(
@@ -191,7 +192,7 @@ def _transformers_value_norms(hf: Engine, tokens: Any) -> list[torch.Tensor]:
             lambda m, args, out: seen.append(out.detach())
         )
         for layer in model.layers
-        if hasattr(layer, "self_attn")
+        if getattr(layer, "self_attn", None) is not None
     ]
     try:
         with torch.inference_mode():
@@ -200,7 +201,8 @@ def _transformers_value_norms(hf: Engine, tokens: Any) -> list[torch.Tensor]:
         for handle in handles:
             handle.remove()
     out = []
-    for layer, kv in zip([layer for layer in model.layers if hasattr(layer, "self_attn")], seen, strict=True):
+    attention = [layer for layer in model.layers if getattr(layer, "self_attn", None) is not None]
+    for layer, kv in zip(attention, seen, strict=True):
         v = kv.reshape(-1, heads // groups, nope + dv)[..., nope:].double()  # (S, G, Dv), batch 1
         v = v.repeat_interleave(groups, dim=1)  # (S, H, Dv): query head h reads value head h // (H/G)
         w_o = layer.self_attn.o_proj.weight.detach().double()  # (E, H·Dv)
@@ -273,6 +275,8 @@ def test_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[s
         "lfm2",
         "lfm2_moe",
         "bamba",
+        "granitemoehybrid",
+        "granitemoehybrid-nope",
     ],
 )
 def test_explain_matches_what_transformers_scores_with(name: str, saved: dict[str, Path]) -> None:
@@ -495,7 +499,7 @@ def test_hybrid_norms_and_explain_are_refused_in_one_line(name: str, saved: dict
         assert len(lines) == 1 and "gates each head's output" in lines[0], result.stderr
 
 
-@pytest.mark.parametrize("name", ["qwen3_next", "qwen3_5_moe_text", "lfm2", "lfm2_moe", "bamba"])
+@pytest.mark.parametrize("name", ["qwen3_next", "qwen3_5_moe_text", "lfm2", "lfm2_moe", "bamba", "granitemoehybrid"])
 def test_hybrid_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[str, Path]) -> None:
     """Each head of each softmax layer zeroed (or set to its mean) in the input of
     transformers' o_proj (after the output gate), one head per pass."""
@@ -555,6 +559,13 @@ HYBRID_QUIRKS: list[tuple[str, dict[str, Any]]] = [
     ("bamba", {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 1.0}}),
     ("bamba", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
     ("bamba-plain", {"rms_norm_eps": 0.5}),
+    ("granitemoehybrid", {"position_embedding_type": "nope"}),
+    ("granitemoehybrid", {"embedding_multiplier": 1.0}),
+    ("granitemoehybrid", {"residual_multiplier": 1.0}),
+    ("granitemoehybrid", {"attention_multiplier": 8**-0.5}),
+    ("granitemoehybrid", {"num_experts_per_tok": 1}),
+    ("granitemoehybrid", {"time_step_limit": [0.0, 1e9]}),
+    ("granitemoehybrid-nope", {"position_embedding_type": "rope"}),
 ]
 
 
@@ -623,7 +634,15 @@ def test_own_engine_refuses_to_generate_with_lfm2_in_one_line(saved: dict[str, P
 
 @pytest.mark.parametrize(
     ("name", "layer"),
-    [("deepseek_v3", 2), ("qwen3_next", 4), ("mistral4", 2), ("glm_moe_dsa", 2), ("lfm2", 2), ("bamba", 4)],
+    [
+        ("deepseek_v3", 2),
+        ("qwen3_next", 4),
+        ("mistral4", 2),
+        ("glm_moe_dsa", 2),
+        ("lfm2", 2),
+        ("bamba", 4),
+        ("granitemoehybrid", 1),
+    ],
 )
 def test_z_tap_is_what_transformers_o_proj_reads(name: str, layer: int, saved: dict[str, Path]) -> None:
     """``blocks.N.attn.z`` (B, Q, H, Dv): MLA's Dv-wide heads, Qwen3-Next's gated ones,
@@ -667,7 +686,13 @@ def test_attention_taps_on_a_linear_layer_are_refused(name: str, saved: dict[str
 
 
 @pytest.mark.parametrize(
-    ("name", "softmax", "other"), [("qwen3_next", [2, 4], 3), ("lfm2", [2, 4], 3), ("bamba", [1, 4], 2)]
+    ("name", "softmax", "other"),
+    [
+        ("qwen3_next", [2, 4], 3),
+        ("lfm2", [2, 4], 3),
+        ("bamba", [1, 4], 2),
+        ("granitemoehybrid-nope", [1, 4], 0),
+    ],
 )
 def test_cli_hybrid_layers_by_model_number_on_both_engines(
     name: str, softmax: list[int], other: int, saved: dict[str, Path]
@@ -894,7 +919,7 @@ def test_bamba_attention_layers_are_attn_layer_indices(saved: dict[str, Path]) -
         own.forward(tokens, layers=(0,))
 
 
-@pytest.mark.parametrize("name", ["bamba", "bamba-plain"])
+@pytest.mark.parametrize("name", ["bamba", "bamba-plain", "granitemoehybrid", "granitemoehybrid-nope"])
 def test_bamba_over_many_chunks_of_the_scan_matches_transformers(name: str, saved: dict[str, Path]) -> None:
     """138 tokens, nine chunks of 16 (the last one padded), with and without groups and
     limits: the weights of both paths and the hidden states."""
@@ -1022,3 +1047,22 @@ def test_bamba_check_names_the_attention_layers_by_model_number(
     result = CliRunner().invoke(app, ["check", "--model", path, "--device", "cpu", "--json"])
     assert result.exit_code == 1
     assert json.loads(result.stdout)["failed_layers"] == [4]
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "words"),
+    [
+        ("bamba", {"time_step_limit": "wide"}, "time_step_limit"),
+        ("bamba", {"time_step_limit": [2.0, 1.0]}, "time_step_limit"),
+        ("bamba", {"attn_layer_indices": []}, "nothing has attention weights"),
+        ("bamba", {"attn_layer_indices": [7]}, "not layers of 5"),
+        ("bamba", {"mamba_d_head": 7}, "mamba_expand"),
+        ("granitemoehybrid", {"layer_types": ["mamba", "attention", "mamba", "conv", "attention"]}, "conv"),
+    ],
+)
+def test_bamba_and_granite_configs_refused_before_any_weight(
+    name: str, change: dict[str, Any], words: str, saved: dict[str, Path]
+) -> None:
+    """A config transformers could not run (or that shows nothing) is one clear error."""
+    with pytest.raises(ModelLoadError, match=words):
+        architectures.load(saved[name], {**_config(saved[name]), **change})

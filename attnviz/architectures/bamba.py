@@ -113,6 +113,30 @@ def _limit(config: dict[str, Any]) -> tuple[float, float]:
     return bounds[0], bounds[1]
 
 
+def mamba_fields(config: dict[str, Any], hidden: int) -> dict[str, Any]:
+    """``BambaConfig``'s Mamba2 fields from config.json, absent keys read as transformers'
+    BambaConfig (and GraniteMoeHybridConfig) default them."""
+    expand = whole(config, "mamba_expand", 2)
+    heads = whole(config, "mamba_n_heads", 128)
+    auto = config.get("mamba_d_head", "auto") in ("auto", None)
+    head_dim = expand * hidden // heads if auto else whole(config, "mamba_d_head", 1)
+    if head_dim * heads != expand * hidden:
+        raise ValueError(
+            f"mamba_n_heads {heads} × mamba_d_head {head_dim} is not mamba_expand·hidden_size {expand * hidden}"
+        )
+    return {
+        "mamba_heads": heads,
+        "mamba_head_dim": head_dim,
+        "mamba_groups": whole(config, "mamba_n_groups", 1),
+        "mamba_state": whole(config, "mamba_d_state", 256),
+        "mamba_kernel": whole(config, "mamba_d_conv", 4),
+        "mamba_chunk": whole(config, "mamba_chunk_size", 256),
+        "mamba_conv_bias": bool(given(config, "mamba_conv_bias", True)),
+        "mamba_proj_bias": bool(given(config, "mamba_proj_bias", False)),
+        "time_step_limit": _limit(config),
+    }
+
+
 def build(config: dict[str, Any]) -> BambaDecoder:
     # Absent keys read as transformers' BambaConfig defaults them (0 and [] are values).
     layers = whole(config, "num_hidden_layers", 32)
@@ -120,15 +144,6 @@ def build(config: dict[str, Any]) -> BambaDecoder:
     heads = whole(config, "num_attention_heads", 32)
     kv_heads = config.get("num_key_value_heads", 8)
     head_dim = whole(config, "head_dim", hidden // heads)
-    expand = whole(config, "mamba_expand", 2)
-    mamba_heads = whole(config, "mamba_n_heads", 128)
-    auto = config.get("mamba_d_head", "auto") in ("auto", None)
-    mamba_head_dim = expand * hidden // mamba_heads if auto else whole(config, "mamba_d_head", 1)
-    if mamba_head_dim * mamba_heads != expand * hidden:
-        raise ValueError(
-            f"mamba_n_heads {mamba_heads} × mamba_d_head {mamba_head_dim} is not mamba_expand·hidden_size "
-            f"{expand * hidden}"
-        )
     # transformers fixes the rotary fraction at 0.5 (its "hardcode for BC"): a top-level
     # partial_rotary_factor is overridden, one inside rope_parameters is kept.
     params = {**config, "partial_rotary_factor": 0.5}
@@ -144,21 +159,7 @@ def build(config: dict[str, Any]) -> BambaDecoder:
         windows=(None,) * layers,
     )
     indices = tuple(int(i) for i in sequence(config, "attn_layer_indices", []))
-    return BambaDecoder(
-        BambaConfig(
-            **vars(base),
-            attention_indices=indices,
-            mamba_heads=mamba_heads,
-            mamba_head_dim=mamba_head_dim,
-            mamba_groups=whole(config, "mamba_n_groups", 1),
-            mamba_state=whole(config, "mamba_d_state", 256),
-            mamba_kernel=whole(config, "mamba_d_conv", 4),
-            mamba_chunk=whole(config, "mamba_chunk_size", 256),
-            mamba_conv_bias=bool(given(config, "mamba_conv_bias", True)),
-            mamba_proj_bias=bool(given(config, "mamba_proj_bias", False)),
-            time_step_limit=_limit(config),
-        )
-    )
+    return BambaDecoder(BambaConfig(**vars(base), attention_indices=indices, **mamba_fields(config, hidden)))
 
 
 RULES = (

@@ -84,13 +84,18 @@ class HybridDecoder(LlamaDecoder):
 
 class MixerBlock(nn.Module):
     """A pre-norm layer whose token mixer has no attention weights, ``mixer(x, padding)``
-    (Bamba's Mamba2). Its output passes the layer's ``attn_out`` tap, as a softmax layer's does."""
+    (Bamba's Mamba2). Its output passes the layer's ``attn_out`` tap, as a softmax layer's
+    does; each sub-layer's output times ``multiplier`` (Granite's residual multiplier)."""
 
-    def __init__(self, mixer: nn.Module, attn_norm: nn.Module, mlp: nn.Module, mlp_norm: nn.Module) -> None:
+    def __init__(
+        self, mixer: nn.Module, attn_norm: nn.Module, mlp: nn.Module, mlp_norm: nn.Module, multiplier: float = 1.0
+    ) -> None:
         super().__init__()
         self.attn_norm, self.mixer = attn_norm, mixer
         self.mlp_norm, self.mlp = mlp_norm, mlp
+        self.multiplier = multiplier
 
     def forward(self, x: Tensor, padding: Tensor | None) -> Tensor:
-        x = x + tap("attn_out", self.mixer(self.attn_norm(x), padding))
-        return x + tap("mlp_out", self.mlp(self.mlp_norm(x)))
+        # (A multiplier of 1 is exact in floating point: Bamba's numbers are unchanged.)
+        x = x + tap("attn_out", self.mixer(self.attn_norm(x), padding) * self.multiplier)
+        return x + tap("mlp_out", self.mlp(self.mlp_norm(x)) * self.multiplier)

@@ -1,6 +1,6 @@
 """The Mamba2 mixer (Dao and Gu 2024, "Transformers are SSMs"): the token mixer of the
-hybrids' non-attention layers (Bamba; also Granite-4.0-H, Nemotron-H, Falcon-H1, Zamba2).
-It has no attention weights; it is computed exactly, as transformers' torch path
+hybrids' non-attention layers (Bamba, Granite-4.0-H; written to serve Nemotron-H, Falcon-H1
+and Zamba2 too). It has no attention weights; it is computed exactly, as transformers' torch path
 (``torch_forward``, what runs without the CUDA kernels) computes it, so that the hidden
 states reaching the next softmax layer are transformers'.
 

@@ -7,7 +7,7 @@ base model (tied heads reuse the token embeddings, which are then not stored twi
     causal   logits = t(h · W_U^T + b_U)              lm_head.weight (.bias: GPT-J, Phi), or the
                                                       embeddings; t the family's transform:
              Cohere 1/2 z · logit_scale               (default 0.0625)
-             Granite    z / logits_scaling            (default 1.0)
+             Granite    z / logits_scaling            (default 1.0; Granite-4.0-H too)
              Gemma 2/3  c·tanh(z/c), c = final_logit_softcapping (Gemma 2's default 30.0,
                         Gemma 3's none; null: none)
     masked   logits = LN(act(h · W_T^T + b_T)) · W_U^T + b_U
@@ -261,6 +261,7 @@ _LOGIT_TRANSFORMS: dict[str, tuple[str, str, float | None]] = {
     "cohere": ("logit_scale", "scale", 0.0625),
     "cohere2": ("logit_scale", "scale", 0.0625),
     "granite": ("logits_scaling", "divisor", 1.0),
+    "granitemoehybrid": ("logits_scaling", "divisor", 1.0),
     "gemma2": ("final_logit_softcapping", "softcap", 30.0),
     "gemma3_text": ("final_logit_softcapping", "softcap", None),
     "gemma4_text": ("final_logit_softcapping", "softcap", None),

@@ -592,6 +592,57 @@ SPECS_2026 += (
     ),
 )
 SPECS_2026 += LFM2_SPECS
+# Granite-4.0-H: Bamba's Mamba2 layers (two groups, both time-step limits biting) with
+# Granite's multipliers, attention on layers 1 and 4 (layer_types as the released configs
+# write them), RoPE switched on, 6 experts (top 2) beside a shared MLP; and the released
+# models' setting: no RoPE ("nope"), no experts, one group, no limits.
+_GRANITE_H = {
+    k: v
+    for k, v in BAMBA.items()
+    if k not in ("attn_layer_indices", "mlp_bias", "rope_parameters", "intermediate_size")
+}
+_GRANITE_H.update(
+    intermediate_size=9,
+    shared_intermediate_size=37,
+    layer_types=["mamba", "attention", "mamba", "mamba", "attention"],
+    num_local_experts=6,
+    num_experts_per_tok=2,
+    embedding_multiplier=3.0,
+    residual_multiplier=0.6,
+    attention_multiplier=0.25,
+    logits_scaling=2.0,
+    position_embedding_type="rope",
+    rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+)
+SPECS_2026 += (
+    Spec(
+        "granitemoehybrid",
+        "granitemoehybrid",
+        _config("GraniteMoeHybridConfig", **_GRANITE_H),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+    Spec(
+        "granitemoehybrid-nope",
+        "granitemoehybrid",
+        _config(
+            "GraniteMoeHybridConfig",
+            **{
+                **_GRANITE_H,
+                "position_embedding_type": "nope",
+                "num_local_experts": 0,
+                "mamba_n_groups": 1,
+                "time_step_limit": [0.0, float("inf")],
+                "attention_bias": False,
+                "mamba_proj_bias": False,
+            },
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
 SPECS_2026_BY_NAME = {spec.name: spec for spec in SPECS_2026}
 
 
