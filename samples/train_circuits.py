@@ -257,10 +257,12 @@ def build_model(cfg: Config, vocab_size: int) -> Any:
         LlamaForCausalLM,
     )
 
+    # Every architecture: the word-level vocabulary, <bos> (0) also ending a text, <pad> (1),
+    # the unembedding tied to the token embeddings, no dropout.
+    common = dict(vocab_size=vocab_size, bos_token_id=0, eos_token_id=0, pad_token_id=1, tie_word_embeddings=True)
     if cfg.arch == "neox":
         return GPTNeoXForCausalLM(
             GPTNeoXConfig(
-                vocab_size=vocab_size,
                 hidden_size=cfg.d_model,
                 intermediate_size=cfg.mlp,
                 num_hidden_layers=cfg.layers,
@@ -269,30 +271,22 @@ def build_model(cfg: Config, vocab_size: int) -> Any:
                 rotary_pct=cfg.rotary,
                 hidden_dropout=0.0,
                 attention_dropout=0.0,
-                bos_token_id=0,
-                eos_token_id=0,
-                pad_token_id=1,
-                tie_word_embeddings=True,
+                **common,
             )
         )
     if cfg.arch == "llama":
         return LlamaForCausalLM(
             LlamaConfig(
-                vocab_size=vocab_size,
                 hidden_size=cfg.d_model,
                 intermediate_size=cfg.mlp,
                 num_hidden_layers=cfg.layers,
                 num_attention_heads=cfg.heads,
                 num_key_value_heads=cfg.heads,
                 max_position_embeddings=cfg.context,
-                bos_token_id=0,
-                eos_token_id=0,
-                pad_token_id=1,
-                tie_word_embeddings=True,
+                **common,
             )
         )
     config = GPT2Config(
-        vocab_size=vocab_size,
         n_positions=cfg.context,
         n_embd=cfg.d_model,
         n_layer=cfg.layers,
@@ -302,10 +296,7 @@ def build_model(cfg: Config, vocab_size: int) -> Any:
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=1,
-        tie_word_embeddings=True,
+        **common,
     )
     return GPT2LMHeadModel(config)
 

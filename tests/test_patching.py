@@ -288,6 +288,9 @@ def test_cli_json_equals_the_python_result_and_files_are_written(tmp_path: Path,
     result = attnviz.patch(args[0], args[1], answer="mat", wrong="door", model=path)
     assert doc == json.loads(json.dumps(result.to_dict()))
     assert doc["metric"] == "logit-diff" and doc["metric_label"] == "logit(mat) − logit(door)"
+    # An absolute path names no place to a reader of the document: its directory's name alone
+    # (as every other command's JSON; ATTNVIZ_PROVENANCE=full keeps it in model_path).
+    assert Path(path).is_absolute() and doc["model"] == Path(path).name
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     saved = np.load(npz)
     np.testing.assert_array_equal(saved["effect"], result.effect)
@@ -442,6 +445,7 @@ def test_cli_dla_json_equals_python_and_prints_the_sum_check(tiny: Callable[[str
     result = attnviz.attribute("the cat sat by the door", "mat", "door", model=path)
     assert doc == json.loads(json.dumps(result.to_dict()))
     assert abs(doc["sum_error"]) <= 1e-4 * abs(doc["logit_diff"])
+    assert doc["model"] == Path(path).name  # not the local path
     text = in_process(*args, "--no-pager", env={"NO_COLOR": "1"})
     flat = " ".join(text.stdout.split())
     assert text.returncode == 0 and "sum check: Σ components =" in flat and "logit lens at 'door'" in flat

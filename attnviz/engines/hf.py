@@ -94,11 +94,11 @@ class HFEngine(EngineBase):
         except Exception as exc:
             # A package transformers builds part of the model with (Gemma 3n's timm vision
             # tower) is missing: the checkpoint is fine.
-            missing = isinstance(exc, ImportError) and "pip install" in str(exc)
+            install = re.search(r"pip install [\w.\[\],=<>-]+", str(exc)) if isinstance(exc, ImportError) else None
             raise ModelLoadError(
                 f"transformers cannot load {str(files.path)!r}: {_first_line(exc)}",
-                hint="install the package it names"
-                if missing
+                hint=f"install the package it names: {install[0]}"
+                if install
                 else "check that the directory is a complete transformers checkpoint",
             ) from exc
         _check_loading_info(info, str(files.path), _computed_on_load(self.model))

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import Reason, UsageError
+from ..io.models import shareable_name
 
 if TYPE_CHECKING:
     import torch
@@ -446,7 +447,7 @@ def attribute(
             ]
             lens_diff = (every[:n, answer] - every[:n, wrong]).cpu().numpy()
     return Attribution(
-        model=engine.files.spec,
+        model=shareable_name(engine.files.spec),
         engine=engine.name,
         answer=lm.token(answer) if labels is None else labels[0],
         wrong=lm.token(wrong) if labels is None else labels[1],

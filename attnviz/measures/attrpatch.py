@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import Reason, UsageError
+from ..io.models import shareable_name
 from .headsites import HEAD_SITES
 from .patching import DIRECTIONS, SITES, PatchResult, scored
 
@@ -204,7 +205,7 @@ def attribution_patch(
             + "; a patch that moves such a head's attention is where the estimate is least sure"
         )
     return PatchResult(
-        model=engine.files.spec,
+        model=shareable_name(engine.files.spec),
         engine=engine.name,
         site=site,
         direction=direction,

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import Reason, UsageError
+from ..io.models import shareable_name
 from . import headsites
 from .alignment import Alignment, align
 from .patchresult import PatchResult
@@ -342,7 +343,7 @@ def patch_heads(
             f"different lengths: {site} patched at the {len(alignment.pairs)} matched positions; {alignment.describe()}"
         )
     return PatchResult(
-        model=engine.files.spec,
+        model=shareable_name(engine.files.spec),
         engine=engine.name,
         site=site,
         direction=direction,

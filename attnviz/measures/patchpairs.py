@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import Reason, UsageError
+from ..io.models import shareable_name
 from .patching import DIRECTIONS, Metric, PatchResult, answer_id, choose_metric, patch_heads
 from .patchresult import _numbers
 
@@ -431,7 +432,7 @@ def summarise(
     if len(done) < 2:
         notes.append("an interval needs at least two pairs")
     return PairsResult(
-        model=engine.files.spec,
+        model=shareable_name(engine.files.spec),
         engine=engine.name,
         site=site,
         direction=direction,

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import Reason, UsageError
+from ..io.models import shareable_name
 from .alignment import Alignment, align
 from .patching import DIRECTIONS, Metric, scored
 from .patchresult import _numbers
@@ -346,7 +347,7 @@ def path_patch(
     if len(clean) != len(corrupted):
         notes.append(f"different lengths: the senders' z patched at the matched positions; {alignment.describe()}")
     return PathPatchResult(
-        model=engine.files.spec,
+        model=shareable_name(engine.files.spec),
         engine=engine.name,
         direction=direction,
         metric=metric.name,

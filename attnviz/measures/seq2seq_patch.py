@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import Reason, UsageError
+from ..io.models import shareable_name
 from . import headsites
 from .alignment import align
 from .patching import DIRECTIONS, LM_METRICS, Metric, PatchResult, Progress, _write_units
@@ -194,7 +195,7 @@ def patch_seq2seq(
     if len(clean) != len(corrupted) and on_source:
         notes.append(f"different lengths: {site} patched at the {len(pairs)} matched source positions")
     return PatchResult(
-        model=engine.files.spec,
+        model=shareable_name(engine.files.spec),
         engine=engine.name,
         site=site,
         direction=direction,
