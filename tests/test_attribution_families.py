@@ -46,6 +46,8 @@ REFUSED = {
     "qwen3_next-dense": "hybrid",
     "qwen3_5_text": "hybrid",
     "qwen3_5_moe_text": "hybrid",
+    "bamba": "hybrid",  # the Mamba2 mixers write to the stream too
+    "bamba-plain": "hybrid",
     "lfm2": "hybrid",  # its short convolutions write to the stream too
     "lfm2-plain": "hybrid",
     "lfm2_moe": "hybrid",

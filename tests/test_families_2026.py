@@ -39,8 +39,9 @@ MLA = tuple(
     if spec.model_type in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "mistral4", "deepseek_v32", "glm_moe_dsa")
 )
 LLAMA4 = tuple(spec for spec in SPECS_2026 if spec.model_type == "llama4_text")
+BAMBA = tuple(spec for spec in SPECS_2026 if spec.model_type == "bamba")
 # Families whose attention output splits by head into value norms (not Qwen3-Next's gated heads).
-NORMED = MLA + LLAMA4
+NORMED = MLA + LLAMA4 + BAMBA
 LONG = " ".join(SENTENCES * 2)  # 69 tokens, in row blocks of 4
 
 
@@ -143,6 +144,7 @@ def test_padded_batch_matches_transformers(spec: Any, saved: dict[str, Path]) ->
         "gemma3n_text",
         "lfm2",
         "lfm2_moe",
+        "bamba",
     ],
 )
 def test_long_input_in_row_blocks_matches_full_matrices(
@@ -165,7 +167,7 @@ def test_long_input_in_row_blocks_matches_full_matrices(
         assert _diff(every.attentions[slot], b) <= TOL
         assert _diff(some.attentions[slot], b[:, :, list(asked)]) <= TOL
     # A hybrid's Gated DeltaNet runs this input in two chunks of the delta rule (64 + 5);
-    # LFM2's convolutions slide over all of it.
+    # LFM2's convolutions slide over all of it; Bamba's Mamba2 scan runs five chunks of 16.
     assert _diff(every.hidden_states, theirs.hidden_states) <= TOL
 
 
@@ -175,7 +177,7 @@ def test_long_input_in_row_blocks_matches_full_matrices(
 def _transformers_value_norms(hf: Engine, tokens: Any) -> list[torch.Tensor]:
     """(H, S) per layer: ‖v_hj · W_h^O‖ with v the value rows of transformers' own
     ``kv_b_proj`` output (its decompressed values) and W_h^O head h's columns of its
-    ``o_proj`` weight, by hand."""
+    ``o_proj`` weight, by hand; a hybrid's attention layers alone."""
     model: Any = hf.model  # type: ignore[attr-defined]
     config = model.config
     mla = hasattr(config, "kv_lora_rank")
@@ -189,6 +191,7 @@ def _transformers_value_norms(hf: Engine, tokens: Any) -> list[torch.Tensor]:
             lambda m, args, out: seen.append(out.detach())
         )
         for layer in model.layers
+        if hasattr(layer, "self_attn")
     ]
     try:
         with torch.inference_mode():
@@ -197,7 +200,7 @@ def _transformers_value_norms(hf: Engine, tokens: Any) -> list[torch.Tensor]:
         for handle in handles:
             handle.remove()
     out = []
-    for layer, kv in zip(model.layers, seen, strict=True):
+    for layer, kv in zip([layer for layer in model.layers if hasattr(layer, "self_attn")], seen, strict=True):
         v = kv.reshape(-1, heads // groups, nope + dv)[..., nope:].double()  # (S, G, Dv), batch 1
         v = v.repeat_interleave(groups, dim=1)  # (S, H, Dv): query head h reads value head h // (H/G)
         w_o = layer.self_attn.o_proj.weight.detach().double()  # (E, H·Dv)
@@ -215,7 +218,7 @@ def test_value_norms_are_the_decompressed_values_through_w_o(spec: Any, saved: d
     tokens = own.tokenize(SENTENCES[0])
     expected = _transformers_value_norms(hf, tokens)
     out = own.forward(tokens, measure=NORM)
-    assert out.value_norms is not None and len(out.value_norms) == own.num_layers
+    assert out.value_norms is not None and len(out.value_norms) == len(own.shape.layers)
     for layer, norms in enumerate(out.value_norms):
         assert norms.shape == (1, own.num_heads, len(tokens))
         assert _diff(norms[0], expected[layer]) <= TOL * max(1.0, float(expected[layer].max()))
@@ -269,11 +272,13 @@ def test_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[s
         "gemma3n_text",
         "lfm2",
         "lfm2_moe",
+        "bamba",
     ],
 )
 def test_explain_matches_what_transformers_scores_with(name: str, saved: dict[str, Path]) -> None:
     """explain's q, k (rope part rotated, as transformers lays it out), scale, weights and
-    value norms against the q, k, v transformers hands its attention function."""
+    value norms against the q, k, v transformers hands its attention function; in the
+    first and last attention layers (a hybrid's, by model number, its calls by slot)."""
     from attnviz.measures.explain import explain
 
     from .test_explain import hf_attention
@@ -287,7 +292,7 @@ def test_explain_matches_what_transformers_scores_with(name: str, saved: dict[st
     # (Which also leaves their recorded passes dense after layer 0: there q, k and v are
     # held to transformers' from layer 0 alone, the weights in every layer.)
     sparse = own.files.model_type in ("deepseek_v32", "glm_moe_dsa")
-    # A hybrid's first and last attention layers (LFM2), transformers' calls by slot.
+    # A hybrid's first and last attention layers (LFM2, Bamba), transformers' calls by slot.
     first, last = own.shape.layers[0], own.shape.layers[-1]
     for layer, head, query, key in ((first, 0, 5, 1), (last, own.num_heads - 1, len(tokens) - 1, 2)):
         slot = own.shape.layers.index(layer)
@@ -491,7 +496,7 @@ def test_hybrid_norms_and_explain_are_refused_in_one_line(name: str, saved: dict
         assert len(lines) == 1 and "gates each head's output" in lines[0], result.stderr
 
 
-@pytest.mark.parametrize("name", ["qwen3_next", "qwen3_5_moe_text", "lfm2", "lfm2_moe"])
+@pytest.mark.parametrize("name", ["qwen3_next", "qwen3_5_moe_text", "lfm2", "lfm2_moe", "bamba"])
 def test_hybrid_ablation_matches_a_transformers_hook_on_o_proj(name: str, saved: dict[str, Path]) -> None:
     """Each head of each softmax layer zeroed (or set to its mean) in the input of
     transformers' o_proj (after the output gate), one head per pass."""
@@ -546,6 +551,11 @@ HYBRID_QUIRKS: list[tuple[str, dict[str, Any]]] = [
     ("lfm2_moe", {"use_expert_bias": False}),
     ("lfm2_moe", {"routed_scaling_factor": 1.0}),
     ("lfm2_moe", {"norm_topk_prob": False}),
+    ("bamba", {"time_step_limit": [0.0, 1.6]}),  # the lower bound of Δ bites
+    ("bamba", {"time_step_limit": [1.0, 1e9]}),  # the upper one too
+    ("bamba", {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 1.0}}),
+    ("bamba", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
+    ("bamba-plain", {"rms_norm_eps": 0.5}),
 ]
 
 
@@ -613,7 +623,8 @@ def test_own_engine_refuses_to_generate_with_lfm2_in_one_line(saved: dict[str, P
 
 
 @pytest.mark.parametrize(
-    ("name", "layer"), [("deepseek_v3", 2), ("qwen3_next", 4), ("mistral4", 2), ("glm_moe_dsa", 2), ("lfm2", 2)]
+    ("name", "layer"),
+    [("deepseek_v3", 2), ("qwen3_next", 4), ("mistral4", 2), ("glm_moe_dsa", 2), ("lfm2", 2), ("bamba", 4)],
 )
 def test_z_tap_is_what_transformers_o_proj_reads(name: str, layer: int, saved: dict[str, Path]) -> None:
     """``blocks.N.attn.z`` (B, Q, H, Dv): MLA's Dv-wide heads, Qwen3-Next's gated ones,
@@ -656,10 +667,14 @@ def test_attention_taps_on_a_linear_layer_are_refused(name: str, saved: dict[str
     assert taps["blocks.0.resid_post"].shape[-1] == 48
 
 
-@pytest.mark.parametrize("name", ["qwen3_next", "lfm2"])  # attention layers 2 and 4 both
-def test_cli_hybrid_layers_by_model_number_on_both_engines(name: str, saved: dict[str, Path]) -> None:
+@pytest.mark.parametrize(
+    ("name", "softmax", "other"), [("qwen3_next", [2, 4], 3), ("lfm2", [2, 4], 3), ("bamba", [1, 4], 2)]
+)
+def test_cli_hybrid_layers_by_model_number_on_both_engines(
+    name: str, softmax: list[int], other: int, saved: dict[str, Path]
+) -> None:
     """``show`` lists the softmax layers under their model numbers, the same weights as
-    ``--engine hf``; ``--layer`` on a linear layer is one line, exit 2, naming them."""
+    ``--engine hf``; ``--layer`` on a linear (or Mamba2) layer is one line, exit 2, naming them."""
     from attnviz.cli import app
 
     path = str(saved[name])
@@ -669,13 +684,14 @@ def test_cli_hybrid_layers_by_model_number_on_both_engines(name: str, saved: dic
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.output
         shown[engine] = json.loads(result.stdout)
-        assert shown[engine]["layers"] == [2, 4] and shown[engine]["provenance"]["attention_layers"] == [2, 4]
+        assert shown[engine]["layers"] == softmax and shown[engine]["provenance"]["attention_layers"] == softmax
     a, b = torch.tensor(shown["own"]["weights"]), torch.tensor(shown["hf"]["weights"])
     assert a.shape == b.shape and _diff(a, b) <= TOL
-    result = CliRunner().invoke(app, ["show", SENTENCES[0], "--model", path, "--token", "it", "--layer", "3"])
+    result = CliRunner().invoke(app, ["show", SENTENCES[0], "--model", path, "--token", "it", "--layer", str(other)])
     assert result.exit_code == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "layer 3 has no softmax attention" in lines[0] and "2, 4" in lines[0]
+    named = ", ".join(map(str, softmax))
+    assert len(lines) == 1 and f"layer {other} has no softmax attention" in lines[0] and named in lines[0]
 
 
 # --- Llama 4 ---------------------------------------------------------------------------------------------
@@ -857,3 +873,153 @@ def test_gemma4_bidirectional_everywhere_is_refused_in_one_line(saved: dict[str,
     path = saved["gemma4_text"]
     with pytest.raises(UnsupportedArchitectureError, match="use_bidirectional_attention='all'"):
         architectures.load(path, {**_config(path), "use_bidirectional_attention": "all"})
+
+
+# --- Bamba: Mamba2 layers between Llama-like attention layers -------------------------------------------
+
+LONGER = " ".join(SENTENCES * 4)  # 138 tokens: nine chunks of Bamba's scan
+
+
+def test_bamba_attention_layers_are_attn_layer_indices(saved: dict[str, Path]) -> None:
+    """The softmax layers are the config's attn_layer_indices, by model number; transformers
+    returns one tensor per such layer, in order; a Mamba2 layer has no weights to ask for."""
+    own, hf = _engines("bamba", saved)
+    indices = tuple(_config(saved["bamba"])["attn_layer_indices"])
+    assert indices == (1, 4) and own.shape.attention_layers == indices and own.shape.num_layers == 5
+    tokens = own.tokenize(SENTENCES[0])
+    theirs = hf.forward(tokens)
+    assert len(theirs.attentions) == len(indices)
+    for slot, layer in enumerate(indices):
+        assert _diff(own.forward(tokens, layers=(layer,)).attentions[0], theirs.attentions[slot]) <= TOL
+    with pytest.raises(ValueError, match="no softmax attention"):
+        own.forward(tokens, layers=(0,))
+
+
+@pytest.mark.parametrize("name", ["bamba", "bamba-plain"])
+def test_bamba_over_many_chunks_of_the_scan_matches_transformers(name: str, saved: dict[str, Path]) -> None:
+    """138 tokens, nine chunks of 16 (the last one padded), with and without groups and
+    limits: the weights of both paths and the hidden states."""
+    own, hf = _engines(name, saved)
+    tokens = own.tokenize(LONGER)
+    assert len(tokens) > 100
+    theirs = hf.forward(tokens)
+    rows = own.forward(tokens)
+    with torch.inference_mode():
+        eager = own.model(torch.tensor([tokens.ids]), fused=False)  # type: ignore[operator]
+    for out in (rows, eager):
+        for a, b in zip(out.attentions, theirs.attentions, strict=True):
+            assert _diff(a, b) <= TOL
+        assert _diff(out.hidden_states, theirs.hidden_states) <= TOL
+
+
+def test_bamba_chunked_scan_equals_the_token_by_token_scan() -> None:
+    """The chunked scan (what runs) against the readable recurrence, over 150 tokens (ten
+    chunks, the last one padded), two groups of B and C over six heads, with and without
+    the limits of Δ; and the recurrence against a one-channel example worked by hand."""
+    from attnviz.architectures.mamba2 import chunked_scan, selective_scan
+
+    gen = torch.Generator().manual_seed(0)
+    b, t, h, p, g, n = 2, 150, 6, 4, 2, 5
+    x = torch.randn(b, t, h, p, generator=gen)
+    dt = torch.randn(b, t, h, generator=gen)
+    a = -torch.rand(h, generator=gen) * 3
+    bs, cs = torch.randn(b, t, g, n, generator=gen), torch.randn(b, t, g, n, generator=gen)
+    d = torch.randn(h, generator=gen)
+    for limit in ((0.0, float("inf")), (0.5, 1.2)):
+        reference = selective_scan(x, dt, a, bs, cs, d, limit)
+        assert reference.abs().max() > 1.0
+        assert _diff(chunked_scan(x, dt, a, bs, cs, d, limit, 16), reference) <= 1e-5 * float(reference.abs().max())
+    # One head, one channel, a state of one: Δ = softplus(0) = ln 2, A = -1, B = C = 1, D = 0.5:
+    # S_1 = ln2·1, S_2 = e^(-ln2)·S_1 + ln2·2 = 2.5·ln2; y = S + 0.5·x.
+    one = torch.ones(1, 2, 1, 1)
+    out = selective_scan(
+        torch.tensor([1.0, 2.0]).view(1, 2, 1, 1),
+        torch.zeros(1, 2, 1),
+        -torch.ones(1),
+        one,
+        one,
+        torch.tensor([0.5]),
+        (0.0, float("inf")),
+    )
+    ln2 = float(np.log(2.0))
+    assert out.flatten().tolist() == pytest.approx([ln2 + 0.5, 2.5 * ln2 + 1.0], abs=1e-6)
+
+
+def test_bamba_mamba_parts_matter(saved: dict[str, Path]) -> None:
+    """Each part of the Mamba2 mixer changes the numbers: the decay A, the skip D, the
+    groups of the gated norm."""
+    own, hf = _engines("bamba", saved)
+    ids = torch.tensor([own.tokenize(SENTENCES[0]).ids])
+    assert _worst(own.model, hf.model, ids) <= TOL  # type: ignore[attr-defined]
+    for change in ("A_log", "D", "norm"):
+        model: Any = architectures.load(saved["bamba"])
+        mixer = model.blocks[0].mixer
+        with torch.no_grad():
+            if change == "norm":
+                mixer.norm.groups = 1  # one norm over both groups' channels
+            else:
+                getattr(mixer, change).zero_()
+        assert _worst(model, hf.model, ids) > 1e-3, change  # type: ignore[attr-defined]
+
+
+def test_bamba_attention_taps_on_a_mamba_layer_are_refused(saved: dict[str, Path]) -> None:
+    from attnviz.errors import UsageError
+    from attnviz.nn.taps import Taps
+
+    own, hf = _engines("bamba", saved)
+    with pytest.raises(UsageError, match=r"layer 0 has no softmax attention \(its attention layers: 1, 4\)"):
+        own.tapping(Taps().record("blocks.0.attn.pattern"))
+    # The layer taps of a Mamba2 layer: its mixer's output is the layer's attn_out.
+    taps = Taps().record("blocks.0.resid_post").record("blocks.0.attn_out")
+    seen: list[torch.Tensor] = []
+    handle = hf.model.layers[0].mamba.register_forward_hook(lambda m, a, out: seen.append(out.detach()))  # type: ignore[attr-defined]
+    try:
+        hf.forward(own.tokenize(SENTENCES[0]))
+    finally:
+        handle.remove()
+    with own.tapping(taps):
+        own.forward(own.tokenize(SENTENCES[0]))
+    assert _diff(taps["blocks.0.attn_out"], seen[0]) <= TOL
+
+
+def test_bamba_generation_is_refused_in_one_line(saved: dict[str, Path]) -> None:
+    """The Mamba2 layers' recurrent state is no key/value cache: the own engine refuses to
+    generate (as with the other hybrids), pointing at the hf engine, which generates."""
+    from attnviz.cli import app
+
+    args = ["show", SENTENCES[0], "--model", str(saved["bamba"]), "--generate", "2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "does not generate with bamba" in lines[0] and "--engine hf" in lines[0]
+
+
+def test_bamba_check_names_the_attention_layers_by_model_number(
+    saved: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``check`` on a hybrid: one row per attention layer under its model number (1 and 4,
+    not 0 and 1 and three rows of Mamba2 layers it never compared); a layer made wrong
+    fails under its own number."""
+    from attnviz.architectures.bamba import BambaDecoder
+    from attnviz.cli import app
+
+    path = str(saved["bamba"])
+    result = CliRunner().invoke(app, ["check", "--model", path, "--device", "cpu", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert len(data["attention"]) == 2 and data["attention_layers"] == [1, 4] and data["passed"]
+    result = CliRunner().invoke(app, ["check", "--model", path, "--device", "cpu"])
+    rows = [line.split("│")[1].strip() for line in result.stdout.splitlines() if "attention ok" in line]
+    assert rows == ["1", "4"] and "PASS: the 2 attention layers and the hidden states" in result.stdout
+    real = BambaDecoder.make_attention
+
+    def scaled(self: Any, layer: int) -> Any:
+        attn = real(self, layer)
+        if layer == 4:
+            attn.scale *= 2.0  # the last attention layer's scores twice as sharp
+        return attn
+
+    monkeypatch.setattr(BambaDecoder, "make_attention", scaled)
+    result = CliRunner().invoke(app, ["check", "--model", path, "--device", "cpu", "--json"])
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["failed_layers"] == [4]

@@ -1,6 +1,6 @@
 """The layer loop of a hybrid: a rotary pre-norm decoder in which only some layers have
 softmax attention, the others a token mixer without attention weights (Qwen3-Next's
-Gated DeltaNet, LFM2's gated short convolutions).
+Gated DeltaNet, LFM2's gated short convolutions, Bamba's Mamba2).
 
     softmax layer    block(x, mask, qk, request) -> (x, weights)    (``PreNormBlock``)
     other layers     block(x, padding) -> x                          padding (B, S): True =
@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..nn.attention import Mask
 from ..nn.cache import KVCache
+from ..nn.taps import tap
 from .base import ForwardOutput, layer_loop
 from .llama import LlamaConfig, LlamaDecoder
 
@@ -79,3 +80,17 @@ class HybridDecoder(LlamaDecoder):
         if last == self.num_layers - 1:
             x = self.final_norm(x)
         return ForwardOutput(hidden_states=x, attentions=attentions)
+
+
+class MixerBlock(nn.Module):
+    """A pre-norm layer whose token mixer has no attention weights, ``mixer(x, padding)``
+    (Bamba's Mamba2). Its output passes the layer's ``attn_out`` tap, as a softmax layer's does."""
+
+    def __init__(self, mixer: nn.Module, attn_norm: nn.Module, mlp: nn.Module, mlp_norm: nn.Module) -> None:
+        super().__init__()
+        self.attn_norm, self.mixer = attn_norm, mixer
+        self.mlp_norm, self.mlp = mlp_norm, mlp
+
+    def forward(self, x: Tensor, padding: Tensor | None) -> Tensor:
+        x = x + tap("attn_out", self.mixer(self.attn_norm(x), padding))
+        return x + tap("mlp_out", self.mlp(self.mlp_norm(x)))

@@ -51,8 +51,9 @@ class CheckResult:
     """Largest |ours - transformers'| over all sentences, heads, queries and keys.
 
     Attributes:
-        attention: one entry per layer (layer 0 first); empty for an encoder-decoder,
-            whose differences are in ``parts``.
+        attention: one entry per layer with softmax attention, in order (layer 0 first;
+            a hybrid's are ``shape.layers``, by model number); empty for an
+            encoder-decoder, whose differences are in ``parts``.
         hidden: final hidden states (transformers' ``last_hidden_state``); for an
             encoder-decoder the largest over its parts.
         parts: an encoder-decoder's parts (sentence i is the source, sentence i+1 the
@@ -76,7 +77,8 @@ class CheckResult:
 
     @property
     def failed_layers(self) -> tuple[int, ...]:
-        return tuple(i for i, d in enumerate(self.attention) if d > self.tolerance)
+        """Model layer numbers (a hybrid's attention layers by their true numbers)."""
+        return tuple(layer for layer, d in zip(self.shape.layers, self.attention, strict=False) if d > self.tolerance)
 
     @property
     def failed(self) -> tuple[str, ...]:
@@ -141,7 +143,7 @@ def compare_engines(
     hf = load_engine("hf", files, device)
     if own.parts:
         return _compare_seq2seq(files, own, hf, texts, tolerance, tuple(parts or own.parts))
-    attention = [0.0] * own.num_layers
+    attention = [0.0] * len(own.shape.layers)  # a hybrid: its attention layers alone
     hidden = 0.0
     for text in texts:
         tokens = own.tokenize(text)
@@ -151,8 +153,9 @@ def compare_engines(
                 f"the own engine computed {len(ours.attentions)} layers, transformers {len(theirs.attentions)}",
                 hint="this checkpoint's config and architecture disagree",
             )
-        for layer, (a, b) in enumerate(zip(ours.attentions, theirs.attentions, strict=True)):
-            attention[layer] = max(attention[layer], _max_abs_diff(a, b, f"layer {layer} attention"))
+        for slot, (a, b) in enumerate(zip(ours.attentions, theirs.attentions, strict=True)):
+            layer = own.shape.layers[slot]
+            attention[slot] = max(attention[slot], _max_abs_diff(a, b, f"layer {layer} attention"))
         hidden = max(hidden, _max_abs_diff(ours.hidden_states, theirs.hidden_states, "hidden states"))
     return CheckResult(
         model=shareable_name(files.spec),

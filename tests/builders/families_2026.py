@@ -540,6 +540,57 @@ SPECS_2026 += (
         perturb=True,
     ),
 )
+# Bamba at odd sizes: Mamba2 layers 0, 2, 3, softmax attention on 1 and 4 (attn_layer_indices);
+# 6 Mamba heads of 16 in 2 groups of B and C (n_groups > 1), a state of 5, a convolution of 3
+# with its bias, the scan in chunks of 16 (the long inputs cross several), Δ clamped to
+# [1.0, 1.6] (both bounds bite: a quarter of softplus(dt + dt_bias) lies on either side), biases on q/k/v/o,
+# the MLP and the Mamba projections; RoPE on half of D = 8.
+BAMBA = dict(
+    _DEC,
+    max_position_embeddings=256,  # the long-input tests
+    initializer_range=0.1,
+    hidden_size=48,
+    intermediate_size=37,
+    num_hidden_layers=5,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    attn_layer_indices=[1, 4],
+    mamba_n_heads=6,
+    mamba_d_head=16,
+    mamba_n_groups=2,
+    mamba_d_state=5,
+    mamba_d_conv=3,
+    mamba_expand=2,
+    mamba_chunk_size=16,
+    mamba_proj_bias=True,
+    time_step_limit=[1.0, 1.6],
+    attention_bias=True,
+    mlp_bias=True,
+    rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+)
+SPECS_2026 += (
+    Spec("bamba", "bamba", _config("BambaConfig", **BAMBA), "causal", "llama", perturb=True),
+    Spec(  # the defaults: one group, no limits, no biases, one attention layer
+        "bamba-plain",
+        "bamba",
+        _config(
+            "BambaConfig",
+            **{
+                **BAMBA,
+                "mamba_n_groups": 1,
+                "time_step_limit": [0.0, float("inf")],
+                "attention_bias": False,
+                "mlp_bias": False,
+                "mamba_proj_bias": False,
+                "attn_layer_indices": [2],
+            },
+        ),
+        "causal",
+        "llama",
+        perturb=True,
+    ),
+)
 SPECS_2026 += LFM2_SPECS
 SPECS_2026_BY_NAME = {spec.name: spec for spec in SPECS_2026}
 

@@ -25,6 +25,8 @@ def verdict(result: CheckResult) -> str:
     """The one-line conclusion, for the terminal and for logs."""
     if result.passed:
         what = f"all {result.shape.num_layers} layers"
+        if result.shape.hybrid:
+            what = f"the {len(result.shape.layers)} attention layers and the hidden states"
         if result.parts:
             what = "every layer of " + ", ".join(p.part for p in result.parts)
         return f"PASS: {what} within {result.tolerance:.0e} of transformers (worst |Δ| {result.worst:.1e})"
@@ -59,7 +61,7 @@ def render_check(result: CheckResult) -> Group:
                 table.add_row(what, _cell(p.hidden, result.tolerance), _status(p.hidden, result.tolerance, "hidden"))
             table.add_section()
     else:
-        for layer, diff in enumerate(result.attention):
+        for layer, diff in zip(result.shape.layers, result.attention, strict=True):
             table.add_row(f"{layer}", _cell(diff, result.tolerance), _status(diff, result.tolerance, "attention"))
         table.add_section()
         table.add_row(
