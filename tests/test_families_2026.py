@@ -434,7 +434,7 @@ def test_family_module_declares_what_the_registry_maps_to_it() -> None:
 # --- Qwen3-Next: a hybrid of Gated DeltaNet and gated softmax attention ------------------------------
 
 HYBRID = ("qwen3_next", "qwen3_next-dense", "qwen3_5_text", "qwen3_5_moe_text")
-LFM2 = ("lfm2", "lfm2-plain", "lfm2_moe")  # short convolutions between plain softmax layers
+LFM2 = ("lfm2", "lfm2-plain", "lfm2_moe", "lfm2_vl")  # short convolutions between plain softmax layers
 
 
 @pytest.mark.parametrize("name", HYBRID + LFM2)
@@ -442,7 +442,8 @@ def test_hybrid_lists_its_softmax_layers_by_model_number(name: str, saved: dict[
     """Only the full_attention layers have weights, found by their model layer numbers;
     transformers returns one tensor per such layer, in order."""
     own, hf = _engines(name, saved)
-    types = _config(saved[name])["layer_types"]
+    config = _config(saved[name])
+    types = config.get("text_config", config)["layer_types"]  # a wrapper's (LFM2-VL) in its text_config
     expected = tuple(i for i, kind in enumerate(types) if kind == "full_attention")
     assert own.shape.num_layers == len(types) and own.shape.attention_layers == expected
     assert own.shape.hybrid and any("hybrid" in note for note in own.shape.notes())
@@ -866,7 +867,7 @@ def test_gemma4_layers_share_keys_and_values_as_configured(saved: dict[str, Path
     assert not any(n.endswith(("layers.4.self_attn.k_proj.weight", "layers.5.self_attn.k_proj.weight")) for n in names)
 
 
-@pytest.mark.parametrize("name", ["gemma4_text", "gemma3n_text", "lfm2", "lfm2-plain", "lfm2_moe"])
+@pytest.mark.parametrize("name", ["gemma4_text", "gemma3n_text", "lfm2", "lfm2-plain", "lfm2_moe", "lfm2_vl"])
 def test_value_norms_are_the_values_transformers_attends_with_through_w_o(name: str, saved: dict[str, Path]) -> None:
     """‖v_j · W_h^O‖ with v what transformers hands its attention function (after the v norm;
     Gemma 4: the keys' projection on the global layers; layers 2 and 3's values on 4 and 5;

@@ -1,16 +1,16 @@
 """Vision-language wrappers read as their language model: Gemma 3 (``gemma3``: Gemma 3 4B,
 12B and 27B as published), Gemma 3n (``gemma3n``: E2B and E4B as published), Gemma 4
-(``gemma4``), Mistral 3 (``mistral3``: Mistral Small 3.1/3.2, Ministral 3, Mistral Small 4)
-and Qwen3.5 (``qwen3_5``, ``qwen3_5_moe``), on text alone.
+(``gemma4``), Mistral 3 (``mistral3``: Mistral Small 3.1/3.2, Ministral 3, Mistral Small 4),
+Qwen3.5 (``qwen3_5``, ``qwen3_5_moe``) and LFM2-VL (``lfm2_vl``), on text alone.
 
 On text, such a model is its language model: transformers embeds the ids with the language
 model's own table, adds no image features (there are no pixels), builds the language
 model's own masks and runs it. So the own engine builds the family of the wrapper's
 ``text_config`` (gemma3_text; gemma3n_text; gemma4_text; mistral, ministral3 or mistral4;
-qwen3_5_text or qwen3_5_moe_text) and fills it with the weights under the language model's prefix:
+qwen3_5_text or qwen3_5_moe_text; lfm2) and fills it with the weights under the language model's prefix:
 
     language_model.model.*      as transformers 5 saves Gemma 3 and Mistral 3 (and 4.x did)
-    model.language_model.*      as it holds them in memory, and saves Qwen3.5
+    model.language_model.*      as it holds them in memory, and saves Qwen3.5 and LFM2-VL
 
 Gemma 3n (``gemma3n``) also embeds the ids past its text table, its image and audio soft
 tokens, with the wrapper's embedders (``model.embed_vision``, ``model.embed_audio``), which

@@ -54,6 +54,7 @@ WRAPPED_TEXT_TYPES = {
     "gemma3": "gemma3_text",
     "gemma3n": "gemma3n_text",
     "gemma4": "gemma4_text",
+    "lfm2_vl": "lfm2",
     "mistral3": "mistral",
     "qwen3_5": "qwen3_5_text",
     "qwen3_5_moe": "qwen3_5_moe_text",

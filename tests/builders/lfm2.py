@@ -60,3 +60,21 @@ LFM2_SPECS: tuple[Spec, ...] = (
     ),
     Spec("lfm2_moe", "lfm2_moe", _config("Lfm2MoeConfig", **_LFM2_MOE), "causal", "llama", perturb=True),
 )
+# LFM2-VL: LFM2's language model (the checkpoint above) behind a one-layer SigLIP2 vision
+# tower and projector, never run on text.
+_SIGLIP2 = dict(hidden_size=16, intermediate_size=20, num_hidden_layers=1, num_attention_heads=2, num_patches=16)
+LFM2_SPECS += (
+    Spec(
+        "lfm2_vl",
+        "lfm2_vl",
+        _config(
+            "Lfm2VlConfig",
+            text_config={**_LFM2, "model_type": "lfm2"},
+            vision_config=_SIGLIP2,
+            projector_hidden_size=24,
+        ),
+        "image-text",
+        "llama",
+        perturb=True,
+    ),
+)
