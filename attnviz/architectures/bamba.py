@@ -74,8 +74,13 @@ class BambaDecoder(HybridDecoder):
     def make_block(self, layer: int) -> nn.Module:
         if layer in self.config.attention_indices:
             return super().make_block(layer)  # Llama's pre-norm attention block
+        e = self.config.hidden_size
+        return MixerBlock(self.make_mixer(), self.make_norm(e), self.make_mlp(layer), self.make_norm(e))
+
+    def make_mixer(self) -> Mamba2Mixer:
+        """A Mamba2 layer's mixer, from the config's mamba_* fields (Granite-4.0-H's too)."""
         c = self.config
-        mixer = Mamba2Mixer(
+        return Mamba2Mixer(
             c.hidden_size,
             c.mamba_heads,
             c.mamba_head_dim,
@@ -89,8 +94,6 @@ class BambaDecoder(HybridDecoder):
             proj_bias=c.mamba_proj_bias,
             limit=c.time_step_limit,
         )
-        e = c.hidden_size
-        return MixerBlock(mixer, self.make_norm(e), self.make_mlp(layer), self.make_norm(e))
 
 
 # transformers 5 saves a float JSON cannot hold as {"__float__": "Infinity"} (its

@@ -33,7 +33,6 @@ from .fields import given, number, sequence, whole
 from .granite import ScaledResidualBlock
 from .hybrid import MixerBlock
 from .llama import LlamaConfig, SwiGLU
-from .mamba2 import Mamba2Mixer
 from .moe import SparseMoE
 from .moe import convert as moe_convert
 from .rope import rope_config
@@ -98,21 +97,7 @@ class GraniteHybridDecoder(BambaDecoder):
             return ScaledResidualBlock(
                 self.make_attention(layer), self.make_norm(e), self.make_mlp(layer), self.make_norm(e), m
             )
-        mixer = Mamba2Mixer(
-            e,
-            c.mamba_heads,
-            c.mamba_head_dim,
-            c.mamba_groups,
-            c.mamba_state,
-            c.mamba_kernel,
-            c.mamba_chunk,
-            act=c.hidden_act,
-            eps=c.rms_norm_eps,
-            conv_bias=c.mamba_conv_bias,
-            proj_bias=c.mamba_proj_bias,
-            limit=c.time_step_limit,
-        )
-        return MixerBlock(mixer, self.make_norm(e), self.make_mlp(layer), self.make_norm(e), m)
+        return MixerBlock(self.make_mixer(), self.make_norm(e), self.make_mlp(layer), self.make_norm(e), m)
 
     def embed(self, input_ids: Tensor) -> Tensor:
         return self.tokens(input_ids) * self.config.embedding_multiplier  # (B, S, E)
