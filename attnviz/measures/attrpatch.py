@@ -39,9 +39,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import Reason, UsageError
-from ..io.models import shareable_name
 from .headsites import HEAD_SITES
-from .patching import DIRECTIONS, SITES, PatchResult, scored
+from .patching import DIRECTIONS, SITES, PatchResult, run_fields, scored
 
 if TYPE_CHECKING:
     import torch
@@ -205,20 +204,15 @@ def attribution_patch(
             + "; a patch that moves such a head's attention is where the estimate is least sure"
         )
     return PatchResult(
-        model=shareable_name(engine.files.spec),
-        engine=engine.name,
+        **run_fields(engine, metric, clean, corrupted),
         site=site,
         direction=direction,
-        metric=metric.name,
-        metric_label=metric.label(),
         effect=effect,
         raw=raw,
         clean_score=clean_score,
         corrupted_score=corrupted_score,
         position=position,
         corrupted_position=other,
-        clean_tokens=tuple(clean.labels),
-        corrupted_tokens=tuple(corrupted.labels),
         alignment=alignment,
         passes=2,
         notes=tuple(notes),

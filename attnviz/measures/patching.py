@@ -182,6 +182,20 @@ def _runs(
     return hidden, {layer: taps[tap_name(None, layer, site)] for layer in layers}
 
 
+def run_fields(engine: Engine, metric: Metric, clean: Tokens, corrupted: Tokens) -> dict[str, Any]:
+    """The fields every pair-patching result shares (``PatchResult``, ``PathPatchResult``):
+    which model ran (by its shareable name, never a local path), the engine, the metric and
+    the two prompts' token labels."""
+    return {
+        "model": shareable_name(engine.files.spec),
+        "engine": engine.name,
+        "metric": metric.name,
+        "metric_label": metric.label(),
+        "clean_tokens": tuple(clean.labels),
+        "corrupted_tokens": tuple(corrupted.labels),
+    }
+
+
 def scored(
     engine: Engine, clean: Tokens, corrupted: Tokens, metric: Metric, lm: LMHead | None, position: int | None
 ) -> tuple[Alignment, int, int]:
@@ -343,20 +357,15 @@ def patch_heads(
             f"different lengths: {site} patched at the {len(alignment.pairs)} matched positions; {alignment.describe()}"
         )
     return PatchResult(
-        model=shareable_name(engine.files.spec),
-        engine=engine.name,
+        **run_fields(engine, metric, clean, corrupted),
         site=site,
         direction=direction,
-        metric=metric.name,
-        metric_label=metric.label(),
         effect=effect,
         raw=raw,
         clean_score=clean_score,
         corrupted_score=corrupted_score,
         position=position,
         corrupted_position=other,
-        clean_tokens=tuple(clean.labels),
-        corrupted_tokens=tuple(corrupted.labels),
         alignment=alignment,
         passes=len(plan),
         partial=partial,

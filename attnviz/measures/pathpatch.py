@@ -45,9 +45,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import Reason, UsageError
-from ..io.models import shareable_name
 from .alignment import Alignment, align
-from .patching import DIRECTIONS, Metric, scored
+from .patching import DIRECTIONS, Metric, run_fields, scored
 from .patchresult import _numbers
 
 if TYPE_CHECKING:
@@ -347,11 +346,8 @@ def path_patch(
     if len(clean) != len(corrupted):
         notes.append(f"different lengths: the senders' z patched at the matched positions; {alignment.describe()}")
     return PathPatchResult(
-        model=shareable_name(engine.files.spec),
-        engine=engine.name,
+        **run_fields(engine, metric, clean, corrupted),
         direction=direction,
-        metric=metric.name,
-        metric_label=metric.label(),
         through=through,
         receivers=tuple(receivers),
         senders=tuple(senders or ()),
@@ -361,8 +357,6 @@ def path_patch(
         corrupted_score=corrupted_score,
         position=position,
         corrupted_position=other,
-        clean_tokens=tuple(clean.labels),
-        corrupted_tokens=tuple(corrupted.labels),
         alignment=alignment,
         passes=done,
         group=group,

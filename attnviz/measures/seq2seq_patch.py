@@ -33,10 +33,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import Reason, UsageError
-from ..io.models import shareable_name
 from . import headsites
 from .alignment import align
-from .patching import DIRECTIONS, LM_METRICS, Metric, PatchResult, Progress, _write_units
+from .patching import DIRECTIONS, LM_METRICS, Metric, PatchResult, Progress, _write_units, run_fields
 
 if TYPE_CHECKING:
     import torch
@@ -195,20 +194,15 @@ def patch_seq2seq(
     if len(clean) != len(corrupted) and on_source:
         notes.append(f"different lengths: {site} patched at the {len(pairs)} matched source positions")
     return PatchResult(
-        model=shareable_name(engine.files.spec),
-        engine=engine.name,
+        **run_fields(engine, metric, clean, corrupted),
         site=site,
         direction=direction,
-        metric=metric.name,
-        metric_label=metric.label(),
         effect=effect,
         raw=raw,
         clean_score=clean_score,
         corrupted_score=corrupted_score,
         position=position,
         corrupted_position=position,
-        clean_tokens=tuple(clean.labels),
-        corrupted_tokens=tuple(corrupted.labels),
         alignment=alignment,
         passes=len(plan),
         partial=partial,
