@@ -316,7 +316,7 @@ class HFEngine(EngineBase):
         model = self.model.get_encoder() if self.parts and part in (None, "encoder") else self.model
         found = [o for _, p, o in self._projections(model) if p == (part or "encoder")]
         if len(found) != len(shape.layers):  # ALBERT's blocks, each shared by several layers
-            from .hf_taps import output_projections
+            from .hf_layout import output_projections
 
             found = output_projections(model, part or "encoder", shape.num_layers)
         return dict(zip(shape.layers, found, strict=True))

@@ -13,7 +13,7 @@ The same names as the own engine, found in transformers' models:
                           interface (DeBERTa): the value projection's output, in heads;
                           GPT-2 with ``reorder_and_upcast_attn``: its own method, wrapped
                           on the instance the same way (``_OWN_PATHS``)
-    z                     a forward pre-hook on W^O (``W_O``): its input is Concat(heads),
+    z                     a forward pre-hook on W^O (hf_layout's ``W_O``): its input is Concat(heads),
                           (B, Q, H·Dv), seen as (B, Q, H, Dv); a replacement may return
                           another batch (copies of the stream)
     out                   a forward hook on W^O
@@ -22,8 +22,7 @@ The same names as the own engine, found in transformers' models:
                           adds it) in the families without a norm or scale after it
     mlp_out / cross_out   a forward hook on the MLP module / the cross-attention's W^O
 
-Which module is which is read from the module names of the base model (``PATTERNS``),
-one pattern per layout; ALBERT's shared groups by its config (``_albert``). Beside them,
+Which module is which is hf_layout.py's (``W_O``, ``PATTERNS``). Beside them,
 the engine's load-time ``probe``: whether the model masks the future and which layer each
 attention tensor transformers returns belongs to, traced by hooks on its layers.
 A tap this model's layout does not map raises ``UnsupportedArchitectureError`` when it
@@ -46,168 +45,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UnsupportedArchitectureError
 from ..nn.taps import ATTENTION_TAPS, Taps, kind_of
+from .hf_layout import OTHER_SUBLAYERS, STREAMS_FIRST, output_projections, role_modules
 from .hf_model import RotaryState
 
 if TYPE_CHECKING:
     from torch import Tensor
-
-_N = r"(\d+)"
-# Per part: W^O, the module whose input is Concat(heads) (the taps z, out, attn_out).
-W_O: dict[str, tuple[str, ...]] = {
-    "encoder": (
-        rf"(?:encoder\.)?layer\.{_N}\.attention\.output\.dense",
-        rf"transformer\.layer\.{_N}\.attention\.out_lin",
-        rf"h\.{_N}\.attn\.c_proj",
-        rf"layers\.{_N}\.self_attn\.o_proj",
-        rf"layers\.{_N}\.attn\.Wo",
-        rf"layers\.{_N}\.attention\.dense",  # GPT-NeoX
-        rf"encoder\.layers\.{_N}\.self_attn\.out_proj",
-        rf"encoder\.block\.{_N}\.layer\.0\.SelfAttention\.o",
-    ),
-    "decoder": (
-        rf"decoder\.layers\.{_N}\.self_attn\.out_proj",
-        rf"decoder\.block\.{_N}\.layer\.0\.SelfAttention\.o",
-    ),
-    "cross": (
-        rf"decoder\.layers\.{_N}\.encoder_attn\.out_proj",
-        rf"decoder\.block\.{_N}\.layer\.1\.EncDecAttention\.o",
-    ),
-}
-_ALBERT = "encoder.albert_layer_groups.{group}.albert_layers.0.{what}"
-
-
-def _albert(model: Any, modules: dict[str, Any], part: str, what: str, num_layers: int) -> list[Any] | None:
-    """ALBERT's shared blocks, per layer 0..num_layers-1: layer n runs the one layer of
-    group ⌊n / (num_layers / groups)⌋ (transformers' ``AlbertTransformer``); None for another
-    model (or an ALBERT whose groups hold several layers, which the patterns then refuse)."""
-    config = model.config
-    groups = int(getattr(config, "num_hidden_groups", 1) or 1)
-    if part != "encoder" or _ALBERT.format(group=0, what=what) not in modules:
-        return None
-    if getattr(config, "inner_group_num", 1) != 1:
-        return None
-    # transformers' own formula (a float division), so uneven groupings agree too
-    return [modules[_ALBERT.format(group=int(n / (num_layers / groups)), what=what)] for n in range(num_layers)]
-
-
-def output_projections(
-    model: Any, part: str, num_layers: int, attention_layers: Sequence[int] | None = None
-) -> list[Any]:
-    """Per layer 0..num_layers-1 of ``part``: the module whose input is Concat(heads);
-    None for the layers of a hybrid that have no attention (``attention_layers``: those
-    that do; None = every layer).
-
-    Raises:
-        UnsupportedArchitectureError: this model's layout is not in W_O.
-    """
-    modules = dict(model.named_modules())
-    albert = _albert(model, modules, part, "attention.dense", num_layers)
-    if albert is not None:
-        return albert
-    wanted = list(range(num_layers)) if attention_layers is None else sorted(attention_layers)
-    for pattern in W_O[part]:
-        found: dict[int, Any] = {}
-        for name, module in modules.items():
-            match = re.fullmatch(pattern, name)
-            if match:
-                found[int(match.group(1))] = module
-        if sorted(found) == wanted:
-            return [found.get(layer) for layer in range(num_layers)]
-    # One stack's attention is "self-attention"; "encoder" only where there is a decoder.
-    what = f"{part} attention" if getattr(model.config, "is_encoder_decoder", False) else "self-attention"
-    raise UnsupportedArchitectureError(
-        f"the hf engine cannot find the output projections (W^O) of {type(model).__name__}'s {what} to tap its heads",
-        model_type=str(getattr(model.config, "model_type", "?")),
-    )
-
-
-# Per part and role: the module names' patterns, the layer number in the group.
-PATTERNS: dict[tuple[str, str], tuple[str, ...]] = {
-    # the module that calls the attention function
-    ("encoder", "attention"): (
-        rf"(?:encoder\.)?layer\.{_N}\.attention\.self",
-        rf"transformer\.layer\.{_N}\.attention",
-        rf"h\.{_N}\.attn",
-        rf"layers\.{_N}\.self_attn",
-        rf"layers\.{_N}\.attn",
-        rf"layers\.{_N}\.attention",  # GPT-NeoX
-        rf"encoder\.layers\.{_N}\.self_attn",
-        rf"encoder\.block\.{_N}\.layer\.0\.SelfAttention",
-    ),
-    ("decoder", "attention"): (
-        rf"decoder\.layers\.{_N}\.self_attn",
-        rf"decoder\.block\.{_N}\.layer\.0\.SelfAttention",
-    ),
-    ("cross", "attention"): (
-        rf"decoder\.layers\.{_N}\.encoder_attn",
-        rf"decoder\.block\.{_N}\.layer\.1\.EncDecAttention",
-    ),
-    # one layer of the stack
-    ("encoder", "layer"): (
-        rf"(?:encoder\.)?layer\.{_N}",
-        rf"h\.{_N}",
-        rf"layers\.{_N}",
-        rf"encoder\.layers\.{_N}",
-        rf"encoder\.block\.{_N}",
-    ),
-    ("decoder", "layer"): (rf"decoder\.layers\.{_N}", rf"decoder\.block\.{_N}"),
-    # the MLP's output, before any dropout, norm or residual
-    ("encoder", "mlp"): (
-        rf"(?:encoder\.)?layer\.{_N}\.output\.dense",
-        rf"h\.{_N}\.mlp",
-        rf"layers\.{_N}\.mlp",
-        rf"encoder\.layers\.{_N}\.fc2",
-        rf"encoder\.block\.{_N}\.layer\.1\.DenseReluDense",
-    ),
-    ("decoder", "mlp"): (rf"decoder\.layers\.{_N}\.fc2", rf"decoder\.block\.{_N}\.layer\.2\.DenseReluDense"),
-    # the value projection, for the v tap of a family whose attention does not go through
-    # transformers' attention interface (DeBERTa): its output split into heads is v
-    ("encoder", "value"): (rf"(?:encoder\.)?layer\.{_N}\.attention\.self\.value_proj",),
-}
-# Families whose attention output is normed or scaled before it joins the stream (their
-# attn_out is not W^O's output) or whose blocks these patterns misread: attn_out and
-# mlp_out are not mapped for them (the own engine taps them).
-_OTHER_SUBLAYERS = frozenset(
-    {
-        "gemma2",
-        "gemma3_text",
-        "gemma3",
-        "gemma3n_text",
-        "gemma3n",
-        "gemma4_text",
-        "gemma4",
-        "olmo2",
-        "granite",
-        "granitemoe",
-        "bloom",
-    }
-)
-# Families whose layers pass on several residual streams stacked first (Gemma 3n's AltUp:
-# (A, B, Q, E)): their resid_pre and resid_post are seen as (B, Q, A, E), as the own engine
-# holds them, so that positions (and a batch of copies) are where every tap has them.
-_STREAMS_FIRST = frozenset({"gemma3n_text", "gemma3n"})
-
-
-def _modules(
-    model: Any, part: str, role: str, num_layers: int, present: Sequence[int] | None = None
-) -> list[Any] | None:
-    """Per layer 0..num_layers-1 of ``part``: the ``role`` module (None in a layer not in
-    ``present``, a hybrid's layer without attention); None when no pattern fits."""
-    wanted = list(range(num_layers)) if present is None else sorted(present)
-    modules = dict(model.named_modules())
-    if role == "attention":
-        albert = _albert(model, modules, part, "attention", num_layers)
-        if albert is not None:
-            return albert
-    for pattern in PATTERNS.get((part, role), ()):
-        found: dict[int, Any] = {}
-        for name, module in modules.items():
-            match = re.fullmatch(pattern, name)
-            if match:
-                found[int(match.group(1))] = module
-        if sorted(found) == wanted:
-            return [found.get(layer) for layer in range(num_layers)]
-    return None
 
 
 class _Sites:
@@ -358,7 +200,7 @@ def tapping(
             if wanted & {"q", "k", "v", "pattern", "*"}:
                 for _, role, which in roles:
                     hybrid = attention_layers if stack == "blocks" else None
-                    found = need(_modules(model, which, "attention", layers, hybrid), "its attention", which)
+                    found = need(role_modules(model, which, "attention", layers, hybrid), "its attention", which)
                     if wanted == {"v"} and not _through_interface(next(m for m in found if m is not None)):
                         handles.extend(_value_hooks(model, taps, which, stack, layers, heads[stack], model_type))
                         continue
@@ -381,17 +223,17 @@ def tapping(
                         handles.append(module.register_forward_pre_hook(_z_hook(taps, z_sites, heads[stack])))
                         handles.append(module.register_forward_hook(_out_hook(taps, out_sites, role, model_type)))
             # ("*" comes from blocks.N.attn.*, which names no layer tap: nothing to refuse there.)
-            if "mlp_out" in wanted and model_type in _OTHER_SUBLAYERS:
+            if "mlp_out" in wanted and model_type in OTHER_SUBLAYERS:
                 raise UnsupportedArchitectureError(
                     f"the hf engine does not map mlp_out for {model_type!r}; the own engine taps it",
                     model_type=model_type,
                 )
-            if wanted & {"mlp_out", "*"} and model_type not in _OTHER_SUBLAYERS:
-                for n, module in enumerate(need(_modules(model, part, "mlp", layers), "its MLP", part)):
+            if wanted & {"mlp_out", "*"} and model_type not in OTHER_SUBLAYERS:
+                for n, module in enumerate(need(role_modules(model, part, "mlp", layers), "its MLP", part)):
                     hook_output(module, f"{stack}.{n}.mlp_out")
             if wanted & {"resid_pre", "resid_post", "*"}:
-                streams = model_type in _STREAMS_FIRST
-                for n, module in enumerate(need(_modules(model, part, "layer", layers), "its layers", part)):
+                streams = model_type in STREAMS_FIRST
+                for n, module in enumerate(need(role_modules(model, part, "layer", layers), "its layers", part)):
                     handles.append(
                         module.register_forward_pre_hook(
                             _pre_hook(taps, f"{stack}.{n}.resid_pre", streams), with_kwargs=True
@@ -423,7 +265,7 @@ def tapping(
 def _running(model: Any, part: str, layers: int, present: Sequence[int] | None, ran: set[str], stack: str) -> list[Any]:
     """Pre-hooks that add ``stack`` to ``ran`` when a pass runs its attention (none where
     the patterns find no attention modules: then nothing is checked after the pass)."""
-    found = _modules(model, part, "attention", layers, present)
+    found = role_modules(model, part, "attention", layers, present)
     if found is None:
         return []
 
@@ -460,7 +302,7 @@ def _out_hook(taps: Taps, sites: _Sites, role: str, model_type: str) -> Callable
             return None
         value = taps.apply(f"{layer}.{role}.out", _first(output))
         if taps.wants(f"{layer}.{sublayer}"):
-            if model_type in _OTHER_SUBLAYERS:
+            if model_type in OTHER_SUBLAYERS:
                 raise UnsupportedArchitectureError(
                     f"the hf engine does not map {sublayer} for {model_type!r}; the own engine taps it",
                     model_type=model_type,
@@ -514,7 +356,7 @@ def _value_hooks(
 ) -> list[Any]:
     """The v tap on the value projections' outputs (B, S, G·Dv), seen as (B, G, S, Dv): a
     family whose attention does not go through the interface (DeBERTa)."""
-    values = _modules(model, part, "value", layers)
+    values = role_modules(model, part, "value", layers)
     if values is None:
         raise UnsupportedArchitectureError(
             f"transformers' {model_type!r} attention does not go through its attention interface, so the hf "
