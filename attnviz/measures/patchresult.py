@@ -155,13 +155,7 @@ class PatchResult:
             "metric": self.metric,
             "metric_label": self.metric_label,
             "label": self.what(),
-            "position": self.position,
-            "corrupted_position": self.corrupted_position,
-            "clean_tokens": list(self.clean_tokens),
-            "corrupted_tokens": list(self.corrupted_tokens),
-            "alignment": self.alignment.to_dict(),
-            "clean_score": self.clean_score,
-            "corrupted_score": self.corrupted_score,
+            **pair_fields(self),
             "layers": self.num_layers,
             "heads": self.num_heads,
             "axes": list(self.axes),
@@ -169,11 +163,7 @@ class PatchResult:
             "group": self.group,
             "part": self.part,
             "target_tokens": list(self.target_tokens),
-            "effect": _numbers(self.effect),
-            "raw": _numbers(self.raw),
-            "passes": self.passes,
-            "partial": self.partial,
-            "notes": list(self.notes),
+            **outcome_fields(self),
         }
 
     def to_npz(self) -> dict[str, np.ndarray]:
@@ -190,6 +180,33 @@ class PatchResult:
 
 def _number(x: float) -> float | None:
     return None if not np.isfinite(x) else float(x)
+
+
+def pair_fields(r: Any) -> dict[str, Any]:
+    """The JSON fields every pair-patching result (``PatchResult``, pathpatch's
+    ``PathPatchResult``) shares about its two runs: the scored positions, both prompts'
+    labels, their alignment and their unpatched scores."""
+    return {
+        "position": r.position,
+        "corrupted_position": r.corrupted_position,
+        "clean_tokens": list(r.clean_tokens),
+        "corrupted_tokens": list(r.corrupted_tokens),
+        "alignment": r.alignment.to_dict(),
+        "clean_score": r.clean_score,
+        "corrupted_score": r.corrupted_score,
+    }
+
+
+def outcome_fields(r: Any) -> dict[str, Any]:
+    """The JSON fields every pair-patching result ends on: the effects, the patched runs'
+    metric, the passes taken, whether it was interrupted, and its notes."""
+    return {
+        "effect": _numbers(r.effect),
+        "raw": _numbers(r.raw),
+        "passes": r.passes,
+        "partial": r.partial,
+        "notes": list(r.notes),
+    }
 
 
 def _numbers(values: np.ndarray) -> Any:

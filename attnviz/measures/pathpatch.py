@@ -47,7 +47,7 @@ import numpy as np
 from ..errors import Reason, UsageError
 from .alignment import Alignment, align
 from .patching import DIRECTIONS, Metric, run_fields, scored
-from .patchresult import _numbers
+from .patchresult import outcome_fields, pair_fields
 
 if TYPE_CHECKING:
     import torch
@@ -180,19 +180,9 @@ class PathPatchResult:
             "metric": self.metric,
             "metric_label": self.metric_label,
             "label": self.what(),
-            "position": self.position,
-            "corrupted_position": self.corrupted_position,
-            "clean_tokens": list(self.clean_tokens),
-            "corrupted_tokens": list(self.corrupted_tokens),
-            "alignment": self.alignment.to_dict(),
-            "clean_score": self.clean_score,
-            "corrupted_score": self.corrupted_score,
+            **pair_fields(self),
             "group": self.group,
-            "effect": _numbers(self.effect),
-            "raw": _numbers(self.raw),
-            "passes": self.passes,
-            "partial": self.partial,
-            "notes": list(self.notes),
+            **outcome_fields(self),
         }
 
     def to_npz(self) -> dict[str, np.ndarray]:
